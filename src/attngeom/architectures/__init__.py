@@ -1,0 +1,41 @@
+"""The architecture map: for each ``model_type``, which tensors hold W_q and W_k of every head."""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+from . import decoders, encoders
+from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader
+
+REGISTRY: dict[str, Architecture] = {}
+for _module in (encoders, decoders):
+    for _arch in _module.ARCHITECTURES:
+        for _model_type in _arch.model_types:
+            if _model_type in REGISTRY:
+                raise RuntimeError(f"model_type {_model_type!r} is mapped twice")
+            REGISTRY[_model_type] = _arch
+
+
+def supported_model_types() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def architecture_for(config: PretrainedConfig) -> Architecture:
+    """The map for this config's ``model_type``, or an error naming it and the supported list."""
+    model_type = getattr(config, "model_type", None) or "<none>"
+    if model_type not in REGISTRY:
+        raise ArchitectureError(
+            f"unsupported model_type {model_type!r}; supported: {', '.join(supported_model_types())}"
+        )
+    return REGISTRY[model_type]
+
+
+__all__ = [
+    "REGISTRY",
+    "Architecture",
+    "ArchitectureError",
+    "AttentionLayer",
+    "TensorReader",
+    "architecture_for",
+    "supported_model_types",
+]

@@ -1,0 +1,90 @@
+"""What an architecture map yields: the query/key factors of every attention layer.
+
+An architecture is a function ``(config, reader) -> iterator of AttentionLayer``. It asks the reader
+only for the tensors it needs, so a lazy source reads (or downloads) nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from transformers import PretrainedConfig
+
+
+class ArchitectureError(ValueError):
+    """The model cannot be scored as asked (unsupported family, missing tensor, bad shapes)."""
+
+
+class TensorReader(Protocol):
+    """Tensors by name. Names are matched exactly or as a dotted suffix (any prefix such as ``model.``)."""
+
+    def get(self, *names: str) -> torch.Tensor:
+        """The first of ``names`` that exists (alternatives cover on-disk vs in-memory spellings)."""
+        ...
+
+    def has(self, name: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class AttentionLayer:
+    """The bilinear form of one layer in the x W convention: q = x W_q + b_q, k = x W_k + b_k.
+
+    ``w_q`` is d × (H·d_h), ``w_k`` is d × (H_kv·d_h), heads head-major along the columns; query head h
+    reads kv head h // (H / H_kv).
+    """
+
+    stack: str
+    layer: int
+    w_q: torch.Tensor
+    w_k: torch.Tensor
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    b_q: torch.Tensor | None = None
+    b_k: torch.Tensor | None = None
+    left_out: tuple[str, ...] = ()
+    form: str = "standard"
+    """``standard`` when x W_q W_kᵀ xᵀ (+ bias terms) is the raw attention score; otherwise what is scored."""
+
+    def __post_init__(self) -> None:
+        d = self.w_q.shape[0]
+        expected_q = (d, self.n_heads * self.head_dim)
+        expected_k = (d, self.n_kv_heads * self.head_dim)
+        if tuple(self.w_q.shape) != expected_q or tuple(self.w_k.shape) != expected_k:
+            raise ArchitectureError(
+                f"{self.stack} layer {self.layer}: W_q {tuple(self.w_q.shape)} / W_k {tuple(self.w_k.shape)} "
+                f"do not match {self.n_heads} heads, {self.n_kv_heads} kv heads of dim {self.head_dim}"
+            )
+        if self.n_heads % self.n_kv_heads:
+            raise ArchitectureError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
+
+
+LayersFn = Callable[[PretrainedConfig, TensorReader], Iterator[AttentionLayer]]
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """How one family lays out q and k, and what kind of model it is."""
+
+    model_types: tuple[str, ...]
+    modality: str  # language | vision | audio | multimodal
+    objective: str  # bidirectional | autoregressive | encoder-decoder
+    layers: LayersFn
+    n_layers: Callable[[PretrainedConfig], int]
+    """How many AttentionLayer items ``layers`` yields (for the progress bar)."""
+    notes: str = ""
+    stacks: tuple[str, ...] = field(default=("self",))
+
+
+def linear(weight: torch.Tensor) -> torch.Tensor:
+    """x W form of an ``nn.Linear`` weight (rows of ``weight`` are outputs)."""
+    return weight.T
+
+
+def head_dim_of(config: PretrainedConfig, n_heads: int) -> int:
+    """``head_dim`` from the config where it is set (Gemma, Qwen3 ...), else hidden / heads."""
+    explicit = getattr(config, "head_dim", None)
+    return int(explicit) if explicit else config.hidden_size // n_heads

@@ -1,0 +1,148 @@
+"""Symmetry and directionality of a bilinear form M = A Bᵀ, computed from its d × r factors.
+
+Never forms the d × d matrix: every quantity is a trace or a diagonal of small r × r products
+(see DESIGN.md, "Conventions that the numbers depend on"). Works batched over leading dimensions,
+so one call scores every head of a layer, and on whatever device the factors live on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+GAMMA = 2.0
+"""Threshold in standard deviations above the mean norm, as in the published tables."""
+
+DIRECTIONALITY_VARIANTS = ("excess", "eq17")
+"""``excess``: sum of (norm − threshold) over norms above the threshold (the published tables).
+``eq17``: the paper's literal Eq. 17, sum of the norms above the threshold."""
+
+
+@dataclass(frozen=True)
+class FormStatistics:
+    """What the scores of M = A Bᵀ are made of, each batched over the leading dimensions."""
+
+    trace_mm: torch.Tensor  # tr(M M)
+    frobenius_sq: torch.Tensor  # ‖M‖²_F
+    row_norms: torch.Tensor  # ‖m_i,·‖ for every row i (…, d)
+    col_norms: torch.Tensor  # ‖m_·,j‖ for every column j (…, d)
+
+
+def form_statistics(a: torch.Tensor, b: torch.Tensor) -> FormStatistics:
+    """Traces and row/column norms of M = A Bᵀ for factors A, B of shape (…, d, r)."""
+    if a.shape != b.shape:
+        raise ValueError(f"factors must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    bt_a = b.mT @ a  # (…, r, r); tr(M M) = tr((Bᵀ A)²)
+    gram_a = a.mT @ a
+    gram_b = b.mT @ b
+    trace_mm = (bt_a * bt_a.mT).sum(dim=(-2, -1))
+    frobenius_sq = (gram_a * gram_b).sum(dim=(-2, -1))
+    row_sq = ((a @ gram_b) * a).sum(dim=-1)  # diag(A BᵀB Aᵀ)
+    col_sq = ((b @ gram_a) * b).sum(dim=-1)  # diag(B AᵀA Bᵀ)
+    return FormStatistics(
+        trace_mm=trace_mm,
+        frobenius_sq=frobenius_sq,
+        row_norms=row_sq.clamp_min(0).sqrt(),
+        col_norms=col_sq.clamp_min(0).sqrt(),
+    )
+
+
+def symmetry(stats: FormStatistics) -> torch.Tensor:
+    """s = tr(M M) / ‖M‖²_F ∈ [−1, 1]: 1 symmetric, −1 skew-symmetric, 0 for the zero matrix."""
+    fro = stats.frobenius_sq
+    safe = torch.where(fro > 0, fro, torch.ones_like(fro))
+    return torch.where(fro > 0, stats.trace_mm / safe, torch.zeros_like(fro)).clamp(-1.0, 1.0)
+
+
+def _mass_above_threshold(norms: torch.Tensor, gamma: float, variant: str) -> torch.Tensor:
+    threshold = norms.mean(dim=-1, keepdim=True) + gamma * norms.std(dim=-1, keepdim=True)
+    above = norms > threshold
+    if variant == "excess":
+        contribution = norms - threshold
+    elif variant == "eq17":
+        contribution = norms
+    else:
+        raise ValueError(f"unknown directionality variant {variant!r}; choose one of {DIRECTIONALITY_VARIANTS}")
+    return torch.where(above, contribution, torch.zeros_like(norms)).sum(dim=-1)
+
+
+def directionality(stats: FormStatistics, gamma: float = GAMMA, variant: str = "excess") -> torch.Tensor:
+    """d = (r̄ − c̄) / (r̄ + c̄): positive when a few rows dominate, negative when columns do; 0 if neither."""
+    rows = _mass_above_threshold(stats.row_norms, gamma, variant)
+    cols = _mass_above_threshold(stats.col_norms, gamma, variant)
+    total = rows + cols
+    safe = torch.where(total > 0, total, torch.ones_like(total))
+    return torch.where(total > 0, (rows - cols) / safe, torch.zeros_like(total))
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Scores of a batch of bilinear forms, one entry per form."""
+
+    symmetry: torch.Tensor
+    directionality: torch.Tensor
+    norm: torch.Tensor  # Frobenius norm ‖M‖_F
+
+
+def score_factors(
+    a: torch.Tensor, b: torch.Tensor, gamma: float = GAMMA, variant: str = "excess"
+) -> Scores:
+    """Scores of M = A Bᵀ (batched over leading dimensions) from its factors."""
+    stats = form_statistics(a, b)
+    return Scores(
+        symmetry=symmetry(stats),
+        directionality=directionality(stats, gamma, variant),
+        norm=stats.frobenius_sq.clamp_min(0).sqrt(),
+    )
+
+
+def score_dense(m: torch.Tensor, gamma: float = GAMMA, variant: str = "excess") -> Scores:
+    """Reference: the same scores from the dense square matrix M (tests and benchmarks only)."""
+    stats = FormStatistics(
+        trace_mm=(m * m.mT).sum(dim=(-2, -1)),
+        frobenius_sq=(m * m).sum(dim=(-2, -1)),
+        row_norms=torch.linalg.vector_norm(m, dim=-1),
+        col_norms=torch.linalg.vector_norm(m, dim=-2),
+    )
+    return Scores(
+        symmetry=symmetry(stats),
+        directionality=directionality(stats, gamma, variant),
+        norm=stats.frobenius_sq.sqrt(),
+    )
+
+
+def split_heads(w: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:
+    """(d, n_heads·head_dim) → (n_heads, d, head_dim), head-major as every HF projection lays it out."""
+    d, width = w.shape
+    if width != n_heads * head_dim:
+        raise ValueError(f"projection width {width} is not n_heads × head_dim = {n_heads} × {head_dim}")
+    return w.reshape(d, n_heads, head_dim).permute(1, 0, 2)
+
+
+def score_layer(
+    w_q: torch.Tensor,
+    w_k: torch.Tensor,
+    n_heads: int,
+    n_kv_heads: int,
+    head_dim: int,
+    gamma: float = GAMMA,
+    variant: str = "excess",
+) -> tuple[Scores, Scores]:
+    """Per-head and per-layer scores of one attention layer.
+
+    ``w_q`` is d × (H·d_h) and ``w_k`` is d × (H_kv·d_h), in the x W convention. Query head h uses kv
+    head h // (H / H_kv). The layer form Σ_h W_q,h W_k,g(h)ᵀ is scored as P Kᵀ where P sums the query
+    heads that share a kv head, so its rank is at most H_kv·d_h.
+    """
+    if n_heads % n_kv_heads:
+        raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}")
+    group = n_heads // n_kv_heads
+    q_heads = split_heads(w_q, n_heads, head_dim)  # (H, d, d_h)
+    k_heads = split_heads(w_k, n_kv_heads, head_dim)  # (H_kv, d, d_h)
+    per_head = score_factors(q_heads, k_heads.repeat_interleave(group, dim=0), gamma, variant)
+    q_summed = q_heads.reshape(n_kv_heads, group, *q_heads.shape[1:]).sum(dim=1)  # (H_kv, d, d_h)
+    d = w_q.shape[0]
+    p = q_summed.permute(1, 0, 2).reshape(d, n_kv_heads * head_dim)
+    per_layer = score_factors(p, w_k, gamma, variant)
+    return per_head, per_layer
