@@ -57,13 +57,18 @@ def symmetry(stats: FormStatistics) -> torch.Tensor:
 
 def _mass_above_threshold(norms: torch.Tensor, gamma: float, variant: str) -> torch.Tensor:
     threshold = norms.mean(dim=-1, keepdim=True) + gamma * norms.std(dim=-1, keepdim=True)
-    above = norms > threshold
+    # Clear the threshold by more than rounding: norms equal up to their last bits (an orthogonal M)
+    # are equal, and rounding noise must not pick the sign of the score.
+    rounding = norms.shape[-1] ** 0.5 * torch.finfo(norms.dtype).eps * norms.amax(dim=-1, keepdim=True)
+    above = norms > threshold + rounding
     if variant == "excess":
         contribution = norms - threshold
     elif variant == "eq17":
         contribution = norms
     else:
-        raise ValueError(f"unknown directionality variant {variant!r}; choose one of {DIRECTIONALITY_VARIANTS}")
+        raise ValueError(
+            f"unknown directionality variant {variant!r}; choose one of {DIRECTIONALITY_VARIANTS}"
+        )
     return torch.where(above, contribution, torch.zeros_like(norms)).sum(dim=-1)
 
 
@@ -85,9 +90,7 @@ class Scores:
     norm: torch.Tensor  # Frobenius norm ‖M‖_F
 
 
-def score_factors(
-    a: torch.Tensor, b: torch.Tensor, gamma: float = GAMMA, variant: str = "excess"
-) -> Scores:
+def score_factors(a: torch.Tensor, b: torch.Tensor, gamma: float = GAMMA, variant: str = "excess") -> Scores:
     """Scores of M = A Bᵀ (batched over leading dimensions) from its factors."""
     stats = form_statistics(a, b)
     return Scores(

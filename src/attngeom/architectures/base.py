@@ -13,8 +13,10 @@ from typing import Protocol
 import torch
 from transformers import PretrainedConfig
 
+from ..errors import InputError
 
-class ArchitectureError(ValueError):
+
+class ArchitectureError(InputError):
     """The model cannot be scored as asked (unsupported family, missing tensor, bad shapes)."""
 
 
@@ -59,7 +61,9 @@ class AttentionLayer:
                 f"do not match {self.n_heads} heads, {self.n_kv_heads} kv heads of dim {self.head_dim}"
             )
         if self.n_heads % self.n_kv_heads:
-            raise ArchitectureError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
+            raise ArchitectureError(
+                f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}"
+            )
 
 
 LayersFn = Callable[[PretrainedConfig, TensorReader], Iterator[AttentionLayer]]

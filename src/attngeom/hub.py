@@ -1,0 +1,122 @@
+"""Hugging Face Hub ids: download config.json, the index, and only the shards that hold q/k tensors.
+
+Uses ``huggingface_hub`` for everything (HF_HOME cache, HF_HUB_OFFLINE, HF_ENDPOINT, revisions, tokens).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from huggingface_hub import hf_hub_download
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    GatedRepoError,
+    HfHubHTTPError,
+    HFValidationError,
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+from .errors import InputError
+from .sources import (
+    BIN_INDEX,
+    BIN_SINGLE,
+    SAFETENSORS_INDEX,
+    SAFETENSORS_SINGLE,
+    WeightSource,
+    bin_source,
+    bin_state_dict,
+    load_config,
+    read_index,
+    safetensors_names,
+    safetensors_source,
+)
+
+
+def _download(repo_id: str, filename: str, revision: str | None, token: str | None) -> Path:
+    """One file of the repository, from the cache when it is there; hub errors become one-line InputErrors."""
+    try:
+        return Path(hf_hub_download(repo_id, filename, revision=revision, token=token))
+    except GatedRepoError as err:
+        raise InputError(
+            f"{repo_id}: gated repository; accept its licence on the Hub and log in (hf auth login or HF_TOKEN)"
+        ) from err
+    except RepositoryNotFoundError as err:
+        raise InputError(
+            f"{repo_id}: no such repository on the Hub (or it is private: set HF_TOKEN)"
+        ) from err
+    except RevisionNotFoundError as err:
+        raise InputError(f"{repo_id}: no revision {revision!r}") from err
+    except (LocalEntryNotFoundError, OfflineModeIsEnabled) as err:
+        raise InputError(
+            f"{repo_id}: {filename} is not in the local cache and the Hub cannot be reached "
+            "(offline?); download it first or pass a local directory"
+        ) from err
+    except HFValidationError as err:
+        raise InputError(f"{repo_id}: neither an existing path nor a valid Hub model id") from err
+    except EntryNotFoundError:
+        raise
+    except HfHubHTTPError as err:
+        raise InputError(f"{repo_id}: Hub request for {filename} failed: {err}") from err
+
+
+def _optional(repo_id: str, filename: str, revision: str | None, token: str | None) -> Path | None:
+    try:
+        return _download(repo_id, filename, revision, token)
+    except EntryNotFoundError:
+        return None
+
+
+def _commit_of(snapshot_file: Path) -> str | None:
+    """The commit hash a cached file belongs to (the cache lays files out as snapshots/<commit>/...)."""
+    parent = snapshot_file.parent
+    return parent.name if parent.parent.name == "snapshots" else None
+
+
+def from_hub(repo_id: str, *, revision: str | None = None, token: str | None = None) -> WeightSource:
+    """A hub model whose shards are downloaded lazily, only those holding a requested tensor."""
+    config_file = _optional(repo_id, "config.json", revision, token)
+    if config_file is None:
+        raise InputError(f"{repo_id}: the repository has no config.json")
+    config = load_config(config_file, repo_id)
+    commit = _commit_of(config_file) or revision
+
+    def fetch(filename: str) -> Path:
+        return _download(repo_id, filename, commit, token)
+
+    index = _optional(repo_id, SAFETENSORS_INDEX, commit, token)
+    if index is not None:
+        weight_map = read_index(index, repo_id)
+        total = json.loads(index.read_text()).get("metadata", {}).get("total_parameters")
+        return safetensors_source(
+            repo_id,
+            config,
+            weight_map,
+            fetch,
+            model_id=repo_id,
+            revision=commit,
+            n_params=int(total) if total else None,
+            count_params=False,
+        )
+    single = _optional(repo_id, SAFETENSORS_SINGLE, commit, token)
+    if single is not None:
+        weight_map = dict.fromkeys(safetensors_names(single), SAFETENSORS_SINGLE)
+        return safetensors_source(repo_id, config, weight_map, fetch, model_id=repo_id, revision=commit)
+    index = _optional(repo_id, BIN_INDEX, commit, token)
+    if index is not None:
+        weight_map = read_index(index, repo_id)
+        return bin_source(
+            repo_id, config, weight_map, fetch, model_id=repo_id, revision=commit, count_params=False
+        )
+    single = _optional(repo_id, BIN_SINGLE, commit, token)
+    if single is not None:
+        names = bin_state_dict(single).keys()
+        return bin_source(
+            repo_id, config, dict.fromkeys(names, BIN_SINGLE), fetch, model_id=repo_id, revision=commit
+        )
+    raise InputError(
+        f"{repo_id}: no model.safetensors or pytorch_model.bin (sharded or not) in the repository"
+    )
