@@ -6,8 +6,10 @@
 set -euo pipefail
 
 CLUSTER=attngeom
-ACCOUNT=attngeom-ci
-PARTITION=ci
+# shellcheck source=ci.env
+source "$(dirname "$0")/ci.env"
+PARTITION=$ATTNGEOM_SLURM_PARTITION
+ACCOUNT=$ATTNGEOM_SLURM_ACCOUNT
 NODE=$(hostname -s)
 ETC=/etc/slurm
 LOG=/var/log/slurm
@@ -20,15 +22,17 @@ die() {
     exit 1
 }
 
-# wait_for SECONDS DESCRIPTION LOGFILE COMMAND...: poll COMMAND until it succeeds, else die showing the log.
+# wait_for SECONDS NAME PIDFILE LOGFILE COMMAND...: poll COMMAND until it succeeds; die (showing the log) on
+# timeout or as soon as the daemon behind PIDFILE has exited.
 wait_for() {
-    local seconds=$1 what=$2 log=$3
-    shift 3
+    local seconds=$1 name=$2 pidfile=$3 log=$4
+    shift 4
     for ((i = 0; i < seconds * 5; i++)); do
         "$@" >/dev/null 2>&1 && return 0
+        [[ -z $pidfile || $i -lt 5 ]] || alive "$pidfile" || die "$name exited during start-up" "$log"
         sleep 0.2
     done
-    die "$what did not come up within ${seconds}s" "$log"
+    die "$name did not come up within ${seconds}s" "$log"
 }
 
 alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -83,6 +87,7 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStorageTRES=gres/gpu
 AccountingStorageEnforce=associations
+AccountingStoreFlags=job_comment
 JobCompType=jobcomp/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU_Memory
@@ -94,7 +99,8 @@ MinJobAge=30
 InactiveLimit=0
 SchedulerParameters=sched_interval=2
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM Gres=gpu:fake:1 State=UNKNOWN
-PartitionName=$PARTITION Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+PartitionName=$PARTITION Nodes=$NODE MaxTime=INFINITE State=UP
 EOF
 # A GRES without File= drains the node; /dev/null stands in for the GPU's device file.
 cat >"$ETC/gres.conf.new" <<EOF
@@ -129,7 +135,7 @@ mkdir -p /run/munge && chown munge:munge /run/munge
 if ! alive /run/munge/munged.pid; then
     runuser -u munge -- /usr/sbin/munged || die "munged failed to start" /var/log/munge/munged.log
 fi
-wait_for 10 munged /var/log/munge/munged.log bash -c 'munge -n | unmunge'
+wait_for 10 munged /run/munge/munged.pid /var/log/munge/munged.log bash -c 'munge -n | unmunge'
 
 # 4. MariaDB, on its Unix socket only (no TCP port to clash with anything).
 mkdir -p /run/mysqld /var/log/mysql && chown mysql:mysql /run/mysqld /var/log/mysql
@@ -139,20 +145,23 @@ if ! alive /run/mysqld/mysqld.pid; then
         --pid-file=/run/mysqld/mysqld.pid --log-error=/var/log/mysql/error.log \
         --innodb-buffer-pool-size=64M --innodb-lock-wait-timeout=900 </dev/null >/dev/null 2>&1 &
 fi
-wait_for 30 mariadbd /var/log/mysql/error.log mariadb-admin --socket=/run/mysqld/mysqld.sock ping
+wait_for 30 mariadbd /run/mysqld/mysqld.pid /var/log/mysql/error.log mariadb-admin --socket=/run/mysqld/mysqld.sock ping
 
-# 5. slurmdbd, then the cluster, account and user (root) in the accounting database.
+# 5. slurmdbd, then the cluster, two accounts (root's default "other" and the CI one) and user root.
 if ! alive "$RUN/slurmdbd.pid"; then slurmdbd || die "slurmdbd failed to start" "$LOG/slurmdbd.log"; fi
-wait_for 30 slurmdbd "$LOG/slurmdbd.log" sacctmgr -n show cluster
+wait_for 30 slurmdbd "$RUN/slurmdbd.pid" "$LOG/slurmdbd.log" sacctmgr -n show cluster
 if [[ -z $(sacctmgr -n -P show cluster "$CLUSTER" format=cluster) ]]; then
     sacctmgr -i add cluster "$CLUSTER" >/dev/null || die "sacctmgr add cluster failed"
 fi
-if [[ -z $(sacctmgr -n -P show account "$ACCOUNT" format=account) ]]; then
-    sacctmgr -i add account "$ACCOUNT" cluster="$CLUSTER" description="attngeom CI" organization=ci >/dev/null ||
-        die "sacctmgr add account failed"
-fi
+for acct in other "$ACCOUNT"; do
+    if [[ -z $(sacctmgr -n -P show account "$acct" format=account) ]]; then
+        sacctmgr -i add account "$acct" cluster="$CLUSTER" organization=ci >/dev/null ||
+            die "sacctmgr add account $acct failed"
+    fi
+done
 if [[ -z $(sacctmgr -n -P show assoc user=root account="$ACCOUNT" format=user) ]]; then
-    sacctmgr -i add user root account="$ACCOUNT" defaultaccount="$ACCOUNT" >/dev/null || die "sacctmgr add user failed"
+    sacctmgr -i add user root account=other,"$ACCOUNT" defaultaccount=other >/dev/null ||
+        die "sacctmgr add user root failed"
 fi
 
 # 6. slurmctld and slurmd (-N must equal NodeName). A changed config is applied with scontrol reconfigure.
@@ -161,15 +170,15 @@ if ! alive "$RUN/slurmctld.pid"; then
 elif ((changed)); then
     scontrol reconfigure
 fi
-wait_for 30 slurmctld "$LOG/slurmctld.log" scontrol ping
+wait_for 30 slurmctld "$RUN/slurmctld.pid" "$LOG/slurmctld.log" scontrol ping
 if ! alive "$RUN/slurmd.pid"; then slurmd -N "$NODE" || die "slurmd failed to start" "$LOG/slurmd.log"; fi
 for ((i = 0; i < 150; i++)); do
-    state=$(sinfo -h -N -n "$NODE" -o %T 2>/dev/null || true)
+    state=$(sinfo -h -N -n "$NODE" -p "$PARTITION" -o %T 2>/dev/null || true)
     [[ $state =~ ^(idle|mixed|allocated)$ ]] && break
     sleep 0.2
 done
 [[ $state =~ ^(idle|mixed|allocated)$ ]] ||
-    die "node $NODE is '$state', not idle, after 30s: $(sinfo -h -N -n "$NODE" -o %E)" "$LOG/slurmd.log"
+    die "node $NODE is '$state', not idle, after 30s: $(sinfo -h -N -n "$NODE" -p "$PARTITION" -o %E)" "$LOG/slurmd.log"
 
 echo "up.sh: SLURM is up: cluster=$CLUSTER partition=$PARTITION account=$ACCOUNT node=$NODE cpus=$CPUS" \
     "mem=${MEM}M gres=gpu:fake:1"
