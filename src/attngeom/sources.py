@@ -127,13 +127,14 @@ def load_config(config_file: Path, description: str) -> PretrainedConfig:
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
     if not model_type:
         raise InputError(f"{description}: {config_file.name} has no model_type")
+    if model_type not in supported_model_types():
+        raise InputError(
+            f"{description}: unsupported model_type {model_type!r}; supported: {', '.join(supported_model_types())}"
+        )
     try:
         return AutoConfig.from_pretrained(config_file.parent, trust_remote_code=False)
     except (ValueError, KeyError) as err:
-        raise InputError(
-            f"{description}: unsupported model_type {model_type!r} (transformers does not know it); "
-            f"supported: {', '.join(supported_model_types())}"
-        ) from err
+        raise InputError(f"{description}: invalid {config_file.name} for {model_type!r}: {err}") from err
 
 
 def from_directory(path: Path) -> WeightSource:
