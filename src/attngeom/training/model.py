@@ -1,0 +1,111 @@
+"""The BERT models the paper trains, its attention initialisations, the regulariser γ·L_c, and the loss.
+
+Encoder: ``BertForMaskedLM`` (bidirectional, no mask). Decoder: ``BertLMHeadModel`` with
+``is_decoder=True`` (causal mask). Both use PyTorch SDPA attention.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, PreTrainedModel
+
+from .config import TrainConfig
+
+
+def build_model(config: TrainConfig, vocab_size: int) -> PreTrainedModel:
+    """A freshly initialised model (seeded by the caller), with the attention init of ``config.init``."""
+    bert = BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=config.hidden,
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.heads,
+        intermediate_size=config.intermediate,
+        hidden_dropout_prob=config.dropout,
+        attention_probs_dropout_prob=config.dropout,
+        max_position_embeddings=max(512, config.seq_len),
+        is_decoder=config.objective == "decoder",
+        use_cache=False,
+        attn_implementation="sdpa",
+    )
+    model = BertLMHeadModel(bert) if config.objective == "decoder" else BertForMaskedLM(bert)
+    init_attention(model, config.init, seed=config.seed)
+    return model
+
+
+def attention_modules(model: PreTrainedModel) -> list[nn.Module]:
+    """The ``BertSelfAttention`` module of every layer."""
+    return [layer.attention.self for layer in model.bert.encoder.layer]
+
+
+@torch.no_grad()
+def init_attention(model: PreTrainedModel, init: str, seed: int = 0) -> None:
+    """Make every head's W_qk = W_q W_kᵀ symmetric (W_k = W_q) or skew-symmetric (W_k = W_q Sᵀ, S = A − Aᵀ).
+
+    W_q keeps its random init. In nn.Linear terms a head's W_q is ``query.weight[rows].T`` (d × d_h), so
+    W_k = W_q Sᵀ becomes ``key.weight[rows] = S @ query.weight[rows]``. A has entries of variance
+    1/(2 d_h), so S's rows have about unit norm and W_k the scale of W_q.
+    """
+    if init == "random":
+        return
+    if init not in ("symmetric", "skew"):
+        raise ValueError(f"unknown init {init!r}")
+    gen = torch.Generator().manual_seed(seed + 7919)
+    for attn in attention_modules(model):
+        q, k = attn.query.weight, attn.key.weight
+        if init == "symmetric":
+            k.copy_(q)
+            continue
+        d_h = attn.attention_head_size
+        for h in range(attn.num_attention_heads):
+            rows = slice(h * d_h, (h + 1) * d_h)
+            a = torch.randn(d_h, d_h, generator=gen, dtype=torch.float64) / (2 * d_h) ** 0.5
+            k[rows] = ((a - a.T) @ q[rows].double()).to(k.dtype)
+
+
+def head_symmetry(model: PreTrainedModel) -> torch.Tensor:
+    """Symmetry s = tr(M M) / ‖M‖²_F of every head (layers × heads), differentiable, from d × d_h factors."""
+    out = []
+    for attn in attention_modules(model):
+        n, d_h = attn.num_attention_heads, attn.attention_head_size
+        q = attn.query.weight.float().reshape(n, d_h, -1)  # (H, d_h, d): row r of head h = column of W_q,h
+        k = attn.key.weight.float().reshape(n, d_h, -1)
+        kq = k @ q.mT  # (H, d_h, d_h) = W_k,hᵀ W_q,h
+        trace_mm = (kq * kq.mT).sum(dim=(-2, -1))
+        frob = ((q @ q.mT) * (k @ k.mT)).sum(dim=(-2, -1))  # tr(W_qᵀW_q W_kᵀW_k)
+        out.append(trace_mm / frob.clamp_min(1e-30))
+    return torch.stack(out)
+
+
+def symmetry_penalty(model: PreTrainedModel, target: str) -> torch.Tensor:
+    """L_c of Eq. S147 / S148 averaged over heads: ‖M‖² / ‖M_s‖² = 2 / (1 + s) pulls s to 1;
+    ‖M‖² / ‖M_n‖² = 2 / (1 − s) pulls s to −1 (both are 1 at their optimum)."""
+    s = head_symmetry(model)
+    sign = 1.0 if target == "symmetric" else -1.0
+    return (2.0 / (1.0 + sign * s).clamp_min(1e-6)).mean()
+
+
+class LanguageModelLoss(nn.Module):
+    """Cross-entropy of the LM head at the loss positions only (masked positions for MLM), plus γ·L_c.
+
+    Wrapping the model in one module lets DDP and torch.compile see the whole step.
+    """
+
+    def __init__(self, model: PreTrainedModel, reg_weight: float = 0.0, reg_target: str = "symmetric"):
+        super().__init__()
+        self.model = model
+        self.reg_weight = reg_weight
+        self.reg_target = reg_target
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(total loss, LM loss) for one micro-batch."""
+        hidden = self.model.bert(input_ids=input_ids).last_hidden_state
+        picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+        logits = self.model.cls(picked)
+        lm_loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        if not self.reg_weight:
+            return lm_loss, lm_loss
+        return lm_loss + self.reg_weight * symmetry_penalty(self.model, self.reg_target), lm_loss
