@@ -61,7 +61,6 @@ def score_source(
         "model_id": model_id or source.model_id,
         "revision": source.revision,
         "model_type": config.model_type,
-        "modality": architecture.modality,
         "objective": architecture.objective,
         "n_params": source.n_params,
         "variant": variant,
@@ -77,7 +76,10 @@ def score_source(
         disable=not progress,
     )
     for layer in bar:
-        rows.extend(_layer_rows(layer, device, dtype, variant, gamma, source.description))
+        layer_rows = _layer_rows(layer, device, dtype, variant, gamma, source.description)
+        for row in layer_rows:
+            row["modality"] = architecture.modality_of(layer.stack)
+        rows.extend(layer_rows)
     if not rows:
         raise InputError(f"{source.description}: the model has no attention layers to score")
     for row in rows:
@@ -93,7 +95,14 @@ def _layer_rows(
     if not (torch.isfinite(w_q).all() and torch.isfinite(w_k).all()):
         raise InputError(f"{description}: {layer.stack} layer {layer.layer} has NaN or infinite q/k weights")
     per_head, per_layer = score_layer(
-        w_q, w_k, layer.n_heads, layer.n_kv_heads, layer.head_dim, gamma=gamma, variant=variant
+        w_q,
+        w_k,
+        layer.n_heads,
+        layer.n_kv_heads,
+        layer.head_dim,
+        gamma=gamma,
+        variant=variant,
+        cross=layer.cross,
     )
     shared = {
         "stack": layer.stack,
@@ -106,9 +115,9 @@ def _layer_rows(
         "form": layer.form,
     }
     group = layer.n_heads // layer.n_kv_heads
-    symmetry, direction, norm = (
-        t.double().cpu().tolist() for t in (per_head.symmetry, per_head.directionality, per_head.norm)
-    )
+    direction, norm = (t.double().cpu().tolist() for t in (per_head.directionality, per_head.norm))
+    # A cross-attention form maps between two spaces: symmetry is undefined there (null).
+    symmetry = [None] * layer.n_heads if layer.cross else per_head.symmetry.double().cpu().tolist()
     rows = [
         {
             **shared,
@@ -125,7 +134,7 @@ def _layer_rows(
             **shared,
             "head": None,
             "kv_head": None,
-            "symmetry": float(per_layer.symmetry),
+            "symmetry": None if layer.cross else float(per_layer.symmetry),
             "directionality": float(per_layer.directionality),
             "norm": float(per_layer.norm),
         }

@@ -31,7 +31,7 @@ SCHEMA = pa.schema(
         pa.field("head_dim", pa.int32(), nullable=False),
         pa.field("hidden_size", pa.int32(), nullable=False),  # d, rows of W_q
         pa.field("n_params", pa.int64()),  # parameters of the whole model, when known
-        pa.field("symmetry", pa.float64(), nullable=False),
+        pa.field("symmetry", pa.float64()),  # null on cross-attention (two-space) stacks
         pa.field("directionality", pa.float64(), nullable=False),
         pa.field("norm", pa.float64(), nullable=False),  # Frobenius norm of the form
         pa.field("left_out", pa.string(), nullable=False),  # comma-separated: bias, rotary, scale, ...

@@ -23,20 +23,28 @@ DIRECTIONALITY_VARIANTS = ("excess", "eq17")
 class FormStatistics:
     """What the scores of M = A Bᵀ are made of, each batched over the leading dimensions."""
 
-    trace_mm: torch.Tensor  # tr(M M)
+    trace_mm: torch.Tensor | None  # tr(M M); None for a two-space (cross-attention) form
     frobenius_sq: torch.Tensor  # ‖M‖²_F
     row_norms: torch.Tensor  # ‖m_i,·‖ for every row i (…, d)
     col_norms: torch.Tensor  # ‖m_·,j‖ for every column j (…, d)
 
 
-def form_statistics(a: torch.Tensor, b: torch.Tensor) -> FormStatistics:
-    """Traces and row/column norms of M = A Bᵀ for factors A, B of shape (…, d, r)."""
-    if a.shape != b.shape:
+def form_statistics(a: torch.Tensor, b: torch.Tensor, square: bool = True) -> FormStatistics:
+    """Traces and row/column norms of M = A Bᵀ for factors A, B of shape (…, d, r).
+
+    With ``square=False`` M maps between two spaces (A is d_q × r, B is d_k × r, e.g. decoder queries
+    against encoder keys): tr(M M) has no meaning there and is left out.
+    """
+    if square and a.shape != b.shape:
         raise ValueError(f"factors must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
-    bt_a = b.mT @ a  # (…, r, r); tr(M M) = tr((Bᵀ A)²)
+    if not square and (a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-1]):
+        raise ValueError(f"factors must share batch and rank, got {tuple(a.shape)} and {tuple(b.shape)}")
     gram_a = a.mT @ a
     gram_b = b.mT @ b
-    trace_mm = (bt_a * bt_a.mT).sum(dim=(-2, -1))
+    trace_mm = None
+    if square:
+        bt_a = b.mT @ a  # (…, r, r); tr(M M) = tr((Bᵀ A)²)
+        trace_mm = (bt_a * bt_a.mT).sum(dim=(-2, -1))
     frobenius_sq = (gram_a * gram_b).sum(dim=(-2, -1))
     row_sq = ((a @ gram_b) * a).sum(dim=-1)  # diag(A BᵀB Aᵀ)
     col_sq = ((b @ gram_a) * b).sum(dim=-1)  # diag(B AᵀA Bᵀ)
@@ -50,6 +58,8 @@ def form_statistics(a: torch.Tensor, b: torch.Tensor) -> FormStatistics:
 
 def symmetry(stats: FormStatistics) -> torch.Tensor:
     """s = tr(M M) / ‖M‖²_F ∈ [−1, 1]: 1 symmetric, −1 skew-symmetric, 0 for the zero matrix."""
+    if stats.trace_mm is None:
+        raise ValueError("symmetry is undefined for a two-space (cross-attention) form")
     fro = stats.frobenius_sq
     safe = torch.where(fro > 0, fro, torch.ones_like(fro))
     return torch.where(fro > 0, stats.trace_mm / safe, torch.zeros_like(fro)).clamp(-1.0, 1.0)
@@ -85,16 +95,22 @@ def directionality(stats: FormStatistics, gamma: float = GAMMA, variant: str = "
 class Scores:
     """Scores of a batch of bilinear forms, one entry per form."""
 
-    symmetry: torch.Tensor
+    symmetry: torch.Tensor | None  # None for a two-space (cross-attention) form
     directionality: torch.Tensor
     norm: torch.Tensor  # Frobenius norm ‖M‖_F
 
 
-def score_factors(a: torch.Tensor, b: torch.Tensor, gamma: float = GAMMA, variant: str = "excess") -> Scores:
-    """Scores of M = A Bᵀ (batched over leading dimensions) from its factors."""
-    stats = form_statistics(a, b)
+def score_factors(
+    a: torch.Tensor, b: torch.Tensor, gamma: float = GAMMA, variant: str = "excess", square: bool = True
+) -> Scores:
+    """Scores of M = A Bᵀ (batched over leading dimensions) from its factors.
+
+    ``square=False``: a two-space form (cross-attention); symmetry is None, directionality compares the
+    query-side rows with the key-side columns of the same M.
+    """
+    stats = form_statistics(a, b, square)
     return Scores(
-        symmetry=symmetry(stats),
+        symmetry=symmetry(stats) if square else None,
         directionality=directionality(stats, gamma, variant),
         norm=stats.frobenius_sq.clamp_min(0).sqrt(),
     )
@@ -131,21 +147,23 @@ def score_layer(
     head_dim: int,
     gamma: float = GAMMA,
     variant: str = "excess",
+    cross: bool = False,
 ) -> tuple[Scores, Scores]:
     """Per-head and per-layer scores of one attention layer.
 
     ``w_q`` is d × (H·d_h) and ``w_k`` is d × (H_kv·d_h), in the x W convention. Query head h uses kv
     head h // (H / H_kv). The layer form Σ_h W_q,h W_k,g(h)ᵀ is scored as P Kᵀ where P sums the query
-    heads that share a kv head, so its rank is at most H_kv·d_h.
+    heads that share a kv head, so its rank is at most H_kv·d_h. With ``cross`` ``w_k`` may have a
+    different number of rows (keys read another space) and symmetry is None.
     """
     if n_heads % n_kv_heads:
         raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}")
     group = n_heads // n_kv_heads
     q_heads = split_heads(w_q, n_heads, head_dim)  # (H, d, d_h)
     k_heads = split_heads(w_k, n_kv_heads, head_dim)  # (H_kv, d, d_h)
-    per_head = score_factors(q_heads, k_heads.repeat_interleave(group, dim=0), gamma, variant)
+    per_head = score_factors(q_heads, k_heads.repeat_interleave(group, dim=0), gamma, variant, not cross)
     q_summed = q_heads.reshape(n_kv_heads, group, *q_heads.shape[1:]).sum(dim=1)  # (H_kv, d, d_h)
     d = w_q.shape[0]
     p = q_summed.permute(1, 0, 2).reshape(d, n_kv_heads * head_dim)
-    per_layer = score_factors(p, w_k, gamma, variant)
+    per_layer = score_factors(p, w_k, gamma, variant, not cross)
     return per_head, per_layer

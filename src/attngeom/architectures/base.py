@@ -6,7 +6,7 @@ only for the tensors it needs, so a lazy source reads (or downloads) nothing els
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,7 +35,8 @@ class AttentionLayer:
     """The bilinear form of one layer in the x W convention: q = x W_q + b_q, k = x W_k + b_k.
 
     ``w_q`` is d × (H·d_h), ``w_k`` is d × (H_kv·d_h), heads head-major along the columns; query head h
-    reads kv head h // (H / H_kv).
+    reads kv head h // (H / H_kv). A ``cross`` layer (decoder queries × encoder keys) maps between two
+    spaces: ``w_k`` may have a different number of rows, and symmetry is not defined for it.
     """
 
     stack: str
@@ -50,11 +51,12 @@ class AttentionLayer:
     left_out: tuple[str, ...] = ()
     form: str = "standard"
     """``standard`` when x W_q W_kᵀ xᵀ (+ bias terms) is the raw attention score; otherwise what is scored."""
+    cross: bool = False
 
     def __post_init__(self) -> None:
         d = self.w_q.shape[0]
         expected_q = (d, self.n_heads * self.head_dim)
-        expected_k = (d, self.n_kv_heads * self.head_dim)
+        expected_k = (self.w_k.shape[0] if self.cross else d, self.n_kv_heads * self.head_dim)
         if tuple(self.w_q.shape) != expected_q or tuple(self.w_k.shape) != expected_k:
             raise ArchitectureError(
                 f"{self.stack} layer {self.layer}: W_q {tuple(self.w_q.shape)} / W_k {tuple(self.w_k.shape)} "
@@ -81,6 +83,11 @@ class Architecture:
     """How many AttentionLayer items ``layers`` yields (for the progress bar)."""
     notes: str = ""
     stacks: tuple[str, ...] = field(default=("self",))
+    stack_modality: Mapping[str, str] = field(default_factory=dict)
+    """Per-stack modality where it differs from ``modality`` (e.g. CLIP's text and vision towers)."""
+
+    def modality_of(self, stack: str) -> str:
+        return self.stack_modality.get(stack, self.modality)
 
 
 def linear(weight: torch.Tensor) -> torch.Tensor:
