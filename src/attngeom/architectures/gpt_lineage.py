@@ -1,0 +1,236 @@
+"""GPT-lineage decoders: GPT-1, GPT-2, GPT-Neo, GPT-J, GPT-NeoX/Pythia, BLOOM, Falcon, OPT.
+
+Most of them fuse q, k and v into one projection; each is sliced here exactly as the model's own
+forward pass splits it (checked against that forward pass in tests/test_arch_gpt_lineage.py):
+
+- GPT-1 / GPT-2 ``c_attn`` (a ``Conv1D``, already in the x W convention): columns [q | k | v].
+- GPT-NeoX, BLOOM, classic Falcon ``query_key_value`` (an ``nn.Linear``): rows per head [q_h k_h v_h].
+- Falcon's new decoder architecture: rows per kv group [q_g,0 … q_g,G-1 k_g v_g], G = H / H_kv.
+- Falcon multi-query: rows [q_0 … q_H-1 | k | v], one key head shared by all query heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from transformers import PretrainedConfig
+
+from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, linear
+
+STACK = "decoder"
+
+
+def _grouped_rows(fused: torch.Tensor, groups: int, queries_per_group: int, head_dim: int):
+    """(q rows, k rows) of a fused weight (or bias) laid out as ``groups`` × [q × queries_per_group, k, v]."""
+    blocks = fused.unflatten(0, (groups, queries_per_group + 2, head_dim))
+    return blocks[:, :queries_per_group].flatten(0, 2), blocks[:, queries_per_group].flatten(0, 1)
+
+
+def _conv1d_layers(
+    config: PretrainedConfig, reader: TensorReader, left_out: tuple[str, ...]
+) -> Iterator[AttentionLayer]:
+    """GPT-1 and GPT-2: ``c_attn`` is a Conv1D (d × 3d, x W form) with columns [q | k | v]."""
+    heads = config.num_attention_heads
+    d = config.hidden_size
+    for i in range(config.num_hidden_layers):
+        weight = reader.get(f"h.{i}.attn.c_attn.weight")
+        bias = reader.get(f"h.{i}.attn.c_attn.bias")
+        yield AttentionLayer(
+            stack=STACK,
+            layer=i,
+            w_q=weight[:, :d],
+            w_k=weight[:, d : 2 * d],
+            b_q=bias[:d],
+            b_k=bias[d : 2 * d],
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=d // heads,
+            left_out=left_out,
+        )
+
+
+def _openai_gpt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    yield from _conv1d_layers(config, reader, ("bias", "scale", "absolute_position_embeddings"))
+
+
+def _gpt2_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    if getattr(config, "add_cross_attention", False):
+        raise ArchitectureError(
+            "gpt2 with add_cross_attention=True (an encoder-decoder's decoder) is not supported; "
+            "score the decoder-only model"
+        )
+    left_out = ("bias",)
+    if config.scale_attn_weights:
+        left_out += ("scale",)
+    if config.scale_attn_by_inverse_layer_idx:
+        left_out += ("inverse_layer_idx_scale",)
+    yield from _conv1d_layers(config, reader, left_out + ("absolute_position_embeddings",))
+
+
+def _gpt_neo_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """Separate q/k/v without bias; GPT-Neo does not scale q·k by 1/√d_h, so nothing but positions is left out."""
+    heads = config.num_attention_heads
+    for i in range(config.num_hidden_layers):
+        prefix = f"h.{i}.attn.attention"
+        window = ("sliding_window",) if config.attention_layers[i] == "local" else ()
+        yield AttentionLayer(
+            stack=STACK,
+            layer=i,
+            w_q=linear(reader.get(f"{prefix}.q_proj.weight")),
+            w_k=linear(reader.get(f"{prefix}.k_proj.weight")),
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=config.hidden_size // heads,
+            left_out=("absolute_position_embeddings",) + window,
+        )
+
+
+def _gptj_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """Separate q/k/v without bias; rotary on the first ``rotary_dim`` dims of each head (all if unset)."""
+    heads = config.num_attention_heads
+    for i in range(config.num_hidden_layers):
+        yield AttentionLayer(
+            stack=STACK,
+            layer=i,
+            w_q=linear(reader.get(f"h.{i}.attn.q_proj.weight")),
+            w_k=linear(reader.get(f"h.{i}.attn.k_proj.weight")),
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=config.hidden_size // heads,
+            left_out=("rotary", "scale"),
+        )
+
+
+def _interleaved_layers(
+    reader: TensorReader,
+    name: str,
+    n_layers: int,
+    heads: int,
+    head_dim: int,
+    has_bias: bool,
+    left_out: tuple[str, ...],
+) -> Iterator[AttentionLayer]:
+    """A fused ``nn.Linear`` whose rows are per head [q_h k_h v_h] (GPT-NeoX, BLOOM, classic Falcon)."""
+    for i in range(n_layers):
+        w_q, w_k = _grouped_rows(reader.get(name.format(i=i) + ".weight"), heads, 1, head_dim)
+        b_q = b_k = None
+        if has_bias:
+            b_q, b_k = _grouped_rows(reader.get(name.format(i=i) + ".bias"), heads, 1, head_dim)
+        yield AttentionLayer(
+            stack=STACK,
+            layer=i,
+            w_q=w_q.T,
+            w_k=w_k.T,
+            b_q=b_q,
+            b_k=b_k,
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=head_dim,
+            left_out=(("bias",) if has_bias else ()) + left_out,
+        )
+
+
+def _gpt_neox_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    heads = config.num_attention_heads
+    yield from _interleaved_layers(
+        reader,
+        "layers.{i}.attention.query_key_value",
+        config.num_hidden_layers,
+        heads,
+        config.hidden_size // heads,
+        config.attention_bias,
+        ("rotary", "scale"),
+    )
+
+
+def _bloom_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    heads = config.num_attention_heads
+    yield from _interleaved_layers(
+        reader,
+        "h.{i}.self_attention.query_key_value",
+        config.num_hidden_layers,
+        heads,
+        config.hidden_size // heads,
+        True,
+        ("scale", "alibi"),
+    )
+
+
+def _falcon_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """All three Falcon layouts of the fused ``query_key_value`` (see the module docstring)."""
+    heads = config.num_attention_heads
+    head_dim = config.hidden_size // heads
+    name = "h.{i}.self_attention.query_key_value"
+    left_out = ("alibi" if config.alibi else "rotary", "scale")
+    if not (config.new_decoder_architecture or config.multi_query):
+        yield from _interleaved_layers(
+            reader, name, config.num_hidden_layers, heads, head_dim, config.bias, left_out
+        )
+        return
+    kv_heads = config.num_kv_heads if config.new_decoder_architecture else 1
+
+    def split(fused: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if config.new_decoder_architecture:
+            return _grouped_rows(fused, kv_heads, heads // kv_heads, head_dim)
+        return fused[: heads * head_dim], fused[heads * head_dim : (heads + 1) * head_dim]
+
+    for i in range(config.num_hidden_layers):
+        w_q, w_k = split(reader.get(name.format(i=i) + ".weight"))
+        b_q, b_k = split(reader.get(name.format(i=i) + ".bias")) if config.bias else (None, None)
+        yield AttentionLayer(
+            stack=STACK,
+            layer=i,
+            w_q=w_q.T,
+            w_k=w_k.T,
+            b_q=b_q,
+            b_k=b_k,
+            n_heads=heads,
+            n_kv_heads=kv_heads,
+            head_dim=head_dim,
+            left_out=(("bias",) if config.bias else ()) + left_out,
+        )
+
+
+def _opt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """Separate q/k/v with biases; OPT multiplies q_proj's output (bias included) by 1/√d_h: the scale."""
+    heads = config.num_attention_heads
+    has_bias = config.enable_bias
+    for i in range(config.num_hidden_layers):
+        prefix = f"decoder.layers.{i}.self_attn"
+        yield AttentionLayer(
+            stack=STACK,
+            layer=i,
+            w_q=linear(reader.get(f"{prefix}.q_proj.weight")),
+            w_k=linear(reader.get(f"{prefix}.k_proj.weight")),
+            b_q=reader.get(f"{prefix}.q_proj.bias") if has_bias else None,
+            b_k=reader.get(f"{prefix}.k_proj.bias") if has_bias else None,
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=config.hidden_size // heads,
+            left_out=(("bias",) if has_bias else ()) + ("scale", "absolute_position_embeddings"),
+        )
+
+
+def _decoder(model_type: str, layers, notes: str) -> Architecture:
+    return Architecture(
+        model_types=(model_type,),
+        modality="language",
+        objective="autoregressive",
+        layers=layers,
+        n_layers=lambda c: c.num_hidden_layers,
+        notes=notes,
+        stacks=(STACK,),
+    )
+
+
+ARCHITECTURES: list[Architecture] = [
+    _decoder("openai-gpt", _openai_gpt_layers, "GPT-1: Conv1D c_attn, columns [q | k | v]"),
+    _decoder("gpt2", _gpt2_layers, "GPT-2, distilgpt2: Conv1D c_attn, columns [q | k | v]"),
+    _decoder("gpt_neo", _gpt_neo_layers, "GPT-Neo: no bias, no 1/√d_h scale; local layers use a window"),
+    _decoder("gptj", _gptj_layers, "GPT-J: no bias; rotary on the first rotary_dim dims of each head"),
+    _decoder("gpt_neox", _gpt_neox_layers, "GPT-NeoX, Pythia: fused rows per head [q_h k_h v_h]; rotary"),
+    _decoder("bloom", _bloom_layers, "BLOOM: fused rows per head [q_h k_h v_h]; ALiBi"),
+    _decoder("falcon", _falcon_layers, "Falcon: per-head, per-kv-group (new arch) or multi-query fused rows"),
+    _decoder("opt", _opt_layers, "OPT: separate q/k/v with biases; q scaled after projection"),
+]
