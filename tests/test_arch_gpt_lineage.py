@@ -8,7 +8,7 @@ method that hands them over (``_attn``) or splits the fused projection (``_resha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -96,7 +96,6 @@ class Case:
     capture: tuple | None = None  # (method, extract) for families outside the attention interface
     rotary: bool = False
     n_kv_heads: int | None = None
-    extra: dict = field(default_factory=dict)
 
 
 CASES = {
@@ -176,8 +175,8 @@ CASES = {
     ),
     "falcon_multi_query": Case(
         "falcon",
-        dict(hidden_size=48, num_attention_heads=4, num_hidden_layers=2, multi_query=True),
-        (("rotary", "scale"),) * 2,
+        dict(hidden_size=48, num_attention_heads=4, num_hidden_layers=2, multi_query=True, bias=True),
+        (("bias", "rotary", "scale"),) * 2,
         capture=("_split_heads", _falcon_split_heads),
         rotary=True,
         n_kv_heads=1,

@@ -229,7 +229,9 @@ ARCHITECTURES: list[Architecture] = [
     _decoder("gpt2", _gpt2_layers, "GPT-2, distilgpt2: Conv1D c_attn, columns [q | k | v]"),
     _decoder("gpt_neo", _gpt_neo_layers, "GPT-Neo: no bias, no 1/√d_h scale; local layers use a window"),
     _decoder("gptj", _gptj_layers, "GPT-J: no bias; rotary on the first rotary_dim dims of each head"),
-    _decoder("gpt_neox", _gpt_neox_layers, "GPT-NeoX, Pythia: fused rows per head [q_h k_h v_h]; rotary"),
+    _decoder(
+        "gpt_neox", _gpt_neox_layers, "GPT-NeoX, Pythia: fused rows per head [q_h k_h v_h]; partial rotary"
+    ),
     _decoder("bloom", _bloom_layers, "BLOOM: fused rows per head [q_h k_h v_h]; ALiBi"),
     _decoder("falcon", _falcon_layers, "Falcon: per-head, per-kv-group (new arch) or multi-query fused rows"),
     _decoder("opt", _opt_layers, "OPT: separate q/k/v with biases; q scaled after projection"),
