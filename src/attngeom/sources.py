@@ -16,9 +16,10 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from transformers import AutoConfig, PretrainedConfig
+from transformers import AutoConfig, LlamaConfig, PretrainedConfig
 
 from .architectures import supported_model_types
+from .architectures.decoders import LLAMA_LAYOUT_REMOTE_CODE
 from .errors import InputError
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -134,6 +135,8 @@ def load_config(config_file: Path, description: str) -> PretrainedConfig:
     try:
         return AutoConfig.from_pretrained(config_file.parent, trust_remote_code=False)
     except (ValueError, KeyError) as err:
+        if model_type in LLAMA_LAYOUT_REMOTE_CODE:  # its remote code is never run; the layout is Llama's
+            return LlamaConfig.from_dict(raw)
         raise InputError(f"{description}: invalid {config_file.name} for {model_type!r}: {err}") from err
 
 
