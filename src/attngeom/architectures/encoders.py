@@ -1,40 +1,267 @@
-"""Bidirectional (encoder-only) language models."""
+"""Bidirectional (encoder-only) language models.
+
+One small function per tensor layout; families with the same layout share it. What each form leaves
+out of the raw attention score (biases, the 1/√d_h scale, position terms) is recorded in ``left_out``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import torch
 from transformers import PretrainedConfig
 
-from .base import Architecture, AttentionLayer, TensorReader, linear
+from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, head_dim_of, linear
+
+
+def _encoder(config: PretrainedConfig) -> None:
+    """Refuse a BERT-style checkpoint configured as a causal decoder: its objective is not bidirectional."""
+    if getattr(config, "is_decoder", False):
+        raise ArchitectureError(
+            f"{config.model_type} with is_decoder=True is a causal decoder; attngeom maps this family "
+            "only as a bidirectional encoder"
+        )
+
+
+def _position_terms(config: PretrainedConfig) -> tuple[str, ...]:
+    """Learned absolute positions, or (older BERT configs) relative key terms added to the score."""
+    kind = getattr(config, "position_embedding_type", None) or "absolute"
+    return ("absolute_position_embeddings",) if kind == "absolute" else ("relative_position",)
+
+
+def _separate(reader: TensorReader, q_name: str, k_name: str, bias: bool) -> dict[str, torch.Tensor | None]:
+    """W_q, W_k (and biases) of two separate ``nn.Linear`` projections, in the x W convention."""
+    return {
+        "w_q": linear(reader.get(f"{q_name}.weight")),
+        "w_k": linear(reader.get(f"{k_name}.weight")),
+        "b_q": reader.get(f"{q_name}.bias") if bias else None,
+        "b_k": reader.get(f"{k_name}.bias") if bias else None,
+    }
 
 
 def _bert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """BERT, RoBERTa, XLM-RoBERTa(-XL), CamemBERT, ELECTRA: ``attention.self.{query,key}`` per layer."""
+    _encoder(config)
     heads = config.num_attention_heads
-    head_dim = config.hidden_size // heads
+    left_out = ("bias", "scale", *_position_terms(config))
     for i in range(config.num_hidden_layers):
         prefix = f"encoder.layer.{i}.attention.self"
         yield AttentionLayer(
             stack="encoder",
             layer=i,
-            w_q=linear(reader.get(f"{prefix}.query.weight")),
-            w_k=linear(reader.get(f"{prefix}.key.weight")),
-            b_q=reader.get(f"{prefix}.query.bias"),
-            b_k=reader.get(f"{prefix}.key.bias"),
+            **_separate(reader, f"{prefix}.query", f"{prefix}.key", bias=True),
             n_heads=heads,
             n_kv_heads=heads,
-            head_dim=head_dim,
+            head_dim=config.hidden_size // heads,
+            left_out=left_out,
+        )
+
+
+def _distilbert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """DistilBERT: ``transformer.layer.{i}.attention.{q_lin,k_lin}``; learned or sinusoidal positions."""
+    heads = config.num_attention_heads
+    for i in range(config.num_hidden_layers):
+        prefix = f"transformer.layer.{i}.attention"
+        yield AttentionLayer(
+            stack="encoder",
+            layer=i,
+            **_separate(reader, f"{prefix}.q_lin", f"{prefix}.k_lin", bias=True),
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=config.hidden_size // heads,
             left_out=("bias", "scale", "absolute_position_embeddings"),
         )
 
 
-BERT = Architecture(
-    model_types=("bert",),
-    modality="language",
-    objective="bidirectional",
-    layers=_bert_layers,
-    n_layers=lambda c: c.num_hidden_layers,
-    stacks=("encoder",),
-)
+def _albert_applications(config: PretrainedConfig) -> Iterator[tuple[int, int]]:
+    """(group, inner layer) of every attention application, in the order the model's forward runs them."""
+    layers, groups = config.num_hidden_layers, config.num_hidden_groups
+    for i in range(layers):
+        group = int(i / (layers / groups))  # the model's own group index formula
+        for inner in range(config.inner_group_num):
+            yield group, inner
 
-ARCHITECTURES: list[Architecture] = [BERT]
+
+def _albert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """ALBERT shares layer groups: one row per application, so shared weights repeat across layer indices.
+
+    Layer index ``i · inner_group_num + j`` is the j-th inner layer of the group the i-th hidden layer
+    runs (``num_hidden_layers · inner_group_num`` applications in all; ALBERT's released models have
+    one group of one layer, so every layer repeats the same weights).
+    """
+    heads = config.num_attention_heads
+    for index, (group, inner) in enumerate(_albert_applications(config)):
+        prefix = f"encoder.albert_layer_groups.{group}.albert_layers.{inner}.attention"
+        yield AttentionLayer(
+            stack="encoder",
+            layer=index,
+            **_separate(reader, f"{prefix}.query", f"{prefix}.key", bias=True),
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=config.hidden_size // heads,
+            left_out=("bias", "scale", "absolute_position_embeddings"),
+        )
+
+
+def _fused_blocks(weight: torch.Tensor, bias: torch.Tensor | None) -> dict[str, torch.Tensor | None]:
+    """A fused ``[q | k | v]`` projection (rows in three equal blocks), as ``Wqkv`` is split by the model."""
+    w_q, w_k, _ = weight.chunk(3, dim=0)
+    b_q, b_k = (None, None) if bias is None else bias.chunk(3, dim=0)[:2]
+    return {"w_q": linear(w_q), "w_k": linear(w_k), "b_q": b_q, "b_k": b_k}
+
+
+def _modernbert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """ModernBERT: fused ``attn.Wqkv`` viewed as (3, H, d_h); rotary; global and sliding-window layers."""
+    heads = config.num_attention_heads
+    has_bias = reader.has("layers.0.attn.Wqkv.bias")
+    for i in range(config.num_hidden_layers):
+        prefix = f"layers.{i}.attn.Wqkv"
+        window = ("sliding_window",) if config.layer_types[i] == "sliding_attention" else ()
+        yield AttentionLayer(
+            stack="encoder",
+            layer=i,
+            **_fused_blocks(
+                reader.get(f"{prefix}.weight"), reader.get(f"{prefix}.bias") if has_bias else None
+            ),
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=config.hidden_size // heads,
+            left_out=(("bias",) if has_bias else ()) + ("rotary", "scale", *window),
+        )
+
+
+def _nomic_bert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """NomicBERT: ``self_attn.{q,k}_proj`` in memory; on disk the original fused ``attn.Wqkv`` blocks."""
+    heads = config.num_attention_heads
+    fused = not reader.has("layers.0.self_attn.q_proj.weight")
+    has_bias = fused and reader.has("encoder.layers.0.attn.Wqkv.bias")
+    for i in range(config.num_hidden_layers):
+        if fused:
+            prefix = f"encoder.layers.{i}.attn.Wqkv"
+            bias = reader.get(f"{prefix}.bias") if has_bias else None
+            tensors = _fused_blocks(reader.get(f"{prefix}.weight"), bias)
+        else:
+            prefix = f"layers.{i}.self_attn"
+            tensors = _separate(reader, f"{prefix}.q_proj", f"{prefix}.k_proj", bias=False)
+        yield AttentionLayer(
+            stack="encoder",
+            layer=i,
+            **tensors,
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=head_dim_of(config, heads),
+            left_out=(("bias",) if has_bias else ()) + ("rotary", "scale"),
+        )
+
+
+def _deberta_position_terms(config: PretrainedConfig) -> tuple[str, ...]:
+    """DeBERTa's disentangled c2p/p2c terms (and absolute positions, where added to the input)."""
+    terms = ("relative_position",) if getattr(config, "relative_attention", False) else ()
+    if getattr(config, "position_biased_input", True):
+        terms += ("absolute_position_embeddings",)
+    return terms
+
+
+def _deberta_v2_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """DeBERTa v2/v3: ``query_proj``/``key_proj``; the form is the content-to-content term only."""
+    heads = config.num_attention_heads
+    left_out = ("bias", "scale", *_deberta_position_terms(config))
+    for i in range(config.num_hidden_layers):
+        prefix = f"encoder.layer.{i}.attention.self"
+        yield AttentionLayer(
+            stack="encoder",
+            layer=i,
+            **_separate(reader, f"{prefix}.query_proj", f"{prefix}.key_proj", bias=True),
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=config.hidden_size // heads,
+            left_out=left_out,
+        )
+
+
+def _deberta_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """DeBERTa v1: ``in_proj`` rows per head as [q_h | k_h | v_h]; a query bias ``q_bias``, no key bias."""
+    if getattr(config, "talking_head", False):
+        raise ArchitectureError(
+            "deberta with talking_head=True mixes the heads' scores; its attention is not one form per head"
+        )
+    heads = config.num_attention_heads
+    head_dim = config.hidden_size // heads
+    left_out = ("bias", "scale", *_deberta_position_terms(config))
+    for i in range(config.num_hidden_layers):
+        prefix = f"encoder.layer.{i}.attention.self"
+        per_head = reader.get(f"{prefix}.in_proj.weight").reshape(heads, 3, head_dim, -1)
+        yield AttentionLayer(
+            stack="encoder",
+            layer=i,
+            w_q=linear(per_head[:, 0].reshape(heads * head_dim, -1)),
+            w_k=linear(per_head[:, 1].reshape(heads * head_dim, -1)),
+            b_q=reader.get(f"{prefix}.q_bias"),
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=head_dim,
+            left_out=left_out,
+        )
+
+
+def _mpnet_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """MPNet: ``attention.attn.{q,k}``; a bucketed relative-position bias is added to the score."""
+    heads = config.num_attention_heads
+    for i in range(config.num_hidden_layers):
+        prefix = f"encoder.layer.{i}.attention.attn"
+        yield AttentionLayer(
+            stack="encoder",
+            layer=i,
+            **_separate(reader, f"{prefix}.q", f"{prefix}.k", bias=True),
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=config.hidden_size // heads,
+            left_out=("bias", "scale", "relative_position", "absolute_position_embeddings"),
+        )
+
+
+def _encoder_family(model_types: tuple[str, ...], layers, notes: str = "", n_layers=None) -> Architecture:
+    return Architecture(
+        model_types=model_types,
+        modality="language",
+        objective="bidirectional",
+        layers=layers,
+        n_layers=n_layers or (lambda c: c.num_hidden_layers),
+        notes=notes,
+        stacks=("encoder",),
+    )
+
+
+BERT = _encoder_family(
+    ("bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "electra"), _bert_layers
+)
+DISTILBERT = _encoder_family(("distilbert",), _distilbert_layers)
+ALBERT = _encoder_family(
+    ("albert",),
+    _albert_layers,
+    notes="shared layer groups: one row per application (num_hidden_layers × inner_group_num), "
+    "so shared weights repeat across layer indices",
+    n_layers=lambda c: c.num_hidden_layers * c.inner_group_num,
+)
+MODERNBERT = _encoder_family(
+    ("modernbert",), _modernbert_layers, notes="local (sliding-window) layers list sliding_window in left_out"
+)
+NOMIC_BERT = _encoder_family(("nomic_bert",), _nomic_bert_layers)
+DEBERTA_V2 = _encoder_family(
+    ("deberta-v2",), _deberta_v2_layers, notes="content-to-content term; c2p/p2c terms are left out"
+)
+DEBERTA = _encoder_family(
+    ("deberta",), _deberta_layers, notes="content-to-content term; c2p/p2c terms are left out"
+)
+MPNET = _encoder_family(("mpnet",), _mpnet_layers, notes="relative-position bias is left out")
+
+ARCHITECTURES: list[Architecture] = [
+    BERT,
+    DISTILBERT,
+    ALBERT,
+    MODERNBERT,
+    NOMIC_BERT,
+    DEBERTA_V2,
+    DEBERTA,
+    MPNET,
+]

@@ -1,0 +1,374 @@
+"""Conformance of the bidirectional encoder families: the mapped W_q, W_k reproduce each model's own q·k.
+
+Families using transformers' attention interface are captured there (``conformance.capture_qk``);
+ALBERT re-applies shared modules, so each call is paired with its own input; DeBERTa and MPNet do not
+use the interface, so their real q and k are taken from the forward pass by hooks (before the
+relative-position terms are added).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import torch
+from conformance import (
+    Capture,
+    assert_conforms,
+    build,
+    capture_qk,
+    layers_from_disk,
+    tiny_config,
+    token_inputs,
+)
+from transformers import (
+    AttentionInterface,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForPreTraining,
+)
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.models.deberta.modeling_deberta import scaled_size_sqrt
+
+import attngeom
+from attngeom.architectures import ArchitectureError, architecture_for
+from attngeom.sources import open_source
+
+SMALL = {"hidden_size": 48, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 64}
+VOCAB = {"vocab_size": 100}
+
+
+# ---- capture helpers for layouts that conformance.capture_qk does not cover ----------------------
+
+CAPTURE_EACH_CALL = "attngeom_capture_each_call"
+_latest_input: dict[int, torch.Tensor] = {}
+_calls: list[Capture] = []
+
+
+def _capture_each_call(module, query, key, value, attention_mask, **kwargs):
+    _calls.append(Capture(_latest_input[id(module)], query.detach(), key.detach()))
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+AttentionInterface.register(CAPTURE_EACH_CALL, _capture_each_call)
+
+
+def capture_qk_each_call(model: torch.nn.Module, inputs: dict) -> list[Capture]:
+    """Like ``capture_qk``, but each attention call keeps the input of that call (shared modules)."""
+
+    def pre_hook(module, args, kwargs):
+        _latest_input[id(module)] = kwargs.get("hidden_states", args[0] if args else None).detach()
+
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(CAPTURE_EACH_CALL)
+    hooks = [
+        m.register_forward_pre_hook(pre_hook, with_kwargs=True)
+        for m in model.modules()
+        if "Attention" in type(m).__name__
+    ]
+    _calls.clear()
+    try:
+        with torch.no_grad():
+            model(**inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        model.set_attn_implementation(previous)
+    return list(_calls)
+
+
+def capture_deberta(model: torch.nn.Module, inputs: dict) -> list[Capture]:
+    """The q and k DeBERTa (v1 or v2) hands to its relative-position term: exactly the content q·k operands.
+
+    v2 passes them as (B·H, N, d_h) before scaling; v1 as (B, H, N, d_h) with q already divided by the
+    scale, which is undone with the model's own ``scaled_size_sqrt``.
+    """
+    records: list[Capture] = []
+    patched = []
+    for module in model.modules():
+        if type(module).__name__ != "DisentangledSelfAttention":
+            continue
+        name = (
+            "disentangled_att_bias"
+            if hasattr(module, "disentangled_att_bias")
+            else "disentangled_attention_bias"
+        )
+        original = getattr(module, name)
+        heads = module.num_attention_heads
+
+        def record(query, key, relative_pos, rel_embeddings, scale_factor, *, original=original, heads=heads):
+            if query.dim() == 3:  # v2: (B·H, N, d_h)
+                q = query.reshape(-1, heads, *query.shape[1:])
+                k = key.reshape(-1, heads, *key.shape[1:])
+            else:  # v1: (B, H, N, d_h), q scaled
+                q, k = query * scaled_size_sqrt(query, scale_factor).to(query.dtype), key
+            records.append(Capture(current["x"], q.detach(), k.detach()))
+            return original(query, key, relative_pos, rel_embeddings, scale_factor)
+
+        setattr(module, name, record)
+        patched.append((module, name))
+    current: dict[str, torch.Tensor] = {}
+    hooks = [
+        module.register_forward_pre_hook(lambda m, args: current.update(x=args[0].detach()))
+        for module, _ in patched
+    ]
+    try:
+        with torch.no_grad():
+            model(**inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for module, name in patched:
+            delattr(module, name)
+    assert records, "no DeBERTa relative-attention call was captured; is relative_attention on?"
+    return records
+
+
+def capture_mpnet(model: torch.nn.Module, inputs: dict) -> list[Capture]:
+    """MPNet's q and k: the outputs of its own ``q``/``k`` projections, split into heads as its forward does."""
+    records: list[Capture] = []
+    seen: dict[str, torch.Tensor] = {}
+
+    def split(module, tensor):
+        return tensor.view(*tensor.shape[:-1], -1, module.attention_head_size).transpose(1, 2)
+
+    def after(module, args, output):
+        q, k = split(module, seen.pop("q")), split(module, seen.pop("k"))
+        records.append(Capture(args[0].detach(), q.detach(), k.detach()))
+
+    hooks = []
+    for module in model.modules():
+        if type(module).__name__ == "MPNetSelfAttention":
+            hooks.append(module.q.register_forward_hook(lambda m, a, out: seen.update(q=out)))
+            hooks.append(module.k.register_forward_hook(lambda m, a, out: seen.update(k=out)))
+            hooks.append(module.register_forward_hook(after))
+    try:
+        with torch.no_grad():
+            model(**inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return records
+
+
+# ---- the families ------------------------------------------------------------------------------
+
+ABSOLUTE = "bias,scale,absolute_position_embeddings"
+MODERNBERT_TOKENS = {
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "cls_token_id": 1,
+    "sep_token_id": 2,
+}
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str
+    overrides: dict
+    left_out: str  # expected on layer 0
+    model_class: type = AutoModel
+    capture: Callable[[torch.nn.Module, dict], list[Capture]] = capture_qk
+    zero_positions: bool = False  # position ids 0 make rotary the identity
+    rtol: float = 1e-9
+
+
+FAMILIES = {
+    "bert": Family("bert", SMALL, ABSOLUTE),
+    "roberta": Family("roberta", SMALL, ABSOLUTE, AutoModelForMaskedLM),
+    "xlm-roberta": Family("xlm-roberta", SMALL, ABSOLUTE),
+    "xlm-roberta-xl": Family("xlm-roberta-xl", SMALL, ABSOLUTE),
+    "camembert": Family("camembert", SMALL, ABSOLUTE),
+    "electra-discriminator": Family(
+        "electra", {**SMALL, "embedding_size": 32}, ABSOLUTE, AutoModelForPreTraining
+    ),
+    "electra-generator": Family(
+        "electra",
+        {**SMALL, "hidden_size": 24, "num_attention_heads": 2, "embedding_size": 32},
+        ABSOLUTE,
+        AutoModelForMaskedLM,
+    ),
+    "distilbert": Family(
+        "distilbert",
+        {"dim": 48, "n_heads": 4, "n_layers": 2, "hidden_dim": 64},
+        ABSOLUTE,
+        AutoModelForMaskedLM,
+    ),
+    "albert-shared-groups": Family(
+        "albert",
+        {**SMALL, "num_hidden_layers": 3, "num_hidden_groups": 2, "inner_group_num": 2, "embedding_size": 32},
+        ABSOLUTE,
+        AutoModelForMaskedLM,
+        capture_qk_each_call,
+    ),
+    "albert-one-group": Family(
+        "albert",
+        {**SMALL, "num_hidden_layers": 3, "embedding_size": 32},
+        ABSOLUTE,
+        capture=capture_qk_each_call,
+    ),
+    # ModernBERT's rotary step rounds q and k to float32 (even in a float64 model): compare to that precision.
+    "modernbert": Family(
+        "modernbert",
+        {
+            **SMALL,
+            "num_hidden_layers": 3,
+            "global_attn_every_n_layers": 2,
+            "attention_bias": True,
+            **MODERNBERT_TOKENS,
+        },
+        "bias,rotary,scale",
+        AutoModelForMaskedLM,
+        zero_positions=True,
+        rtol=1e-6,
+    ),
+    "modernbert-no-bias": Family(
+        "modernbert",
+        {**SMALL, "num_hidden_layers": 3, **MODERNBERT_TOKENS},
+        "rotary,scale",
+        zero_positions=True,
+        rtol=1e-6,
+    ),
+    "nomic_bert": Family("nomic_bert", SMALL, "rotary,scale", zero_positions=True),
+    "deberta-v3": Family(
+        "deberta-v2",
+        {
+            **SMALL,
+            "relative_attention": True,
+            "pos_att_type": ["p2c", "c2p"],
+            "share_att_key": True,
+            "position_buckets": 8,
+            "position_biased_input": False,
+            "norm_rel_ebd": "layer_norm",
+        },
+        "bias,scale,relative_position",
+        AutoModelForMaskedLM,
+        capture_deberta,
+    ),
+    "deberta-v2": Family(
+        "deberta-v2",
+        {**SMALL, "relative_attention": True, "pos_att_type": ["c2p", "p2c"], "conv_kernel_size": 3},
+        "bias,scale,relative_position,absolute_position_embeddings",
+        capture=capture_deberta,
+    ),
+    "deberta": Family(
+        "deberta",
+        {**SMALL, "relative_attention": True, "pos_att_type": ["c2p", "p2c"], "position_biased_input": False},
+        "bias,scale,relative_position",
+        AutoModelForMaskedLM,
+        capture_deberta,
+    ),
+    "mpnet": Family(
+        "mpnet", SMALL, "bias,scale,relative_position,absolute_position_embeddings", capture=capture_mpnet
+    ),
+}
+
+
+def family_model(name: str) -> torch.nn.Module:
+    family = FAMILIES[name]
+    return build(tiny_config(family.model_type, **family.overrides, **VOCAB), family.model_class)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_forward_pass_conformance_from_disk(name, tmp_path):
+    family = FAMILIES[name]
+    model = family_model(name)
+    layers = layers_from_disk(model, tmp_path)
+    captures = family.capture(model, token_inputs(model.config, zero_positions=family.zero_positions))
+    assert_conforms(captures, layers, rtol=family.rtol)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_engine_end_to_end(name, tmp_path):
+    """Rows, head counts and what was left out, scored from disk; in memory gives the same scores."""
+    family = FAMILIES[name]
+    model = family_model(name)
+    model.save_pretrained(tmp_path)
+    scores = attngeom.score(tmp_path, progress=False)
+    config = model.config
+    heads = config.num_attention_heads
+    n_layers = architecture_for(config).n_layers(config)
+    assert len(scores) == n_layers * (heads + 1)
+    assert set(scores["model_type"]) == {family.model_type}
+    assert set(scores["objective"]) == {"bidirectional"}
+    assert set(scores["stack"]) == {"encoder"}
+    assert set(scores["form"]) == {"standard"}
+    assert scores["left_out"].iloc[0] == family.left_out
+    assert list(scores[scores["head"].isna()]["layer"]) == list(range(n_layers))
+    heads_rows = scores[scores["head"].notna()]
+    assert (heads_rows["kv_head"] == heads_rows["head"]).all()
+    assert scores["symmetry"].between(-1, 1).all() and (scores["norm"] > 0).all()
+    in_memory = attngeom.score(model, progress=False)
+    torch.testing.assert_close(
+        torch.tensor(in_memory["symmetry"].to_numpy()), torch.tensor(scores["symmetry"].to_numpy())
+    )
+
+
+def test_albert_repeats_shared_weights_per_application(tmp_path):
+    """3 hidden layers over 2 groups of 2 inner layers: groups (0, 0, 1), so 6 applications."""
+    model = family_model("albert-shared-groups")
+    layers = layers_from_disk(model, tmp_path)
+    assert len(layers) == 6
+    same = [torch.equal(layers[a].w_q, layers[b].w_q) for a, b in [(0, 2), (1, 3), (0, 4), (0, 1)]]
+    assert same == [True, True, False, False]
+
+
+def test_modernbert_marks_sliding_window_layers(tmp_path):
+    model = family_model("modernbert")
+    layers = layers_from_disk(model, tmp_path)
+    assert model.config.layer_types == ["full_attention", "sliding_attention", "full_attention"]
+    assert ["sliding_window" in layer.left_out for layer in layers] == [False, True, False]
+
+
+def test_nomic_bert_reads_fused_disk_and_split_memory_layouts(tmp_path):
+    model = family_model("nomic_bert")
+    from_disk = layers_from_disk(model, tmp_path)
+    source = open_source(model)
+    in_memory = list(architecture_for(model.config).layers(model.config, source))
+    assert any(name.endswith("attn.Wqkv.weight") for name in open_source(tmp_path).names)
+    for disk, memory in zip(from_disk, in_memory, strict=True):
+        torch.testing.assert_close(disk.w_q, memory.w_q)
+        torch.testing.assert_close(disk.w_k, memory.w_k)
+
+
+@pytest.mark.parametrize("model_type", ["deberta", "deberta-v2"])
+def test_deberta_attention_probabilities_without_relative_terms(model_type, tmp_path):
+    """With relative attention off, the model's own attention probabilities are softmax(form / √d_h)."""
+    config = tiny_config(model_type, **SMALL, **VOCAB, relative_attention=False, pos_att_type=None)
+    model = build(config)
+    layers = layers_from_disk(model, tmp_path)
+    inputs = token_inputs(config, zero_positions=False)
+    inputs_seen = []
+    hooks = [
+        m.register_forward_pre_hook(lambda m, args: inputs_seen.append(args[0]))
+        for m in model.modules()
+        if type(m).__name__ == "DisentangledSelfAttention"
+    ]
+    with torch.no_grad():
+        attentions = model(**inputs, output_attentions=True).attentions
+    for hook in hooks:
+        hook.remove()
+    for x, layer, probabilities in zip(inputs_seen, layers, attentions, strict=True):
+        heads, head_dim = layer.n_heads, layer.head_dim
+        q = (x @ layer.w_q + layer.b_q).unflatten(-1, (heads, head_dim)).transpose(1, 2)
+        k = x @ layer.w_k
+        if layer.b_k is not None:
+            k = k + layer.b_k
+        k = k.unflatten(-1, (heads, head_dim)).transpose(1, 2)
+        scale = torch.tensor(float(head_dim)).sqrt().double()  # DeBERTa's scale is a float32 tensor
+        expected = torch.softmax(q @ k.mT / scale, dim=-1)
+        torch.testing.assert_close(probabilities, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_deberta_talking_head_is_refused(tmp_path):
+    config = tiny_config("deberta", **SMALL, **VOCAB, talking_head=True)
+    with pytest.raises(ArchitectureError, match="talking_head"):
+        layers_from_disk(build(config), tmp_path)
+
+
+def test_bert_style_decoder_is_refused(tmp_path):
+    config = tiny_config("roberta", **SMALL, **VOCAB, is_decoder=True)
+    with pytest.raises(ArchitectureError, match="is_decoder"):
+        layers_from_disk(build(config), tmp_path)
