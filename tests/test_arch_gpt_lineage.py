@@ -21,6 +21,7 @@ from conformance import (
     tiny_config,
     token_inputs,
 )
+from transformers import AutoModel, AutoModelForCausalLM
 
 import attngeom
 from attngeom.architectures import ArchitectureError, AttentionLayer
@@ -210,9 +211,9 @@ CASES = {
 }
 
 
-def make(case: Case) -> torch.nn.Module:
+def make(case: Case, model_class=AutoModel) -> torch.nn.Module:
     config = tiny_config(case.model_type, vocab_size=100, bos_token_id=0, eos_token_id=0, **case.config)
-    return build(config)
+    return build(config, model_class)
 
 
 def capture(case: Case, model: torch.nn.Module) -> list[Capture]:
@@ -228,10 +229,12 @@ def capture(case: Case, model: torch.nn.Module) -> list[Capture]:
     return captures
 
 
+@pytest.mark.parametrize("model_class", [AutoModel, AutoModelForCausalLM], ids=["base", "causal_lm"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_forward_pass_conformance_from_disk(name, tmp_path):
+def test_forward_pass_conformance_from_disk(name, model_class, tmp_path):
+    """The causal-LM checkpoint prefixes every name (transformer., gpt_neox., model.decoder.): read both."""
     case = CASES[name]
-    model = make(case)
+    model = make(case, model_class)
     layers = layers_from_disk(model, tmp_path)
     assert [layer.left_out for layer in layers] == list(case.left_out)
     assert_conforms(capture(case, model), layers)
