@@ -1,0 +1,299 @@
+"""Property tests of the score mathematics: definitions, invariances, and factored == dense."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from attngeom.scores import (
+    DIRECTIONALITY_VARIANTS,
+    Scores,
+    form_statistics,
+    score_dense,
+    score_factors,
+    score_layer,
+)
+
+F64 = torch.float64
+FAST = settings(max_examples=40, deadline=None)
+
+seeds = st.integers(0, 2**32 - 1)
+variants = st.sampled_from(DIRECTIONALITY_VARIANTS)
+batch_shapes = st.lists(st.integers(1, 3), max_size=2).map(tuple)
+# Dense square matrices with arbitrary entries, ties and zeros included (hypothesis likes those).
+square_matrices = st.integers(2, 12).flatmap(
+    lambda d: arrays(np.float64, (d, d), elements=st.floats(-1e3, 1e3, allow_subnormal=False))
+)
+
+
+def gaussian(seed: int, *shape: int, dtype: torch.dtype = F64) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def assert_scores_close(got: Scores, want: Scores, atol: float = 1e-9, rtol: float = 1e-9) -> None:
+    for field in ("symmetry", "directionality", "norm"):
+        torch.testing.assert_close(getattr(got, field), getattr(want, field), atol=atol, rtol=rtol, msg=field)
+
+
+# --- symmetry: +1 for symmetric, −1 for skew-symmetric --------------------------------------------------------
+
+
+@FAST
+@given(m=square_matrices)
+def test_dense_symmetric_scores_one_and_skew_minus_one(m: np.ndarray) -> None:
+    x = torch.from_numpy(m)
+    sym, skew = x + x.T, x - x.T
+    assume(bool((sym * sym).sum() > 0) and bool((skew * skew).sum() > 0))  # not zero, not underflowing
+    assert score_dense(sym).symmetry.item() == pytest.approx(1.0, abs=1e-12)
+    assert score_dense(skew).symmetry.item() == pytest.approx(-1.0, abs=1e-12)
+    assert score_dense(sym).directionality.item() == pytest.approx(0.0, abs=1e-9)
+    assert score_dense(skew).directionality.item() == pytest.approx(0.0, abs=1e-9)
+
+
+@FAST
+@given(seed=seeds, batch=batch_shapes, d=st.integers(2, 24), r=st.integers(2, 8))
+def test_factored_symmetric_scores_one_and_skew_minus_one(seed: int, batch: tuple, d: int, r: int) -> None:
+    a = gaussian(seed, *batch, d, r)
+    y = gaussian(seed + 1, *batch, r, r)
+    symmetric = score_factors(a, a @ (y + y.mT))  # M = A S Aᵀ with S = Sᵀ
+    skew = score_factors(a, a @ (y - y.mT))  # M = A K Aᵀ with K = −Kᵀ
+    torch.testing.assert_close(symmetric.symmetry, torch.ones(batch, dtype=F64), atol=1e-10, rtol=0)
+    torch.testing.assert_close(skew.symmetry, -torch.ones(batch, dtype=F64), atol=1e-10, rtol=0)
+    torch.testing.assert_close(symmetric.directionality, torch.zeros(batch, dtype=F64), atol=1e-6, rtol=0)
+
+
+# --- invariances ------------------------------------------------------------------------------------------------
+
+
+@FAST
+@given(m=square_matrices, variant=variants)
+def test_transpose_flips_directionality_keeps_symmetry(m: np.ndarray, variant: str) -> None:
+    x = torch.from_numpy(m)
+    s, t = score_dense(x, variant=variant), score_dense(x.T, variant=variant)
+    assert t.symmetry.item() == pytest.approx(s.symmetry.item(), abs=1e-12)
+    assert t.directionality.item() == pytest.approx(-s.directionality.item(), abs=1e-9)
+    assert t.norm.item() == pytest.approx(s.norm.item(), rel=1e-12)
+
+
+@FAST
+@given(seed=seeds, batch=batch_shapes, d=st.integers(2, 24), r=st.integers(1, 8), variant=variants)
+def test_factored_transpose_is_swapping_factors(
+    seed: int, batch: tuple, d: int, r: int, variant: str
+) -> None:
+    a, b = gaussian(seed, *batch, d, r), gaussian(seed + 1, *batch, d, r)
+    s, t = score_factors(a, b, variant=variant), score_factors(b, a, variant=variant)
+    assert_scores_close(t, Scores(s.symmetry, -s.directionality, s.norm))
+
+
+@FAST
+@given(
+    seed=seeds,
+    d=st.integers(2, 24),
+    r=st.integers(1, 8),
+    c=st.floats(1e-3, 1e3),
+    negative=st.booleans(),
+    variant=variants,
+)
+def test_scale_invariance(seed: int, d: int, r: int, c: float, negative: bool, variant: str) -> None:
+    """s(cM) = s(M) and d(cM) = d(M) for every c ≠ 0 (negative too: tr(MM) and the norms see c², |c|)."""
+    c = -c if negative else c
+    a, b = gaussian(seed, d, r), gaussian(seed + 1, d, r)
+    base = score_factors(a, b, variant=variant)
+    want = Scores(base.symmetry, base.directionality, abs(c) * base.norm)
+    assert_scores_close(score_factors(c * a, b, variant=variant), want)
+    assert_scores_close(score_dense(c * (a @ b.mT), variant=variant), want)
+
+
+# --- factored == dense ------------------------------------------------------------------------------------------
+
+
+@FAST
+@given(seed=seeds, batch=batch_shapes, d=st.integers(2, 32), r=st.integers(1, 12), variant=variants)
+def test_factored_equals_dense(seed: int, batch: tuple, d: int, r: int, variant: str) -> None:
+    a, b = gaussian(seed, *batch, d, r), gaussian(seed + 1, *batch, d, r)
+    assert_scores_close(score_factors(a, b, variant=variant), score_dense(a @ b.mT, variant=variant))
+
+
+def test_factored_float32_close_to_float64() -> None:
+    a, b = gaussian(0, 4, 256, 16), gaussian(1, 4, 256, 16)
+    got, want = score_factors(a.float(), b.float()), score_factors(a, b)
+    for field in ("symmetry", "directionality", "norm"):
+        torch.testing.assert_close(getattr(got, field).double(), getattr(want, field), atol=1e-4, rtol=1e-4)
+
+
+def dense_layer(
+    w_q: torch.Tensor, w_k: torch.Tensor, n_heads: int, n_kv_heads: int, head_dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-head matrices W_q,h W_k,g(h)ᵀ and their sum, formed explicitly from column slices."""
+    group = n_heads // n_kv_heads
+    heads = []
+    for h in range(n_heads):
+        g = h // group
+        q_h = w_q[:, h * head_dim : (h + 1) * head_dim]
+        k_g = w_k[:, g * head_dim : (g + 1) * head_dim]
+        heads.append(q_h @ k_g.T)
+    return torch.stack(heads), sum(heads)
+
+
+LAYER_SHAPES = [
+    # (d, n_heads, n_kv_heads, head_dim)
+    (32, 8, 2, 4),  # grouped-query attention, head_dim = d / H
+    (32, 8, 2, 6),  # grouped-query attention, head_dim ≠ d / H
+    (24, 8, 2, 5),
+    (16, 4, 4, 4),  # multi-head
+    (20, 6, 1, 7),  # multi-query
+    (8, 2, 1, 16),  # head_dim · H > d
+]
+
+
+@pytest.mark.parametrize("variant", DIRECTIONALITY_VARIANTS)
+@pytest.mark.parametrize(("d", "n_heads", "n_kv_heads", "head_dim"), LAYER_SHAPES)
+def test_score_layer_equals_dense(d: int, n_heads: int, n_kv_heads: int, head_dim: int, variant: str) -> None:
+    w_q, w_k = gaussian(0, d, n_heads * head_dim), gaussian(1, d, n_kv_heads * head_dim)
+    per_head, per_layer = score_layer(w_q, w_k, n_heads, n_kv_heads, head_dim, variant=variant)
+    heads, layer = dense_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
+    assert per_head.symmetry.shape == (n_heads,)
+    assert_scores_close(per_head, score_dense(heads, variant=variant))
+    assert_scores_close(per_layer, score_dense(layer, variant=variant))
+
+
+@FAST
+@given(
+    seed=seeds,
+    d=st.integers(2, 40),
+    n_kv_heads=st.sampled_from([1, 2, 4]),
+    group=st.sampled_from([1, 2, 4]),
+    head_dim=st.integers(1, 9),
+)
+def test_score_layer_equals_dense_random_shapes(
+    seed: int, d: int, n_kv_heads: int, group: int, head_dim: int
+) -> None:
+    n_heads = n_kv_heads * group
+    w_q, w_k = gaussian(seed, d, n_heads * head_dim), gaussian(seed + 1, d, n_kv_heads * head_dim)
+    per_head, per_layer = score_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
+    heads, layer = dense_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
+    assert_scores_close(per_head, score_dense(heads))
+    assert_scores_close(per_layer, score_dense(layer))
+
+
+def test_layer_pairs_query_head_with_kv_head_h_div_group() -> None:
+    """Only the kv head h // (H/H_kv) is non-zero for query head h: any other pairing scores the zero matrix."""
+    d, n_heads, n_kv_heads, head_dim = 16, 8, 2, 4
+    w_q = gaussian(0, d, n_heads * head_dim)
+    w_k = gaussian(1, d, n_kv_heads * head_dim)
+    w_k[:, head_dim:] = 0  # kv head 1 is zero: query heads 4..7 (h // 4 == 1) must score 0
+    per_head, _ = score_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
+    assert (per_head.norm[:4] > 0).all()
+    assert (per_head.norm[4:] == 0).all()
+
+
+# --- degenerate matrices ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", DIRECTIONALITY_VARIANTS)
+def test_zero_matrix_scores_zero_not_nan(variant: str) -> None:
+    zero = torch.zeros(3, 10, 4, dtype=F64)
+    for scores in (
+        score_factors(zero, zero, variant=variant),
+        score_dense(torch.zeros(3, 10, 10, dtype=F64), variant=variant),
+        *score_layer(torch.zeros(10, 8), torch.zeros(10, 4), 4, 2, 2, variant=variant),
+    ):
+        for field in ("symmetry", "directionality", "norm"):
+            value = getattr(scores, field)
+            assert not value.isnan().any(), field
+            assert (value == 0).all(), field
+
+
+@pytest.mark.parametrize("d", [16, 64, 256])
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_equal_norms_give_zero_directionality(d: int, dtype: torch.dtype) -> None:
+    """An orthogonal M has every row and column norm equal to 1: no row or column stands out.
+
+    Rounding makes the norms differ in the last bits; that noise must not decide the sign.
+    """
+    q, _ = torch.linalg.qr(gaussian(d, d, d))
+    q = q.to(dtype)
+    eye = torch.eye(d, dtype=dtype)
+    for variant in DIRECTIONALITY_VARIANTS:
+        assert score_dense(q, variant=variant).directionality.item() == 0.0
+        assert score_factors(q, eye, variant=variant).directionality.item() == 0.0
+        assert score_factors(eye, q.T.contiguous(), variant=variant).directionality.item() == 0.0
+
+
+# --- directionality against a hand computation of the definitions -----------------------------------------------
+
+
+def hand_scores(m: list[list[float]], variant: str) -> tuple[float, float, int, int]:
+    """The reference README's definitions, in plain Python: (symmetry, directionality, #rows, #cols above)."""
+    n = len(m)
+    trace_mm = sum(m[i][j] * m[j][i] for i in range(n) for j in range(n))
+    frobenius_sq = sum(x * x for row in m for x in row)
+    rows = [math.sqrt(sum(x * x for x in row)) for row in m]
+    cols = [math.sqrt(sum(m[i][j] ** 2 for i in range(n))) for j in range(n)]
+
+    def mass(norms: list[float]) -> tuple[float, int]:
+        threshold = statistics.fmean(norms) + 2 * statistics.stdev(norms)  # sample std (n − 1)
+        above = [x for x in norms if x > threshold]
+        total = sum(x - threshold for x in above) if variant == "excess" else sum(above)
+        return total, len(above)
+
+    (r, n_rows), (c, n_cols) = mass(rows), mass(cols)
+    return trace_mm / frobenius_sq, (r - c) / (r + c), n_rows, n_cols
+
+
+def test_excess_and_eq17_match_hand_computation() -> None:
+    m = gaussian(0, 10, 10)
+    m[3, :] *= 5  # one dominant row
+    m[:, 7] *= 5  # and one dominant column, so both sums are non-zero
+    results = {}
+    for variant in DIRECTIONALITY_VARIANTS:
+        sym, direc, n_rows, n_cols = hand_scores(m.tolist(), variant)
+        assert n_rows >= 1 and n_cols >= 1  # the case exercises both sums
+        for scores in (
+            score_dense(m, variant=variant),
+            score_factors(m, torch.eye(10, dtype=F64), variant=variant),
+        ):
+            assert scores.symmetry.item() == pytest.approx(sym, abs=1e-12)
+            assert scores.directionality.item() == pytest.approx(direc, abs=1e-12)
+        results[variant] = direc
+    assert abs(results["excess"] - results["eq17"]) > 1e-2  # the variants are distinguishable here
+
+
+def test_unknown_variant_raises() -> None:
+    with pytest.raises(ValueError, match="variant"):
+        score_dense(torch.eye(3, dtype=F64), variant="eq15")
+
+
+@FAST
+@given(seed=seeds, d=st.integers(12, 48), c=st.floats(5.0, 100.0), j=st.integers(0, 47), variant=variants)
+def test_dominant_column_negative_dominant_row_positive(
+    seed: int, d: int, c: float, j: int, variant: str
+) -> None:
+    j %= d
+    column = gaussian(seed, d, d)
+    column[:, j] += c  # column j dominates: every row gets the same large entry
+    row = column.T.contiguous()
+    eye = torch.eye(d, dtype=F64)
+    for scores in (score_dense(column, variant=variant), score_factors(column, eye, variant=variant)):
+        assert scores.directionality.item() < 0
+    for scores in (score_dense(row, variant=variant), score_factors(row, eye, variant=variant)):
+        assert scores.directionality.item() > 0
+
+
+# --- bad shapes -------------------------------------------------------------------------------------------------
+
+
+def test_bad_shapes_raise() -> None:
+    with pytest.raises(ValueError, match="same shape"):
+        form_statistics(torch.zeros(4, 2), torch.zeros(4, 3))
+    with pytest.raises(ValueError, match="multiple"):
+        score_layer(torch.zeros(8, 12), torch.zeros(8, 8), 3, 2, 4)
+    with pytest.raises(ValueError, match="n_heads × head_dim"):
+        score_layer(torch.zeros(8, 12), torch.zeros(8, 4), 4, 1, 4)
