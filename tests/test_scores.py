@@ -14,7 +14,9 @@ from hypothesis.extra.numpy import arrays
 
 from attngeom.scores import (
     DIRECTIONALITY_VARIANTS,
+    FormStatistics,
     Scores,
+    directionality,
     form_statistics,
     score_dense,
     score_factors,
@@ -192,6 +194,33 @@ def test_layer_pairs_query_head_with_kv_head_h_div_group() -> None:
     per_head, _ = score_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
     assert (per_head.norm[:4] > 0).all()
     assert (per_head.norm[4:] == 0).all()
+
+
+def dense_rectangular(m: torch.Tensor, variant: str) -> Scores:
+    """Directionality and norm of a (…, d_q, d_k) matrix from its dense row and column norms."""
+    stats = FormStatistics(
+        trace_mm=None,
+        frobenius_sq=(m * m).sum(dim=(-2, -1)),
+        row_norms=torch.linalg.vector_norm(m, dim=-1),
+        col_norms=torch.linalg.vector_norm(m, dim=-2),
+    )
+    return Scores(None, directionality(stats, variant=variant), stats.frobenius_sq.sqrt())
+
+
+@pytest.mark.parametrize("variant", DIRECTIONALITY_VARIANTS)
+def test_cross_attention_layer_equals_dense(variant: str) -> None:
+    """Queries from a d_q space, keys from a d_k space: no symmetry, directionality of the rectangular M."""
+    d_q, d_k, n_heads, n_kv_heads, head_dim = 24, 40, 8, 2, 6
+    w_q, w_k = gaussian(0, d_q, n_heads * head_dim), gaussian(1, d_k, n_kv_heads * head_dim)
+    per_head, per_layer = score_layer(w_q, w_k, n_heads, n_kv_heads, head_dim, variant=variant, cross=True)
+    heads, layer = dense_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
+    assert per_head.symmetry is None and per_layer.symmetry is None
+    for got, want in (
+        (per_head, dense_rectangular(heads, variant)),
+        (per_layer, dense_rectangular(layer, variant)),
+    ):
+        torch.testing.assert_close(got.directionality, want.directionality, atol=1e-9, rtol=1e-9)
+        torch.testing.assert_close(got.norm, want.norm, atol=1e-9, rtol=1e-9)
 
 
 # --- degenerate matrices ----------------------------------------------------------------------------------------
