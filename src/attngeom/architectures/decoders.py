@@ -108,10 +108,9 @@ def _fold_norm(
 
 
 def _normalised(
-    layer: AttentionLayer, reader: TensorReader, q_norm: str, k_norm: str, form: str, layernorm: bool = False
+    layer: AttentionLayer, q_gain: torch.Tensor, k_gain: torch.Tensor, form: str, layernorm: bool = False
 ) -> AttentionLayer:
     """``layer`` with the q/k norm gains (and LayerNorm centring) folded into W_q, W_k and the biases."""
-    q_gain, k_gain = reader.get(f"{q_norm}.weight"), reader.get(f"{k_norm}.weight")
     d_h = layer.head_dim
     return replace(
         layer,
@@ -135,9 +134,9 @@ def _qk_norm_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[
     """OLMo2 (RMSNorm over H·d_h) and Qwen3 (RMSNorm over each head's d_h) normalise q and k."""
     for layer in _llama_layers(config, reader):
         prefix = f"layers.{layer.layer}.self_attn"
-        whole = reader.get(f"{prefix}.q_norm.weight").numel() != layer.head_dim
-        form = QK_NORM_WHOLE if whole else QK_NORM_PER_HEAD
-        yield _normalised(layer, reader, f"{prefix}.q_norm", f"{prefix}.k_norm", form)
+        q_gain, k_gain = reader.get(f"{prefix}.q_norm.weight"), reader.get(f"{prefix}.k_norm.weight")
+        form = QK_NORM_PER_HEAD if q_gain.numel() == layer.head_dim else QK_NORM_WHOLE
+        yield _normalised(layer, q_gain, k_gain, form)
 
 
 def _phi_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
@@ -145,9 +144,11 @@ def _phi_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
     for layer in _llama_layers(config, reader):
         if getattr(config, "qk_layernorm", False):
             prefix = f"layers.{layer.layer}.self_attn"
-            layer = _normalised(
-                layer, reader, f"{prefix}.q_layernorm", f"{prefix}.k_layernorm", QK_LAYERNORM, layernorm=True
+            q_gain, k_gain = (
+                reader.get(f"{prefix}.q_layernorm.weight"),
+                reader.get(f"{prefix}.k_layernorm.weight"),
             )
+            layer = _normalised(layer, q_gain, k_gain, QK_LAYERNORM, layernorm=True)
         yield layer
 
 
