@@ -372,3 +372,9 @@ def test_bert_style_decoder_is_refused(tmp_path):
     config = tiny_config("roberta", **SMALL, **VOCAB, is_decoder=True)
     with pytest.raises(ArchitectureError, match="is_decoder"):
         layers_from_disk(build(config), tmp_path)
+
+
+def test_nomic_bert_original_size_names_that_disagree_are_refused(tmp_path):
+    config = tiny_config("nomic_bert", **SMALL, **VOCAB, n_embd=64)
+    with pytest.raises(ArchitectureError, match="n_embd=64"):
+        layers_from_disk(build(config), tmp_path)

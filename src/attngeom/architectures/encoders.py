@@ -130,8 +130,21 @@ def _modernbert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterat
         )
 
 
+_NOMIC_ORIGINAL_NAMES = {
+    "n_embd": "hidden_size",
+    "n_head": "num_attention_heads",
+    "n_layer": "num_hidden_layers",
+}
+
+
 def _nomic_bert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """NomicBERT: ``self_attn.{q,k}_proj`` in memory; on disk the original fused ``attn.Wqkv`` blocks."""
+    for original, name in _NOMIC_ORIGINAL_NAMES.items():
+        if getattr(config, original, None) not in (None, getattr(config, name)):
+            raise ArchitectureError(
+                f"nomic_bert config sets {original}={getattr(config, original)} but transformers reads "
+                f"{name}={getattr(config, name)}; set {name} in config.json to the model's real size"
+            )
     heads = config.num_attention_heads
     fused = not reader.has("layers.0.self_attn.q_proj.weight")
     has_bias = fused and reader.has("encoder.layers.0.attn.Wqkv.bias")
