@@ -269,7 +269,7 @@ def test_other_remote_code_model_types_are_still_refused(tmp_path):
         attngeom.score(tmp_path, progress=False)
 
 
-# --- GGUF copies (SmolLM2 is model_type llama in GGUF; Qwen2 too) -------------------------------------------------
+# --- GGUF copies (SmolLM2 ships as a llama GGUF; Qwen2 has its own GGUF architecture) -------------------------------------------------
 
 
 F32, Q8_0 = gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.Q8_0
@@ -327,19 +327,14 @@ GGUF_CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def gguf_model():
-    """A tiny GQA model of either layout with d = 64, so q/k rows fill whole Q8_0 blocks of 32."""
-
-    def make_model(model_type: str) -> torch.nn.Module:
-        sizes = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
-        return build(tiny_config(model_type, **SMALL, **sizes))
-
-    return make_model
+def gguf_model(model_type: str) -> torch.nn.Module:
+    """A tiny GQA model with d = 64, so q/k rows fill whole Q8_0 blocks of 32."""
+    sizes = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+    return build(tiny_config(model_type, **SMALL, **sizes))
 
 
 @pytest.mark.parametrize("case", list(GGUF_CASES))
-def test_gguf_copy_scores_like_safetensors(case, gguf_model, tmp_path):
+def test_gguf_copy_scores_like_safetensors(case, tmp_path):
     model_type, qtype, tolerances = GGUF_CASES[case]
     model = gguf_model(model_type)
     model.save_pretrained(tmp_path / "hf")
@@ -360,12 +355,11 @@ def test_gguf_copy_scores_like_safetensors(case, gguf_model, tmp_path):
     source = open_source(tmp_path / "tiny.gguf")
     w_q = source.get("layers.0.self_attn.q_proj.weight")
     stored = model.state_dict()["layers.0.self_attn.q_proj.weight"].float()
-    assert (
-        torch.allclose(w_q, stored, atol=tolerances["weights"]) != interleave
-    )  # rows really are reordered for llama
+    reordered = not torch.allclose(w_q, stored, atol=tolerances["weights"])
+    assert reordered == interleave  # the llama copy really holds other rows where the scores agree
 
 
-def test_permutation_within_heads_of_q_only_changes_the_scores(gguf_model, tmp_path):
+def test_permutation_within_heads_of_q_only_changes_the_scores():
     """The invariance above needs the same within-head permutation on q and k: permuting q alone fails."""
     model = gguf_model("llama")
     reference = attngeom.score(model, progress=False)
