@@ -378,3 +378,10 @@ def test_nomic_bert_original_size_names_that_disagree_are_refused(tmp_path):
     config = tiny_config("nomic_bert", **SMALL, **VOCAB, n_embd=64)
     with pytest.raises(ArchitectureError, match="n_embd=64"):
         layers_from_disk(build(config), tmp_path)
+
+
+def test_bert_relative_key_config_records_relative_position(tmp_path):
+    """Older BERT-style configs with relative key terms: those terms are outside the form."""
+    config = tiny_config("bert", **SMALL, **VOCAB, position_embedding_type="relative_key")
+    layers = layers_from_disk(build(config), tmp_path)
+    assert layers[0].left_out == ("bias", "scale", "relative_position")
