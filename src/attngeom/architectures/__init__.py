@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from . import decoders, encoders, gpt_lineage
+from . import audio, decoders, encoders, gpt_lineage, latent, seq2seq, vision
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader
 
 REGISTRY: dict[str, Architecture] = {}
-for _module in (encoders, decoders, gpt_lineage):
+for _module in (encoders, decoders, gpt_lineage, seq2seq, vision, audio, latent):
     for _arch in _module.ARCHITECTURES:
         for _model_type in _arch.model_types:
             if _model_type in REGISTRY:
