@@ -25,6 +25,7 @@ from conformance import (
 from transformers import (
     AttentionInterface,
     AutoModel,
+    AutoModelForCausalLM,
     AutoModelForMaskedLM,
     AutoModelForPreTraining,
 )
@@ -368,16 +369,12 @@ def test_deberta_talking_head_is_refused(tmp_path):
         layers_from_disk(build(config), tmp_path)
 
 
-def test_bert_style_decoder_is_refused(tmp_path):
-    config = tiny_config("roberta", **SMALL, **VOCAB, is_decoder=True)
-    with pytest.raises(ArchitectureError, match="is_decoder"):
-        layers_from_disk(build(config), tmp_path)
-
-
-def test_nomic_bert_original_size_names_that_disagree_are_refused(tmp_path):
-    config = tiny_config("nomic_bert", **SMALL, **VOCAB, n_embd=64)
-    with pytest.raises(ArchitectureError, match="n_embd=64"):
-        layers_from_disk(build(config), tmp_path)
+def test_causal_bert_decoder_conforms(tmp_path):
+    """The training runs score BERT with is_decoder=True (causal mask): the same q/k layout."""
+    model = build(tiny_config("bert", **SMALL, **VOCAB, is_decoder=True), AutoModelForCausalLM)
+    assert_conforms(
+        capture_qk(model, token_inputs(model.config, zero_positions=False)), layers_from_disk(model, tmp_path)
+    )
 
 
 def test_bert_relative_key_config_records_relative_position(tmp_path):

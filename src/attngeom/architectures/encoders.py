@@ -14,15 +14,6 @@ from transformers import PretrainedConfig
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, head_dim_of, linear
 
 
-def _encoder(config: PretrainedConfig) -> None:
-    """Refuse a BERT-style checkpoint configured as a causal decoder: its objective is not bidirectional."""
-    if getattr(config, "is_decoder", False):
-        raise ArchitectureError(
-            f"{config.model_type} with is_decoder=True is a causal decoder; attngeom maps this family "
-            "only as a bidirectional encoder"
-        )
-
-
 def _position_terms(config: PretrainedConfig) -> tuple[str, ...]:
     """Learned absolute positions, or (older BERT configs) relative key terms added to the score."""
     kind = getattr(config, "position_embedding_type", None) or "absolute"
@@ -40,8 +31,10 @@ def _separate(reader: TensorReader, q_name: str, k_name: str, bias: bool) -> dic
 
 
 def _bert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """BERT, RoBERTa, XLM-RoBERTa(-XL), CamemBERT, ELECTRA: ``attention.self.{query,key}`` per layer."""
-    _encoder(config)
+    """BERT, RoBERTa, XLM-RoBERTa(-XL), CamemBERT, ELECTRA: ``attention.self.{query,key}`` per layer.
+
+    A causal BERT (``is_decoder=True``, as the training runs use) has the same form; only its mask differs.
+    """
     heads = config.num_attention_heads
     left_out = ("bias", "scale", *_position_terms(config))
     for i in range(config.num_hidden_layers):
