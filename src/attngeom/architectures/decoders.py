@@ -25,7 +25,7 @@ from dataclasses import replace
 import torch
 from transformers import PretrainedConfig
 
-from .base import Architecture, AttentionLayer, TensorReader, head_dim_of, linear
+from .base import Architecture, AttentionLayer, LayersFn, TensorReader, head_dim_of, linear
 
 LLAMA_LAYOUT_REMOTE_CODE = ("mobilellm",)
 """Remote-code model types whose config.json is read as a LlamaConfig (trust_remote_code stays off)."""
@@ -152,7 +152,7 @@ def _phi_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
         yield layer
 
 
-def _decoder(model_types: tuple[str, ...], layers, notes: str = "") -> Architecture:
+def _decoder(model_types: tuple[str, ...], layers: LayersFn, notes: str = "") -> Architecture:
     return Architecture(
         model_types=model_types,
         modality="language",
