@@ -1,0 +1,46 @@
+"""Snakemake script: score one model with ``attngeom score``; record bad input as a failure, not a crash.
+
+Exit 2 with ``attngeom: error: ...`` is the CLI's answer for input it cannot score (unsupported family,
+corrupt or missing files, gated repo): that writes an empty Parquet file and a status saying why, so
+the other models and the tables go on. Any other non-zero exit fails the job.
+"""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from attngeom.tables import write_text
+
+PREFIX = "attngeom: error: "
+
+
+def main(snakemake) -> None:
+    p = snakemake.params
+    scores, status, log = Path(snakemake.output.scores), snakemake.output.status, snakemake.log[0]
+    command = [sys.executable, "-m", "attngeom.cli", "score", p.location, "-o", str(scores)]
+    command += ["--device", p.device, "--dtype", p.dtype, "--variant", p.variant, "--quiet"]
+    if p.revision:
+        command += ["--revision", p.revision]
+    start = time.monotonic()
+    with open(log, "w") as log_file:
+        log_file.write(" ".join(command) + "\n")
+        log_file.flush()
+        result = subprocess.run(command, stdout=log_file, stderr=subprocess.PIPE, text=True)
+        log_file.write(result.stderr)
+    record = {"model": p.model, "location": p.location, "seconds": round(time.monotonic() - start, 3)}
+    lines = result.stderr.strip().splitlines()
+    if result.returncode == 0:
+        record["status"] = "ok"
+    elif result.returncode == 2 and lines and lines[-1].startswith(PREFIX):
+        record.update(status="failed", reason=lines[-1][len(PREFIX) :])
+        pd.DataFrame().to_parquet(scores)
+    else:
+        raise SystemExit(f"attngeom score {p.location} crashed with exit code {result.returncode}; see {log}")
+    write_text(json.dumps(record, indent=1) + "\n", status)
+
+
+main(snakemake)  # noqa: F821

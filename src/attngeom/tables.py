@@ -1,0 +1,284 @@
+"""Aggregation of per-model scores into the paper's tables and a comparison with its published numbers.
+
+Tables S2/S3 score one matrix per layer (the layer rows, ``head`` null) and report, per model and
+stack, the median over layers and the interquartile distances (median − p25, p75 − median).
+Cross-attention stacks map between two spaces and are never mixed into these medians.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from .records import read_scores
+
+METRICS = ("symmetry", "directionality")
+CROSS = "cross"  # stacks whose name contains this (cross-attention) stay out of the medians
+MODEL_COLUMNS = ["model", "display", "family", "modality", "objective", "role", "groups", "n_params"]
+
+
+def write_text(text: str, path: str | os.PathLike) -> None:
+    """Write through a temporary file in the same folder, then rename it into place."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    with os.fdopen(handle, "w") as out:
+        out.write(text)
+    os.replace(temporary, target)
+
+
+def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) -> tuple:
+    """All per-model Parquet files as one frame (with ``model`` = registry id) and the model table.
+
+    ``models`` are registry entries (dicts with the MODEL_COLUMNS keys, in config order); each score
+    file pairs with a status JSON saying ``ok`` or ``failed`` and why. The model table gets
+    ``status``, ``reason`` and, where the config gave none, ``n_params`` from the scores.
+    """
+    frames, rows = [], []
+    for entry, score_file, status_file in zip(models, scores, statuses, strict=True):
+        status = json.loads(Path(status_file).read_text())
+        row = {key: entry.get(key) for key in MODEL_COLUMNS}
+        row["groups"] = ",".join(entry.get("groups") or ())
+        row.update(slug=entry["slug"], status=status["status"], reason=status.get("reason", ""))
+        if status["status"] == "ok":
+            frame = read_scores(score_file)
+            frame.insert(0, "model", entry["model"])
+            frames.append(frame)
+            if not row["n_params"] and frame["n_params"].notna().any():
+                row["n_params"] = int(frame["n_params"].dropna().iloc[0])
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=[*MODEL_COLUMNS, "slug", "status", "reason"])
+    table["n_params"] = pd.to_numeric(table["n_params"]).astype("Float64")
+    scores_frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["model"])
+    return scores_frame, table
+
+
+def layer_rows(scores: pd.DataFrame) -> pd.DataFrame:
+    """The per-layer forms (head null) of self-attention stacks."""
+    if scores.empty:
+        return scores
+    keep = scores["head"].isna() & ~scores["stack"].astype(str).str.contains(CROSS)
+    return scores[keep]
+
+
+def summarise(scores: pd.DataFrame, models: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, stack): median and interquartile distances of both metrics, plus status.
+
+    A model that failed keeps one row with empty numbers and its reason, so tables show it.
+    """
+    layers = layer_rows(scores)
+    parts = []
+    if not layers.empty:
+        grouped = layers.groupby(["model", "stack"], sort=False)
+        stats = {"n_layers": grouped.size()}
+        for metric in METRICS:
+            values = grouped[metric]
+            median, p25, p75 = values.median(), values.quantile(0.25), values.quantile(0.75)
+            stats.update(
+                {
+                    f"{metric}_median": median,
+                    f"{metric}_minus": median - p25,
+                    f"{metric}_plus": p75 - median,
+                }
+            )
+        parts.append(pd.DataFrame(stats).reset_index())
+    per_stack = pd.concat(parts) if parts else pd.DataFrame(columns=["model", "stack", "n_layers"])
+    summary = models.merge(per_stack, on="model", how="left", sort=False)
+    summary["stack"] = summary["stack"].fillna("")
+    order = {model: i for i, model in enumerate(models["model"])}
+    summary = summary.sort_values("model", key=lambda s: s.map(order), kind="stable")
+    return summary.reset_index(drop=True)
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    return "" if pd.isna(value) else f"{value:.{digits}f}"
+
+
+def _params(value: float) -> str:
+    if pd.isna(value):
+        return ""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.0f}"
+
+
+def _model_label(row: pd.Series) -> str:
+    return f"{row['display']} ({row['stack']})" if row["objective"] == "encoder-decoder" else row["display"]
+
+
+def paper_table(summary: pd.DataFrame, metric: str, group: str | None = None) -> pd.DataFrame:
+    """Table S2 (symmetry) or S3 (directionality) as display strings, like the paper's layout."""
+    rows = summary if group is None else summary[summary["groups"].str.split(",").apply(lambda g: group in g)]
+    return pd.DataFrame(
+        {
+            "Model": rows.apply(_model_label, axis=1),
+            "Parameters": rows["n_params"].map(_params),
+            "Median": rows[f"{metric}_median"].map(_fmt),
+            "Interquartile range": [
+                "" if pd.isna(lo) else f"± [{lo:.2f}, {hi:.2f}]"
+                for lo, hi in zip(rows[f"{metric}_minus"], rows[f"{metric}_plus"], strict=True)
+            ],
+            "Note": [
+                "" if status == "ok" else f"not scored: {reason}"
+                for status, reason in zip(rows["status"], rows["reason"], strict=True)
+            ],
+        }
+    )
+
+
+def to_markdown(table: pd.DataFrame, title: str) -> str:
+    """A GitHub Markdown table with a heading."""
+    cells = table.astype(str).apply(lambda col: col.str.replace("|", "\\|", regex=False))
+    header = [str(c).replace("|", "\\|") for c in table.columns]
+    lines = [f"# {title}", "", "| " + " | ".join(header) + " |"]
+    lines.append("|" + "|".join("---" for _ in table.columns) + "|")
+    lines += ["| " + " | ".join(row) + " |" for row in cells.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+_LATEX_SPECIALS = {c: "\\" + c for c in "&%$#_{}"} | {
+    "~": r"\textasciitilde{}",
+    "^": r"\^{}",
+    "\\": r"\textbackslash{}",
+}
+
+
+def _latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIALS.get(c, c) for c in text).replace("±", r"$\pm$")
+
+
+def to_latex(table: pd.DataFrame, caption: str) -> str:
+    """A booktabs ``table`` environment."""
+    header = " & ".join(_latex_escape(c) for c in table.columns) + r" \\"
+    body = [" & ".join(_latex_escape(str(v)) for v in row) + r" \\" for row in table.itertuples(index=False)]
+    return "\n".join(
+        [
+            r"\begin{table}[ht]",
+            r"\centering",
+            rf"\caption{{{_latex_escape(caption)}}}",
+            r"\begin{tabular}{" + "l" * len(table.columns) + "}",
+            r"\toprule",
+            header,
+            r"\midrule",
+            *body,
+            r"\bottomrule",
+            r"\end{tabular}",
+            r"\end{table}",
+            "",
+        ]
+    )
+
+
+def write_table(
+    table: pd.DataFrame, stem: str | os.PathLike, title: str, csv: pd.DataFrame | None = None
+) -> None:
+    """``stem``.csv (``csv`` if given: full precision), ``stem``.md and ``stem``.tex."""
+    stem = str(stem)
+    write_text((table if csv is None else csv).to_csv(index=False), stem + ".csv")
+    write_text(to_markdown(table, title), stem + ".md")
+    write_text(to_latex(table, title), stem + ".tex")
+
+
+def known_defects(path: str | os.PathLike) -> list[tuple[re.Pattern, str]]:
+    """(model id pattern, defect) pairs: where the published reference numbers are known to be wrong."""
+    table = pd.read_csv(path)
+    return [(re.compile(p), d) for p, d in zip(table["pattern"], table["defect"], strict=True)]
+
+
+def _defect_of(model: str, defects: list[tuple[re.Pattern, str]]) -> str:
+    return "; ".join(defect for pattern, defect in defects if pattern.search(model))
+
+
+def _reference_stack(ours: pd.DataFrame, ref_stack: str, n_layers: int) -> str | None:
+    """Our stack matching a reference (model, stack); the reference leaves it empty for one-stack models."""
+    stacks = list(dict.fromkeys(ours["stack"]))
+    if ref_stack:
+        return ref_stack if ref_stack in stacks else None
+    if len(stacks) == 1:
+        return stacks[0]
+    same_depth = [s for s in stacks if (ours["stack"] == s).sum() == n_layers]
+    return same_depth[0] if same_depth else None
+
+
+def compare_with_reference(
+    scores: pd.DataFrame, models: pd.DataFrame, reference: pd.DataFrame, defects: list
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per layer and per (model, stack): this run vs the paper's published per-layer scores.
+
+    Only models present in both the run's registry and the reference appear. ``reference_defect``
+    names a known defect of the published numbers: there a difference is a finding, not a bug.
+    """
+    reference = reference.assign(stack=reference["stack"].fillna(""))
+    layers = layer_rows(scores)
+    per_layer, per_model = [], []
+    for model in models.itertuples(index=False):
+        ref_model = reference[reference["model_id"] == model.model]
+        ours_model = layers[layers["model"] == model.model] if not layers.empty else layers
+        for ref_stack, ref in ref_model.groupby("stack", sort=False):
+            stack = _reference_stack(ours_model, ref_stack, len(ref)) if model.status == "ok" else None
+            ours = ours_model[ours_model["stack"] == stack] if stack else ours_model.iloc[0:0]
+            merged = ref[["layer", *METRICS]].merge(
+                ours[["layer", *METRICS]], on="layer", how="outer", suffixes=("_paper", "_ours")
+            )
+            merged.insert(0, "stack", stack or ref_stack)
+            merged.insert(0, "model", model.model)
+            per_layer.append(merged)
+            row = {
+                "model": model.model,
+                "display": model.display,
+                "stack": stack or ref_stack,
+                "status": model.status,
+                "reason": model.reason,
+                "n_layers_ours": len(ours),
+                "n_layers_paper": len(ref),
+            }
+            for metric in METRICS:
+                row[f"{metric}_median_ours"] = ours[metric].median()
+                row[f"{metric}_median_paper"] = ref[metric].median()
+                row[f"{metric}_max_abs_diff"] = (
+                    (merged[f"{metric}_ours"] - merged[f"{metric}_paper"]).abs().max()
+                )
+            row["reference_defect"] = _defect_of(model.model, defects)
+            per_model.append(row)
+    layer_columns = ["model", "stack", "layer"] + [f"{m}_{s}" for m in METRICS for s in ("paper", "ours")]
+    return (
+        pd.concat(per_layer, ignore_index=True) if per_layer else pd.DataFrame(columns=layer_columns),
+        pd.DataFrame(per_model),
+    )
+
+
+def comparison_display(per_model: pd.DataFrame) -> pd.DataFrame:
+    """The per-model comparison as display strings."""
+    if per_model.empty:
+        columns = ["Model", "Stack", "Layers (ours/paper)", "Symmetry ours", "Symmetry paper", "Max |Δ| sym."]
+        return pd.DataFrame(columns=[*columns, "Dir. ours", "Dir. paper", "Max |Δ| dir.", "Note"])
+    notes = []
+    for row in per_model.itertuples(index=False):
+        parts = [] if row.status == "ok" else [f"not scored: {row.reason}"]
+        if row.reference_defect:
+            parts.append(f"reference defect: {row.reference_defect}")
+        notes.append("; ".join(parts))
+    return pd.DataFrame(
+        {
+            "Model": per_model["display"],
+            "Stack": per_model["stack"],
+            "Layers (ours/paper)": [
+                f"{a}/{b}"
+                for a, b in zip(per_model["n_layers_ours"], per_model["n_layers_paper"], strict=True)
+            ],
+            "Symmetry ours": per_model["symmetry_median_ours"].map(_fmt),
+            "Symmetry paper": per_model["symmetry_median_paper"].map(_fmt),
+            "Max |Δ| sym.": per_model["symmetry_max_abs_diff"].map(lambda v: _fmt(v, 3)),
+            "Dir. ours": per_model["directionality_median_ours"].map(_fmt),
+            "Dir. paper": per_model["directionality_median_paper"].map(_fmt),
+            "Max |Δ| dir.": per_model["directionality_max_abs_diff"].map(lambda v: _fmt(v, 3)),
+            "Note": notes,
+        }
+    )

@@ -1,0 +1,157 @@
+"""The model registry: config entries become models with a reversible slug, a weight source and resources.
+
+Pure Python with no network and no model loading, so building the DAG stays fast; the Snakefile, the
+scripts and the tests all read the registry through this module.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote
+
+SAFE = frozenset(string.ascii_letters + string.digits + "._-")
+OBJECTIVES = ("bidirectional", "autoregressive", "encoder-decoder")
+RANDOM_N_PARAMS = 10_000_000
+"""Size assumed for a random control when estimating resources (they are tiny by design)."""
+
+
+def _encode_part(part: str) -> str:
+    if not part:
+        raise ValueError("model id has an empty path component (leading, trailing or double '/')")
+    out = []
+    for i, ch in enumerate(part):
+        dash_ok = ch != "-" or (0 < i < len(part) - 1 and part[i - 1] != "-")
+        dot_ok = ch != "." or i > 0
+        if ch in SAFE and dash_ok and dot_ok:
+            out.append(ch)
+        else:
+            out.append("".join(f"%{b:02X}" for b in ch.encode()))
+    return "".join(out)
+
+
+def slug(model_id: str) -> str:
+    """Filesystem-safe, reversible name: '/' becomes '--', other unsafe characters are %-escaped.
+
+    No component of the result contains '--' or starts/ends with '-', so ``unslug`` splits unambiguously.
+    """
+    return "--".join(_encode_part(part) for part in model_id.split("/"))
+
+
+def unslug(text: str) -> str:
+    """Inverse of ``slug``."""
+    return "/".join(unquote(part) for part in text.split("--"))
+
+
+def package_dir(package: str) -> Path:
+    """Directory of an installed package, found without importing it (its __init__ may need extras)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"config: package {package!r} is not installed; pip install it or remove the model")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@dataclass(frozen=True)
+class Model:
+    """One entry of the registry, normalised."""
+
+    id: str
+    display: str
+    modality: str
+    objective: str
+    family: str
+    role: str
+    groups: tuple[str, ...]
+    kind: str  # hub | path | random | trained
+    location: str  # hub id, local path, or the directory a rule builds
+    revision: str | None = None
+    n_params: int | None = None
+    random: dict = field(default_factory=dict)
+    seed: int = 0
+
+    @property
+    def slug(self) -> str:
+        return slug(self.id)
+
+
+def _location(entry: dict, results: str) -> tuple[str, str]:
+    if "random" in entry:
+        return "random", f"{results}/models/random/{slug(entry['id'])}"
+    if "training_dir" in entry:
+        return "trained", str(entry["training_dir"])
+    if "package" in entry:
+        return "path", str(package_dir(entry["package"]) / entry.get("path", ""))
+    if "path" in entry:
+        return "path", str(entry["path"])
+    return "hub", str(entry.get("hub", entry["id"]))
+
+
+def build_registry(entries: list[dict], results: str) -> dict[str, Model]:
+    """Models by slug, in config order; rejects duplicate ids and slugs."""
+    models: dict[str, Model] = {}
+    for entry in entries:
+        kind, location = _location(entry, results)
+        model = Model(
+            id=entry["id"],
+            display=entry.get("display") or entry["id"].rsplit("/", 1)[-1],
+            modality=entry.get("modality", "language"),
+            objective=entry["objective"],
+            family=entry.get("family") or entry["id"].split("/")[0],
+            role=entry.get("role", "random" if kind == "random" else "pretrained"),
+            groups=tuple(entry.get("groups", ())),
+            kind=kind,
+            location=location,
+            revision=entry.get("revision"),
+            n_params=int(entry["n_params"]) if entry.get("n_params") else None,
+            random=dict(entry.get("random", {})),
+            seed=int(entry.get("seed", 0)),
+        )
+        if model.objective not in OBJECTIVES:
+            raise ValueError(f"config: model {model.id!r}: objective must be one of {OBJECTIVES}")
+        if model.slug in models:
+            raise ValueError(f"config: model {model.id!r} is listed twice")
+        models[model.slug] = model
+    return models
+
+
+def weight_bytes(model: Model) -> int:
+    """Rough size of the weights to read: file sizes for local models, 2 bytes/parameter otherwise."""
+    if model.kind == "path":
+        path = Path(model.location)
+        if path.is_file():
+            return path.stat().st_size
+        if path.is_dir():
+            return sum(
+                p.stat().st_size for p in path.iterdir() if p.suffix in {".safetensors", ".bin", ".gguf"}
+            )
+    if model.n_params:
+        return 2 * model.n_params
+    return 2 * RANDOM_N_PARAMS
+
+
+@dataclass(frozen=True)
+class Resources:
+    threads: int
+    mem_mb: int
+    runtime: int  # minutes
+    disk_mb: int
+    gpu: int
+
+
+def score_resources(model: Model, scoring: dict) -> Resources:
+    """Scoring reads only q/k tensors, but a shard is held in memory while read: budget half the weights."""
+    size_mb = weight_bytes(model) / 2**20
+    params = model.n_params or weight_bytes(model) / 2
+    use_gpu = scoring["device"] == "cuda" or (
+        scoring["device"] == "auto" and params >= float(scoring["gpu_min_params"])
+    )
+    return Resources(
+        threads=1 if params < 1e9 else int(scoring["max_threads"]),
+        mem_mb=int(min(2048 + size_mb * 0.5, scoring["max_mem_mb"])),
+        runtime=int(10 + math.ceil(size_mb / 1024) * 2),
+        disk_mb=int(1024 + (size_mb if model.kind == "hub" else 0)),
+        gpu=1 if use_gpu else 0,
+    )

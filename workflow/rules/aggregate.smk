@@ -1,0 +1,51 @@
+# Every model's scores in one table, then Tables S2/S3, the summary and the comparison with the paper.
+
+
+rule aggregate:
+    input:
+        scores=expand(f"{R}/scores/{{slug}}.parquet", slug=list(MODELS)),
+        status=expand(f"{R}/scores/{{slug}}.status.json", slug=list(MODELS)),
+    output:
+        scores=f"{R}/aggregate/scores.parquet",
+        models=f"{R}/aggregate/models.csv",
+    log:
+        f"{R}/logs/aggregate.log",
+    params:
+        models=registry_rows(),
+    conda:
+        ENV
+    script:
+        "../../scripts/aggregate.py"
+
+
+rule tables:
+    input:
+        scores=rules.aggregate.output.scores,
+        models=rules.aggregate.output.models,
+    output:
+        summary=report(f"{R}/tables/summary.csv", category="Tables", caption="../report/summary.rst"),
+        s2=multiext(f"{R}/tables/table_s2", ".csv", ".md", ".tex"),
+        s3=multiext(f"{R}/tables/table_s3", ".csv", ".md", ".tex"),
+    log:
+        f"{R}/logs/tables.log",
+    conda:
+        ENV
+    script:
+        "../../scripts/tables.py"
+
+
+rule reference_comparison:
+    input:
+        scores=rules.aggregate.output.scores,
+        models=rules.aggregate.output.models,
+        reference="config/reference/official_per_layer_scores.csv",
+        defects="config/reference/known_defects.csv",
+    output:
+        layers=f"{R}/tables/reference_comparison_layers.csv",
+        table=multiext(f"{R}/tables/reference_comparison", ".csv", ".md", ".tex"),
+    log:
+        f"{R}/logs/reference_comparison.log",
+    conda:
+        ENV
+    script:
+        "../../scripts/compare_reference.py"

@@ -1,0 +1,95 @@
+# Figures 2, S1, S2 and the per-head view of every model, each as PDF and PNG.
+
+
+rule heatmap_matrix:
+    input:
+        heatmap_weights,
+    output:
+        f"{R}/heatmaps/{{role}}.npz",
+    log:
+        f"{R}/logs/heatmap/{{role}}.log",
+    wildcard_constraints:
+        role="encoder|decoder",
+    params:
+        location=lambda wildcards: heatmap_model(wildcards).location,
+        revision=lambda wildcards: heatmap_model(wildcards).revision,
+        layer=lambda wildcards: HEATMAPS[wildcards.role].get("layer", 0),
+        title=lambda wildcards: f"{heatmap_model(wildcards).display}, layer {HEATMAPS[wildcards.role].get('layer', 0)}",
+        max_dim=config["figures"]["heatmap_max_dim"],
+    resources:
+        mem_mb=4096,
+        runtime=30,
+    conda:
+        ENV
+    script:
+        "../../scripts/extract_wqk.py"
+
+
+rule figure_2:
+    input:
+        summary=rules.tables.output.summary,
+        heatmaps=expand(f"{R}/heatmaps/{{role}}.npz", role=[r for r in ("encoder", "decoder") if r in HEATMAPS]),
+    output:
+        report(
+            multiext(f"{R}/figures/figure_2", ".pdf", ".png"),
+            category="Figures",
+            caption="../report/figure_2.rst",
+        ),
+    log:
+        f"{R}/logs/figure_2.log",
+    params:
+        figure="2",
+    conda:
+        ENV
+    script:
+        "../../scripts/figures.py"
+
+
+use rule figure_2 as figure_s1 with:
+    input:
+        summary=rules.tables.output.summary,
+    output:
+        report(
+            multiext(f"{R}/figures/figure_s1", ".pdf", ".png"),
+            category="Figures",
+            caption="../report/figure_s1.rst",
+        ),
+    log:
+        f"{R}/logs/figure_s1.log",
+    params:
+        figure="S1",
+
+
+use rule figure_2 as figure_s2 with:
+    input:
+        summary=rules.tables.output.summary,
+    output:
+        report(
+            multiext(f"{R}/figures/figure_s2", ".pdf", ".png"),
+            category="Figures",
+            caption="../report/figure_s2.rst",
+        ),
+    log:
+        f"{R}/logs/figure_s2.log",
+    params:
+        figure="S2",
+
+
+rule figure_heads:
+    input:
+        scores=f"{R}/scores/{{slug}}.parquet",
+        status=f"{R}/scores/{{slug}}.status.json",
+    output:
+        report(
+            multiext(f"{R}/figures/heads/{{slug}}", ".pdf", ".png"),
+            category="Per-head view",
+            caption="../report/figure_heads.rst",
+        ),
+    log:
+        f"{R}/logs/figure_heads/{{slug}}.log",
+    params:
+        title=lambda wildcards: f"{model_of(wildcards).display}: per-head scores by layer",
+    conda:
+        ENV
+    script:
+        "../../scripts/figure_heads.py"

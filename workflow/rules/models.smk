@@ -1,0 +1,23 @@
+# Random-initialised controls: AutoConfig.for_model(model_type, **settings), saved as safetensors.
+
+
+rule random_model:
+    output:
+        directory(f"{R}/models/random/{{slug}}"),
+    log:
+        f"{R}/logs/random_model/{{slug}}.log",
+    wildcard_constraints:
+        slug="|".join(re.escape(s) for s, m in MODELS.items() if m.kind == "random") or "(?!)",
+    params:
+        model_type=lambda wildcards: model_of(wildcards).random["model_type"],
+        settings=random_settings,
+        seed=lambda wildcards: model_of(wildcards).seed,
+        script=Path(workflow.basedir, "scripts", "build_random_model.py"),
+    threads: 1
+    resources:
+        mem_mb=2048,
+        runtime=10,
+    conda:
+        ENV
+    shell:
+        "python {params.script} {params.model_type} {params.settings:q} --seed {params.seed} -o {output} > {log} 2>&1"
