@@ -162,13 +162,15 @@ def _bound_arguments(module: torch.nn.Module, args: tuple, kwargs: dict) -> dict
     return arguments
 
 
-def _set_attention(model: torch.nn.Module, implementation: str | None) -> None:
-    """Switch the attention function; a model with a backbone that refuses it (DETR's ResNet) switches only
-    its own config, which is what its attention modules read."""
-    try:
-        model.set_attn_implementation(implementation or "sdpa")
-    except ValueError:
-        model.config._attn_implementation_internal = implementation
+def _attention_configs(model: torch.nn.Module) -> list[PretrainedConfig]:
+    """Every config an attention module may read: the model's and its modules' own (ViT-MAE's decoder
+    holds a copy; DETR's backbone refuses ``set_attn_implementation``)."""
+    configs = {id(model.config): model.config}
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if isinstance(config, PretrainedConfig):
+            configs[id(config)] = config
+    return list(configs.values())
 
 
 def capture_qk_pairs(
@@ -181,8 +183,10 @@ def capture_qk_pairs(
         x_q, x_k = qk_inputs(module, _bound_arguments(module, args, kwargs))
         seen[id(module)] = (x_q.detach(), x_k.detach())
 
-    previous = model.config._attn_implementation_internal
-    _set_attention(model, CAPTURE)
+    configs = _attention_configs(model)
+    previous = [config._attn_implementation_internal for config in configs]
+    for config in configs:
+        config._attn_implementation_internal = CAPTURE
     hooks = [
         m.register_forward_pre_hook(pre_hook, with_kwargs=True)
         for m in model.modules()
@@ -195,8 +199,9 @@ def capture_qk_pairs(
     finally:
         for hook in hooks:
             hook.remove()
-        _set_attention(model, previous)
-    return [PairCapture(seen[id(m)][0], q, k, seen[id(m)][1]) for m, q, k in _records]
+        for config, implementation in zip(configs, previous, strict=True):
+            config._attn_implementation_internal = implementation
+    return [PairCapture(seen[id(m)][0], q, k, seen[id(m)][1]) for m, q, k in _records if id(m) in seen]
 
 
 def capture_projections(

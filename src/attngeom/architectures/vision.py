@@ -1,7 +1,212 @@
-"""Vision transformers: patch-token encoders and image decoders."""
+"""Vision transformers: patch-token encoders, hierarchical (Swin) encoders, image decoders, image-text towers.
+
+DINO checkpoints are model_type ``vit`` and DiT checkpoints ``beit``: they are scored by those maps.
+Names on disk (``attention.attention.query``) differ from the names in memory in transformers 5.x
+(``attention.q_proj``); both are asked for.
+"""
 
 from __future__ import annotations
 
-from .base import Architecture
+from collections.abc import Iterator
 
-ARCHITECTURES: list[Architecture] = []
+from transformers import PretrainedConfig
+
+from . import gpt_lineage
+from .base import Architecture, AttentionLayer, TensorReader, linear
+
+POSITION_FORM = "position_augmented: (x + p) W_q W_kᵀ (x + p)ᵀ, p the position embedding added to q/k inputs"
+COSINE_FORM = (
+    "cosine: W_q,h W_k,hᵀ up to per-token, per-head normalisation of q and k (scaled cosine attention)"
+)
+
+
+def _block(
+    reader: TensorReader,
+    stack: str,
+    index: int,
+    q_names: tuple[str, ...],
+    k_names: tuple[str, ...],
+    heads: int,
+    head_dim: int,
+    *,
+    k_bias: bool = True,
+    left_out: tuple[str, ...] = ("bias", "scale", "absolute_position_embeddings"),
+    form: str = "standard",
+) -> AttentionLayer:
+    """One attention block whose q/k projections are separate linears (any of the name alternatives)."""
+    return AttentionLayer(
+        stack=stack,
+        layer=index,
+        w_q=linear(reader.get(*(f"{n}.weight" for n in q_names))),
+        w_k=linear(reader.get(*(f"{n}.weight" for n in k_names))),
+        b_q=reader.get(*(f"{n}.bias" for n in q_names)),
+        b_k=reader.get(*(f"{n}.bias" for n in k_names)) if k_bias else None,
+        n_heads=heads,
+        n_kv_heads=heads,
+        head_dim=head_dim,
+        left_out=left_out,
+        form=form,
+    )
+
+
+def _vit_names(disk: str, memory: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """q/k names: on disk ``{disk}.attention.query``, in memory ``{m}.q_proj`` for each alternative m."""
+    return (f"{disk}.attention.query", *(f"{m}.q_proj" for m in memory)), (
+        f"{disk}.attention.key",
+        *(f"{m}.k_proj" for m in memory),
+    )
+
+
+def _vit_stack(
+    config: PretrainedConfig,
+    reader: TensorReader,
+    k_bias: bool = True,
+    left_out: tuple[str, ...] = ("bias", "scale", "absolute_position_embeddings"),
+) -> Iterator[AttentionLayer]:
+    """ViT layout: ``encoder.layer.i.attention.attention.query`` on disk; ``layers.i.attention.q_proj``
+    (ViT, DeiT) or ``encoder.layer.i.attention.q_proj`` (DINOv2) in memory."""
+    heads = config.num_attention_heads
+    for i in range(config.num_hidden_layers):
+        names = _vit_names(
+            f"encoder.layer.{i}.attention", (f"layers.{i}.attention", f"encoder.layer.{i}.attention")
+        )
+        yield _block(
+            reader, "encoder", i, *names, heads, config.hidden_size // heads, k_bias=k_bias, left_out=left_out
+        )
+
+
+def _vit_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    return _vit_stack(config, reader)
+
+
+def _beit_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """BEiT / DiT / data2vec-vision: the key has no bias; relative position bias is outside the form."""
+    positions = ("relative_position",)
+    if getattr(config, "use_absolute_position_embeddings", False):
+        positions += ("absolute_position_embeddings",)
+    return _vit_stack(config, reader, k_bias=False, left_out=("bias", "scale") + positions)
+
+
+def _vit_mae_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """ViT-MAE: the encoder, and the pre-training decoder when the checkpoint has it (ViTMAEForPreTraining)."""
+    yield from _vit_stack(config, reader)
+    disk, memory = "decoder_encoder.layer.{i}.attention", "decoder_layers.{i}.attention"
+    if not (
+        reader.has(disk.format(i=0) + ".attention.query.weight")
+        or reader.has(memory.format(i=0) + ".q_proj.weight")
+    ):
+        return
+    heads = config.decoder_num_attention_heads
+    for i in range(config.decoder_num_hidden_layers):
+        names = _vit_names(disk.format(i=i), (memory.format(i=i),))
+        yield _block(reader, "decoder", i, *names, heads, config.decoder_hidden_size // heads)
+
+
+def _swin_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """Swin: stage s has width embed_dim·2^s and its own head count; layers are numbered across stages.
+
+    Windowed attention applies the same W_q, W_k to every window; the relative position bias is outside
+    the form. Swin v2 normalises q and k per head (scaled cosine attention): its form is W_q,h W_k,hᵀ up
+    to per-token, per-head scalars, and its key has no bias.
+    """
+    v2 = config.model_type == "swinv2"
+    index = 0
+    for stage, (depth, heads) in enumerate(zip(config.depths, config.num_heads, strict=True)):
+        width = config.embed_dim * 2**stage
+        for block in range(depth):
+            base = f"encoder.layers.{stage}.blocks.{block}.attention"
+            yield _block(
+                reader,
+                "encoder",
+                index,
+                (f"{base}.self.query", f"{base}.q_proj"),
+                (f"{base}.self.key", f"{base}.k_proj"),
+                heads,
+                width // heads,
+                k_bias=not v2,
+                left_out=("bias", "relative_position") + (() if v2 else ("scale",)),
+                form=COSINE_FORM if v2 else "standard",
+            )
+            index += 1
+
+
+def _clip_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """CLIP / SigLIP: the text and the vision tower, each its own stack (a single tower on its own too).
+
+    SigLIP's attention-pooling head (a learned probe attending to the patches) is not scored.
+    """
+    towers = []
+    if config.model_type.endswith("_text_model"):
+        towers = [("text", config)]
+    elif config.model_type.endswith("_vision_model"):
+        towers = [("vision", config)]
+    else:
+        towers = [("text", config.text_config), ("vision", config.vision_config)]
+    for stack, tower in towers:
+        heads = tower.num_attention_heads
+        for i in range(tower.num_hidden_layers):
+            # A single tower saves its layers with or without the ``text_model.`` prefix.
+            bases = (f"{stack}_model.encoder.layers.{i}.self_attn", f"encoder.layers.{i}.self_attn")
+            q_names, k_names = tuple(f"{b}.q_proj" for b in bases), tuple(f"{b}.k_proj" for b in bases)
+            yield _block(reader, stack, i, q_names, k_names, heads, tower.hidden_size // heads)
+
+
+def _clip_count(config: PretrainedConfig) -> int:
+    if hasattr(config, "text_config") and hasattr(config, "vision_config"):
+        return config.text_config.num_hidden_layers + config.vision_config.num_hidden_layers
+    return config.num_hidden_layers
+
+
+def _imagegpt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """ImageGPT is GPT-2 over pixel tokens: Conv1D ``c_attn`` with columns [q | k | v]."""
+    return gpt_lineage._gpt2_layers(config, reader)
+
+
+def _layers(config: PretrainedConfig) -> int:
+    return config.num_hidden_layers
+
+
+def _vision(model_types: tuple[str, ...], layers, **kwargs) -> Architecture:
+    kwargs.setdefault("n_layers", _layers)
+    kwargs.setdefault("stacks", ("encoder",))
+    return Architecture(
+        model_types=model_types, modality="vision", objective="bidirectional", layers=layers, **kwargs
+    )
+
+
+ARCHITECTURES: list[Architecture] = [
+    _vision(("vit", "deit", "vit_msn", "dinov2", "dinov2_with_registers"), _vit_layers, notes="DINO is vit"),
+    _vision(("beit", "data2vec-vision"), _beit_layers, notes="DiT is beit"),
+    _vision(
+        ("vit_mae",),
+        _vit_mae_layers,
+        n_layers=lambda c: c.num_hidden_layers + c.decoder_num_hidden_layers,
+        stacks=("encoder", "decoder"),
+        notes="decoder only in pre-training checkpoints",
+    ),
+    _vision(("swin", "swinv2"), _swin_layers, n_layers=lambda c: sum(c.depths)),
+    Architecture(
+        model_types=(
+            "clip",
+            "clip_text_model",
+            "clip_vision_model",
+            "siglip",
+            "siglip_text_model",
+            "siglip_vision_model",
+        ),
+        modality="multimodal",
+        objective="bidirectional",
+        layers=_clip_layers,
+        n_layers=_clip_count,
+        stacks=("text", "vision"),
+        stack_modality={"text": "language", "vision": "vision"},
+    ),
+    Architecture(
+        model_types=("imagegpt",),
+        modality="vision",
+        objective="autoregressive",
+        layers=_imagegpt_layers,
+        n_layers=_layers,
+        stacks=("decoder",),
+    ),
+]

@@ -1,0 +1,217 @@
+"""Conformance of the vision families (tiny configs: 32 × 32 images, patch 8, width ≤ 64)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from conformance import (
+    Capture,
+    PairCapture,
+    assert_conforms_pairs,
+    build,
+    capture_projections,
+    capture_qk_pairs,
+    layers_from_disk,
+    tiny_config,
+)
+from transformers import AutoModel, CLIPTextModel, CLIPVisionModel, ViTMAEForPreTraining
+
+import attngeom
+
+BATCH = 2
+VIT_SIZES = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=32,
+    image_size=32,
+    patch_size=8,
+)
+SWIN_SIZES = dict(embed_dim=16, depths=[1, 2], num_heads=[2, 4], image_size=32, patch_size=4, window_size=4)
+
+
+def _pixels(config=None) -> dict:
+    g = torch.Generator().manual_seed(3)
+    return {"pixel_values": torch.randn(BATCH, 3, 32, 32, generator=g, dtype=torch.float64)}
+
+
+def _towers(model_type: str, vision_width: int = 24, vision_heads: int = 3) -> dict:
+    """Text and vision towers of different widths (SigLIP compares their pooled outputs: same width)."""
+    text = dict(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32, vocab_size=100
+    )
+    vision = dict(hidden_size=vision_width, num_hidden_layers=2, num_attention_heads=vision_heads)
+    vision.update(intermediate_size=32, image_size=32, patch_size=8)
+    return tiny_config(model_type, text_config=text, vision_config=vision)
+
+
+def _towers_inputs(config) -> dict:
+    ids = torch.randint(0, 100, (BATCH, 7), generator=torch.Generator().manual_seed(1))
+    return {"input_ids": ids, **_pixels()}
+
+
+def _imagegpt_inputs(config) -> dict:
+    return {"input_ids": torch.randint(0, 16, (BATCH, 9), generator=torch.Generator().manual_seed(1))}
+
+
+# model_type → (config, model class, inputs)
+CASES = {
+    **{
+        name: (lambda name=name: tiny_config(name, **VIT_SIZES), AutoModel, _pixels)
+        for name in ("vit", "deit", "vit_msn", "dinov2", "dinov2_with_registers", "beit", "data2vec-vision")
+    },
+    "vit_mae": (
+        lambda: tiny_config(
+            "vit_mae",
+            **VIT_SIZES,
+            decoder_hidden_size=24,
+            decoder_num_hidden_layers=2,
+            decoder_num_attention_heads=3,
+            decoder_intermediate_size=32,
+        ),
+        SimpleNamespace(from_config=ViTMAEForPreTraining),
+        _pixels,
+    ),
+    "swin": (lambda: tiny_config("swin", **SWIN_SIZES), AutoModel, _pixels),
+    "swinv2": (lambda: tiny_config("swinv2", **SWIN_SIZES), AutoModel, _pixels),
+    "clip": (lambda: _towers("clip"), AutoModel, _towers_inputs),
+    "siglip": (lambda: _towers("siglip", 32, 2), AutoModel, _towers_inputs),
+    "imagegpt": (
+        lambda: tiny_config("imagegpt", n_embd=32, n_layer=2, n_head=4, vocab_size=17, n_positions=16),
+        AutoModel,
+        _imagegpt_inputs,
+    ),
+}
+
+
+def _capture_imagegpt(model, inputs) -> list[Capture]:
+    """ImageGPT bypasses the attention interface: wrap each module's own ``_attn(query, key, value)``."""
+    from transformers.models.imagegpt.modeling_imagegpt import ImageGPTAttention
+
+    captures: list[Capture] = []
+    x_seen: dict[int, torch.Tensor] = {}
+    modules = [m for m in model.modules() if isinstance(m, ImageGPTAttention)]
+
+    def pre_hook(module, args, kwargs):
+        x_seen[id(module)] = kwargs.get("hidden_states", args[0] if args else None).detach()
+
+    def wrap(module):
+        original = module._attn
+
+        def attn(query, key, value, *args, **kwargs):
+            x = x_seen[id(module)]
+            captures.append(PairCapture(x, query.detach(), key.detach(), x))
+            return original(query, key, value, *args, **kwargs)
+
+        return attn
+
+    hooks = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
+    for module in modules:
+        module._attn = wrap(module)
+    try:
+        with torch.no_grad():
+            model(**inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for module in modules:
+            del module._attn
+    return captures
+
+
+def _capture(model_type: str, model, inputs):
+    if model_type == "data2vec-vision":
+        from transformers.models.data2vec.modeling_data2vec_vision import Data2VecVisionSelfAttention
+
+        return capture_projections(model, inputs, Data2VecVisionSelfAttention, "query", "key")
+    if model_type == "swinv2":
+        from transformers.models.swinv2.modeling_swinv2 import Swinv2SelfAttention
+
+        return capture_projections(model, inputs, Swinv2SelfAttention, "query", "key")
+    if model_type == "imagegpt":
+        return _capture_imagegpt(model, inputs)
+    if model_type in ("clip", "siglip"):  # one run per tower, text first as the map yields them
+        captures = []
+        for tower in (model.text_model, model.vision_model):
+            own = {id(m) for m in tower.modules() if type(m).__name__ in ("CLIPAttention", "SiglipAttention")}
+            captures += capture_qk_pairs(model, inputs, module_filter=lambda m, own=own: id(m) in own)
+        return captures
+    return capture_qk_pairs(model, inputs)
+
+
+@pytest.fixture(scope="module")
+def built() -> dict:
+    cache: dict = {}
+
+    def get(model_type: str):
+        if model_type not in cache:
+            make_config, model_class, inputs = CASES[model_type]
+            cache[model_type] = (build(make_config(), model_class), inputs)
+        return cache[model_type]
+
+    return get
+
+
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_forward_pass_conformance_from_disk(model_type, built, tmp_path):
+    model, inputs = built(model_type)
+    layers = layers_from_disk(model, tmp_path)
+    captures = _capture(model_type, model, inputs(model.config))
+    assert_conforms_pairs(captures, layers)
+
+
+@pytest.mark.parametrize(
+    "model_type", ["vit", "dinov2", "beit", "vit_mae", "swin", "swinv2", "clip", "imagegpt"]
+)
+def test_disk_and_memory_agree(model_type, built, tmp_path):
+    model, _ = built(model_type)
+    model.save_pretrained(tmp_path)
+    on_disk = attngeom.score(tmp_path, progress=False)
+    in_memory = attngeom.score(model, progress=False)
+    assert len(on_disk) == len(in_memory) > 0
+    np.testing.assert_allclose(on_disk["symmetry"].to_numpy(float), in_memory["symmetry"].to_numpy(float))
+
+
+def test_vit_mae_has_encoder_and_decoder_stacks(built, tmp_path):
+    model, _ = built("vit_mae")
+    layers = layers_from_disk(model, tmp_path)
+    assert [(layer.stack, layer.n_heads) for layer in layers] == [("encoder", 4)] * 2 + [("decoder", 3)] * 2
+
+
+def test_swin_stages_have_their_own_widths_and_heads(built, tmp_path):
+    model, _ = built("swin")
+    frame = attngeom.score(layers_from_disk(model, tmp_path) and tmp_path, progress=False)
+    layer_rows = frame[frame["head"].isna()]
+    assert list(layer_rows["hidden_size"]) == [16, 32, 32]
+    assert list(layer_rows["n_heads"]) == [2, 4, 4]
+    assert list(layer_rows["layer"]) == [0, 1, 2]
+
+
+def test_clip_towers_are_separate_stacks_with_their_modality(built, tmp_path):
+    model, _ = built("clip")
+    model.save_pretrained(tmp_path)
+    frame = attngeom.score(tmp_path, progress=False)
+    modality = frame.groupby("stack")["modality"].unique().map(list).to_dict()
+    assert modality == {"text": ["language"], "vision": ["vision"]}
+    assert set(frame[frame["stack"] == "vision"]["hidden_size"]) == {24}
+
+
+def test_beit_key_has_no_bias_and_relative_position_is_left_out(built, tmp_path):
+    model, _ = built("beit")
+    layers = layers_from_disk(model, tmp_path)
+    assert all(layer.b_k is None and "relative_position" in layer.left_out for layer in layers)
+
+
+def test_single_clip_towers(tmp_path):
+    config = _towers("clip")
+    for model_class, sub, stack in (
+        (CLIPTextModel, config.text_config, "text"),
+        (CLIPVisionModel, config.vision_config, "vision"),
+    ):
+        model = build(sub, SimpleNamespace(from_config=model_class))
+        model.save_pretrained(tmp_path / stack)
+        frame = attngeom.score(tmp_path / stack, progress=False)
+        assert set(frame["stack"]) == {stack} and len(frame) == 2 * (sub.num_attention_heads + 1)
