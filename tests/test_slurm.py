@@ -1,0 +1,283 @@
+"""The SLURM path, run for real: workflows go through ``--profile profiles/slurm`` on the single-node
+cluster that .ci/slurm/up.sh starts, and sacct is asked what SLURM actually ran.
+
+Needs that cluster and ATTNGEOM_SLURM=1 (.ci/run does both); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT / "profiles" / "slurm"
+TEST_WORKFLOW = ROOT / "tests" / "slurm" / "Snakefile"
+SACCT_FIELDS = ("JobIDRaw", "JobName", "Comment", "State", "Partition", "Account", "WorkDir")
+SACCT_FIELDS += ("ReqMem", "ReqCPUS", "ReqTRES", "Timelimit")
+FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("ATTNGEOM_SLURM") != "1",
+        reason="needs a running SLURM: run .ci/slurm/up.sh as root and set ATTNGEOM_SLURM=1 (.ci/run does both)",
+    ),
+]
+
+
+def ci_settings() -> dict[str, str]:
+    """The CI override: partition and account of the CI cluster, from .ci/slurm/ci.env."""
+    lines = (ROOT / ".ci" / "slurm" / "ci.env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
+
+def job_env() -> dict[str, str]:
+    """This environment plus the CI partition/account; jobs inherit it (sbatch --export=ALL)."""
+    env = dict(os.environ, **ci_settings(), OMP_NUM_THREADS="1")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    return env
+
+
+def snakemake_command(snakefile: Path, workdir: Path, *args: str) -> list[str]:
+    """Snakemake with the user's SLURM profile; only status polling is made quicker for a test."""
+    return [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(snakefile),
+        "--directory",
+        str(workdir),
+        "--profile",
+        str(PROFILE),
+        "--slurm-init-seconds-before-status-checks",
+        "2",
+        "--latency-wait",
+        "5",
+        *args,
+    ]
+
+
+def run_snakemake(snakefile: Path, workdir: Path, *args: str, timeout: int) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        snakemake_command(snakefile, workdir, *args),
+        cwd=ROOT,
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def sacct_jobs(workdir: Path) -> pd.DataFrame:
+    """Every SLURM job submitted from ``workdir`` (sbatch -D), once accounting has recorded its end."""
+    for _ in range(60):
+        out = subprocess.run(
+            ["sacct", "-X", "-P", "-n", "-S", "now-1days", "-o", ",".join(SACCT_FIELDS)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        rows = [line.split("|") for line in out.splitlines() if line]
+        jobs = pd.DataFrame(rows, columns=list(SACCT_FIELDS))
+        jobs = jobs[jobs["WorkDir"] == str(workdir)].reset_index(drop=True)
+        jobs["rule"] = jobs["Comment"].str.extract(r"^rule_(\w+?)(?:_wildcards_.*)?$", expand=False)
+        if jobs["State"].str.split().str[0].isin(FINAL_STATES).all():
+            return jobs
+        time.sleep(0.5)
+    raise AssertionError(f"sacct still shows unfinished jobs from {workdir}:\n{jobs}")
+
+
+@dataclass
+class Submitted:
+    rule: str
+    threads: int
+    resources: dict[str, str]
+    slurm_id: str
+
+
+def submissions(log: str) -> list[Submitted]:
+    """Each sbatch submission in a Snakemake log, with the threads and resources Snakemake gave the job."""
+    declared: dict[str, tuple[str, int, dict[str, str]]] = {}
+    out = []
+    rule = jobid = None
+    threads, resources = 1, {}
+    for line in log.splitlines():
+        if m := re.match(r"^(local)?rule (\w+):$", line):
+            rule, jobid, threads, resources = (None if m[1] else m[2]), None, 1, {}
+        elif m := re.match(r"^\s+jobid: (\d+)$", line):
+            jobid = m[1]
+        elif m := re.match(r"^\s+threads: (\d+)$", line):
+            threads = int(m[1])
+        elif (m := re.match(r"^\s+resources: (.*)$", line)) and rule and jobid:
+            resources = dict(item.split("=", 1) for item in m[1].split(", "))
+            declared[jobid] = (rule, threads, resources)
+        elif m := re.match(r"^Job (\d+) has been submitted with SLURM jobid (\d+)", line):
+            out.append(Submitted(*declared[m[1]], slurm_id=m[2]))
+    return out
+
+
+def slurm_time(minutes: int) -> str:
+    """A runtime in minutes as sacct prints a time limit: [D-]HH:MM:SS."""
+    days, rest = divmod(minutes, 24 * 60)
+    text = f"{rest // 60:02d}:{rest % 60:02d}:00"
+    return f"{days}-{text}" if days else text
+
+
+def check_every_job_went_through_sbatch(log: str, workdir: Path) -> pd.DataFrame:
+    """Every non-local job Snakemake ran was an sbatch job that requested what the rule declared, in the
+    CI partition and account; returns the sacct rows."""
+    submitted = submissions(log)
+    executed = re.findall(r"^rule (\w+):$", log, flags=re.M)
+    assert len(submitted) == len(executed) > 0, "a non-local job did not go through sbatch"
+    jobs = sacct_jobs(workdir).set_index("JobIDRaw")
+    assert sorted(jobs.index) == sorted(s.slurm_id for s in submitted), "sacct and Snakemake disagree"
+    run_ids = re.findall(r"^SLURM run ID: (\S+)$", log, flags=re.M)
+    ci = ci_settings()
+    for s in submitted:
+        job = jobs.loc[s.slurm_id]
+        assert job["rule"] == s.rule
+        assert job["JobName"] == run_ids[0]
+        assert job["Partition"] == ci["ATTNGEOM_SLURM_PARTITION"]
+        assert job["Account"] == ci["ATTNGEOM_SLURM_ACCOUNT"]
+        assert job["ReqMem"] == f"{s.resources['mem_mb']}M", s
+        assert int(job["ReqCPUS"]) == s.threads, s
+        assert job["Timelimit"] == slurm_time(int(s.resources["runtime"])), s
+        gpus = re.search(r"gres/gpu=(\d+)", job["ReqTRES"])
+        assert (int(gpus[1]) if gpus else 0) == int(s.resources.get("gpu", 0)), s
+    return jobs.reset_index()
+
+
+@pytest.fixture(scope="module")
+def behaviours(tmp_path_factory):
+    """One run of the test workflow: a job with declared resources, a flaky job, a GPU job, and a job that
+    always fails (so the run ends in failure, but must end)."""
+    workdir = tmp_path_factory.mktemp("slurm_behaviours")
+    started = time.monotonic()
+    run = run_snakemake(TEST_WORKFLOW, workdir, "all", "never.txt", timeout=600)
+    return workdir, run, time.monotonic() - started
+
+
+def test_every_job_goes_through_sbatch_with_the_declared_resources(behaviours):
+    workdir, run, _ = behaviours
+    jobs = check_every_job_went_through_sbatch(run.stderr, workdir)
+    done = jobs[jobs["rule"] == "resources"]
+    assert list(done["State"]) == ["COMPLETED"]
+    assert (done[["ReqMem", "ReqCPUS", "Timelimit"]].values == [["300M", "2", "00:03:00"]]).all()
+    # the command ran inside that SLURM job, with the CPUs the rule asked for
+    assert (workdir / "resources.txt").read_text().split() == [done["JobIDRaw"].iloc[0], "2"]
+
+
+def test_a_rule_that_fails_once_is_retried_and_succeeds(behaviours):
+    workdir, run, _ = behaviours
+    jobs = sacct_jobs(workdir)
+    flaky = jobs[jobs["rule"] == "flaky"].sort_values("JobIDRaw", key=lambda s: s.astype(int))
+    assert list(flaky["State"]) == ["FAILED", "COMPLETED"]
+    assert (workdir / "flaky.txt").read_text().strip() == flaky["JobIDRaw"].iloc[-1]
+
+
+def test_a_rule_that_always_fails_is_reported_and_ends_the_run(behaviours):
+    workdir, run, seconds = behaviours
+    retries = yaml.safe_load((PROFILE / "config.yaml").read_text())["retries"]
+    jobs = sacct_jobs(workdir)
+    failed = jobs[jobs["rule"] == "always_fails"]
+    assert list(failed["State"]) == ["FAILED"] * (retries + 1)
+    assert run.returncode != 0
+    assert "Error in rule always_fails" in run.stderr
+    assert not (workdir / "never.txt").exists()
+    # keep-going: the other jobs still finished
+    assert all((workdir / f).exists() for f in ("resources.txt", "flaky.txt", "gpu.txt"))
+    assert seconds < 300, f"the failing run took {seconds:.0f}s to end"
+
+
+def test_a_gpu_job_sees_its_gpu(behaviours):
+    workdir, run, _ = behaviours
+    jobs = sacct_jobs(workdir)
+    gpu = jobs[jobs["rule"] == "gpu"]
+    assert list(gpu["State"]) == ["COMPLETED"]
+    assert "gres/gpu=1" in gpu["ReqTRES"].iloc[0]
+    assert (workdir / "gpu.txt").read_text().strip() == "CUDA_VISIBLE_DEVICES=0"
+
+
+TRAIN_SETTINGS = (
+    "n_layers=2 hidden_size=32 n_heads=2 intermediate_size=64 seq_len=32 batch_size=4 grad_accum=1 "
+    "steps=400 warmup_steps=10 lr=1e-3 log_every=1 checkpoint_every=20 score_every=200 vocab_size=500 "
+    "max_documents=20 device=cpu"
+)
+
+
+def wait_for(condition, seconds: float, what: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"snakemake ended before {what}:\n{proc.communicate()[1][-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"no {what} after {seconds}s")
+        time.sleep(0.1)
+
+
+def test_a_cancelled_training_job_resumes_from_its_checkpoint(tmp_path):
+    pytest.importorskip("attngeom.training.cli")
+    settings = TRAIN_SETTINGS + f" cache_dir={tmp_path / 'cache'}"
+    reference = tmp_path / "reference"
+    subprocess.run(
+        ["attngeom", "train", "--quiet", "--out", str(reference), *settings.split()],
+        env=job_env(),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+    workdir = tmp_path / "slurm"
+    run_dir = workdir / "train" / "run"
+    proc = subprocess.Popen(
+        snakemake_command(
+            TEST_WORKFLOW, workdir, "train/run/final", "--config", f"train_settings={settings}"
+        ),
+        cwd=ROOT,
+        env=job_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for((run_dir / "checkpoint" / "state.pt").exists, 240, "training checkpoint", proc)
+        before = pd.read_parquet(run_dir / "loss.parquet")
+        queue = subprocess.run(
+            ["squeue", "-h", "-o", "%i|%k|%Z|%T"], capture_output=True, text=True, check=True
+        ).stdout
+        running = [
+            line.split("|")[0]
+            for line in queue.splitlines()
+            if line.split("|")[1:] == ["rule_train_wildcards_run", str(workdir), "RUNNING"]
+        ]
+        assert len(running) == 1, queue
+        subprocess.run(["scancel", running[0]], check=True)
+        _, log = proc.communicate(timeout=420)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, log[-3000:]
+
+    jobs = sacct_jobs(workdir)
+    train = jobs[jobs["rule"] == "train"].sort_values("JobIDRaw", key=lambda s: s.astype(int))
+    assert [state.split()[0] for state in train["State"]] == ["CANCELLED", "COMPLETED"]
+    assert train["JobIDRaw"].iloc[0] == running[0]
+
+    after = pd.read_parquet(run_dir / "loss.parquet")
+    expected = pd.read_parquet(reference / "loss.parquet")
+    pd.testing.assert_frame_equal(after.drop(columns="elapsed_s"), expected.drop(columns="elapsed_s"))
+    # resumed, not restarted: the steps up to the first checkpoint are the cancelled job's own rows,
+    # timings included (a restart would have re-measured them)
+    first = before[before["step"] <= 20]
+    pd.testing.assert_frame_equal(after[after["step"] <= 20], first)
