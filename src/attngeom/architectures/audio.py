@@ -1,7 +1,45 @@
-"""Self-supervised speech encoders (wav2vec 2.0 lineage)."""
+"""Self-supervised speech encoders of the wav2vec 2.0 lineage (MMS checkpoints are model_type wav2vec2).
+
+The convolutional relative position embedding is added to the input of the first layer, so it is part
+of x, not of the form. WavLM adds a gated relative position bias to the scores: outside the form.
+"""
 
 from __future__ import annotations
 
-from .base import Architecture
+from collections.abc import Iterator
 
-ARCHITECTURES: list[Architecture] = []
+from transformers import PretrainedConfig
+
+from .base import Architecture, AttentionLayer, TensorReader, linear
+
+
+def _wav2vec2_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    heads = config.num_attention_heads
+    left_out = ("bias", "scale") + (("relative_position",) if config.model_type == "wavlm" else ())
+    for i in range(config.num_hidden_layers):
+        prefix = f"encoder.layers.{i}.attention"
+        yield AttentionLayer(
+            stack="encoder",
+            layer=i,
+            w_q=linear(reader.get(f"{prefix}.q_proj.weight")),
+            w_k=linear(reader.get(f"{prefix}.k_proj.weight")),
+            b_q=reader.get(f"{prefix}.q_proj.bias"),
+            b_k=reader.get(f"{prefix}.k_proj.bias"),
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=config.hidden_size // heads,
+            left_out=left_out,
+        )
+
+
+WAV2VEC2 = Architecture(
+    model_types=("wav2vec2", "hubert", "unispeech", "unispeech-sat", "data2vec-audio", "sew", "wavlm"),
+    modality="audio",
+    objective="bidirectional",
+    layers=_wav2vec2_layers,
+    n_layers=lambda c: c.num_hidden_layers,
+    notes="MMS is wav2vec2",
+    stacks=("encoder",),
+)
+
+ARCHITECTURES: list[Architecture] = [WAV2VEC2]
