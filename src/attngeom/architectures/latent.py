@@ -1,7 +1,113 @@
-"""Multi-head latent attention (DeepSeek-V2/V3): q and k through low-rank, RMS-normalised latents."""
+"""Multi-head latent attention (DeepSeek-V2/V3): q and k through low-rank, RMS-normalised latents.
+
+Per head h the score is a content part plus a rotary part, each a bilinear form of x up to per-token
+scalars (the RMS norms' 1/rms factors s_q(x), s_kv(x)):
+
+- content (stack ``decoder``): q_h·k_h = s_q(x) s_kv(y) (x W_q,h + b_q,h)(y W_k,h + b_k,h)ᵀ with
+  W_q,h = W_qa diag(g_q) W_qb,nope,h and W_k,h = W_kva diag(g_kv) W_kvb,k,h
+  (W_q,h = W_q,nope,h when there is no query latent, as in DeepSeek-V2-Lite; then s_q = 1);
+- rotary (stack ``decoder_rope``): s_q(x) (x W_qa diag(g_q) W_qb,rope,h + b)(y W_kva,rope + b)ᵀ with one
+  key shared by all heads (n_kv_heads = 1), rotary applied on top.
+
+The two parts carry different per-token scalars, so they are scored as separate stacks, never summed.
+"""
 
 from __future__ import annotations
 
-from .base import Architecture
+from collections.abc import Iterator
 
-ARCHITECTURES: list[Architecture] = []
+import torch
+from transformers import PretrainedConfig
+
+from .base import Architecture, AttentionLayer, TensorReader, linear
+
+CONTENT_FORM = "mla_content: W_qa diag(g_q) W_qb,nope,h (W_kva diag(g_kv) W_kvb,k,h)ᵀ up to per-token scalars"
+ROPE_FORM = "mla_rope: W_qa diag(g_q) W_qb,rope,h W_kva,ropeᵀ up to per-token scalars, one shared rope key"
+
+
+def _heads_rows(weight: torch.Tensor, heads: int, per_head: int, keep: slice) -> torch.Tensor:
+    """Rows ``keep`` of every head of an nn.Linear weight laid out head-major, per_head rows per head."""
+    return weight.unflatten(0, (heads, per_head))[:, keep].flatten(0, 1)
+
+
+def _query(
+    q_a: torch.Tensor | None,
+    b_latent: torch.Tensor | None,
+    q_b: torch.Tensor,
+    heads: int,
+    qk_dim: int,
+    keep: slice,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """W_q (and b_q) of the query dims ``keep`` of every head: W_qa diag(g_q) W_qb,keep, or W_q,keep."""
+    w = linear(_heads_rows(q_b, heads, qk_dim, keep))
+    if q_a is None:
+        return w, None
+    return q_a @ w, (b_latent @ w if b_latent is not None else None)
+
+
+def _mla_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    heads = config.num_attention_heads
+    nope, rope, latent = config.qk_nope_head_dim, config.qk_rope_head_dim, config.kv_lora_rank
+    qk_dim = nope + rope
+    bias = bool(getattr(config, "attention_bias", False))
+    left_out = ("rms_norm_scalars", "scale") + (("bias",) if bias else ())
+    for i in range(config.num_hidden_layers):
+        p = f"layers.{i}.self_attn"
+        if config.q_lora_rank is None:
+            q_a, b_q_latent = None, None
+            q_b = reader.get(f"{p}.q_proj.weight")  # (H·qk_dim, d)
+        else:
+            gain = reader.get(f"{p}.q_a_layernorm.weight")
+            q_a = linear(reader.get(f"{p}.q_a_proj.weight")) * gain  # d × r_q, x W_qa diag(g_q)
+            b_q_latent = reader.get(f"{p}.q_a_proj.bias") * gain if bias else None
+            q_b = reader.get(f"{p}.q_b_proj.weight")  # (H·qk_dim, r_q)
+
+        kv_a = reader.get(f"{p}.kv_a_proj_with_mqa.weight")  # (r_kv + rope, d)
+        kv_a_bias = reader.get(f"{p}.kv_a_proj_with_mqa.bias") if bias else None
+        kv_gain = reader.get(f"{p}.kv_a_layernorm.weight")
+        kv_b_k = linear(
+            _heads_rows(reader.get(f"{p}.kv_b_proj.weight"), heads, nope + config.v_head_dim, slice(0, nope))
+        )
+        w_k = (linear(kv_a[:latent]) * kv_gain) @ kv_b_k
+        b_k = (kv_a_bias[:latent] * kv_gain) @ kv_b_k if bias else None
+        w_q, b_q = _query(q_a, b_q_latent, q_b, heads, qk_dim, slice(0, nope))
+        yield AttentionLayer(
+            stack="decoder",
+            layer=i,
+            w_q=w_q,
+            w_k=w_k,
+            b_q=b_q,
+            b_k=b_k,
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=nope,
+            left_out=left_out,
+            form=CONTENT_FORM,
+        )
+        w_q_rope, b_q_rope = _query(q_a, b_q_latent, q_b, heads, qk_dim, slice(nope, qk_dim))
+        yield AttentionLayer(
+            stack="decoder_rope",
+            layer=i,
+            w_q=w_q_rope,
+            w_k=linear(kv_a[latent:]),
+            b_q=b_q_rope,
+            b_k=kv_a_bias[latent:] if bias else None,
+            n_heads=heads,
+            n_kv_heads=1,
+            head_dim=rope,
+            left_out=left_out + ("rotary",),
+            form=ROPE_FORM,
+        )
+
+
+MLA = Architecture(
+    model_types=("deepseek_v2", "deepseek_v3"),
+    modality="language",
+    objective="autoregressive",
+    layers=_mla_layers,
+    n_layers=lambda c: 2 * c.num_hidden_layers,
+    notes="multi-head latent attention: content and rotary parts as separate stacks",
+    stacks=("decoder", "decoder_rope"),
+)
+
+ARCHITECTURES: list[Architecture] = [MLA]
