@@ -12,7 +12,7 @@ min_version("9.0")
 # being merged into it.
 if not workflow.overwrite_configfiles:
 
-    configfile: "config/config.yaml"
+    configfile: Path(workflow.basedir, "config", "config.yaml")
 
 
 validate(config, "workflow/schemas/config.schema.yaml")

@@ -18,6 +18,16 @@ from attngeom.tables import write_text
 PREFIX = "attngeom: error: "
 
 
+def outcome(returncode: int, stderr: str, what: str, log: str) -> dict:
+    """``ok``, ``failed`` with the CLI's one-line reason (exit 2), or a crash that must fail the job."""
+    lines = stderr.strip().splitlines()
+    if returncode == 0:
+        return {"status": "ok"}
+    if returncode == 2 and lines and lines[-1].startswith(PREFIX):
+        return {"status": "failed", "reason": lines[-1][len(PREFIX) :]}
+    raise SystemExit(f"{what} crashed with exit code {returncode}; see {log}")
+
+
 def main(snakemake) -> None:
     p = snakemake.params
     scores, status, log = Path(snakemake.output.scores), snakemake.output.status, snakemake.log[0]
@@ -32,15 +42,11 @@ def main(snakemake) -> None:
         result = subprocess.run(command, stdout=log_file, stderr=subprocess.PIPE, text=True)
         log_file.write(result.stderr)
     record = {"model": p.model, "location": p.location, "seconds": round(time.monotonic() - start, 3)}
-    lines = result.stderr.strip().splitlines()
-    if result.returncode == 0:
-        record["status"] = "ok"
-    elif result.returncode == 2 and lines and lines[-1].startswith(PREFIX):
-        record.update(status="failed", reason=lines[-1][len(PREFIX) :])
+    record.update(outcome(result.returncode, result.stderr, f"attngeom score {p.location}", log))
+    if record["status"] == "failed":
         pd.DataFrame().to_parquet(scores)
-    else:
-        raise SystemExit(f"attngeom score {p.location} crashed with exit code {result.returncode}; see {log}")
     write_text(json.dumps(record, indent=1) + "\n", status)
 
 
-main(snakemake)  # noqa: F821
+if "snakemake" in globals():
+    main(snakemake)  # noqa: F821

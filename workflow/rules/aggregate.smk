@@ -38,8 +38,8 @@ rule reference_comparison:
     input:
         scores=rules.aggregate.output.scores,
         models=rules.aggregate.output.models,
-        reference="config/reference/official_per_layer_scores.csv",
-        defects="config/reference/known_defects.csv",
+        reference=REFERENCE / "official_per_layer_scores.csv",
+        defects=REFERENCE / "known_defects.csv",
     output:
         layers=f"{R}/tables/reference_comparison_layers.csv",
         table=multiext(f"{R}/tables/reference_comparison", ".csv", ".md", ".tex"),

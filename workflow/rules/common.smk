@@ -10,6 +10,7 @@ from registry import build_registry, score_resources, slug  # noqa: E402
 R = config["results"]
 SCORING = config["scoring"]
 ENV = "../../envs/attngeom.yaml"
+REFERENCE = Path(workflow.basedir, "config", "reference")
 
 
 def registry_entries():

