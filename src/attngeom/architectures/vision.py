@@ -186,20 +186,24 @@ ARCHITECTURES: list[Architecture] = [
     ),
     _vision(("swin", "swinv2"), _swin_layers, n_layers=lambda c: sum(c.depths)),
     Architecture(
-        model_types=(
-            "clip",
-            "clip_text_model",
-            "clip_vision_model",
-            "siglip",
-            "siglip_text_model",
-            "siglip_vision_model",
-        ),
+        model_types=("clip", "siglip"),
         modality="multimodal",
         objective="bidirectional",
         layers=_clip_layers,
         n_layers=_clip_count,
         stacks=("text", "vision"),
         stack_modality={"text": "language", "vision": "vision"},
+    ),
+    Architecture(
+        model_types=("clip_text_model", "siglip_text_model"),
+        modality="language",
+        objective="bidirectional",
+        layers=_clip_layers,
+        n_layers=_clip_count,
+        stacks=("text",),
+    ),
+    _vision(
+        ("clip_vision_model", "siglip_vision_model"), _clip_layers, n_layers=_clip_count, stacks=("vision",)
     ),
     Architecture(
         model_types=("imagegpt",),

@@ -1,0 +1,39 @@
+"""The README's table of supported model types, rendered from the registry so the two cannot drift."""
+
+from __future__ import annotations
+
+from . import REGISTRY, Architecture
+
+START = "<!-- support-table:start -->"
+END = "<!-- support-table:end -->"
+
+
+def _stacks(architecture: Architecture) -> str:
+    named = []
+    for stack in architecture.stacks:
+        modality = architecture.stack_modality.get(stack)
+        named.append(f"`{stack}` ({modality})" if modality else f"`{stack}`")
+    return ", ".join(named)
+
+
+def support_table() -> str:
+    """One Markdown row per supported ``model_type``: modality, objective, stacks, notes."""
+    lines = [
+        "| model_type | modality | objective | stacks | notes |",
+        "|---|---|---|---|---|",
+    ]
+    for model_type in sorted(REGISTRY):
+        arch = REGISTRY[model_type]
+        notes = arch.notes.replace("|", "\\|")
+        lines.append(f"| `{model_type}` | {arch.modality} | {arch.objective} | {_stacks(arch)} | {notes} |")
+    return "\n".join(lines)
+
+
+def with_support_table(readme: str) -> str:
+    """``readme`` with the section between the markers replaced by the current table (appended if absent)."""
+    section = f"{START}\n{support_table()}\n{END}"
+    if START not in readme or END not in readme:
+        return readme.rstrip("\n") + ("\n\n" if readme.strip() else "") + section + "\n"
+    head, _, rest = readme.partition(START)
+    _, _, tail = rest.partition(END)
+    return head + section + tail

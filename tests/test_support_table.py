@@ -1,0 +1,57 @@
+"""The README's supported-model table is the registry's (regenerate with scripts/support_table.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from attngeom.architectures import REGISTRY
+from attngeom.architectures.support import END, START, support_table, with_support_table
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "support_table.py"
+
+
+def test_readme_table_matches_registry():
+    readme = (ROOT / "README.md").read_text()
+    assert readme == with_support_table(readme), (
+        "README.md table is stale: run python scripts/support_table.py"
+    )
+
+
+def test_table_has_one_row_per_model_type():
+    rows = support_table().splitlines()[2:]
+    assert [row.split("`")[1] for row in rows] == sorted(REGISTRY)
+    assert any("`cross`" in row for row in rows)
+
+
+def test_section_is_replaced_in_place_and_appended_when_missing():
+    stale = f"# title\n\n{START}\n| old |\n{END}\n\n## after\n"
+    fresh = with_support_table(stale)
+    assert (
+        fresh.startswith("# title\n\n") and fresh.endswith(f"{END}\n\n## after\n") and "| old |" not in fresh
+    )
+    assert with_support_table(fresh) == fresh
+    assert with_support_table("").startswith(START) and with_support_table("# x\n").startswith(
+        "# x\n\n" + START
+    )
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("support_table_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_script_checks_and_rewrites(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{START}\nstale\n{END}\n")
+    script = _script()
+    assert script.main(["--check", str(readme)]) == 1
+    assert script.main([str(readme)]) == 0
+    assert script.main(["--check", str(readme)]) == 0
+    assert "stale" not in readme.read_text() and not list(tmp_path.glob(".*.tmp"))
+    created = tmp_path / "new" / "README.md"
+    created.parent.mkdir()
+    assert script.main([str(created)]) == 0 and created.read_text().startswith(START)
