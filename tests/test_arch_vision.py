@@ -79,6 +79,26 @@ CASES = {
     "swinv2": (lambda: tiny_config("swinv2", **SWIN_SIZES), AutoModel, _pixels),
     "clip": (lambda: _towers("clip"), AutoModel, _towers_inputs),
     "siglip": (lambda: _towers("siglip", 32, 2), AutoModel, _towers_inputs),
+    "git": (
+        lambda: tiny_config(
+            "git",
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=32,
+            vocab_size=100,
+            vision_config=dict(
+                hidden_size=24,
+                num_hidden_layers=2,
+                num_attention_heads=3,
+                intermediate_size=32,
+                image_size=32,
+                patch_size=8,
+            ),
+        ),
+        AutoModel,
+        _towers_inputs,
+    ),
     "imagegpt": (
         lambda: tiny_config("imagegpt", n_embd=32, n_layer=2, n_head=4, vocab_size=17, n_positions=16),
         AutoModel,
@@ -133,6 +153,13 @@ def _capture(model_type: str, model, inputs):
         return capture_projections(model, inputs, Swinv2SelfAttention, "query", "key")
     if model_type == "imagegpt":
         return _capture_imagegpt(model, inputs)
+    if model_type == "git":  # the vision tower uses the attention interface, the text decoder does not
+        from transformers.models.git.modeling_git import GitSelfAttention
+
+        vision = capture_qk_pairs(
+            model, inputs, module_filter=lambda m: type(m).__name__ == "GitVisionAttention"
+        )
+        return vision + capture_projections(model, inputs, GitSelfAttention, "query", "key")
     if model_type in ("clip", "siglip"):  # one run per tower, text first as the map yields them
         captures = []
         for tower in (model.text_model, model.vision_model):
@@ -164,7 +191,7 @@ def test_forward_pass_conformance_from_disk(model_type, built, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "model_type", ["vit", "dinov2", "beit", "vit_mae", "swin", "swinv2", "clip", "imagegpt"]
+    "model_type", ["vit", "dinov2", "beit", "vit_mae", "swin", "swinv2", "clip", "git", "imagegpt"]
 )
 def test_disk_and_memory_agree(model_type, built, tmp_path):
     model, _ = built(model_type)

@@ -157,6 +157,24 @@ def _clip_count(config: PretrainedConfig) -> int:
     return config.num_hidden_layers
 
 
+def _git_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """GIT: a CLIP image encoder (stack ``vision``) and a BERT-style text decoder (stack ``decoder``) whose
+    self-attention runs over [image tokens; text tokens], causal on the text."""
+    vision = config.vision_config
+    heads = vision.num_attention_heads
+    for i in range(vision.num_hidden_layers):
+        base = f"image_encoder.vision_model.encoder.layers.{i}.self_attn"
+        yield _block(
+            reader, "vision", i, (f"{base}.q_proj",), (f"{base}.k_proj",), heads, vision.hidden_size // heads
+        )
+    heads = config.num_attention_heads
+    for i in range(config.num_hidden_layers):
+        base = f"encoder.layer.{i}.attention.self"
+        yield _block(
+            reader, "decoder", i, (f"{base}.query",), (f"{base}.key",), heads, config.hidden_size // heads
+        )
+
+
 def _imagegpt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """ImageGPT is GPT-2 over pixel tokens: Conv1D ``c_attn`` with columns [q | k | v]."""
     return gpt_lineage._gpt2_layers(config, reader)
@@ -204,6 +222,15 @@ ARCHITECTURES: list[Architecture] = [
     ),
     _vision(
         ("clip_vision_model", "siglip_vision_model"), _clip_layers, n_layers=_clip_count, stacks=("vision",)
+    ),
+    Architecture(
+        model_types=("git",),
+        modality="multimodal",
+        objective="autoregressive",
+        layers=_git_layers,
+        n_layers=lambda c: c.num_hidden_layers + c.vision_config.num_hidden_layers,
+        stacks=("vision", "decoder"),
+        stack_modality={"vision": "vision"},
     ),
     Architecture(
         model_types=("imagegpt",),
