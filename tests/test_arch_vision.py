@@ -242,3 +242,82 @@ def test_single_clip_towers(tmp_path):
         model.save_pretrained(tmp_path / stack)
         frame = attngeom.score(tmp_path / stack, progress=False)
         assert set(frame["stack"]) == {stack} and len(frame) == 2 * (sub.num_attention_heads + 1)
+
+
+SAM_SIZES = dict(
+    vision_config=dict(
+        hidden_size=32,
+        output_channels=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=64,
+        patch_size=8,
+        window_size=2,
+        global_attn_indexes=[1],
+        num_pos_feats=8,
+        mlp_dim=32,
+    ),
+    prompt_encoder_config=dict(hidden_size=16, image_size=64, patch_size=8, mask_input_channels=4),
+    mask_decoder_config=dict(
+        hidden_size=16, num_hidden_layers=2, num_attention_heads=2, mlp_dim=32, iou_head_hidden_dim=16
+    ),
+)
+
+
+def _capture_sam_encoder(model, inputs) -> list[PairCapture]:
+    """The image encoder's fused ``qkv`` output, split exactly as SamVisionAttention.forward does."""
+    from transformers.models.sam.modeling_sam import SamVisionAttention
+
+    captures: list[PairCapture] = []
+    hooks = []
+    for module in model.modules():
+        if isinstance(module, SamVisionAttention):
+
+            def hook(qkv, args, output, heads=module.num_attention_heads):
+                x = args[0].flatten(1, 2)  # (B, H, W, d) → (B, H·W, d)
+                q, k, _ = output.reshape(x.shape[0], x.shape[1], 3, heads, -1).permute(2, 0, 3, 1, 4)
+                captures.append(PairCapture(x.detach(), q.detach(), k.detach(), x.detach()))
+
+            hooks.append(module.qkv.register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            model(**inputs)
+    finally:
+        for handle in hooks:
+            handle.remove()
+    return captures
+
+
+def test_sam_encoder_and_two_way_decoder_conform(tmp_path):
+    model = build(tiny_config("sam", **SAM_SIZES))
+    layers = layers_from_disk(model, tmp_path)
+    g = torch.Generator().manual_seed(3)
+    inputs = {
+        "pixel_values": torch.randn(BATCH, 3, 64, 64, generator=g, dtype=torch.float64),
+        "input_points": torch.rand(BATCH, 1, 3, 2, generator=g, dtype=torch.float64) * 64,
+    }
+    encoder = _capture_sam_encoder(model, inputs)
+    decoder = capture_qk_pairs(
+        model,
+        inputs,
+        lambda module, arguments: (arguments["query"].flatten(0, -3), arguments["key"].flatten(0, -3)),
+        module_filter=lambda m: type(m).__name__ == "SamAttention",
+    )
+    by_stack = {
+        stack: [layer for layer in layers if layer.stack == stack]
+        for stack in dict.fromkeys(l.stack for l in layers)
+    }
+    # Call order: per decoder layer self, token→image, image→token; then the final token→image.
+    calls = [by_stack["encoder"]]
+    for i in range(2):
+        calls.append([by_stack["decoder"][i], by_stack["token_to_image"][i], by_stack["image_to_token"][i]])
+    calls.append([by_stack["token_to_image"][2]])
+    ordered = [layer for group in calls for layer in group]
+    assert len(ordered) == len(layers) == 2 + 3 * 2 + 1
+    assert_conforms_pairs(encoder + decoder, ordered)
+    frame = attngeom.score(tmp_path, progress=False)
+    cross = frame["stack"].isin(["token_to_image", "image_to_token"])
+    assert frame[cross]["symmetry"].isna().all() and frame[~cross]["symmetry"].notna().all()
+    assert set(frame[frame["stack"] == "token_to_image"]["head_dim"]) == {4}  # 16 / downsample 2 / 2 heads
+    in_memory = attngeom.score(model, progress=False)
+    np.testing.assert_allclose(frame["norm"].to_numpy(float), in_memory["norm"].to_numpy(float))

@@ -15,6 +15,7 @@ from . import gpt_lineage
 from .base import Architecture, AttentionLayer, TensorReader, linear
 
 POSITION_FORM = "position_augmented: (x + p) W_q W_kᵀ (x + p)ᵀ, p the position embedding added to q/k inputs"
+POSITION_CROSS_FORM = "position_augmented cross: (x + p) W_q W_kᵀ (y + p_y)ᵀ, another sequence's keys"
 COSINE_FORM = (
     "cosine: W_q,h W_k,hᵀ up to per-token, per-head normalisation of q and k (scaled cosine attention)"
 )
@@ -175,6 +176,68 @@ def _git_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
         )
 
 
+def _sam_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """SAM: the image encoder (fused ``qkv`` with columns [q | k | v], windowed and global layers, decomposed
+    relative positions outside the form) and the two-way mask decoder.
+
+    The decoder's attention projects to a narrower internal width (hidden / downsample rate); the
+    callers add point / image position embeddings to the q and k inputs (not to v), except in the first
+    self-attention. Its token → image and image → token attentions are cross stacks; the final token →
+    image attention is the last layer of ``token_to_image``.
+    """
+    vision = config.vision_config
+    heads, d = vision.num_attention_heads, vision.hidden_size
+    positions = ("relative_position",) if vision.use_rel_pos else ()
+    positions += ("absolute_position_embeddings",) if vision.use_abs_pos else ()
+    for i in range(vision.num_hidden_layers):
+        weight = linear(reader.get(f"vision_encoder.layers.{i}.attn.qkv.weight"))
+        bias = reader.get(f"vision_encoder.layers.{i}.attn.qkv.bias") if vision.qkv_bias else None
+        yield AttentionLayer(
+            stack="encoder",
+            layer=i,
+            w_q=weight[:, :d],
+            w_k=weight[:, d : 2 * d],
+            b_q=None if bias is None else bias[:d],
+            b_k=None if bias is None else bias[d : 2 * d],
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=d // heads,
+            left_out=(("bias",) if vision.qkv_bias else ()) + ("scale",) + positions,
+        )
+    decoder = config.mask_decoder_config
+    heads = decoder.num_attention_heads
+
+    def attention(stack: str, index: int, name: str, form: str, cross: bool) -> AttentionLayer:
+        w_q = linear(reader.get(f"mask_decoder.transformer.{name}.q_proj.weight"))
+        return AttentionLayer(
+            stack=stack,
+            layer=index,
+            w_q=w_q,
+            w_k=linear(reader.get(f"mask_decoder.transformer.{name}.k_proj.weight")),
+            b_q=reader.get(f"mask_decoder.transformer.{name}.q_proj.bias"),
+            b_k=reader.get(f"mask_decoder.transformer.{name}.k_proj.bias"),
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=w_q.shape[1] // heads,
+            left_out=("bias", "scale"),
+            form=form,
+            cross=cross,
+        )
+
+    layers = decoder.num_hidden_layers
+    for i in range(layers):
+        yield attention("decoder", i, f"layers.{i}.self_attn", "standard" if i == 0 else POSITION_FORM, False)
+    for i in range(layers):
+        yield attention(
+            "token_to_image", i, f"layers.{i}.cross_attn_token_to_image", POSITION_CROSS_FORM, True
+        )
+    yield attention("token_to_image", layers, "final_attn_token_to_image", POSITION_CROSS_FORM, True)
+    for i in range(layers):
+        yield attention(
+            "image_to_token", i, f"layers.{i}.cross_attn_image_to_token", POSITION_CROSS_FORM, True
+        )
+
+
 def _imagegpt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """ImageGPT is GPT-2 over pixel tokens: Conv1D ``c_attn`` with columns [q | k | v]."""
     return gpt_lineage._gpt2_layers(config, reader)
@@ -231,6 +294,15 @@ ARCHITECTURES: list[Architecture] = [
         n_layers=lambda c: c.num_hidden_layers + c.vision_config.num_hidden_layers,
         stacks=("vision", "decoder"),
         stack_modality={"vision": "vision"},
+    ),
+    _vision(
+        ("sam",),
+        _sam_layers,
+        n_layers=lambda c: (
+            c.vision_config.num_hidden_layers + 3 * c.mask_decoder_config.num_hidden_layers + 1
+        ),
+        stacks=("encoder", "decoder", "token_to_image", "image_to_token"),
+        notes="mask decoder: position-augmented q/k inputs; token↔image attentions are cross stacks",
     ),
     Architecture(
         model_types=("imagegpt",),
