@@ -2,17 +2,33 @@
 
 Serves model directories from disk under a fake commit hash, optionally requires a bearer token, and
 counts the bytes it sends per file, so tests can check what a client really transferred.
+
+Faults for the ranged-read client (remote.py): ``faults[file name]`` is a queue of faults applied, one
+each, to that file's next ranged GETs: ``"drop"`` (send half the body, then close the connection),
+``"503"``, ``"403"``, ``"truncate"`` (a valid 206 for only the first half of the range) and
+``"ignore-range"`` (200 with the whole file).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import socket
 import threading
-from collections import Counter
+from collections import Counter, defaultdict, deque
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+CHUNK = 1 << 20
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class HubServer:
@@ -22,12 +38,28 @@ class HubServer:
         self.commit = hashlib.sha1(b"attngeom-test").hexdigest()
         self.bytes_sent: Counter[str] = Counter()
         self.requests: list[tuple[str, str]] = []
+        self.ranges: list[tuple[str, int, int]] = []
+        """(file name, first byte, last byte) of every ranged GET answered with a body."""
+        self.faults: defaultdict[str, deque[str]] = defaultdict(deque)
+        self._lock = threading.Lock()
+        self._etags: dict[Path, str] = {}
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
+
+    def etag(self, path: Path) -> str:
+        with self._lock:
+            if path not in self._etags:
+                self._etags[path] = _sha256(path)
+            return self._etags[path]
+
+    def _count(self, name: str, sent: int) -> None:
+        with self._lock:
+            self.bytes_sent[name] += sent
 
     def _handler(self):
         hub = self
@@ -53,46 +85,80 @@ class HubServer:
                     return None
                 return path
 
-            def _fail(self, status: int, code: str) -> None:
+            def _fail(self, status: int, code: str | None) -> None:
                 self.send_response(status)
-                self.send_header("X-Error-Code", code)
+                if code:
+                    self.send_header("X-Error-Code", code)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+
+            def _fault(self, path: Path) -> str | None:
+                with hub._lock:
+                    queue = hub.faults.get(path.name)
+                    return queue.popleft() if queue else None
 
             def _serve(self, with_body: bool) -> None:
                 hub.requests.append((self.command, self.path))
                 path = self._resolve()
                 if path is None:
                     return
-                data = path.read_bytes()
-                start, end = 0, len(data) - 1
+                size = path.stat().st_size
+                start, end = 0, size - 1
                 ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+                fault = self._fault(path) if ranged and with_body else None
+                if fault in ("503", "403"):
+                    self._fail(int(fault), None)
+                    return
+                if fault == "ignore-range":
+                    ranged = None
                 if ranged:
                     start = int(ranged[1])
                     end = min(int(ranged[2]) if ranged[2] else end, end)
+                    if fault == "truncate":
+                        end = start + (end - start) // 2
                 self.send_response(206 if ranged else 200)
                 self.send_header("X-Repo-Commit", hub.commit)
-                self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+                self.send_header("ETag", f'"{hub.etag(path)}"')
                 self.send_header("Accept-Ranges", "bytes")
                 self.send_header("Content-Length", str(end - start + 1))
                 if ranged:
-                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+                    self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
                 self.end_headers()
-                if with_body:
-                    self.wfile.write(data[start : end + 1])
-                    hub.bytes_sent[path.name] += end - start + 1
+                if not with_body:
+                    return
+                if ranged:
+                    with hub._lock:
+                        hub.ranges.append((path.name, start, end))
+                stop = start + (end - start + 1) // 2 if fault == "drop" else end + 1
+                with open(path, "rb") as handle:
+                    handle.seek(start)
+                    position = start
+                    while position < stop:
+                        block = handle.read(min(CHUNK, stop - position))
+                        self.wfile.write(block)
+                        hub._count(path.name, len(block))
+                        position += len(block)
+                if fault == "drop":
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
 
             def do_HEAD(self) -> None:
                 self._serve(with_body=False)
 
             def do_GET(self) -> None:
-                self._serve(with_body=True)
+                try:
+                    self._serve(with_body=True)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client hung up (e.g. on a response it did not want)
 
         return Handler
 
     @contextmanager
     def running(self):
-        thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         thread.start()
         try:
             yield self

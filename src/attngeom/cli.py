@@ -45,6 +45,9 @@ def _configure_score(parser: argparse.ArgumentParser) -> None:
         choices=("excess", "eq17"),
         help="directionality: excess over the threshold (published tables) or the paper's Eq. 17",
     )
+    parser.add_argument(
+        "--full-download", action="store_true", help="hub ids: download whole files, not q/k byte ranges"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
 
 
@@ -63,6 +66,7 @@ def _run_score(args: argparse.Namespace) -> int:
         dtype=getattr(torch, args.dtype),
         variant=args.variant,
         progress=not args.quiet,
+        full_download=args.full_download,
     )
     path = write_scores(frame, args.output)
     if not args.quiet:

@@ -27,6 +27,7 @@ def score(
     gamma: float = GAMMA,
     progress: bool = True,
     model_id: str | None = None,
+    full_download: bool = False,
 ) -> pd.DataFrame:
     """Per-head and per-layer symmetry, directionality and norm of every attention layer of ``model``.
 
@@ -38,7 +39,7 @@ def score(
         raise InputError(
             f"unknown directionality variant {variant!r}; choose one of {DIRECTIONALITY_VARIANTS}"
         )
-    source = open_source(model, revision=revision, token=token)
+    source = open_source(model, revision=revision, token=token, full_download=full_download)
     return score_source(
         source, device=device, dtype=dtype, variant=variant, gamma=gamma, progress=progress, model_id=model_id
     )

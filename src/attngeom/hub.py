@@ -20,6 +20,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from . import remote
 from .errors import InputError
 from .sources import (
     BIN_INDEX,
@@ -76,8 +77,11 @@ def _commit_of(snapshot_file: Path) -> str | None:
     return parent.name if parent.parent.name == "snapshots" else None
 
 
-def from_hub(repo_id: str, *, revision: str | None = None, token: str | None = None) -> WeightSource:
-    """A hub model whose shards are downloaded lazily, only those holding a requested tensor."""
+def from_hub(
+    repo_id: str, *, revision: str | None = None, token: str | None = None, full_download: bool = False
+) -> WeightSource:
+    """A hub model read by HTTP range (remote.py), or with ``full_download`` by downloading whole shards
+    lazily, only those holding a requested tensor (also the fallback for ``.bin`` checkpoints)."""
     config_file = _optional(repo_id, "config.json", revision, token)
     if config_file is None:
         raise InputError(f"{repo_id}: the repository has no config.json")
@@ -88,6 +92,10 @@ def from_hub(repo_id: str, *, revision: str | None = None, token: str | None = N
         return _download(repo_id, filename, commit, token)
 
     index = _optional(repo_id, SAFETENSORS_INDEX, commit, token)
+    if not full_download:
+        source = remote.safetensors_source(repo_id, config, commit, token, index)
+        if source is not None:
+            return source
     if index is not None:
         weight_map = read_index(index, repo_id)
         total = json.loads(index.read_text()).get("metadata", {}).get("total_parameters")
@@ -105,6 +113,8 @@ def from_hub(repo_id: str, *, revision: str | None = None, token: str | None = N
     if single is not None:
         weight_map = dict.fromkeys(safetensors_names(single), SAFETENSORS_SINGLE)
         return safetensors_source(repo_id, config, weight_map, fetch, model_id=repo_id, revision=commit)
+    if not full_download:
+        remote.warn_full_download(repo_id)
     index = _optional(repo_id, BIN_INDEX, commit, token)
     if index is not None:
         weight_map = read_index(index, repo_id)

@@ -88,9 +88,16 @@ class WeightSource:
 
 
 def open_source(
-    model: str | os.PathLike | torch.nn.Module, *, revision: str | None = None, token: str | None = None
+    model: str | os.PathLike | torch.nn.Module,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    full_download: bool = False,
 ) -> WeightSource:
-    """The weights source for a hub id, a local directory, a ``.gguf`` file or an in-memory model."""
+    """The weights source for a hub id, a local directory, a ``.gguf`` file or an in-memory model.
+
+    Hub files are read by HTTP range (only the q/k bytes); ``full_download`` downloads whole files instead.
+    """
     if isinstance(model, torch.nn.Module):
         return from_module(model)
     text = os.fspath(model)
@@ -103,11 +110,15 @@ def open_source(
         raise InputError(
             f"{text}: not a model directory or a .gguf file; pass the directory holding config.json"
         )
+    if text.endswith(".gguf") and not text.startswith(("/", ".", "~")) and text.count("/") >= 2:
+        from .remote import gguf_source  # org/name/file.gguf: a GGUF file on the Hub
+
+        return gguf_source(text, revision=revision, token=token, full_download=full_download)
     if _looks_like_path(text):
         raise InputError(f"{text}: no such file or directory")
     from .hub import from_hub  # huggingface_hub is only needed for hub ids
 
-    return from_hub(text, revision=revision, token=token)
+    return from_hub(text, revision=revision, token=token, full_download=full_download)
 
 
 def _looks_like_path(text: str) -> bool:
@@ -318,12 +329,15 @@ _GGUF_TENSOR_NAMES = {
 }
 
 
-def from_gguf(path: Path) -> WeightSource:
-    """A GGUF file: head counts from its metadata, q/k tensors dequantised one at a time."""
+def from_gguf(path: Path, *, read: Callable | None = None, description: str | None = None) -> WeightSource:
+    """A GGUF file: head counts from its metadata, q/k tensors dequantised one at a time.
+
+    ``read(tensor)`` gives a tensor's raw data where the file at ``path`` holds only the header (remote.py).
+    """
     import gguf
     from gguf.quants import dequantize
 
-    description = str(path)
+    description = description or str(path)
     try:
         reader = gguf.GGUFReader(path)
     except Exception as err:  # gguf raises ValueError/struct.error/IndexError on corrupt files
@@ -359,7 +373,8 @@ def from_gguf(path: Path) -> WeightSource:
 
     def load(name: str) -> torch.Tensor:
         tensor = tensors[name]
-        return torch.from_numpy(dequantize(tensor.data, tensor.tensor_type).copy())
+        data = tensor.data if read is None else read(tensor)
+        return torch.from_numpy(dequantize(data, tensor.tensor_type).copy())
 
     return WeightSource(
         model_id=path.name,

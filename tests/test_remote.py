@@ -1,0 +1,300 @@
+"""Hub ids read by HTTP range (remote.py) against the local hub-like server: the same scores as from disk,
+only header and q/k bytes transferred (counted by the server), faults survived or reported clearly, and
+no corrupt cache entry left behind. In-process: huggingface_hub's endpoint and cache are pointed at the
+server and a temporary HF_HOME."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import gguf
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conformance import build, tiny_config
+from hubserver import HubServer
+from huggingface_hub import constants
+from safetensors.torch import load_file
+
+import attngeom
+from attngeom import cli, remote
+from attngeom.errors import InputError
+from attngeom.packaged import packaged_model_path
+
+SHARDED, SINGLE, BIN, GGUF = "org/sharded-llama", "org/single-qwen2", "org/bin-llama", "org/tiny-gguf"
+GGUF_FILE = "tiny-Q8_0.gguf"
+SCORES = ["stack", "layer", "head", "symmetry", "directionality", "norm"]
+
+
+def _llama(path, **save):
+    config = tiny_config(
+        "llama",
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=3,
+        intermediate_size=128,
+        vocab_size=256,
+    )
+    build(config).save_pretrained(path, **save)
+    return path
+
+
+def _bin(path):
+    """The same checkpoint as a PyTorch .bin (transformers 5 writes only safetensors)."""
+    torch.save(load_file(path / "model.safetensors"), path / "pytorch_model.bin")
+    (path / "model.safetensors").unlink()
+    return path
+
+
+def _write_gguf(path) -> None:
+    """A llama GGUF with Q8_0 q/k and float32 everything else, so most of the file is not q/k."""
+    rng = np.random.default_rng(0)
+    d, heads, kv_heads, layers = 64, 4, 2, 3
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_block_count(layers)
+    writer.add_embedding_length(d)
+    writer.add_feed_forward_length(128)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_vocab_size(256)
+    writer.add_tensor("token_embd.weight", rng.standard_normal((256, d), dtype=np.float32))
+    for i in range(layers):
+        for short, rows in (("q", d), ("k", d * kv_heads // heads)):
+            data = rng.standard_normal((rows, d), dtype=np.float32)
+            writer.add_tensor(
+                f"blk.{i}.attn_{short}.weight",
+                gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0),
+                raw_dtype=gguf.GGMLQuantizationType.Q8_0,
+            )
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", rng.standard_normal((128, d), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repos")
+    qwen2 = tiny_config(
+        "qwen2",
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=3,
+        intermediate_size=128,
+        vocab_size=256,
+    )
+    build(qwen2).save_pretrained(root / "single")
+    (root / "gguf").mkdir()
+    _write_gguf(root / "gguf" / GGUF_FILE)
+    return {
+        SHARDED: _llama(root / "sharded", max_shard_size="100KB"),
+        SINGLE: root / "single",
+        BIN: _bin(_llama(root / "bin")),
+        GGUF: root / "gguf",
+    }
+
+
+@pytest.fixture
+def hub(repos, tmp_path, monkeypatch):
+    """A running server with huggingface_hub and attngeom's cache pointed at it (and a fresh HF_HOME)."""
+    with HubServer(repos).running() as server:
+        monkeypatch.setattr(constants, "ENDPOINT", server.url)
+        monkeypatch.setattr(
+            constants, "HUGGINGFACE_CO_URL_TEMPLATE", server.url + "/{repo_id}/resolve/{revision}/{filename}"
+        )
+        monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "hf"))
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+        monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(remote, "RETRY_WAIT_S", 0.01)
+        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ATTNGEOM_CACHE"):
+            monkeypatch.delenv(name, raising=False)
+        yield server
+
+
+def score(model, **kwargs) -> pd.DataFrame:
+    return attngeom.score(str(model), progress=False, **kwargs)
+
+
+def assert_same_scores(ours: pd.DataFrame, reference: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(
+        ours[SCORES], reference[SCORES], check_exact=True
+    )  # the same bytes were read
+
+
+def safetensors_layout(path):
+    """(header bytes, {tensor: byte count}) of a local safetensors file."""
+    with open(path, "rb") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+        header = json.loads(handle.read(length))
+    sizes = {k: v["data_offsets"][1] - v["data_offsets"][0] for k, v in header.items() if k != "__metadata__"}
+    return 8 + length, sizes
+
+
+def qk(name: str) -> bool:
+    return name.endswith(("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias"))
+
+
+def cache_files(tmp_path):
+    return sorted(p for p in (tmp_path / "hf" / "attngeom").rglob("*") if p.is_file())
+
+
+def test_sharded_moves_only_headers_and_qk_bytes(hub, repos, tmp_path):
+    reference = score(repos[SHARDED])
+    frame = score(SHARDED)
+    assert_same_scores(frame, reference)
+    assert set(frame["revision"]) == {hub.commit}
+    expected = 0
+    shards = sorted(repos[SHARDED].glob("*.safetensors"))
+    for shard in shards:
+        header, sizes = safetensors_layout(shard)
+        wanted = [n for n in sizes if qk(n)]
+        expected += header + sum(sizes[n] for n in wanted) if wanted else 0
+    sent = {k: v for k, v in hub.bytes_sent.items() if k.endswith(".safetensors")}
+    assert sum(sent.values()) == expected
+    assert sum(sent.values()) < 0.5 * sum(s.stat().st_size for s in shards)
+    # a re-run transfers no tensor bytes, online or offline
+    hub.bytes_sent.clear()
+    assert_same_scores(score(SHARDED), reference)
+    assert not [k for k in hub.bytes_sent if k.endswith(".safetensors")]
+    constants.HF_HUB_OFFLINE = True  # restored by the fixture's monkeypatch
+    assert_same_scores(score(SHARDED), reference)
+    assert not hub.bytes_sent.get("config.json") and not [
+        k for k in hub.bytes_sent if k.endswith(".safetensors")
+    ]
+
+
+def test_single_file_with_biases_merges_adjacent_ranges(hub, repos):
+    reference = score(repos[SINGLE])
+    frame = score(SINGLE)
+    assert_same_scores(frame, reference)
+    assert frame["n_params"].iloc[0] == reference["n_params"].iloc[0]
+    header, sizes = safetensors_layout(repos[SINGLE] / "model.safetensors")
+    wanted = [n for n in sizes if qk(n)]
+    assert len(wanted) == 4 * 3  # q/k weight and bias of three layers
+    assert hub.bytes_sent["model.safetensors"] == header + sum(sizes[n] for n in wanted)
+    data_requests = [r for r in hub.ranges if r[1] >= header]
+    # layer 0 is read as asked (4 requests); later layers' bias + weight pairs come in one request each
+    assert len(data_requests) == 4 + 2 * 2
+
+
+def test_gguf_header_and_qk_ranges(hub, repos):
+    local = repos[GGUF] / GGUF_FILE
+    reference = score(local)
+    frame = score(f"{GGUF}/{GGUF_FILE}")
+    assert_same_scores(frame, reference)
+    assert set(frame["model_id"]) == {f"{GGUF}/{GGUF_FILE}"} and set(frame["revision"]) == {hub.commit}
+    reader = gguf.GGUFReader(local)
+    qk_tensors = [t for t in reader.tensors if ".attn_q." in t.name or ".attn_k." in t.name]
+    data = sum(end - start + 1 for _, start, end in hub.ranges if start >= reader.data_offset)
+    assert data == sum(int(t.n_bytes) for t in qk_tensors)
+    assert hub.bytes_sent[GGUF_FILE] < 0.5 * local.stat().st_size
+    # q and k of a layer lie back to back in GGUF: one request per layer after the first
+    assert len([r for r in hub.ranges if r[1] >= reader.data_offset]) == 2 + 2
+    hub.bytes_sent.clear()
+    constants.HF_HUB_OFFLINE = True
+    assert_same_scores(score(f"{GGUF}/{GGUF_FILE}"), reference)
+    assert not hub.bytes_sent
+
+
+@pytest.mark.slow
+def test_real_gguf_smollm2(hub, repos, tmp_path):
+    """The packaged SmolLM2-135M Q4_1 GGUF (98 MB, a 49k-token vocabulary in its header) over ranges."""
+    path = packaged_model_path("SmolLM2-135M-Instruct-Q4_1")
+    hub.repos["HuggingFaceTB/SmolLM2-GGUF"] = path.parent
+    reference = score(path)
+    frame = score(f"HuggingFaceTB/SmolLM2-GGUF/{path.name}")
+    assert_same_scores(frame, reference)
+    assert hub.bytes_sent[path.name] < 0.15 * path.stat().st_size
+
+
+FAULTS = {
+    "connection dropped mid-range": ["drop", "drop"],
+    "503 twice": ["503", "503"],
+    "truncated response": ["truncate", "truncate"],
+    "all at once": ["drop", "503", "truncate", "503", "drop", "truncate", "drop"],
+}
+
+
+@pytest.mark.parametrize("faults", list(FAULTS))
+def test_transient_faults_give_the_right_scores(hub, repos, tmp_path, faults):
+    reference = score(repos[SINGLE])
+    hub.faults["model.safetensors"].extend(FAULTS[faults])
+    assert_same_scores(score(SINGLE), reference)
+    assert not hub.faults["model.safetensors"], "every fault was served"
+    _, sizes = safetensors_layout(repos[SINGLE] / "model.safetensors")
+    files = cache_files(tmp_path)
+    assert not [p for p in files if p.name.endswith(".tmp")]
+    tensors = {p.name: p.stat().st_size for p in files if not p.name.endswith(".header")}
+    assert tensors == {n: sizes[n] for n in sizes if qk(n)}
+
+
+def test_persistent_failure_is_clear_and_leaves_no_corrupt_entry(hub, repos, tmp_path):
+    reference = score(repos[SINGLE])
+    score(SINGLE)  # header and layer-0 tensors cached ...
+    for path in cache_files(tmp_path):
+        if path.name.startswith("layers.2."):
+            path.unlink()  # ... all but the last layer's
+    hub.faults["model.safetensors"].extend(["drop"] + ["503"] * 50)
+    with pytest.raises(InputError, match=r"download failed after 5 tries \(HTTP 503\)"):
+        score(SINGLE)
+    _, sizes = safetensors_layout(repos[SINGLE] / "model.safetensors")
+    left = cache_files(tmp_path)
+    assert not [p for p in left if p.name.endswith(".tmp")]
+    assert all(
+        p.stat().st_size == sizes[p.name] for p in left if p.name.startswith("layers.2.")
+    )  # only whole tensors
+    hub.faults.clear()
+    assert_same_scores(score(SINGLE), reference)
+
+
+def test_server_ignoring_ranges_is_named_and_full_download_still_works(hub, repos):
+    hub.faults["model.safetensors"].append("ignore-range")
+    with pytest.raises(InputError, match=r"ignores HTTP Range requests.*--full-download"):
+        score(SINGLE)
+    assert hub.bytes_sent["model.safetensors"] < 0.5 * (repos[SINGLE] / "model.safetensors").stat().st_size
+    hub.faults["model.safetensors"].extend(["ignore-range"] * 3)
+    assert_same_scores(score(SINGLE, full_download=True), score(repos[SINGLE]))
+
+
+def test_forbidden_range_is_an_auth_error(hub):
+    hub.faults["model.safetensors"].append("403")
+    with pytest.raises(InputError, match=r"denied \(HTTP 403\); authenticate"):
+        score(SINGLE)
+
+
+def test_gated_wrong_revision_wrong_id(hub, repos, monkeypatch):
+    spec = f"{GGUF}/{GGUF_FILE}"
+    hub.token = "secret"
+    with pytest.raises(InputError, match="gated repository.*HF_TOKEN"):
+        score(spec)
+    monkeypatch.setenv("HF_TOKEN", "secret")
+    assert_same_scores(score(spec), score(repos[GGUF] / GGUF_FILE))
+    with pytest.raises(InputError, match="no revision 'v9'"):
+        score(spec, revision="v9")
+    with pytest.raises(InputError, match="no such repository"):
+        score(f"org/nothing/{GGUF_FILE}")
+    with pytest.raises(InputError, match="no file other.gguf"):
+        score(f"{GGUF}/other.gguf")
+
+
+def test_bin_checkpoint_falls_back_to_full_download_and_says_so(hub, repos, caplog):
+    with caplog.at_level(logging.WARNING, logger="attngeom.remote"):
+        frame = score(BIN)
+    assert "cannot be read in parts" in caplog.text
+    assert_same_scores(frame, score(repos[BIN]))
+    assert hub.bytes_sent["pytorch_model.bin"] == (repos[BIN] / "pytorch_model.bin").stat().st_size
+
+
+def test_cli_full_download_flag(hub, repos, tmp_path):
+    out = tmp_path / "scores.parquet"
+    assert cli.main(["score", SINGLE, "-o", str(out), "--quiet", "--full-download"]) == 0
+    size = (repos[SINGLE] / "model.safetensors").stat().st_size
+    assert hub.bytes_sent["model.safetensors"] == size
+    assert not hub.ranges
+    assert torch.tensor(pd.read_parquet(out)["symmetry"].dropna().to_numpy()).isfinite().all()
