@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from conformance import (
     Capture,
     PairCapture,
@@ -321,3 +322,78 @@ def test_sam_encoder_and_two_way_decoder_conform(tmp_path):
     assert set(frame[frame["stack"] == "token_to_image"]["head_dim"]) == {4}  # 16 / downsample 2 / 2 heads
     in_memory = attngeom.score(model, progress=False)
     np.testing.assert_allclose(frame["norm"].to_numpy(float), in_memory["norm"].to_numpy(float))
+
+
+MASK2FORMER_SIZES = dict(
+    hidden_dim=32,
+    mask_feature_size=32,
+    feature_size=32,
+    encoder_feedforward_dim=32,
+    dim_feedforward=32,
+    num_attention_heads=4,
+    encoder_layers=1,
+    decoder_layers=3,
+    num_queries=5,
+    backbone_config=dict(
+        model_type="swin",
+        embed_dim=16,
+        depths=[1, 1, 1, 1],
+        num_heads=[1, 1, 2, 2],
+        image_size=64,
+        patch_size=4,
+        window_size=2,
+        out_features=["stage1", "stage2", "stage3", "stage4"],
+    ),
+)
+
+
+def _capture_multihead(model, inputs, monkeypatch) -> list[PairCapture]:
+    """nn.MultiheadAttention (fused ``in_proj``): the q/k torch itself projects (``F._in_projection_packed``)."""
+    captures: list[PairCapture] = []
+    original = F.multi_head_attention_forward
+
+    def wrapped(query, key, value, embed_dim, num_heads, in_proj_weight, in_proj_bias, *args, **kwargs):
+        q, k, _ = F._in_projection_packed(query, key, value, in_proj_weight, in_proj_bias)
+
+        def heads(t: torch.Tensor) -> torch.Tensor:  # (N, B, E) → (B, H, N, d_h)
+            return t.reshape(t.shape[0], t.shape[1], num_heads, -1).permute(1, 2, 0, 3).detach()
+
+        captures.append(PairCapture(query.transpose(0, 1), heads(q), heads(k), key.transpose(0, 1)))
+        return original(
+            query, key, value, embed_dim, num_heads, in_proj_weight, in_proj_bias, *args, **kwargs
+        )
+
+    monkeypatch.setattr(F, "multi_head_attention_forward", wrapped)
+    with torch.no_grad():
+        model(**inputs)
+    monkeypatch.undo()
+    return captures
+
+
+def test_mask2former_backbone_decoder_and_masked_cross_attention_conform(tmp_path, monkeypatch):
+    from transformers.models.mask2former.modeling_mask2former import Mask2FormerAttention
+
+    model = build(tiny_config("mask2former", **MASK2FORMER_SIZES))
+    layers = layers_from_disk(model, tmp_path)
+    assert [layer.stack for layer in layers] == ["backbone"] * 4 + ["decoder"] * 2 + ["cross"] * 2
+    inputs = {
+        "pixel_values": torch.randn(BATCH, 3, 64, 64, generator=torch.Generator().manual_seed(3)).double()
+    }
+    backbone = {id(m) for m in model.pixel_level_module.encoder.modules()}
+    captures = capture_qk_pairs(model, inputs, module_filter=lambda m: id(m) in backbone)
+
+    def self_inputs(module, arguments):  # the module takes (N, B, E) and adds the query positions itself
+        x = (arguments["hidden_states"] + arguments["position_embeddings"]).transpose(0, 1)
+        return x, x
+
+    captures += capture_projections(model, inputs, Mask2FormerAttention, "q_proj", "k_proj", self_inputs)
+    captures += _capture_multihead(model, inputs, monkeypatch)
+    assert_conforms_pairs(captures, layers)
+    frame = attngeom.score(tmp_path, progress=False)
+    assert frame[frame["stack"] == "cross"]["symmetry"].isna().all()
+    assert list(frame[frame["head"].isna() & (frame["stack"] == "backbone")]["hidden_size"]) == [
+        16,
+        32,
+        64,
+        128,
+    ]

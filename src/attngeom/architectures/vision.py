@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from transformers import PretrainedConfig
 
 from . import gpt_lineage
-from .base import Architecture, AttentionLayer, TensorReader, linear
+from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, linear
 
 POSITION_FORM = "position_augmented: (x + p) W_q W_kᵀ (x + p)ᵀ, p the position embedding added to q/k inputs"
 POSITION_CROSS_FORM = "position_augmented cross: (x + p) W_q W_kᵀ (y + p_y)ᵀ, another sequence's keys"
@@ -103,7 +103,9 @@ def _vit_mae_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[
         yield _block(reader, "decoder", i, *names, heads, config.decoder_hidden_size // heads)
 
 
-def _swin_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+def _swin_layers(
+    config: PretrainedConfig, reader: TensorReader, stack: str = "encoder"
+) -> Iterator[AttentionLayer]:
     """Swin: stage s has width embed_dim·2^s and its own head count; layers are numbered across stages.
 
     Windowed attention applies the same W_q, W_k to every window; the relative position bias is outside
@@ -118,7 +120,7 @@ def _swin_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Att
             base = f"encoder.layers.{stage}.blocks.{block}.attention"
             yield _block(
                 reader,
-                "encoder",
+                stack,
                 index,
                 (f"{base}.self.query", f"{base}.q_proj"),
                 (f"{base}.self.key", f"{base}.k_proj"),
@@ -238,6 +240,59 @@ def _sam_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
         )
 
 
+def _mask2former_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """Mask2Former: the Swin backbone (stack ``backbone``) and the masked-attention transformer decoder.
+
+    The decoder's self-attention (stack ``decoder``) and its masked cross-attention to the multi-scale
+    pixel features (stack ``cross``, an ``nn.MultiheadAttention`` with fused ``in_proj`` rows [q; k; v])
+    see position-augmented q/k inputs. The pixel decoder's multi-scale deformable attention samples
+    features at predicted offsets: it is not a bilinear form and is not scored.
+    """
+    backbone = config.backbone_config
+    if backbone.model_type == "swin":
+        yield from _swin_layers(backbone, reader, stack="backbone")
+    elif backbone.model_type != "resnet":  # a ResNet backbone has no attention
+        raise ArchitectureError(
+            f"mask2former with a {backbone.model_type!r} backbone is not supported; supported backbones: swin, resnet"
+        )
+    heads, d = config.num_attention_heads, config.hidden_dim
+    layers = config.decoder_layers - 1  # the first query update happens before the decoder layers
+    for i in range(layers):
+        yield _block(
+            reader,
+            "decoder",
+            i,
+            (f"transformer_module.decoder.layers.{i}.self_attn.q_proj",),
+            (f"transformer_module.decoder.layers.{i}.self_attn.k_proj",),
+            heads,
+            d // heads,
+            left_out=("bias", "scale"),
+            form=POSITION_FORM,
+        )
+    for i in range(layers):
+        weight = linear(reader.get(f"transformer_module.decoder.layers.{i}.cross_attn.in_proj_weight"))
+        bias = reader.get(f"transformer_module.decoder.layers.{i}.cross_attn.in_proj_bias")
+        yield AttentionLayer(
+            stack="cross",
+            layer=i,
+            w_q=weight[:, :d],
+            w_k=weight[:, d : 2 * d],
+            b_q=bias[:d],
+            b_k=bias[d : 2 * d],
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=d // heads,
+            left_out=("bias", "scale", "attention_mask"),
+            form=POSITION_CROSS_FORM,
+            cross=True,
+        )
+
+
+def _mask2former_count(config: PretrainedConfig) -> int:
+    backbone = sum(config.backbone_config.depths) if config.backbone_config.model_type == "swin" else 0
+    return backbone + 2 * (config.decoder_layers - 1)
+
+
 def _imagegpt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """ImageGPT is GPT-2 over pixel tokens: Conv1D ``c_attn`` with columns [q | k | v]."""
     return gpt_lineage._gpt2_layers(config, reader)
@@ -303,6 +358,13 @@ ARCHITECTURES: list[Architecture] = [
         ),
         stacks=("encoder", "decoder", "token_to_image", "image_to_token"),
         notes="mask decoder: position-augmented q/k inputs; token↔image attentions are cross stacks",
+    ),
+    _vision(
+        ("mask2former",),
+        _mask2former_layers,
+        n_layers=_mask2former_count,
+        stacks=("backbone", "decoder", "cross"),
+        notes="pixel decoder's deformable attention is not a bilinear form: not scored",
     ),
     Architecture(
         model_types=("imagegpt",),
