@@ -2,17 +2,19 @@
 
 Exit 2 with ``attngeom: error: ...`` is the CLI's answer for input it cannot score (unsupported family,
 corrupt or missing files, gated repo): that writes an empty Parquet file and a status saying why, so
-the other models and the tables go on. Any other non-zero exit fails the job.
+the other models and the tables go on. Any other error propagates and fails the job. The CLI runs in
+this process (one interpreter start per job instead of two).
 """
 
+import contextlib
+import io
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
+from attngeom.cli import main as attngeom_main
 from attngeom.tables import write_text
 
 PREFIX = "attngeom: error: "
@@ -31,18 +33,21 @@ def outcome(returncode: int, stderr: str, what: str, log: str) -> dict:
 def main(snakemake) -> None:
     p = snakemake.params
     scores, status, log = Path(snakemake.output.scores), snakemake.output.status, snakemake.log[0]
-    command = [sys.executable, "-m", "attngeom.cli", "score", p.location, "-o", str(scores)]
-    command += ["--device", p.device, "--dtype", p.dtype, "--variant", p.variant, "--quiet"]
-    if p.revision:
-        command += ["--revision", p.revision]
+    argv = ["score", p.location, "-o", str(scores), "--device", p.device, "--dtype", p.dtype]
+    argv += ["--variant", p.variant, "--quiet"] + (["--revision", p.revision] if p.revision else [])
     start = time.monotonic()
+    stderr = io.StringIO()
     with open(log, "w") as log_file:
-        log_file.write(" ".join(command) + "\n")
-        log_file.flush()
-        result = subprocess.run(command, stdout=log_file, stderr=subprocess.PIPE, text=True)
-        log_file.write(result.stderr)
+        log_file.write("attngeom " + " ".join(argv) + "\n")
+        try:
+            with contextlib.redirect_stdout(log_file), contextlib.redirect_stderr(stderr):
+                returncode = attngeom_main(argv)
+        except SystemExit as exit_:  # argparse rejects its arguments
+            returncode = exit_.code if isinstance(exit_.code, int) else 1
+        finally:
+            log_file.write(stderr.getvalue())
     record = {"model": p.model, "location": p.location, "seconds": round(time.monotonic() - start, 3)}
-    record.update(outcome(result.returncode, result.stderr, f"attngeom score {p.location}", log))
+    record.update(outcome(returncode, stderr.getvalue(), f"attngeom score {p.location}", log))
     if record["status"] == "failed":
         pd.DataFrame().to_parquet(scores)
     write_text(json.dumps(record, indent=1) + "\n", status)

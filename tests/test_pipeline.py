@@ -268,6 +268,14 @@ def test_figures_are_pdf_and_png(tiny_run):
 
 
 @pytest.mark.slow
+def test_html_report_holds_the_tables_and_figures(tiny_run):
+    run_snakemake("--configfile", "tiny.yaml", "--report", "report.html", cwd=tiny_run)
+    html = (tiny_run / "report.html").read_text(errors="replace")
+    for name in ("summary.csv", "figure_2.png", "figure_s1.png", "figure_s2.png", "local--corrupt.png"):
+        assert name in html, name
+
+
+@pytest.mark.slow
 def test_adding_a_model_schedules_only_its_jobs_and_the_aggregates(tiny_run):
     config = yaml.safe_load((tiny_run / "tiny.yaml").read_text())
     new = {
