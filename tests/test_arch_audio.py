@@ -79,3 +79,22 @@ def test_forward_pass_conformance_from_disk(model_type, tmp_path, monkeypatch):
     frame = attngeom.score(tmp_path, progress=False)
     assert len(frame) == 2 * (4 + 1) and set(frame["modality"]) == {"audio"}
     assert frame["kv_head"].dropna().tolist() == [0, 1, 2, 3] * 2
+
+
+def test_audio_spectrogram_transformer_conforms(tmp_path):
+    config = tiny_config(
+        "audio-spectrogram-transformer",
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=32,
+        num_mel_bins=16,
+        max_length=32,
+        patch_size=8,
+    )
+    model = build(config)
+    layers = layers_from_disk(model, tmp_path)
+    features = torch.randn(2, 32, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    assert_conforms(capture_qk(model, {"input_values": features}), layers)
+    on_disk, in_memory = attngeom.score(tmp_path, progress=False), attngeom.score(model, progress=False)
+    assert set(on_disk["modality"]) == {"audio"} and len(on_disk) == len(in_memory) == 2 * (4 + 1)

@@ -64,6 +64,11 @@ CASES = {
         name: (lambda name=name: tiny_config(name, **VIT_SIZES), AutoModel, _pixels)
         for name in ("vit", "deit", "vit_msn", "dinov2", "dinov2_with_registers", "beit", "data2vec-vision")
     },
+    "yolos": (
+        lambda: tiny_config("yolos", **{**VIT_SIZES, "image_size": [32, 32]}, num_detection_tokens=3),
+        AutoModel,
+        _pixels,
+    ),
     "vit_mae": (
         lambda: tiny_config(
             "vit_mae",

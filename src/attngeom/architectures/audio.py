@@ -1,4 +1,5 @@
-"""Self-supervised speech encoders of the wav2vec 2.0 lineage (MMS checkpoints are model_type wav2vec2).
+"""Audio encoders: the wav2vec 2.0 lineage (MMS checkpoints are model_type wav2vec2) and the audio
+spectrogram transformer (the ViT layout over spectrogram patches).
 
 The convolutional relative position embedding is added to the input of the first layer, so it is part
 of x, not of the form. WavLM adds a gated relative position bias to the scores: outside the form.
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from transformers import PretrainedConfig
 
 from .base import Architecture, AttentionLayer, TensorReader, linear
+from .vision import vit_layers
 
 
 def _wav2vec2_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
@@ -42,4 +44,14 @@ WAV2VEC2 = Architecture(
     stacks=("encoder",),
 )
 
-ARCHITECTURES: list[Architecture] = [WAV2VEC2]
+AST = Architecture(
+    model_types=("audio-spectrogram-transformer",),
+    modality="audio",
+    objective="bidirectional",
+    layers=vit_layers,
+    n_layers=lambda c: c.num_hidden_layers,
+    notes="ViT over spectrogram patches",
+    stacks=("encoder",),
+)
+
+ARCHITECTURES: list[Architecture] = [WAV2VEC2, AST]

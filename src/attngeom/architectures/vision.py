@@ -76,7 +76,8 @@ def _vit_stack(
         )
 
 
-def _vit_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+def vit_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """The ViT layout (also the audio spectrogram transformer's)."""
     return _vit_stack(config, reader)
 
 
@@ -311,7 +312,11 @@ def _vision(model_types: tuple[str, ...], layers, **kwargs) -> Architecture:
 
 
 ARCHITECTURES: list[Architecture] = [
-    _vision(("vit", "deit", "vit_msn", "dinov2", "dinov2_with_registers"), _vit_layers, notes="DINO is vit"),
+    _vision(
+        ("vit", "deit", "vit_msn", "dinov2", "dinov2_with_registers", "yolos"),
+        vit_layers,
+        notes="DINO is vit",
+    ),
     _vision(("beit", "data2vec-vision"), _beit_layers, notes="DiT is beit"),
     _vision(
         ("vit_mae",),
