@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from conformance import (
@@ -185,18 +187,13 @@ CASES = {
 }
 
 
-class _Musicgen:
+def _model_class(model_type: str):
     """MusicGen has no AutoModel entry; ``build`` needs a ``from_config``."""
-
-    @staticmethod
-    def from_config(config):
+    if model_type == "musicgen":
         from transformers import MusicgenForConditionalGeneration
 
-        return MusicgenForConditionalGeneration(config)
-
-
-def _model_class(model_type: str):
-    return _Musicgen if model_type == "musicgen" else AutoModel
+        return SimpleNamespace(from_config=MusicgenForConditionalGeneration)
+    return AutoModel
 
 
 def _stacks_in_call_order(layers: list[AttentionLayer]) -> list[AttentionLayer]:
@@ -299,3 +296,30 @@ def test_self_layer_with_mismatched_widths_is_refused():
     AttentionLayer(
         "cross", 0, torch.zeros(8, 4), torch.zeros(6, 4), n_heads=1, n_kv_heads=1, head_dim=4, cross=True
     )
+
+
+@pytest.mark.parametrize("model_type", ["bart", "t5", "whisper", "speecht5", "musicgen", "detr"])
+def test_disk_and_memory_agree(model_type, built, tmp_path):
+    model, _ = built(model_type)
+    model.save_pretrained(tmp_path)
+    on_disk = attngeom.score(tmp_path, progress=False)
+    in_memory = attngeom.score(model, progress=False)
+    assert list(on_disk["stack"]) == list(in_memory["stack"])
+    torch.testing.assert_close(
+        torch.tensor(on_disk["norm"].to_numpy(float)), torch.tensor(in_memory["norm"].to_numpy(float))
+    )
+
+
+def test_t5_encoder_only_checkpoint(tmp_path):
+    from transformers import T5EncoderModel
+
+    config, inputs = _t5("t5")
+    model = build(config, SimpleNamespace(from_config=T5EncoderModel))
+    layers = layers_from_disk(model, tmp_path)
+    assert [layer.stack for layer in layers] == ["encoder", "encoder"]
+    captures = capture_qk_pairs(
+        model,
+        {"input_ids": inputs(config)["input_ids"]},
+        module_filter=lambda m: "Layer" not in type(m).__name__,
+    )
+    assert_conforms_pairs(captures, layers)

@@ -151,8 +151,16 @@ T5_ENCODER = _t5_spec("encoder.block.{i}.layer.0.SelfAttention", ("relative_posi
 
 
 def _t5_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """Head width ``d_kv``; self-attention adds a relative position bias (outside the form)."""
-    return _encoder_decoder(
+    """Head width ``d_kv``; self-attention adds a relative position bias (outside the form).
+
+    An encoder-only checkpoint (T5EncoderModel, as text encoders of diffusion models are saved) yields
+    the encoder stack alone.
+    """
+    if not reader.has("decoder.block.0.layer.0.SelfAttention.q.weight"):
+        for i in range(config.num_layers):
+            yield _layer(reader, "encoder", i, T5_ENCODER, config.num_heads, config.d_kv)
+        return
+    yield from _encoder_decoder(
         reader,
         encoder=T5_ENCODER,
         decoder=_t5_spec("decoder.block.{i}.layer.0.SelfAttention", ("relative_position",)),
