@@ -402,3 +402,96 @@ def test_mask2former_backbone_decoder_and_masked_cross_attention_conform(tmp_pat
         64,
         128,
     ]
+
+
+def test_mllama_vision_decoder_and_qk_normalised_cross_attention(tmp_path):
+    """Vision and text self-attention conform exactly; the cross form reproduces the model's normalised
+    q·k up to the per-token-and-head 1/rms scalars read from its own q/k norm inputs (float32 norms)."""
+    config = tiny_config(
+        "mllama",
+        text_config=dict(
+            hidden_size=32,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=32,
+            vocab_size=100,
+            pad_token_id=1,
+            cross_attention_layers=[1, 3],
+        ),
+        vision_config=dict(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_global_layers=1,
+            attention_heads=4,
+            intermediate_size=32,
+            image_size=16,
+            patch_size=8,
+            max_num_tiles=2,
+            supported_aspect_ratios=[[1, 1], [1, 2]],
+            intermediate_layers_indices=[0, 1],
+            vision_output_dim=96,
+        ),
+    )
+    model = build(config)
+    layers = layers_from_disk(model, tmp_path)
+    assert [layer.stack for layer in layers] == ["vision"] * 3 + ["decoder"] * 2 + ["cross"] * 2
+    g = torch.Generator().manual_seed(3)
+    inputs = {
+        "input_ids": torch.randint(2, 100, (1, 7), generator=g),
+        "position_ids": torch.zeros(1, 7, dtype=torch.long),
+        "pixel_values": torch.randn(1, 1, 2, 3, 16, 16, generator=g, dtype=torch.float64),
+        "aspect_ratio_ids": torch.tensor([[1]]),
+        "aspect_ratio_mask": torch.ones(1, 1, 2, dtype=torch.long),
+        "cross_attention_mask": torch.ones(1, 7, 1, 2, dtype=torch.long),
+    }
+    scalars: dict[str, list[torch.Tensor]] = {"q_norm": [], "k_norm": []}
+
+    def record(name):
+        def hook(module, args):
+            scalars[name].append(torch.rsqrt(args[0].pow(2).mean(-1) + module.variance_epsilon))
+
+        return hook
+
+    hooks = [
+        module.register_forward_pre_hook(record(name.rsplit(".", 1)[1]))
+        for name, module in model.named_modules()
+        if name.endswith(("cross_attn.q_norm", "cross_attn.k_norm"))
+    ]
+
+    def inputs_of(module, arguments):
+        x = arguments["hidden_states"]
+        y = arguments.get("cross_attention_states")
+        return x, (x if y is None else y.reshape(x.shape[0], -1, y.shape[-1]))  # as the module views it
+
+    try:
+        captures = capture_qk_pairs(model, inputs, inputs_of)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    by_module = {"vision": captures[:3], "text": captures[3:]}
+    text_layers = [layers[3], layers[5], layers[4], layers[6]]  # call order: self 0, cross 1, self 2, cross 3
+    assert_conforms_pairs(by_module["vision"], layers[:3])
+    assert_conforms_pairs([by_module["text"][0], by_module["text"][2]], [text_layers[0], text_layers[2]])
+    for j, (capture, layer) in enumerate(
+        ((by_module["text"][1], layers[5]), (by_module["text"][3], layers[6]))
+    ):
+        s_q, s_k = scalars["q_norm"][j], scalars["k_norm"][j]  # (B, H, N), (B, H_kv, M)
+        q = torch.einsum("bnd,hde->bhne", capture.x, layer.w_q.unflatten(1, (4, -1)).permute(1, 0, 2))
+        k = torch.einsum("bmd,hde->bhme", capture.x_k, layer.w_k.unflatten(1, (2, -1)).permute(1, 0, 2))
+        ours = (
+            (q @ k.repeat_interleave(2, dim=1).mT)
+            * s_q[..., None]
+            * s_k.repeat_interleave(2, dim=1)[:, :, None]
+        )
+        theirs = capture.q @ capture.k.repeat_interleave(2, dim=1).mT
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5 * theirs.abs().max().item())
+    frame = attngeom.score(tmp_path, progress=False)
+    in_memory = attngeom.score(model, progress=False)
+    np.testing.assert_allclose(frame["norm"].to_numpy(float), in_memory["norm"].to_numpy(float))
+    assert frame[frame["stack"] == "cross"]["symmetry"].isna().all()
+    assert dict(frame.groupby("stack")["modality"].first()) == {
+        "cross": "multimodal",
+        "decoder": "language",
+        "vision": "vision",
+    }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import torch
 from transformers import PretrainedConfig
 
 from . import gpt_lineage
@@ -294,6 +295,70 @@ def _mask2former_count(config: PretrainedConfig) -> int:
     return backbone + 2 * (config.decoder_layers - 1)
 
 
+QK_NORM_CROSS_FORM = (
+    "qk_norm per head cross: W_q,h diag(g_q ⊙ g_k) W_k,hᵀ between text and image states, "
+    "up to per-token-and-head scalars"
+)
+
+
+def _mllama_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """Llama 3.2 Vision: the vision encoder (local then global layers, one ``vision`` stack), the text
+    decoder's self-attention (``decoder``: grouped-query, rotary) and its cross-attention layers to the
+    projected image features (``cross``), whose q and k are RMS-normalised per head: the gains are
+    folded into W_q, the per-token-and-head 1/rms scalars are outside the form.
+    """
+    vision = config.vision_config
+    heads = vision.attention_heads
+    local = [f"vision_model.transformer.layers.{i}" for i in range(vision.num_hidden_layers)]
+    global_ = [f"vision_model.global_transformer.layers.{i}" for i in range(vision.num_global_layers)]
+    for index, base in enumerate(local + global_):
+        yield AttentionLayer(
+            stack="vision",
+            layer=index,
+            w_q=linear(reader.get(f"{base}.self_attn.q_proj.weight")),
+            w_k=linear(reader.get(f"{base}.self_attn.k_proj.weight")),
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=vision.hidden_size // heads,
+            left_out=("scale",),
+        )
+    text = config.text_config
+    heads, kv_heads = text.num_attention_heads, text.num_key_value_heads
+    head_dim = text.hidden_size // heads
+    cross_layers = set(text.cross_attention_layers)
+
+    def get(i: int, name: str) -> torch.Tensor:  # on disk under language_model.model., in memory without
+        return reader.get(f"language_model.model.layers.{i}.{name}", f"language_model.layers.{i}.{name}")
+
+    for i in range(text.num_hidden_layers):
+        if i in cross_layers:
+            continue
+        yield AttentionLayer(
+            stack="decoder",
+            layer=i,
+            w_q=linear(get(i, "self_attn.q_proj.weight")),
+            w_k=linear(get(i, "self_attn.k_proj.weight")),
+            n_heads=heads,
+            n_kv_heads=kv_heads,
+            head_dim=head_dim,
+            left_out=("rotary", "scale"),
+        )
+    for i in sorted(cross_layers):
+        gains = get(i, "cross_attn.q_norm.weight") * get(i, "cross_attn.k_norm.weight")
+        yield AttentionLayer(
+            stack="cross",
+            layer=i,
+            w_q=linear(get(i, "cross_attn.q_proj.weight")) * gains.repeat(heads),
+            w_k=linear(get(i, "cross_attn.k_proj.weight")),
+            n_heads=heads,
+            n_kv_heads=kv_heads,
+            head_dim=head_dim,
+            left_out=("qk_norm_scalars", "scale"),
+            form=QK_NORM_CROSS_FORM,
+            cross=True,
+        )
+
+
 def _imagegpt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """ImageGPT is GPT-2 over pixel tokens: Conv1D ``c_attn`` with columns [q | k | v]."""
     return gpt_lineage._gpt2_layers(config, reader)
@@ -370,6 +435,20 @@ ARCHITECTURES: list[Architecture] = [
         n_layers=_mask2former_count,
         stacks=("backbone", "decoder", "cross"),
         notes="pixel decoder's deformable attention is not a bilinear form: not scored",
+    ),
+    Architecture(
+        model_types=("mllama",),
+        modality="multimodal",
+        objective="autoregressive",
+        layers=_mllama_layers,
+        n_layers=lambda c: (
+            c.vision_config.num_hidden_layers
+            + c.vision_config.num_global_layers
+            + c.text_config.num_hidden_layers
+        ),
+        stacks=("vision", "decoder", "cross"),
+        stack_modality={"vision": "vision", "decoder": "language"},
+        notes="Llama 3.2 Vision; cross-attention q/k RMS-normalised per head (gains folded into W_q)",
     ),
     Architecture(
         model_types=("imagegpt",),
