@@ -371,9 +371,8 @@ def _layers(config: PretrainedConfig) -> int:
 def _vision(model_types: tuple[str, ...], layers, **kwargs) -> Architecture:
     kwargs.setdefault("n_layers", _layers)
     kwargs.setdefault("stacks", ("encoder",))
-    return Architecture(
-        model_types=model_types, modality="vision", objective="bidirectional", layers=layers, **kwargs
-    )
+    kwargs.setdefault("objective", "bidirectional")
+    return Architecture(model_types=model_types, modality="vision", layers=layers, **kwargs)
 
 
 ARCHITECTURES: list[Architecture] = [
@@ -427,6 +426,7 @@ ARCHITECTURES: list[Architecture] = [
             c.vision_config.num_hidden_layers + 3 * c.mask_decoder_config.num_hidden_layers + 1
         ),
         stacks=("encoder", "decoder", "token_to_image", "image_to_token"),
+        objective="encoder-decoder",
         notes="mask decoder: position-augmented q/k inputs; token↔image attentions are cross stacks",
     ),
     _vision(
@@ -434,6 +434,7 @@ ARCHITECTURES: list[Architecture] = [
         _mask2former_layers,
         n_layers=_mask2former_count,
         stacks=("backbone", "decoder", "cross"),
+        objective="encoder-decoder",
         notes="pixel decoder's deformable attention is not a bilinear form: not scored",
     ),
     Architecture(
