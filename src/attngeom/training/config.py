@@ -82,6 +82,8 @@ class TrainConfig:
     precision: str = "auto"
     device: str = "auto"
     compile: bool = False
+    deterministic: bool = False
+    """Deterministic GPU kernels (slower): needed for a resumed GPU run to repeat the loss log bit for bit."""
     # bookkeeping
     log_every: int = 100
     score_every: int = 1000

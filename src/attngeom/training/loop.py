@@ -14,6 +14,7 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,9 @@ def runtime_for(config: TrainConfig) -> Runtime:
         raise ConfigError("training setting device=cuda but no CUDA device is available")
     if world > 1:
         dist.init_process_group("nccl" if cuda else "gloo")
+    if config.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
     if cuda:
         local = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local)
@@ -186,7 +190,7 @@ def train(config: TrainConfig, out: str | Path, *, progress: bool = True, stop_a
         pending.append((done, total, lm_total, grad_norm, lr, elapsed + time.perf_counter() - clock))
 
         if rt.main and (done % config.log_every == 0 or done % config.checkpoint_every == 0 or done == end):
-            losses.append(_flush(pending, tokens_per_step))
+            losses.append(_flush(pending, tokens_per_step, lambda: elapsed + time.perf_counter() - clock))
             pending = []
             write_parquet(pd.concat(losses, ignore_index=True), out / "loss.parquet")
             bar.set_postfix(loss=f"{losses[-1]['loss'].iloc[-1]:.3f}")
@@ -211,9 +215,14 @@ def _autocast(rt: Runtime) -> contextlib.AbstractContextManager:
     return torch.autocast(rt.device.type, dtype=rt.autocast_dtype)
 
 
-def _flush(pending: list, tokens_per_step: int) -> pd.DataFrame:
-    """Pending per-step tensors → rows (one device sync per log interval, not per step)."""
+def _flush(pending: list, tokens_per_step: int, now: Callable[[], float]) -> pd.DataFrame:
+    """Pending per-step tensors → rows, with one device sync per log interval, not per step.
+
+    ``elapsed_s`` is the time a step was queued, except on the last row, where it is taken after the sync
+    (so differences between log steps are true wall-clock durations).
+    """
     values = torch.stack([torch.stack([t, m, g.float()]) for _, t, m, g, _, _ in pending]).double().cpu()
+    elapsed = [p[5] for p in pending[:-1]] + [now()]
     frame = pd.DataFrame(
         {
             "step": [p[0] for p in pending],
@@ -222,7 +231,7 @@ def _flush(pending: list, tokens_per_step: int) -> pd.DataFrame:
             "grad_norm": values[:, 2].numpy(),
             "lr": [p[4] for p in pending],
             "tokens": [p[0] * tokens_per_step for p in pending],
-            "elapsed_s": [p[5] for p in pending],
+            "elapsed_s": elapsed,
         }
     )
     if not math.isfinite(float(frame["loss"].iloc[-1])):
