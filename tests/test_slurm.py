@@ -133,6 +133,12 @@ def slurm_time(minutes: int) -> str:
     return f"{days}-{text}" if days else text
 
 
+def megabytes(req_mem: str) -> float:
+    """sacct's ReqMem ("300M", "2G") in MB."""
+    number, unit = re.fullmatch(r"([\d.]+)([KMGT])", req_mem).groups()
+    return float(number) * 1024 ** "KMGT".index(unit) / 1024
+
+
 def check_every_job_went_through_sbatch(log: str, workdir: Path) -> pd.DataFrame:
     """Every non-local job Snakemake ran was an sbatch job that requested what the rule declared, in the
     CI partition and account; returns the sacct rows."""
@@ -149,7 +155,7 @@ def check_every_job_went_through_sbatch(log: str, workdir: Path) -> pd.DataFrame
         assert job["JobName"] == run_ids[0]
         assert job["Partition"] == ci["ATTNGEOM_SLURM_PARTITION"]
         assert job["Account"] == ci["ATTNGEOM_SLURM_ACCOUNT"]
-        assert job["ReqMem"] == f"{s.resources['mem_mb']}M", s
+        assert megabytes(job["ReqMem"]) == int(s.resources["mem_mb"]), s
         assert int(job["ReqCPUS"]) == s.threads, s
         assert job["Timelimit"] == slurm_time(int(s.resources["runtime"])), s
         gpus = re.search(r"gres/gpu=(\d+)", job["ReqTRES"])
@@ -206,6 +212,52 @@ def test_a_gpu_job_sees_its_gpu(behaviours):
     assert list(gpu["State"]) == ["COMPLETED"]
     assert "gres/gpu=1" in gpu["ReqTRES"].iloc[0]
     assert (workdir / "gpu.txt").read_text().strip() == "CUDA_VISIBLE_DEVICES=0"
+
+
+def read_results(results: Path) -> dict[str, pd.DataFrame]:
+    """Every table the pipeline wrote (Parquet and CSV), by path relative to ``results``."""
+    readers = {".parquet": pd.read_parquet, ".csv": pd.read_csv}
+    return {
+        str(path.relative_to(results)): readers[path.suffix](path)
+        for path in sorted(results.rglob("*"))
+        if path.suffix in readers
+    }
+
+
+def test_the_tiny_pipeline_runs_through_sbatch_and_matches_the_local_run(tmp_path):
+    from test_pipeline import TINY_MODELS, write_config  # the pipeline tests' tiny end-to-end config
+
+    runs = {}
+    for where in ("local", "slurm"):
+        workdir = tmp_path / where
+        workdir.mkdir()
+        config = write_config(workdir / "tiny.yaml", TINY_MODELS)
+        if where == "local":
+            command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile")]
+            command += ["--directory", str(workdir), "--cores", "2"]
+        else:
+            command = snakemake_command(ROOT / "Snakefile", workdir)
+        runs[where] = subprocess.run(
+            [*command, "all", "--configfile", str(config)],
+            cwd=ROOT,
+            env=dict(job_env(), HF_HUB_OFFLINE="1"),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert runs[where].returncode == 0, f"{where} run failed:\n{runs[where].stderr[-4000:]}"
+
+    jobs = check_every_job_went_through_sbatch(runs["slurm"].stderr, tmp_path / "slurm")
+    assert (jobs["State"] == "COMPLETED").all(), jobs
+    assert {"random_model", "score", "aggregate", "tables"} <= set(jobs["rule"])
+    local, slurm = (read_results(tmp_path / where / "results") for where in ("local", "slurm"))
+    assert sorted(slurm) == sorted(local) and len(local) > 5
+    for name, frame in local.items():
+        pd.testing.assert_frame_equal(slurm[name], frame, obj=name)
+    figures = {
+        p.relative_to(tmp_path / "local") for p in (tmp_path / "local" / "results").rglob("*.p[dn][fg]")
+    }
+    assert figures and all((tmp_path / "slurm" / f).stat().st_size > 0 for f in figures)
 
 
 TRAIN_SETTINGS = (
