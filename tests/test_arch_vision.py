@@ -216,7 +216,8 @@ def test_vit_mae_has_encoder_and_decoder_stacks(built, tmp_path):
 
 def test_swin_stages_have_their_own_widths_and_heads(built, tmp_path):
     model, _ = built("swin")
-    frame = attngeom.score(layers_from_disk(model, tmp_path) and tmp_path, progress=False)
+    model.save_pretrained(tmp_path)
+    frame = attngeom.score(tmp_path, progress=False)
     layer_rows = frame[frame["head"].isna()]
     assert list(layer_rows["hidden_size"]) == [16, 32, 32]
     assert list(layer_rows["n_heads"]) == [2, 4, 4]
@@ -495,3 +496,10 @@ def test_mllama_vision_decoder_and_qk_normalised_cross_attention(tmp_path):
         "decoder": "language",
         "vision": "vision",
     }
+
+
+def test_vit_without_qkv_bias(tmp_path):
+    model = build(tiny_config("vit", **VIT_SIZES, qkv_bias=False))
+    layers = layers_from_disk(model, tmp_path)
+    assert all(layer.b_q is None and layer.b_k is None and "bias" not in layer.left_out for layer in layers)
+    assert_conforms_pairs(capture_qk_pairs(model, _pixels()), layers)

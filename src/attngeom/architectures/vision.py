@@ -35,20 +35,36 @@ def _block(
     left_out: tuple[str, ...] = ("bias", "scale", "absolute_position_embeddings"),
     form: str = "standard",
 ) -> AttentionLayer:
-    """One attention block whose q/k projections are separate linears (any of the name alternatives)."""
+    """One attention block whose q/k projections are separate linears (any of the name alternatives).
+
+    A checkpoint saved without q/k biases (``qkv_bias=False``) has no bias tensors: none are used, and
+    ``bias`` is not listed as left out.
+    """
+    b_q = _optional(reader, tuple(f"{n}.bias" for n in q_names))
+    b_k = _optional(reader, tuple(f"{n}.bias" for n in k_names)) if k_bias else None
+    if b_q is None and b_k is None:
+        left_out = tuple(term for term in left_out if term != "bias")
     return AttentionLayer(
         stack=stack,
         layer=index,
         w_q=linear(reader.get(*(f"{n}.weight" for n in q_names))),
         w_k=linear(reader.get(*(f"{n}.weight" for n in k_names))),
-        b_q=reader.get(*(f"{n}.bias" for n in q_names)),
-        b_k=reader.get(*(f"{n}.bias" for n in k_names)) if k_bias else None,
+        b_q=b_q,
+        b_k=b_k,
         n_heads=heads,
         n_kv_heads=heads,
         head_dim=head_dim,
         left_out=left_out,
         form=form,
     )
+
+
+def _optional(reader: TensorReader, names: tuple[str, ...]) -> torch.Tensor | None:
+    """The first of ``names`` that exists (in order, as ``get`` looks), or None."""
+    for name in names:
+        if reader.has(name):
+            return reader.get(name)
+    return None
 
 
 def _vit_names(disk: str, memory: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
