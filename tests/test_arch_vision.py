@@ -503,3 +503,11 @@ def test_vit_without_qkv_bias(tmp_path):
     layers = layers_from_disk(model, tmp_path)
     assert all(layer.b_q is None and layer.b_k is None and "bias" not in layer.left_out for layer in layers)
     assert_conforms_pairs(capture_qk_pairs(model, _pixels()), layers)
+
+
+def test_mask2former_with_an_unmapped_backbone_is_refused():
+    from attngeom.architectures import ArchitectureError, architecture_for
+
+    config = tiny_config("mask2former", backbone_config=dict(model_type="convnext"))
+    with pytest.raises(ArchitectureError, match="backbone is not supported"):
+        next(iter(architecture_for(config).layers(config, None)))
