@@ -7,6 +7,12 @@ Faults for the ranged-read client (remote.py): ``faults[file name]`` is a queue 
 each, to that file's next ranged GETs: ``"drop"`` (send half the body, then close the connection),
 ``"503"``, ``"403"``, ``"truncate"`` (a valid 206 for only the first half of the range) and
 ``"ignore-range"`` (200 with the whole file).
+
+With ``cdn=True`` weight files (.safetensors, .gguf, .bin) are redirected, as on the Hub, to a second
+port (another origin) that needs no token; ``cdn_auth_seen`` counts requests that still carried one.
+
+A simulated link for benchmarks: ``latency`` seconds before each answer, ``rate`` bytes/s shared by all
+connections.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import hashlib
 import re
 import socket
 import threading
+import time
 from collections import Counter, defaultdict, deque
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,23 +39,35 @@ def _sha256(path: Path) -> str:
 
 
 class HubServer:
-    def __init__(self, repos: dict[str, Path], token: str | None = None) -> None:
+    def __init__(self, repos: dict[str, Path], token: str | None = None, cdn: bool = False) -> None:
         self.repos = repos
         self.token = token
+        self.cdn_auth_seen = 0
         self.commit = hashlib.sha1(b"attngeom-test").hexdigest()
         self.bytes_sent: Counter[str] = Counter()
         self.requests: list[tuple[str, str]] = []
         self.ranges: list[tuple[str, int, int]] = []
         """(file name, first byte, last byte) of every ranged GET answered with a body."""
         self.faults: defaultdict[str, deque[str]] = defaultdict(deque)
+        self.latency = 0.0
+        self.rate: float | None = None
+        self._free_at = 0.0
         self._lock = threading.Lock()
         self._etags: dict[Path, str] = {}
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._servers = [ThreadingHTTPServer(("127.0.0.1", 0), self._handler()) for _ in range(1 + cdn)]
+        for server in self._servers:
+            server.daemon_threads = True
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
+        host, port = self._servers[0].server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def cdn_url(self) -> str | None:
+        if len(self._servers) < 2:
+            return None
+        host, port = self._servers[1].server_address[:2]
         return f"http://{host}:{port}"
 
     def etag(self, path: Path) -> str:
@@ -60,6 +79,13 @@ class HubServer:
     def _count(self, name: str, sent: int) -> None:
         with self._lock:
             self.bytes_sent[name] += sent
+            if self.rate:  # the link is busy until the bytes sent so far have drained at ``rate``
+                now = time.monotonic()
+                self._free_at = max(now, self._free_at) + sent / self.rate
+                wait = self._free_at - now
+            else:
+                wait = 0.0
+        time.sleep(wait)
 
     def _handler(self):
         hub = self
@@ -69,6 +95,10 @@ class HubServer:
                 pass
 
             def _resolve(self) -> Path | None:
+                cdn = re.fullmatch(r"/cdn/(?P<repo>[^/]+/[^/]+)/(?P<file>.+)", self.path)
+                if cdn:
+                    hub.cdn_auth_seen += "Authorization" in self.headers
+                    return hub.repos[cdn["repo"]] / cdn["file"]
                 match = re.fullmatch(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)", self.path)
                 if not match or match["repo"] not in hub.repos:
                     self._fail(404, "RepoNotFound" if match else "EntryNotFound")
@@ -82,6 +112,15 @@ class HubServer:
                 path = hub.repos[match["repo"]] / match["file"]
                 if not path.is_file():
                     self._fail(404, "EntryNotFound")
+                    return None
+                if hub.cdn_url and path.suffix in (".safetensors", ".gguf", ".bin"):
+                    self.send_response(302)  # the metadata a HEAD needs rides on the redirect, as on the Hub
+                    self.send_header("Location", f"{hub.cdn_url}/cdn/{match['repo']}/{match['file']}")
+                    self.send_header("X-Repo-Commit", hub.commit)
+                    self.send_header("X-Linked-Etag", f'"{hub.etag(path)}"')
+                    self.send_header("X-Linked-Size", str(path.stat().st_size))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
                     return None
                 return path
 
@@ -99,6 +138,7 @@ class HubServer:
 
             def _serve(self, with_body: bool) -> None:
                 hub.requests.append((self.command, self.path))
+                time.sleep(hub.latency)
                 path = self._resolve()
                 if path is None:
                     return
@@ -156,12 +196,11 @@ class HubServer:
 
     @contextmanager
     def running(self):
-        thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        thread.start()
+        for server in self._servers:
+            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         try:
             yield self
         finally:
-            self._server.shutdown()
-            self._server.server_close()
+            for server in self._servers:
+                server.shutdown()
+                server.server_close()
