@@ -10,8 +10,7 @@ from attngeom.records import read_scores
 
 def main(snakemake) -> None:
     scores = read_scores(snakemake.input.scores)
-    models = pd.read_csv(snakemake.input.models, keep_default_na=False, na_values=[""])
-    models[["groups", "reason"]] = models[["groups", "reason"]].fillna("")
+    models = tables.read_table(snakemake.input.models)
     reference = pd.read_csv(snakemake.input.reference)
     defects = tables.known_defects(snakemake.input.defects)
     per_layer, per_model = tables.compare_with_reference(scores, models, reference, defects)

@@ -3,9 +3,8 @@
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from attngeom import figures
+from attngeom import figures, tables
 
 
 def heatmap_panel(path: str) -> tuple[str, np.ndarray | None, str]:
@@ -15,8 +14,7 @@ def heatmap_panel(path: str) -> tuple[str, np.ndarray | None, str]:
 
 
 def main(snakemake) -> None:
-    summary = pd.read_csv(snakemake.input.summary, keep_default_na=False, na_values=[""])
-    summary[["groups", "reason", "stack"]] = summary[["groups", "reason", "stack"]].fillna("")
+    summary = tables.read_table(snakemake.input.summary)
     stem = str(Path(snakemake.output[0]).with_suffix(""))
     if snakemake.params.figure == "2":
         panels = [heatmap_panel(path) for path in snakemake.input.heatmaps]

@@ -2,8 +2,6 @@
 
 from pathlib import Path
 
-import pandas as pd
-
 from attngeom import tables
 from attngeom.records import read_scores
 
@@ -15,8 +13,7 @@ def stem_of(files: list[str]) -> str:
 
 def main(snakemake) -> None:
     scores = read_scores(snakemake.input.scores)
-    models = pd.read_csv(snakemake.input.models, keep_default_na=False, na_values=[""])
-    models[["groups", "reason"]] = models[["groups", "reason"]].fillna("")
+    models = tables.read_table(snakemake.input.models)
     summary = tables.summarise(scores, models)
     tables.write_text(summary.to_csv(index=False), snakemake.output.summary)
     for metric, stem, name in (

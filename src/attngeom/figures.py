@@ -31,6 +31,8 @@ LABELS = {
     "decoder": "decoder stack",
 }
 MARKERS = {"language": "o", "vision": "s", "audio": "^", "multimodal": "D"}
+MIN_SPAN = 0.2
+"""Smallest y range of a scatter panel."""
 METRIC_LABELS = {"symmetry": "median symmetry score", "directionality": "median directionality score"}
 
 plt.rcParams.update(
@@ -67,9 +69,8 @@ def scatter(ax: plt.Axes, rows: pd.DataFrame, metric: str, hue: str) -> None:
         colour = COLOURS.get(key, "grey")
         marker = "*" if row.role == "trained" else MARKERS.get(row.modality, "o")
         hollow = row.role == "random"
-        label = LABELS.get(key, key) + (
-            " (random init)" if hollow else " (trained)" if row.role == "trained" else ""
-        )
+        label = ("" if row.modality == "language" else f"{row.modality}, ") + LABELS.get(key, key)
+        label += " (random init)" if hollow else " (trained)" if row.role == "trained" else ""
         x = row.n_params if pd.notna(row.n_params) else np.nan
         ax.errorbar(
             x,
@@ -88,6 +89,10 @@ def scatter(ax: plt.Axes, rows: pd.DataFrame, metric: str, hue: str) -> None:
     ax.set_xlabel("number of parameters")
     ax.set_ylabel(METRIC_LABELS[metric])
     ax.axhline(0, color="0.8", lw=0.6, zorder=0)
+    low, high = ax.get_ylim()
+    if high - low < MIN_SPAN:  # so that a score of about 0 reads as about 0
+        middle = (low + high) / 2
+        ax.set_ylim(middle - MIN_SPAN / 2, middle + MIN_SPAN / 2)
     if rows.empty:
         ax.text(0.5, 0.5, "no scored models in this group", ha="center", va="center", transform=ax.transAxes)
     elif seen:
@@ -174,7 +179,18 @@ def heads_figure(scores: pd.DataFrame, title: str, stem: str | os.PathLike, reas
         layers = sorted(per_head["layer"].unique())
         for i, metric in enumerate(("symmetry", "directionality")):
             ax = axes[i, j]
-            data = [per_head.loc[per_head["layer"] == layer, metric].to_numpy(float) for layer in layers]
+            data = [
+                per_head.loc[per_head["layer"] == layer, metric].dropna().to_numpy(float) for layer in layers
+            ]
+            if not any(len(values) for values in data):
+                ax.text(
+                    0.5,
+                    0.5,
+                    f"{metric} not defined for this stack",
+                    ha="center",
+                    va="center",
+                    transform=ax.transAxes,
+                )
             ax.boxplot(data, positions=layers, widths=0.6, showfliers=True, flierprops={"markersize": 2})
             ax.plot(
                 per_layer["layer"],

@@ -33,6 +33,31 @@ def write_text(text: str, path: str | os.PathLike) -> None:
     os.replace(temporary, target)
 
 
+TEXT_COLUMNS = [
+    "model",
+    "display",
+    "family",
+    "modality",
+    "objective",
+    "role",
+    "groups",
+    "slug",
+    "status",
+    "reason",
+    "stack",
+]
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """A models or summary CSV written by this module, text columns as strings ('' when empty)."""
+    table = pd.read_csv(
+        path, dtype={c: "string" for c in TEXT_COLUMNS}, keep_default_na=False, na_values=[""]
+    )
+    present = [c for c in TEXT_COLUMNS if c in table.columns]
+    table[present] = table[present].fillna("")
+    return table
+
+
 def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) -> tuple:
     """All per-model Parquet files as one frame (with ``model`` = registry id) and the model table.
 

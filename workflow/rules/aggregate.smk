@@ -12,6 +12,10 @@ rule aggregate:
         f"{R}/logs/aggregate.log",
     params:
         models=registry_rows(),
+    threads: 1
+    resources:
+        mem_mb=AGGREGATE_MEM_MB,
+        runtime=30,
     conda:
         ENV
     script:
@@ -28,6 +32,10 @@ rule tables:
         s3=multiext(f"{R}/tables/table_s3", ".csv", ".md", ".tex"),
     log:
         f"{R}/logs/tables.log",
+    threads: 1
+    resources:
+        mem_mb=AGGREGATE_MEM_MB,
+        runtime=30,
     conda:
         ENV
     script:
@@ -45,6 +53,10 @@ rule reference_comparison:
         table=multiext(f"{R}/tables/reference_comparison", ".csv", ".md", ".tex"),
     log:
         f"{R}/logs/reference_comparison.log",
+    threads: 1
+    resources:
+        mem_mb=AGGREGATE_MEM_MB,
+        runtime=30,
     conda:
         ENV
     script:

@@ -10,6 +10,7 @@ from registry import build_registry, score_resources, slug  # noqa: E402
 R = config["results"]
 SCORING = config["scoring"]
 ENV = "../../envs/attngeom.yaml"
+AGGREGATE_MEM_MB = 2048 + 16 * len(config["models"])  # every model's rows are read at once
 REFERENCE = Path(workflow.basedir, "config", "reference")
 
 

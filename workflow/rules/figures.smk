@@ -39,6 +39,10 @@ rule figure_2:
         f"{R}/logs/figure_2.log",
     params:
         figure="2",
+    threads: 1
+    resources:
+        mem_mb=AGGREGATE_MEM_MB,
+        runtime=30,
     conda:
         ENV
     script:
@@ -89,6 +93,10 @@ rule figure_heads:
         f"{R}/logs/figure_heads/{{slug}}.log",
     params:
         title=lambda wildcards: f"{model_of(wildcards).display}: per-head scores by layer",
+    threads: 1
+    resources:
+        mem_mb=2048,
+        runtime=10,
     conda:
         ENV
     script:
