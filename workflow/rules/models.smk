@@ -17,6 +17,7 @@ rule random_model:
     resources:
         mem_mb=2048,
         runtime=10,
+        disk_mb=1024,
     conda:
         ENV
     shell:
