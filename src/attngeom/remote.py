@@ -48,6 +48,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 from transformers import PretrainedConfig
 
+from . import __version__
 from .errors import InputError
 from .sources import WeightSource, from_gguf, read_index
 
@@ -165,9 +166,9 @@ class RemoteFile:
         self.filename = filename
         self.commit = commit
         self.url = hf_hub_url(repo_id, filename, revision=commit)
-        self.headers = {**build_hf_headers(token=token), "Accept-Encoding": "identity"}
+        auth = build_hf_headers(token=token, library_name="attngeom", library_version=__version__)
+        self.headers = {**auth, "Accept-Encoding": "identity"}
         self.directory = _repo_dir(repo_id) / commit / quote(filename, safe="")
-        self.received = 0
         self.table: dict[str, Entry] = {}
         self.table_ready = False
         self._table_lock = threading.Lock()
@@ -200,7 +201,6 @@ class RemoteFile:
                         chunk = chunk[: end - position]
                         sink(chunk)
                         position += len(chunk)
-                        self.received += len(chunk)
                         if position == end:
                             return size
                 raise _Transient(f"the response ended at byte {position} of {end}")
@@ -322,7 +322,7 @@ class _Writer:
             if self._handle is None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 self._temporary = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
-                self._handle = open(self._temporary, "wb")  # noqa: SIM115 (closed in write or close)
+                self._handle = open(self._temporary, "wb")  # closed when full, or by close()
                 self._written = 0
             part = data[: length - self._written]
             self._handle.write(part)
