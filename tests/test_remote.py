@@ -319,3 +319,11 @@ def test_redirect_to_a_cdn_keeps_ranges_and_drops_the_token(repos, point, monkey
         assert_same_scores(score(SINGLE, full_download=True), score(repos[SINGLE]))
         assert server.ranges and server.cdn_auth_seen == 0
         assert server.bytes_sent["model.safetensors"] == (repos[SINGLE] / "model.safetensors").stat().st_size
+
+
+def test_offline_without_a_cached_copy_is_clear(hub):
+    constants.HF_HUB_OFFLINE = True  # restored by the fixture's monkeypatch
+    for full in (False, True):
+        with pytest.raises(InputError, match="not in the local cache and the Hub cannot be reached"):
+            score(f"{GGUF}/{GGUF_FILE}", full_download=full)
+    assert not hub.requests

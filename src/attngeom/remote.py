@@ -41,6 +41,7 @@ from huggingface_hub.errors import (
     EntryNotFoundError,
     GatedRepoError,
     HfHubHTTPError,
+    LocalEntryNotFoundError,
     OfflineModeIsEnabled,
     RepositoryNotFoundError,
     RevisionNotFoundError,
@@ -141,13 +142,13 @@ def hub_error(repo_id: str, filename: str, revision: str | None, err: Exception)
         return InputError(f"{repo_id}: no such repository on the Hub (or it is private: set HF_TOKEN)")
     if isinstance(err, RevisionNotFoundError):
         return InputError(f"{repo_id}: no revision {revision!r}")
+    if isinstance(err, (OfflineModeIsEnabled, LocalEntryNotFoundError)):
+        return InputError(
+            f"{repo_id}: {filename} is not in the local cache and the Hub cannot be reached "
+            "(HF_HUB_OFFLINE?); run once online or pass a local path"
+        )
     if isinstance(err, EntryNotFoundError):
         return MissingFile(f"{repo_id}: no file {filename} at revision {revision or 'main'}")
-    if isinstance(err, OfflineModeIsEnabled):
-        return InputError(
-            f"{repo_id}: {filename} is not in the local cache and HF_HUB_OFFLINE is set; "
-            "run once online or pass a local path"
-        )
     status = getattr(getattr(err, "response", None), "status_code", None)
     if status in (401, 403):
         return InputError(
