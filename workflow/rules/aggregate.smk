@@ -28,8 +28,16 @@ rule tables:
         models=rules.aggregate.output.models,
     output:
         summary=report(f"{R}/tables/summary.csv", category="Tables", caption="../report/summary.rst"),
-        s2=multiext(f"{R}/tables/table_s2", ".csv", ".md", ".tex"),
-        s3=multiext(f"{R}/tables/table_s3", ".csv", ".md", ".tex"),
+        s2=report(
+            multiext(f"{R}/tables/table_s2", ".csv", ".md", ".tex"),
+            category="Tables",
+            caption="../report/table_s2.rst",
+        ),
+        s3=report(
+            multiext(f"{R}/tables/table_s3", ".csv", ".md", ".tex"),
+            category="Tables",
+            caption="../report/table_s3.rst",
+        ),
     log:
         f"{R}/logs/tables.log",
     threads: 1
@@ -50,7 +58,11 @@ rule reference_comparison:
         defects=REFERENCE / "known_defects.csv",
     output:
         layers=f"{R}/tables/reference_comparison_layers.csv",
-        table=multiext(f"{R}/tables/reference_comparison", ".csv", ".md", ".tex"),
+        table=report(
+            multiext(f"{R}/tables/reference_comparison", ".csv", ".md", ".tex"),
+            category="Tables",
+            caption="../report/reference_comparison.rst",
+        ),
     log:
         f"{R}/logs/reference_comparison.log",
     threads: 1
