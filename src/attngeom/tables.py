@@ -240,7 +240,7 @@ def compare_with_reference(
     Only models present in both the run's registry and the reference appear. ``reference_defect``
     names a known defect of the published numbers: there a difference is a finding, not a bug.
     """
-    reference = reference.assign(stack=reference["stack"].fillna(""))
+    reference = reference.assign(stack=reference["stack"].astype("string").fillna(""))
     layers = layer_rows(scores)
     per_layer, per_model = [], []
     for model in models.itertuples(index=False):
