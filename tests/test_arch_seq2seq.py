@@ -288,6 +288,11 @@ def test_cross_form_matches_dense_rectangular_scores():
     assert factored.symmetry is None and (factored.directionality > 0).all()
 
 
+def test_cross_stack_names_contain_cross():
+    with pytest.raises(ArchitectureError, match="must have 'cross' in its name"):
+        AttentionLayer("image_to_token", 0, torch.zeros(8, 4), torch.zeros(6, 4), 1, 1, 4, cross=True)
+
+
 def test_self_layer_with_mismatched_widths_is_refused():
     with pytest.raises(ArchitectureError, match="do not match"):
         AttentionLayer(

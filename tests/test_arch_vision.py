@@ -317,15 +317,19 @@ def test_sam_encoder_and_two_way_decoder_conform(tmp_path):
     # Call order: per decoder layer self, token→image, image→token; then the final token→image.
     calls = [by_stack["encoder"]]
     for i in range(2):
-        calls.append([by_stack["decoder"][i], by_stack["token_to_image"][i], by_stack["image_to_token"][i]])
-    calls.append([by_stack["token_to_image"][2]])
+        calls.append(
+            [by_stack["decoder"][i], by_stack["cross_token_to_image"][i], by_stack["cross_image_to_token"][i]]
+        )
+    calls.append([by_stack["cross_token_to_image"][2]])
     ordered = [layer for group in calls for layer in group]
     assert len(ordered) == len(layers) == 2 + 3 * 2 + 1
     assert_conforms_pairs(encoder + decoder, ordered)
     frame = attngeom.score(tmp_path, progress=False)
-    cross = frame["stack"].isin(["token_to_image", "image_to_token"])
+    cross = frame["stack"].isin(["cross_token_to_image", "cross_image_to_token"])
     assert frame[cross]["symmetry"].isna().all() and frame[~cross]["symmetry"].notna().all()
-    assert set(frame[frame["stack"] == "token_to_image"]["head_dim"]) == {4}  # 16 / downsample 2 / 2 heads
+    assert set(frame[frame["stack"] == "cross_token_to_image"]["head_dim"]) == {
+        4
+    }  # 16 / downsample 2 / 2 heads
     in_memory = attngeom.score(model, progress=False)
     np.testing.assert_allclose(frame["norm"].to_numpy(float), in_memory["norm"].to_numpy(float))
 

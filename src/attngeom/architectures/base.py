@@ -62,6 +62,11 @@ class AttentionLayer:
                 f"{self.stack} layer {self.layer}: W_q {tuple(self.w_q.shape)} / W_k {tuple(self.w_k.shape)} "
                 f"do not match {self.n_heads} heads, {self.n_kv_heads} kv heads of dim {self.head_dim}"
             )
+        if self.cross and "cross" not in self.stack:
+            raise ArchitectureError(
+                f"cross-attention stack {self.stack!r} must have 'cross' in its name: "
+                "the tables keep such stacks out of the self-attention medians by name"
+            )
         if self.n_heads % self.n_kv_heads:
             raise ArchitectureError(
                 f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}"

@@ -203,7 +203,7 @@ def _sam_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
     The decoder's attention projects to a narrower internal width (hidden / downsample rate); the
     callers add point / image position embeddings to the q and k inputs (not to v), except in the first
     self-attention. Its token → image and image → token attentions are cross stacks; the final token →
-    image attention is the last layer of ``token_to_image``.
+    image attention is the last layer of ``cross_token_to_image``.
     """
     vision = config.vision_config
     heads, d = vision.num_attention_heads, vision.hidden_size
@@ -249,12 +249,12 @@ def _sam_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
         yield attention("decoder", i, f"layers.{i}.self_attn", "standard" if i == 0 else POSITION_FORM, False)
     for i in range(layers):
         yield attention(
-            "token_to_image", i, f"layers.{i}.cross_attn_token_to_image", POSITION_CROSS_FORM, True
+            "cross_token_to_image", i, f"layers.{i}.cross_attn_token_to_image", POSITION_CROSS_FORM, True
         )
-    yield attention("token_to_image", layers, "final_attn_token_to_image", POSITION_CROSS_FORM, True)
+    yield attention("cross_token_to_image", layers, "final_attn_token_to_image", POSITION_CROSS_FORM, True)
     for i in range(layers):
         yield attention(
-            "image_to_token", i, f"layers.{i}.cross_attn_image_to_token", POSITION_CROSS_FORM, True
+            "cross_image_to_token", i, f"layers.{i}.cross_attn_image_to_token", POSITION_CROSS_FORM, True
         )
 
 
@@ -441,7 +441,7 @@ ARCHITECTURES: list[Architecture] = [
         n_layers=lambda c: (
             c.vision_config.num_hidden_layers + 3 * c.mask_decoder_config.num_hidden_layers + 1
         ),
-        stacks=("encoder", "decoder", "token_to_image", "image_to_token"),
+        stacks=("encoder", "decoder", "cross_token_to_image", "cross_image_to_token"),
         objective="encoder-decoder",
         notes="mask decoder: position-augmented q/k inputs; token↔image attentions are cross stacks",
     ),
