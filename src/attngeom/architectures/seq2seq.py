@@ -90,14 +90,16 @@ def _bart_family(
     decoder_prefix: str = "decoder.layers.{i}",
     k_bias: bool = True,
     left_out: tuple[str, ...] = ("bias", "scale", "absolute_position_embeddings"),
+    encoder_left_out: tuple[str, ...] | None = None,
     self_form: str = "standard",
     cross_form: str = CROSS_FORM,
 ) -> Iterator[AttentionLayer]:
     """BART-style layouts: ``q_proj``/``k_proj`` in ``self_attn`` and ``encoder_attn``."""
+    encoder_left_out = left_out if encoder_left_out is None else encoder_left_out
     d = getattr(config, "d_model", None) or config.hidden_size  # SpeechT5 names it hidden_size
     return _encoder_decoder(
         reader,
-        encoder=Projections(encoder_prefix, k_bias=k_bias, left_out=left_out, form=self_form),
+        encoder=Projections(encoder_prefix, k_bias=k_bias, left_out=encoder_left_out, form=self_form),
         decoder=Projections(decoder_prefix + ".self_attn", k_bias=k_bias, left_out=left_out, form=self_form),
         cross=Projections(
             decoder_prefix + ".encoder_attn", k_bias=k_bias, left_out=left_out, form=cross_form
@@ -127,7 +129,7 @@ def _speecht5_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator
         reader,
         encoder_prefix="encoder.wrapped_encoder.layers.{i}.attention",
         decoder_prefix="decoder.wrapped_decoder.layers.{i}",
-        left_out=("bias", "scale", "relative_position", "absolute_position_embeddings"),
+        encoder_left_out=("bias", "scale", "relative_position"),
     )
 
 
