@@ -78,7 +78,9 @@ def test_downloads_only_the_shards_holding_qk(sharded_llama, tmp_path):
             check=True,
         )
         assert on_disk.returncode == 0
-        assert frame["symmetry"].tolist() == read_scores(tmp_path / "d.parquet")["symmetry"].tolist()
+        local = read_scores(tmp_path / "d.parquet")
+        assert frame["symmetry"].tolist() == local["symmetry"].tolist()
+        assert frame["file_hash"].iloc[0] == local["file_hash"].iloc[0]
         # a second run offline is served from the HF_HOME cache
         server.bytes_sent.clear()
         result, _ = score_via_hub(server, tmp_path, env={"HF_HUB_OFFLINE": "1"})
@@ -95,3 +97,14 @@ def test_token_and_revision(sharded_llama, tmp_path):
         assert result.returncode == 0, result.stderr
         result, _ = score_via_hub(server, tmp_path, "--revision", "v9", env={"HF_TOKEN": "secret"})
         assert result.returncode == 2 and "no revision 'v9'" in result.stderr
+
+
+def test_file_hash_does_not_depend_on_where_the_files_lie(sharded_llama, tmp_path):
+    import shutil
+
+    import attngeom
+
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(sharded_llama, copy)
+    first = attngeom.score(sharded_llama, progress=False)["file_hash"].iloc[0]
+    assert attngeom.score(copy, progress=False)["file_hash"].iloc[0] == first

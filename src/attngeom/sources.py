@@ -28,11 +28,16 @@ BIN_INDEX = "pytorch_model.bin.index.json"
 BIN_SINGLE = "pytorch_model.bin"
 
 
+_NOT_IDENTITY = ("_name_or_path", "transformers_version")
+"""Config entries that say where or by which version a model was saved, not what it is."""
+
+
 class WeightSource:
     """A model's config, identity and lazily loaded tensors; implements the architecture ``TensorReader``.
 
-    ``file_hash`` is a SHA-256 over the config and the raw bytes of every tensor actually read, so it
-    identifies exactly what the scores were computed from (two checkpoints with equal q/k hash equal).
+    ``file_hash`` is a SHA-256 over the config (less its path and transformers version) and the raw bytes
+    of every tensor actually read: it identifies what the scores were computed from, wherever the files
+    lie (two checkpoints with equal config and q/k hash equal).
     """
 
     def __init__(
@@ -54,7 +59,8 @@ class WeightSource:
         self.n_params = n_params
         self.loaded: list[str] = []
         self._load = load
-        self._hash = hashlib.sha256(config.to_json_string(use_diff=False).encode())
+        settings = {k: v for k, v in config.to_dict().items() if k not in _NOT_IDENTITY}
+        self._hash = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
         self._names = set(self.names)
 
     def _resolve(self, name: str) -> str | None:
