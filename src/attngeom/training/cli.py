@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .config import ConfigError, make_config, parse_overrides, read_config_file
+from .config import RESOURCE_KEYS, ConfigError, make_config, parse_overrides, read_config_file
 
 
 def select_run(path: str, name: str) -> dict:
@@ -15,7 +15,7 @@ def select_run(path: str, name: str) -> dict:
         runs = (yaml.safe_load(handle) or {}).get("training", {}).get("runs", [])
     for run in runs:
         if run.get("name") == name:
-            return {k: v for k, v in run.items() if k != "name"}
+            return {k: v for k, v in run.items() if k != "name" and k not in RESOURCE_KEYS}
     raise ConfigError(f"{path} has no training run named {name!r} (has {[r.get('name') for r in runs]})")
 
 

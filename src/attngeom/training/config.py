@@ -33,6 +33,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
+RESOURCE_KEYS = ("gpus", "threads", "mem_mb", "runtime")
+"""Keys a pipeline config may add to a run (scheduler resources); they are not training settings."""
+
+
 class ConfigError(InputError):
     """A training setting is missing, unknown or out of range."""
 
@@ -190,7 +194,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"training config {path} must hold a mapping of settings")
     if "training" in data:
         data = data["training"].get("defaults", {})
-    return data
+    return {k: v for k, v in data.items() if k not in RESOURCE_KEYS}
 
 
 def write_config(config: TrainConfig, path: Path) -> None:

@@ -33,12 +33,19 @@ def speedup(random: pd.DataFrame, symmetric: pd.DataFrame, window: int | None = 
     return 100.0 * max(0, total - int(reached.iloc[0])) / total
 
 
+def dataset_label(dataset: str) -> str:
+    """Short name of a dataset setting: a local file's stem, a Hub repo's last part, else the name."""
+    if dataset.startswith("hf:"):
+        return dataset[3:].split(":")[0].rsplit("/", 1)[-1]
+    return Path(dataset).stem if "/" in dataset or Path(dataset).suffix else dataset
+
+
 def run_info(run: Path) -> dict:
     """What a run folder trained (from its config.yaml)."""
     config = yaml.safe_load((run / "config.yaml").read_text())
     return {
         "run": run.name,
-        "dataset": Path(config["dataset"]).stem if "/" in config["dataset"] else config["dataset"],
+        "dataset": dataset_label(config["dataset"]),
         "layers": config["n_layers"],
         "objective": config["objective"],
         "init": config["init"],
