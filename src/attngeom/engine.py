@@ -62,7 +62,7 @@ def score_source(
         "model_id": model_id or source.model_id,
         "revision": source.revision,
         "model_type": config.model_type,
-        "objective": architecture.objective,
+        "objective": architecture.objective_of(config),
         "n_params": source.n_params,
         "variant": variant,
         "attngeom_version": __version__,

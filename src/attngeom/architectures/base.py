@@ -94,6 +94,12 @@ class Architecture:
     def modality_of(self, stack: str) -> str:
         return self.stack_modality.get(stack, self.modality)
 
+    def objective_of(self, config: PretrainedConfig) -> str:
+        """The training objective; an encoder family run as a causal decoder (``is_decoder``) is autoregressive."""
+        if self.objective == "bidirectional" and getattr(config, "is_decoder", False):
+            return "autoregressive"
+        return self.objective
+
 
 def linear(weight: torch.Tensor) -> torch.Tensor:
     """x W form of an ``nn.Linear`` weight (rows of ``weight`` are outputs)."""
