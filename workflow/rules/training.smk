@@ -1,7 +1,17 @@
-# Training (issue 5): one job per run of `training: runs:`, then Table 1, Figures 3/S3/S4/S5 and the
-# comparison with the authors' published evolution. Every setting of a run is `training: defaults:`
-# overridden by the run's own keys (see attngeom.training.config.TrainConfig); a run may also set the
-# scheduler resources gpus, threads, mem_mb and runtime (minutes).
+# Training (issue 5): one job per run, then Table 1, Figures 3/S3/S4/S5 and the comparison with the
+# authors' published evolution. Every setting of a run is `training: defaults:` overridden by the run's
+# own keys (see attngeom.training.config.TrainConfig; its defaults are the paper's hyper-parameters); a
+# run may also set the scheduler resources gpus, threads, mem_mb and runtime (minutes). Runs come from
+# `training: runs:` (a list of {name, overrides}) and/or `training: grid:` (setting → list of values, one
+# run per combination, named by its values), e.g. the paper's grid:
+#
+#   training:
+#     defaults: {tokenizer: bert-uncased, device: cuda, compile: true, gpus: 1, runtime: 2880, mem_mb: 64000}
+#     grid:
+#       dataset: [wikipedia, jigsaw, red_pajama]
+#       n_layers: [4, 12]
+#       objective: [encoder, decoder]
+#       init: [random, symmetric]
 #
 #   results/training/<run>/{config.yaml, loss.parquet, scores.parquet, checkpoint/, final/}
 #   results/training/tables/{table_1,official_comparison}.{csv,md}
@@ -9,6 +19,7 @@
 #
 # A killed job resumes from its checkpoint when re-run (checkpoint/ is not a declared output, so
 # Snakemake never deletes it).
+import itertools
 import re
 import sys
 from dataclasses import dataclass
@@ -39,11 +50,21 @@ class TrainingRun:
     regularised: bool
 
 
+def _grid_runs(grid):
+    """`training: grid:` (setting → list of values) → one run per combination, named by its values."""
+    keys = list(grid)
+    if not keys:
+        return
+    for values in itertools.product(*(grid[k] if isinstance(grid[k], list) else [grid[k]] for k in keys)):
+        label = "-".join(f"{v}L" if k == "n_layers" else str(v) for k, v in zip(keys, values))
+        yield {"name": label, **dict(zip(keys, values))}
+
+
 def _training_runs():
     """Runs by name, their settings validated now (a bad config fails before any job starts)."""
     defaults = dict(TRAINING.get("defaults") or {})
     runs = {}
-    for entry in TRAINING.get("runs") or []:
+    for entry in [*(TRAINING.get("runs") or []), *_grid_runs(TRAINING.get("grid") or {})]:
         name = entry.get("name")
         if not name or "/" in str(name) or name in runs:
             raise ValueError(f"config: training run name {name!r} is missing, has '/', or is used twice")

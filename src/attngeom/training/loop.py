@@ -183,6 +183,10 @@ def train(config: TrainConfig, out: str | Path, *, progress: bool = True, stop_a
                 (loss / config.grad_accum).backward()
             total += loss.detach() / config.grad_accum
             lm_total += lm_loss.detach() / config.grad_accum
+        if rt.world > 1:  # log the mean over ranks, not rank 0's share
+            for value in (total, lm_total):
+                dist.all_reduce(value)
+                value /= rt.world
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
