@@ -32,13 +32,15 @@ class FormStatistics:
 def form_statistics(a: torch.Tensor, b: torch.Tensor, square: bool = True) -> FormStatistics:
     """Traces and row/column norms of M = A Bᵀ for factors A, B of shape (…, d, r).
 
+    Leading dimensions broadcast: one key factor B (d × r) serves a batch of query factors A.
+
     With ``square=False`` M maps between two spaces (A is d_q × r, B is d_k × r, e.g. decoder queries
     against encoder keys): tr(M M) has no meaning there and is left out.
     """
-    if square and a.shape != b.shape:
+    if square and a.shape[-2:] != b.shape[-2:]:
         raise ValueError(f"factors must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
-    if not square and (a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-1]):
-        raise ValueError(f"factors must share batch and rank, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if not square and a.shape[-1] != b.shape[-1]:
+        raise ValueError(f"factors must share their rank, got {tuple(a.shape)} and {tuple(b.shape)}")
     gram_a = a.mT @ a
     gram_b = b.mT @ b
     trace_mm = None
@@ -161,7 +163,16 @@ def score_layer(
     group = n_heads // n_kv_heads
     q_heads = split_heads(w_q, n_heads, head_dim)  # (H, d, d_h)
     k_heads = split_heads(w_k, n_kv_heads, head_dim)  # (H_kv, d, d_h)
-    per_head = score_factors(q_heads, k_heads.repeat_interleave(group, dim=0), gamma, variant, not cross)
+    # One kv group at a time, its key factor broadcast over its query heads: no copy of W_k per head.
+    groups = [
+        score_factors(q_heads[g * group : (g + 1) * group], k_heads[g], gamma, variant, not cross)
+        for g in range(n_kv_heads)
+    ]
+    per_head = Scores(
+        symmetry=None if cross else torch.cat([s.symmetry for s in groups]),
+        directionality=torch.cat([s.directionality for s in groups]),
+        norm=torch.cat([s.norm for s in groups]),
+    )
     q_summed = q_heads.reshape(n_kv_heads, group, *q_heads.shape[1:]).sum(dim=1)  # (H_kv, d, d_h)
     d = w_q.shape[0]
     p = q_summed.permute(1, 0, 2).reshape(d, n_kv_heads * head_dim)
