@@ -231,3 +231,11 @@ def test_decoder_batches_shift_targets(tmp_path, text_file):
     masked = PackedBatches(load_corpus(masked_config, progress=False), masked_config)[0]
     rows = PackedBatches(load_corpus(masked_config, progress=False), masked_config).rows(0)
     assert torch.equal(rows.gather(1, masked.positions + 1), masked.targets)  # position i−1 predicts masked i
+
+
+def test_hub_style_loader_streams_a_local_parquet_dataset(tmp_path):
+    """The ``hf:`` path (datasets, streaming, no loading script) on a local folder of Parquet files."""
+    docs = sentences(7)
+    pd.DataFrame({"comment_text": docs}).to_parquet(tmp_path / "train.parquet")
+    config = TrainConfig(dataset=f"hf:{tmp_path}", text_column="comment_text", max_documents=5, **TINY)
+    assert list(documents(config)) == docs[:5]

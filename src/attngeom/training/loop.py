@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
 from .checkpoint import load_checkpoint, save_checkpoint
-from .config import ConfigError, TrainConfig, write_config
+from .config import ConfigError, TrainConfig, make_config, read_config_file, write_config
 from .data import Corpus, PackedBatches, load_corpus
 from .model import LanguageModelLoss, build_model
 
@@ -247,8 +247,6 @@ def _flush(pending: list, tokens_per_step: int, now: Callable[[], float]) -> pd.
 
 def _check_same_config(config: TrainConfig, out: Path) -> None:
     """A run folder holds one config; resuming with another would mix two runs."""
-    from .config import make_config, read_config_file
-
     path = out / "config.yaml"
     if path.exists() and make_config(read_config_file(path)) != config:
         raise ConfigError(
