@@ -7,6 +7,13 @@ try:
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
-from .engine import score  # noqa: E402
-
 __all__ = ["__version__", "score"]
+
+
+def __getattr__(name: str):
+    # Imported on first use: tables and figures need neither torch nor transformers.
+    if name == "score":
+        from .engine import score
+
+        return score
+    raise AttributeError(f"module 'attngeom' has no attribute {name!r}")
