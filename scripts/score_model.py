@@ -35,6 +35,7 @@ def main(snakemake) -> None:
     scores, status, log = Path(snakemake.output.scores), snakemake.output.status, snakemake.log[0]
     argv = ["score", p.location, "-o", str(scores), "--device", p.device, "--dtype", p.dtype]
     argv += ["--variant", p.variant, "--quiet"] + (["--revision", p.revision] if p.revision else [])
+    argv += ["--full-download"] if p.full_download else []
     start = time.monotonic()
     stderr = io.StringIO()
     with open(log, "w") as log_file:

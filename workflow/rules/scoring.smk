@@ -16,6 +16,7 @@ rule score:
         device=score_device,
         dtype=SCORING["dtype"],
         variant=SCORING["variant"],
+        full_download=SCORING["full_download"],
     threads: resource("threads")
     resources:
         mem_mb=resource("mem_mb"),
