@@ -22,12 +22,8 @@ validate(config, "workflow/schemas/config.schema.yaml")
 report: "workflow/report/workflow.rst"
 
 
-if Path(workflow.basedir, "workflow/rules/training.smk").exists():
-
-    include: "workflow/rules/training.smk"
-
-
 include: "workflow/rules/common.smk"
+include: "workflow/rules/training.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/scoring.smk"
 include: "workflow/rules/aggregate.smk"
@@ -37,5 +33,5 @@ include: "workflow/rules/figures.smk"
 rule all:
     input:
         all_outputs(),
-        training_outputs() if "training_outputs" in globals() else [],
+        training_outputs(TRAINING_RUNS, TR),
     default_target: True

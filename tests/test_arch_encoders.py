@@ -375,7 +375,8 @@ def test_causal_bert_decoder_conforms(tmp_path):
     assert_conforms(
         capture_qk(model, token_inputs(model.config, zero_positions=False)), layers_from_disk(model, tmp_path)
     )
-    assert set(attngeom.score(tmp_path, progress=False)["objective"]) == {"autoregressive"}
+    frame = attngeom.score(tmp_path, progress=False)
+    assert set(frame["objective"]) == {"autoregressive"} and set(frame["stack"]) == {"decoder"}
 
 
 def test_bert_relative_key_config_records_relative_position(tmp_path):

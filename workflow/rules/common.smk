@@ -6,6 +6,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "common"))
 from registry import build_registry, score_resources, slug  # noqa: E402
+from training_runs import (  # noqa: E402
+    evolution_groups,
+    symmetric_groups,
+    training_models,
+    training_outputs,
+    training_runs,
+)
 
 R = config["results"]
 SCORING = config["scoring"]
@@ -14,13 +21,13 @@ AGGREGATE_MEM_MB = 2048 + 16 * len(config["models"])  # every model's rows are r
 REFERENCE = Path(workflow.basedir, "config", "reference")
 
 
-def registry_entries():
-    """Models of the config, plus those the training rules produce (training.smk's training_models())."""
-    extra = training_models() if "training_models" in globals() else []
-    return list(config["models"]) + list(extra)
+TR = f"{R}/training"
+TRAINING_RUNS = training_runs(config.get("training") or {}, TR)
+EVOLUTION_GROUPS = evolution_groups(TRAINING_RUNS)
+SYMMETRIC_GROUPS = symmetric_groups(TRAINING_RUNS)
 
-
-MODELS = build_registry(registry_entries(), R)
+# The models of the config, plus those the training rules produce.
+MODELS = build_registry(list(config["models"]) + training_models(TRAINING_RUNS, TR), R)
 HEATMAPS = {
     role: ref
     for role, ref in config["figures"].get("heatmap", {}).items()

@@ -33,14 +33,16 @@ def _separate(reader: TensorReader, q_name: str, k_name: str, bias: bool) -> dic
 def _bert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """BERT, RoBERTa, XLM-RoBERTa(-XL), CamemBERT, ELECTRA: ``attention.self.{query,key}`` per layer.
 
-    A causal BERT (``is_decoder=True``, as the training runs use) has the same form; only its mask differs.
+    A causal BERT (``is_decoder=True``, as the training runs use) has the same form; only its mask differs,
+    and its stack is recorded as ``decoder``.
     """
     heads = config.num_attention_heads
     left_out = ("bias", "scale", *_position_terms(config))
+    stack = "decoder" if getattr(config, "is_decoder", False) else "encoder"
     for i in range(config.num_hidden_layers):
         prefix = f"encoder.layer.{i}.attention.self"
         yield AttentionLayer(
-            stack="encoder",
+            stack=stack,
             layer=i,
             **_separate(reader, f"{prefix}.query", f"{prefix}.key", bias=True),
             n_heads=heads,
