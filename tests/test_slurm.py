@@ -227,7 +227,8 @@ def read_results(results: Path) -> dict[str, pd.DataFrame]:
 def test_the_tiny_pipeline_runs_through_sbatch_and_matches_the_local_run(tmp_path):
     from test_pipeline import TINY_MODELS, write_config  # the pipeline tests' tiny end-to-end config
 
-    runs = {}
+    # both runs at once: the SLURM run spends much of its time waiting on the scheduler
+    procs = {}
     for where in ("local", "slurm"):
         workdir = tmp_path / where
         workdir.mkdir()
@@ -237,17 +238,25 @@ def test_the_tiny_pipeline_runs_through_sbatch_and_matches_the_local_run(tmp_pat
             command += ["--directory", str(workdir), "--cores", "2"]
         else:
             command = snakemake_command(ROOT / "Snakefile", workdir)
-        runs[where] = subprocess.run(
+        procs[where] = subprocess.Popen(
             [*command, "all", "--configfile", str(config)],
             cwd=ROOT,
             env=dict(job_env(), HF_HUB_OFFLINE="1"),
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=900,
         )
-        assert runs[where].returncode == 0, f"{where} run failed:\n{runs[where].stderr[-4000:]}"
+    logs = {}
+    try:
+        for where, proc in procs.items():
+            logs[where] = proc.communicate(timeout=900)[1]
+            assert proc.returncode == 0, f"{where} run failed:\n{logs[where][-4000:]}"
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
 
-    jobs = check_every_job_went_through_sbatch(runs["slurm"].stderr, tmp_path / "slurm")
+    jobs = check_every_job_went_through_sbatch(logs["slurm"], tmp_path / "slurm")
     assert (jobs["State"] == "COMPLETED").all(), jobs
     assert {"random_model", "score", "aggregate", "tables"} <= set(jobs["rule"])
     local, slurm = (read_results(tmp_path / where / "results") for where in ("local", "slurm"))
@@ -260,11 +269,29 @@ def test_the_tiny_pipeline_runs_through_sbatch_and_matches_the_local_run(tmp_pat
     assert figures and all((tmp_path / "slurm" / f).stat().st_size > 0 for f in figures)
 
 
-TRAIN_SETTINGS = (
-    "n_layers=2 hidden_size=32 n_heads=2 intermediate_size=64 seq_len=32 batch_size=4 grad_accum=1 "
-    "steps=400 warmup_steps=10 lr=1e-3 log_every=1 checkpoint_every=20 score_every=200 vocab_size=500 "
-    "max_documents=20 device=cpu"
-)
+TRAIN_SETTINGS = {
+    **dict(n_layers=2, hidden_size=32, n_heads=2, intermediate_size=64, seq_len=32, batch_size=4),
+    **dict(grad_accum=1, steps=400, warmup_steps=10, lr=1e-3, log_every=1, checkpoint_every=20),
+    **dict(score_every=200, vocab_size=500, max_documents=20, device="cpu"),
+}
+TRAIN_RESOURCES = {"gpus": 1, "threads": 1, "mem_mb": 2000, "runtime": 10}
+
+
+@pytest.fixture(scope="module")
+def training_reference(tmp_path_factory) -> tuple[dict, pd.DataFrame]:
+    """The tiny training run's settings and the loss log of an uninterrupted run of it, outside SLURM."""
+    pytest.importorskip("attngeom.training.cli")
+    base = tmp_path_factory.mktemp("training")
+    settings = {**TRAIN_SETTINGS, "cache_dir": str(base / "cache")}
+    subprocess.run(
+        ["attngeom", "train", "--quiet", "--out", str(base / "reference")]
+        + [f"{key}={value}" for key, value in settings.items()],
+        env=job_env(),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return settings, pd.read_parquet(base / "reference" / "loss.parquet")
 
 
 def wait_for(condition, seconds: float, what: str, proc: subprocess.Popen) -> None:
@@ -278,23 +305,21 @@ def wait_for(condition, seconds: float, what: str, proc: subprocess.Popen) -> No
         time.sleep(0.1)
 
 
-def test_a_cancelled_training_job_resumes_from_its_checkpoint(tmp_path):
-    pytest.importorskip("attngeom.training.cli")
-    settings = TRAIN_SETTINGS + f" cache_dir={tmp_path / 'cache'}"
-    reference = tmp_path / "reference"
-    subprocess.run(
-        ["attngeom", "train", "--quiet", "--out", str(reference), *settings.split()],
-        env=job_env(),
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+@pytest.mark.parametrize("interrupt", ["scancel", "scontrol requeue"])
+def test_an_interrupted_training_job_resumes_from_its_checkpoint(training_reference, tmp_path, interrupt):
+    """The pipeline's train rule on SLURM, interrupted after its first checkpoint: cancelled (Snakemake
+    submits it again) or requeued (SLURM restarts it). Either way it resumes and logs the same losses."""
+    from test_pipeline import TINY_MODELS, write_config
 
-    workdir = tmp_path / "slurm"
-    run_dir = workdir / "train" / "run"
+    settings, expected = training_reference
+    config = write_config(tmp_path / "tiny.yaml", TINY_MODELS)
+    data = yaml.safe_load(config.read_text())
+    data["training"] = {"defaults": settings, "runs": [{"name": "run", **TRAIN_RESOURCES}]}
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    run_dir = tmp_path / "results" / "training" / "run"
     proc = subprocess.Popen(
         snakemake_command(
-            TEST_WORKFLOW, workdir, "train/run/final", "--config", f"train_settings={settings}"
+            ROOT / "Snakefile", tmp_path, "results/training/run/final", "--configfile", str(config)
         ),
         cwd=ROOT,
         env=job_env(),
@@ -311,25 +336,33 @@ def test_a_cancelled_training_job_resumes_from_its_checkpoint(tmp_path):
         running = [
             line.split("|")[0]
             for line in queue.splitlines()
-            if line.split("|")[1:] == ["rule_train_wildcards_run", str(workdir), "RUNNING"]
+            if line.split("|")[1:] == ["rule_train_wildcards_run", str(tmp_path), "RUNNING"]
         ]
         assert len(running) == 1, queue
-        subprocess.run(["scancel", running[0]], check=True)
+        subprocess.run([*interrupt.split(), running[0]], check=True)
         _, log = proc.communicate(timeout=420)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, log[-3000:]
 
-    jobs = sacct_jobs(workdir)
+    jobs = check_every_job_went_through_sbatch(log, tmp_path)  # including the GPU the run asks for
     train = jobs[jobs["rule"] == "train"].sort_values("JobIDRaw", key=lambda s: s.astype(int))
-    assert [state.split()[0] for state in train["State"]] == ["CANCELLED", "COMPLETED"]
     assert train["JobIDRaw"].iloc[0] == running[0]
+    if interrupt == "scancel":
+        assert [state.split()[0] for state in train["State"]] == ["CANCELLED", "COMPLETED"]
+    else:
+        history = subprocess.run(
+            ["sacct", "-X", "-D", "-P", "-n", "-j", running[0], "-o", "State"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert history == ["REQUEUED", "COMPLETED"]
 
     after = pd.read_parquet(run_dir / "loss.parquet")
-    expected = pd.read_parquet(reference / "loss.parquet")
     pd.testing.assert_frame_equal(after.drop(columns="elapsed_s"), expected.drop(columns="elapsed_s"))
-    # resumed, not restarted: the steps up to the first checkpoint are the cancelled job's own rows,
+    # resumed, not restarted: the steps up to the first checkpoint are the interrupted job's own rows,
     # timings included (a restart would have re-measured them)
-    first = before[before["step"] <= 20]
-    pd.testing.assert_frame_equal(after[after["step"] <= 20], first)
+    first = settings["checkpoint_every"]
+    pd.testing.assert_frame_equal(after[after["step"] <= first], before[before["step"] <= first])

@@ -95,7 +95,6 @@ DefMemPerCPU=256
 GresTypes=gpu
 ReturnToService=2
 KillWait=5
-MinJobAge=30
 InactiveLimit=0
 SchedulerParameters=sched_interval=2
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM Gres=gpu:fake:1 State=UNKNOWN
