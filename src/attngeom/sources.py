@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -240,7 +241,7 @@ def safetensors_source(
         for shard in sorted(set(weight_map.values())):
             handle = handle_for(shard)
             for name in handle.keys():
-                n_params += _numel(handle.get_slice(name).get_shape())
+                n_params += math.prod(handle.get_slice(name).get_shape())
     return WeightSource(
         model_id=model_id or description,
         description=description,
@@ -250,13 +251,6 @@ def safetensors_source(
         revision=revision,
         n_params=n_params,
     )
-
-
-def _numel(shape: Iterable[int]) -> int:
-    total = 1
-    for size in shape:
-        total *= int(size)
-    return total
 
 
 def bin_state_dict(file: Path) -> dict[str, torch.Tensor]:
