@@ -4,15 +4,21 @@ A tiny random model (float64, biases randomised) runs a forward pass with rotary
 ids 0); a registered attention function records the real per-head query and key tensors and a
 pre-hook records each attention module's input x. Then for every head h,
 (x W_q,h + b_q,h)(x W_k,g(h) + b_k,g(h))ᵀ must equal Q_h K_g(h)ᵀ, with W_q, W_k read back from disk.
+Families outside the attention interface hand over q and k through one of their own methods
+(``capture_method_qk``), their projection modules (``capture_projections``) or torch's multi-head
+attention (``capture_torch_multihead``).
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from transformers import AttentionInterface, AutoConfig, AutoModel, PretrainedConfig
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -21,24 +27,20 @@ from attngeom.scores import split_heads
 from attngeom.sources import open_source
 
 CAPTURE = "attngeom_capture"
+BERT_SIZES = {"hidden_size": 48, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 64}
+"""A small BERT-style encoder (the families that name their sizes as BERT does)."""
 
 
 @dataclass
 class Capture:
-    x: torch.Tensor  # (B, N, d) input of the attention module
+    x: torch.Tensor  # (B, N, d) input of the attention module (the queries' input)
     q: torch.Tensor  # (B, H, N, d_h) as the model computed it
-    k: torch.Tensor  # (B, H_kv, N, d_h)
+    k: torch.Tensor  # (B, H_kv, M, d_h)
+    x_k: torch.Tensor | None = None  # (B, M, d_k) input of the keys where it is not x (cross-attention)
 
 
-_records: list[tuple[torch.nn.Module, torch.Tensor, torch.Tensor]] = []
-
-
-def _capture_attention(module, query, key, value, attention_mask, **kwargs):
-    _records.append((module, query.detach(), key.detach()))
-    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-
-
-AttentionInterface.register(CAPTURE, _capture_attention)
+Inputs = tuple[torch.Tensor, torch.Tensor]
+"""An attention call's query input and key input (the same tensor for self-attention)."""
 
 
 def tiny_config(model_type: str, **overrides) -> PretrainedConfig:
@@ -60,63 +62,6 @@ def build(config: PretrainedConfig, model_class=AutoModel, seed: int = 0) -> tor
     return randomize(model_class.from_config(config), seed)
 
 
-def capture_qk(model: torch.nn.Module, inputs: dict, module_filter=None) -> list[Capture]:
-    """Run ``model(**inputs)`` with the capturing attention function; one Capture per attention call."""
-    inputs_seen: dict[int, torch.Tensor] = {}
-
-    def pre_hook(module, args, kwargs):
-        x = kwargs.get("hidden_states", args[0] if args else None)
-        inputs_seen[id(module)] = x.detach()
-
-    previous = model.config._attn_implementation
-    model.set_attn_implementation(CAPTURE)
-    hooks = [
-        m.register_forward_pre_hook(pre_hook, with_kwargs=True)
-        for m in model.modules()
-        if "Attention" in type(m).__name__ and (module_filter is None or module_filter(m))
-    ]
-    _records.clear()
-    try:
-        with torch.no_grad():
-            model(**inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
-        model.set_attn_implementation(previous)
-    return [Capture(inputs_seen[id(m)], q, k) for m, q, k in _records]
-
-
-def layers_from_disk(model: torch.nn.Module, directory: Path) -> list[AttentionLayer]:
-    """Save the model with save_pretrained (safetensors) and read the map's layers back from disk."""
-    model.save_pretrained(directory)
-    source = open_source(directory)
-    return list(architecture_for(source.config).layers(source.config, source))
-
-
-def assert_conforms(captures: list[Capture], layers: list[AttentionLayer], rtol: float = 1e-9) -> None:
-    """Per head, (x W_q,h + b_q,h)(x W_k,g + b_k,g)ᵀ equals the captured Q_h K_gᵀ."""
-    assert len(captures) == len(layers), f"{len(captures)} attention calls but {len(layers)} mapped layers"
-    for capture, layer in zip(captures, layers, strict=True):
-        x = capture.x.double()
-        q_heads = split_heads(layer.w_q.double(), layer.n_heads, layer.head_dim)  # (H, d, d_h)
-        k_heads = split_heads(layer.w_k.double(), layer.n_kv_heads, layer.head_dim)
-        q = torch.einsum("bnd,hde->bhne", x, q_heads)
-        k = torch.einsum("bnd,hde->bhne", x, k_heads)
-        if layer.b_q is not None:
-            q = q + layer.b_q.double().reshape(1, layer.n_heads, 1, layer.head_dim)
-        if layer.b_k is not None:
-            k = k + layer.b_k.double().reshape(1, layer.n_kv_heads, 1, layer.head_dim)
-        group = layer.n_heads // layer.n_kv_heads
-        ours = q @ k.repeat_interleave(group, dim=1).mT
-        theirs = capture.q.double() @ capture.k.double().repeat_interleave(group, dim=1).mT
-        assert ours.shape == theirs.shape, (
-            f"{layer.stack} layer {layer.layer}: {ours.shape} vs {theirs.shape}"
-        )
-        scale = theirs.abs().max().clamp_min(1e-12)
-        error = ((ours - theirs).abs().max() / scale).item()
-        assert error < rtol, f"{layer.stack} layer {layer.layer}: relative error {error:.2e}"
-
-
 def token_inputs(
     config: PretrainedConfig, batch: int = 2, length: int = 7, seed: int = 1, zero_positions=True
 ):
@@ -129,15 +74,23 @@ def token_inputs(
     return inputs
 
 
-# --- two-input capture: cross-attention and position-augmented inputs (appended for issue 3) -----------------
+def layers_from_disk(model: torch.nn.Module, directory: Path) -> list[AttentionLayer]:
+    """Save the model with save_pretrained (safetensors) and read the map's layers back from disk."""
+    model.save_pretrained(directory)
+    source = open_source(directory)
+    return list(architecture_for(source.config).layers(source.config, source))
 
 
-@dataclass
-class PairCapture(Capture):
-    x_k: torch.Tensor  # (B, M, d_k) input the keys were computed from (encoder states for cross-attention)
+# ---- what an attention module is given ----------------------------------------------------------------------
 
 
-def default_qk_inputs(module: torch.nn.Module, arguments: dict) -> tuple[torch.Tensor, torch.Tensor]:
+def hidden_states(module: torch.nn.Module, args: tuple, kwargs: dict) -> Inputs:
+    """Self-attention: the ``hidden_states`` argument, or else the first positional one."""
+    x = kwargs.get("hidden_states", args[0] if args else None)
+    return x, x
+
+
+def default_qk_inputs(module: torch.nn.Module, arguments: dict) -> Inputs:
     """Queries read ``hidden_states``; keys read ``key_value_states`` / ``encoder_hidden_states`` if given."""
     x_q = arguments["hidden_states"]
     for name in ("key_value_states", "encoder_hidden_states"):
@@ -146,7 +99,7 @@ def default_qk_inputs(module: torch.nn.Module, arguments: dict) -> tuple[torch.T
     return x_q, x_q
 
 
-def position_augmented_inputs(module: torch.nn.Module, arguments: dict) -> tuple[torch.Tensor, torch.Tensor]:
+def position_augmented_inputs(module: torch.nn.Module, arguments: dict) -> Inputs:
     """DETR-style: queries see X + P, keys see X + P (self) or X_enc + P_enc (cross)."""
     x_q, x_k = default_qk_inputs(module, arguments)
     pos = arguments.get("position_embeddings")
@@ -155,11 +108,68 @@ def position_augmented_inputs(module: torch.nn.Module, arguments: dict) -> tuple
     return (x_q if pos is None else x_q + pos), (x_k if pos_k is None else x_k + pos_k)
 
 
-def _bound_arguments(module: torch.nn.Module, args: tuple, kwargs: dict) -> dict:
-    bound = inspect.signature(module.forward).bind_partial(*args, **kwargs)
-    arguments = dict(bound.arguments)
-    arguments.update(arguments.pop("kwargs", {}))
-    return arguments
+def by_argument_name(qk_inputs: Callable[[torch.nn.Module, dict], Inputs]):
+    """A reader for ``recorded_inputs`` from one that takes the forward's arguments by name."""
+
+    def read(module: torch.nn.Module, args: tuple, kwargs: dict) -> Inputs:
+        bound = inspect.signature(module.forward).bind_partial(*args, **kwargs)
+        arguments = dict(bound.arguments)
+        arguments.update(arguments.pop("kwargs", {}))
+        return qk_inputs(module, arguments)
+
+    return read
+
+
+@contextmanager
+def removed_after(handles: list) -> Iterator[None]:
+    """Hook handles (or anything with ``remove()``) removed when the block ends, even on failure."""
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def recorded_inputs(
+    modules: Iterable[torch.nn.Module], read=hidden_states, into: dict | None = None
+) -> Iterator[dict[int, tuple[torch.Tensor, torch.Tensor | None]]]:
+    """While the block runs: by ``id(module)``, the query input and key input (None: the same) of each
+    module's call in progress or last call, as ``read(module, args, kwargs)`` picks them."""
+    seen = {} if into is None else into
+
+    def pre_hook(module, args, kwargs):
+        x_q, x_k = read(module, args, kwargs)
+        seen[id(module)] = (x_q.detach(), None if x_k is x_q else x_k.detach())
+
+    with removed_after([m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]):
+        yield seen
+
+
+def forward(model: torch.nn.Module, inputs: dict) -> None:
+    with torch.no_grad():
+        model(**inputs)
+
+
+def _heads(t: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """(B, N, H·d_h) → (B, H, N, d_h)."""
+    return t.reshape(*t.shape[:-1], -1, head_dim).transpose(1, 2)
+
+
+# ---- families using transformers' attention interface -------------------------------------------------------
+
+_calls: list[Capture] = []
+_latest: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # filled by ``recorded_inputs``
+
+
+def _capture_attention(module, query, key, value, attention_mask, **kwargs):
+    if id(module) in _latest:  # paired with the input of this very call: ALBERT re-applies shared modules
+        x, x_k = _latest[id(module)]
+        _calls.append(Capture(x, query.detach(), key.detach(), x_k))
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+AttentionInterface.register(CAPTURE, _capture_attention)
 
 
 def _attention_configs(model: torch.nn.Module) -> list[PretrainedConfig]:
@@ -173,84 +183,152 @@ def _attention_configs(model: torch.nn.Module) -> list[PretrainedConfig]:
     return list(configs.values())
 
 
-def capture_qk_pairs(
-    model: torch.nn.Module, inputs: dict, qk_inputs=default_qk_inputs, module_filter=None
-) -> list[PairCapture]:
-    """Like ``capture_qk`` but records the query input and the key input of every attention call."""
-    seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def pre_hook(module, args, kwargs):
-        x_q, x_k = qk_inputs(module, _bound_arguments(module, args, kwargs))
-        seen[id(module)] = (x_q.detach(), x_k.detach())
-
+@contextmanager
+def _attention_implementation(model: torch.nn.Module, implementation: str) -> Iterator[None]:
     configs = _attention_configs(model)
     previous = [config._attn_implementation_internal for config in configs]
     for config in configs:
-        config._attn_implementation_internal = CAPTURE
-    hooks = [
-        m.register_forward_pre_hook(pre_hook, with_kwargs=True)
+        config._attn_implementation_internal = implementation
+    try:
+        yield
+    finally:
+        for config, before in zip(configs, previous, strict=True):
+            config._attn_implementation_internal = before
+
+
+def _capture_qk(model: torch.nn.Module, inputs: dict, read, module_filter) -> list[Capture]:
+    modules = [
+        m
         for m in model.modules()
         if "Attention" in type(m).__name__ and (module_filter is None or module_filter(m))
     ]
-    _records.clear()
-    try:
-        with torch.no_grad():
-            model(**inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
-        for config, implementation in zip(configs, previous, strict=True):
-            config._attn_implementation_internal = implementation
-    return [PairCapture(seen[id(m)][0], q, k, seen[id(m)][1]) for m, q, k in _records if id(m) in seen]
+    _calls.clear()
+    _latest.clear()
+    with recorded_inputs(modules, read, into=_latest), _attention_implementation(model, CAPTURE):
+        forward(model, inputs)
+    return list(_calls)
 
 
-def capture_projections(
-    model: torch.nn.Module, inputs: dict, attention_type: type, q_name: str, k_name: str, qk_inputs=None
-) -> list[PairCapture]:
-    """For families that bypass the attention interface: the outputs of the modules' own q/k projections.
+def capture_qk(model: torch.nn.Module, inputs: dict, module_filter=None) -> list[Capture]:
+    """Run ``model(**inputs)`` with the capturing attention function; one Capture per attention call of a
+    module whose class name has "Attention" (and that passes ``module_filter``)."""
+    return _capture_qk(model, inputs, hidden_states, module_filter)
 
-    q and k still come from the model's forward pass (forward hooks on its projection modules), reshaped
-    to (B, H, N, d_h) with the attention module's head count; the inputs come from a pre-hook.
+
+def capture_qk_pairs(
+    model: torch.nn.Module, inputs: dict, qk_inputs=default_qk_inputs, module_filter=None
+) -> list[Capture]:
+    """Like ``capture_qk``, with the query input and key input that ``qk_inputs`` reads by argument name."""
+    return _capture_qk(model, inputs, by_argument_name(qk_inputs), module_filter)
+
+
+# ---- families outside the attention interface ---------------------------------------------------------------
+
+
+def capture_method_qk(model: torch.nn.Module, inputs: dict, method: str, extract) -> list[Capture]:
+    """q and k from one of the model's own methods that computes or receives them.
+
+    Every module whose class defines ``method`` has it wrapped for one forward pass; ``extract(module,
+    args, result)`` returns the (B, H, N, d_h) query and (B, H_kv, N, d_h) key the model computed in that
+    call. A pre-hook on the same module records its input x.
     """
-    qk_inputs = qk_inputs or default_qk_inputs
-    calls: list[list] = []
-    hooks = []
-    for module in model.modules():
-        if not isinstance(module, attention_type):
-            continue
+    modules = [m for m in model.modules() if callable(getattr(type(m), method, None))]
+    seen: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
+    captures: list[Capture] = []
 
-        def pre_hook(mod, args, kwargs):
-            x_q, x_k = qk_inputs(mod, _bound_arguments(mod, args, kwargs))
-            calls.append([mod, x_q.detach(), x_k.detach(), None, None])
+    def wrap(module: torch.nn.Module, original):
+        def wrapper(*args, **kwargs):
+            result = original(module, *args, **kwargs)
+            q, k = extract(module, args, result)
+            x, x_k = seen[id(module)]
+            captures.append(Capture(x, q.detach().clone(), k.detach().clone(), x_k))
+            return result
 
-        def out_hook(slot):
-            def hook(mod, args, output):
-                calls[-1][slot] = output.detach()
+        return wrapper
 
-            return hook
-
-        hooks.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
-        hooks.append(module.get_submodule(q_name).register_forward_hook(out_hook(3)))
-        hooks.append(module.get_submodule(k_name).register_forward_hook(out_hook(4)))
-    try:
-        with torch.no_grad():
-            model(**inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
-
-    def heads(t: torch.Tensor, head_dim: int) -> torch.Tensor:
-        return t.reshape(*t.shape[:-1], -1, head_dim).transpose(1, 2)
-
-    captures = []
-    for module, x_q, x_k, q, k in calls:
-        head_dim = getattr(module, "head_dim", None) or module.attention_head_size
-        captures.append(PairCapture(x_q, heads(q, head_dim), heads(k, head_dim), x_k))
+    with recorded_inputs(modules, into=seen):
+        for module in modules:
+            setattr(module, method, wrap(module, getattr(type(module), method)))
+        try:
+            forward(model, inputs)
+        finally:
+            for module in modules:
+                delattr(module, method)
     return captures
 
 
-def assert_conforms_pairs(
-    captures: list[PairCapture], layers: list[AttentionLayer], rtol: float = 1e-9, q_scaled: bool = False
+def capture_projections(
+    model: torch.nn.Module,
+    inputs: dict,
+    attention_type: type,
+    q_name: str,
+    k_name: str,
+    qk_inputs=default_qk_inputs,
+) -> list[Capture]:
+    """The outputs of each ``attention_type`` module's own q/k projection modules (``q_name``, ``k_name``).
+
+    Reshaped to (B, H, N, d_h) with the attention module's head width; the inputs come from a pre-hook.
+    """
+    modules = [m for m in model.modules() if isinstance(m, attention_type)]
+    seen: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
+    projected: dict[str, torch.Tensor] = {}
+    captures: list[Capture] = []
+
+    def keep(name: str):
+        def hook(projection, args, output):
+            projected[name] = output.detach()
+
+        return hook
+
+    def after(module, args, output):
+        head_dim = getattr(module, "head_dim", None) or module.attention_head_size
+        q, k = _heads(projected.pop("q"), head_dim), _heads(projected.pop("k"), head_dim)
+        captures.append(Capture(seen[id(module)][0], q, k, seen[id(module)][1]))
+
+    handles = []
+    for module in modules:
+        handles.append(module.get_submodule(q_name).register_forward_hook(keep("q")))
+        handles.append(module.get_submodule(k_name).register_forward_hook(keep("k")))
+        handles.append(module.register_forward_hook(after))
+    with removed_after(handles), recorded_inputs(modules, by_argument_name(qk_inputs), into=seen):
+        forward(model, inputs)
+    return captures
+
+
+def capture_torch_multihead(model: torch.nn.Module, inputs: dict, project) -> list[Capture]:
+    """Modules that call torch's ``multi_head_attention_forward`` (nn.MultiheadAttention, WavLM).
+
+    ``project(query, key, value, in_proj_weight, in_proj_bias, kwargs)`` repeats torch's own projection
+    step there (``F._in_projection`` or ``F._in_projection_packed``) and returns q and k as (N, B, E).
+    """
+    captures: list[Capture] = []
+    original = F.multi_head_attention_forward
+
+    def wrapped(query, key, value, embed_dim, num_heads, in_proj_weight, in_proj_bias, *args, **kwargs):
+        q, k = project(query, key, value, in_proj_weight, in_proj_bias, kwargs)
+
+        def heads(t: torch.Tensor) -> torch.Tensor:  # (N, B, E) → (B, H, N, d_h)
+            return t.reshape(t.shape[0], t.shape[1], num_heads, -1).permute(1, 2, 0, 3).detach()
+
+        x_k = None if key is query else key.transpose(0, 1).detach()
+        captures.append(Capture(query.transpose(0, 1).detach(), heads(q), heads(k), x_k))
+        return original(
+            query, key, value, embed_dim, num_heads, in_proj_weight, in_proj_bias, *args, **kwargs
+        )
+
+    F.multi_head_attention_forward = wrapped
+    try:
+        forward(model, inputs)
+    finally:
+        F.multi_head_attention_forward = original
+    return captures
+
+
+# ---- the check ----------------------------------------------------------------------------------------------
+
+
+def assert_conforms(
+    captures: list[Capture], layers: list[AttentionLayer], rtol: float = 1e-9, q_scaled: bool = False
 ) -> None:
     """Per head, (x_q W_q,h + b_q,h)(x_k W_k,g + b_k,g)ᵀ equals the captured Q_h K_gᵀ (x_k = x_q for self).
 
@@ -259,10 +337,11 @@ def assert_conforms_pairs(
     """
     assert len(captures) == len(layers), f"{len(captures)} attention calls but {len(layers)} mapped layers"
     for capture, layer in zip(captures, layers, strict=True):
-        q_heads = split_heads(layer.w_q.double(), layer.n_heads, layer.head_dim)
+        x_k = capture.x if capture.x_k is None else capture.x_k
+        q_heads = split_heads(layer.w_q.double(), layer.n_heads, layer.head_dim)  # (H, d, d_h)
         k_heads = split_heads(layer.w_k.double(), layer.n_kv_heads, layer.head_dim)
         q = torch.einsum("bnd,hde->bhne", capture.x.double(), q_heads)
-        k = torch.einsum("bnd,hde->bhne", capture.x_k.double(), k_heads)
+        k = torch.einsum("bnd,hde->bhne", x_k.double(), k_heads)
         if layer.b_q is not None:
             q = q + layer.b_q.double().reshape(1, layer.n_heads, 1, layer.head_dim)
         if layer.b_k is not None:

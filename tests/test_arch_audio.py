@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conformance import Capture, assert_conforms, build, capture_qk, layers_from_disk, tiny_config
+from conformance import (
+    assert_conforms,
+    build,
+    capture_qk,
+    capture_torch_multihead,
+    layers_from_disk,
+    tiny_config,
+)
 
 import attngeom
 
@@ -30,48 +37,23 @@ def _inputs() -> dict:
     }
 
 
-def _capture_wavlm(model, inputs, monkeypatch) -> list[Capture]:
-    """WavLM calls torch's multi_head_attention_forward with its q/k/v weights: record the projections
-    torch itself computes there (``F._in_projection``), before the gated relative position bias."""
-    captures: list[Capture] = []
-    original = F.multi_head_attention_forward
-
-    def wrapped(query, key, value, embed_dim, num_heads, in_proj_weight, in_proj_bias, *args, **kwargs):
-        b_q, b_k, b_v = in_proj_bias.chunk(3)
-        q, k, _ = F._in_projection(
-            query,
-            key,
-            value,
-            kwargs["q_proj_weight"],
-            kwargs["k_proj_weight"],
-            kwargs["v_proj_weight"],
-            b_q,
-            b_k,
-            b_v,
-        )
-
-        def heads(t: torch.Tensor) -> torch.Tensor:  # (N, B, E) → (B, H, N, d_h)
-            return t.reshape(t.shape[0], t.shape[1], num_heads, -1).permute(1, 2, 0, 3)
-
-        captures.append(Capture(query.transpose(0, 1).detach(), heads(q).detach(), heads(k).detach()))
-        return original(
-            query, key, value, embed_dim, num_heads, in_proj_weight, in_proj_bias, *args, **kwargs
-        )
-
-    monkeypatch.setattr(F, "multi_head_attention_forward", wrapped)
-    with torch.no_grad():
-        model(**inputs)
-    return captures
+def _wavlm_projection(query, key, value, in_proj_weight, in_proj_bias, kwargs):
+    """WavLM calls torch's multi_head_attention_forward with its q/k/v weights: the projections torch
+    itself computes there (``F._in_projection``), before the gated relative position bias."""
+    b_q, b_k, b_v = in_proj_bias.chunk(3)
+    weights = (kwargs["q_proj_weight"], kwargs["k_proj_weight"], kwargs["v_proj_weight"])
+    q, k, _ = F._in_projection(query, key, value, *weights, b_q, b_k, b_v)
+    return q, k
 
 
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
-def test_forward_pass_conformance_from_disk(model_type, tmp_path, monkeypatch):
+def test_forward_pass_conformance_from_disk(model_type, tmp_path):
     extra = {"squeeze_factor": 2} if model_type == "sew" else {}
     model = build(tiny_config(model_type, **SIZES, **extra))
     layers = layers_from_disk(model, tmp_path)
     assert len(layers) == 2
     if model_type == "wavlm":
-        captures = _capture_wavlm(model, _inputs(), monkeypatch)
+        captures = capture_torch_multihead(model, _inputs(), _wavlm_projection)
         assert all("relative_position" in layer.left_out for layer in layers)
     else:
         captures = capture_qk(model, _inputs())

@@ -2,22 +2,22 @@
 
 import pytest
 import torch
-from conformance import assert_conforms, build, capture_qk, layers_from_disk, tiny_config, token_inputs
+from conformance import (
+    BERT_SIZES,
+    assert_conforms,
+    build,
+    capture_qk,
+    layers_from_disk,
+    tiny_config,
+    token_inputs,
+)
 
 import attngeom
 
 
 @pytest.fixture
 def bert():
-    config = tiny_config(
-        "bert",
-        hidden_size=48,
-        num_attention_heads=4,
-        num_hidden_layers=2,
-        intermediate_size=64,
-        vocab_size=100,
-    )
-    return build(config)
+    return build(tiny_config("bert", **BERT_SIZES, vocab_size=100))
 
 
 @pytest.fixture

@@ -11,14 +11,7 @@ import gguf
 import numpy as np
 import pytest
 import torch
-from conformance import (
-    assert_conforms,
-    build,
-    capture_qk,
-    layers_from_disk,
-    tiny_config,
-    token_inputs,
-)
+from conformance import assert_conforms, build, capture_qk, layers_from_disk, tiny_config, token_inputs
 
 import attngeom
 from attngeom.architectures import architecture_for

@@ -14,143 +14,56 @@ from dataclasses import dataclass
 import pytest
 import torch
 from conformance import (
+    BERT_SIZES,
     Capture,
     assert_conforms,
     build,
+    capture_method_qk,
+    capture_projections,
     capture_qk,
     layers_from_disk,
     tiny_config,
     token_inputs,
 )
-from transformers import (
-    AttentionInterface,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForMaskedLM,
-    AutoModelForPreTraining,
-)
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForPreTraining
 from transformers.models.deberta.modeling_deberta import scaled_size_sqrt
+from transformers.models.mpnet.modeling_mpnet import MPNetSelfAttention
 
 import attngeom
 from attngeom.architectures import ArchitectureError, architecture_for
 from attngeom.sources import open_source
 
-SMALL = {"hidden_size": 48, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 64}
 VOCAB = {"vocab_size": 100}
 
 
-# ---- capture helpers for layouts that conformance.capture_qk does not cover ----------------------
-
-CAPTURE_EACH_CALL = "attngeom_capture_each_call"
-_latest_input: dict[int, torch.Tensor] = {}
-_calls: list[Capture] = []
+# ---- capture helpers for layouts outside the attention interface ----------------------------------
 
 
-def _capture_each_call(module, query, key, value, attention_mask, **kwargs):
-    _calls.append(Capture(_latest_input[id(module)], query.detach(), key.detach()))
-    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-
-
-AttentionInterface.register(CAPTURE_EACH_CALL, _capture_each_call)
-
-
-def capture_qk_each_call(model: torch.nn.Module, inputs: dict) -> list[Capture]:
-    """Like ``capture_qk``, but each attention call keeps the input of that call (shared modules)."""
-
-    def pre_hook(module, args, kwargs):
-        _latest_input[id(module)] = kwargs.get("hidden_states", args[0] if args else None).detach()
-
-    previous = model.config._attn_implementation
-    model.set_attn_implementation(CAPTURE_EACH_CALL)
-    hooks = [
-        m.register_forward_pre_hook(pre_hook, with_kwargs=True)
-        for m in model.modules()
-        if "Attention" in type(m).__name__
-    ]
-    _calls.clear()
-    try:
-        with torch.no_grad():
-            model(**inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
-        model.set_attn_implementation(previous)
-    return list(_calls)
-
-
-def capture_deberta(model: torch.nn.Module, inputs: dict) -> list[Capture]:
+def _deberta_qk(module, args, result):
     """The q and k DeBERTa (v1 or v2) hands to its relative-position term: exactly the content q·k operands.
 
     v2 passes them as (B·H, N, d_h) before scaling; v1 as (B, H, N, d_h) with q already divided by the
     scale, which is undone with the model's own ``scaled_size_sqrt``.
     """
-    records: list[Capture] = []
-    patched = []
-    for module in model.modules():
-        if type(module).__name__ != "DisentangledSelfAttention":
-            continue
-        name = (
-            "disentangled_att_bias"
-            if hasattr(module, "disentangled_att_bias")
-            else "disentangled_attention_bias"
-        )
-        original = getattr(module, name)
+    query, key, scale_factor = args[0], args[1], args[4]
+    if query.dim() == 3:  # v2: (B·H, N, d_h)
         heads = module.num_attention_heads
+        return query.reshape(-1, heads, *query.shape[1:]), key.reshape(-1, heads, *key.shape[1:])
+    return query * scaled_size_sqrt(query, scale_factor).to(query.dtype), key  # v1: (B, H, N, d_h), q scaled
 
-        def record(query, key, relative_pos, rel_embeddings, scale_factor, *, original=original, heads=heads):
-            if query.dim() == 3:  # v2: (B·H, N, d_h)
-                q = query.reshape(-1, heads, *query.shape[1:])
-                k = key.reshape(-1, heads, *key.shape[1:])
-            else:  # v1: (B, H, N, d_h), q scaled
-                q, k = query * scaled_size_sqrt(query, scale_factor).to(query.dtype), key
-            records.append(Capture(current["x"], q.detach(), k.detach()))
-            return original(query, key, relative_pos, rel_embeddings, scale_factor)
 
-        setattr(module, name, record)
-        patched.append((module, name))
-    current: dict[str, torch.Tensor] = {}
-    hooks = [
-        module.register_forward_pre_hook(lambda m, args: current.update(x=args[0].detach()))
-        for module, _ in patched
-    ]
-    try:
-        with torch.no_grad():
-            model(**inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
-        for module, name in patched:
-            delattr(module, name)
+def capture_deberta(model: torch.nn.Module, inputs: dict) -> list[Capture]:
+    method = (
+        "disentangled_att_bias" if model.config.model_type == "deberta" else "disentangled_attention_bias"
+    )
+    records = capture_method_qk(model, inputs, method, _deberta_qk)
     assert records, "no DeBERTa relative-attention call was captured; is relative_attention on?"
     return records
 
 
 def capture_mpnet(model: torch.nn.Module, inputs: dict) -> list[Capture]:
     """MPNet's q and k: the outputs of its own ``q``/``k`` projections, split into heads as its forward does."""
-    records: list[Capture] = []
-    seen: dict[str, torch.Tensor] = {}
-
-    def split(module, tensor):
-        return tensor.view(*tensor.shape[:-1], -1, module.attention_head_size).transpose(1, 2)
-
-    def after(module, args, output):
-        q, k = split(module, seen.pop("q")), split(module, seen.pop("k"))
-        records.append(Capture(args[0].detach(), q.detach(), k.detach()))
-
-    hooks = []
-    for module in model.modules():
-        if type(module).__name__ == "MPNetSelfAttention":
-            hooks.append(module.q.register_forward_hook(lambda m, a, out: seen.update(q=out)))
-            hooks.append(module.k.register_forward_hook(lambda m, a, out: seen.update(k=out)))
-            hooks.append(module.register_forward_hook(after))
-    try:
-        with torch.no_grad():
-            model(**inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return records
+    return capture_projections(model, inputs, MPNetSelfAttention, "q", "k")
 
 
 # ---- the families ------------------------------------------------------------------------------
@@ -177,17 +90,17 @@ class Family:
 
 
 FAMILIES = {
-    "bert": Family("bert", SMALL, ABSOLUTE),
-    "roberta": Family("roberta", SMALL, ABSOLUTE, AutoModelForMaskedLM),
-    "xlm-roberta": Family("xlm-roberta", SMALL, ABSOLUTE),
-    "xlm-roberta-xl": Family("xlm-roberta-xl", SMALL, ABSOLUTE),
-    "camembert": Family("camembert", SMALL, ABSOLUTE),
+    "bert": Family("bert", BERT_SIZES, ABSOLUTE),
+    "roberta": Family("roberta", BERT_SIZES, ABSOLUTE, AutoModelForMaskedLM),
+    "xlm-roberta": Family("xlm-roberta", BERT_SIZES, ABSOLUTE),
+    "xlm-roberta-xl": Family("xlm-roberta-xl", BERT_SIZES, ABSOLUTE),
+    "camembert": Family("camembert", BERT_SIZES, ABSOLUTE),
     "electra-discriminator": Family(
-        "electra", {**SMALL, "embedding_size": 32}, ABSOLUTE, AutoModelForPreTraining
+        "electra", {**BERT_SIZES, "embedding_size": 32}, ABSOLUTE, AutoModelForPreTraining
     ),
     "electra-generator": Family(
         "electra",
-        {**SMALL, "hidden_size": 24, "num_attention_heads": 2, "embedding_size": 32},
+        {**BERT_SIZES, "hidden_size": 24, "num_attention_heads": 2, "embedding_size": 32},
         ABSOLUTE,
         AutoModelForMaskedLM,
     ),
@@ -199,22 +112,26 @@ FAMILIES = {
     ),
     "albert-shared-groups": Family(
         "albert",
-        {**SMALL, "num_hidden_layers": 3, "num_hidden_groups": 2, "inner_group_num": 2, "embedding_size": 32},
+        {
+            **BERT_SIZES,
+            "num_hidden_layers": 3,
+            "num_hidden_groups": 2,
+            "inner_group_num": 2,
+            "embedding_size": 32,
+        },
         ABSOLUTE,
         AutoModelForMaskedLM,
-        capture_qk_each_call,
     ),
     "albert-one-group": Family(
         "albert",
-        {**SMALL, "num_hidden_layers": 3, "embedding_size": 32},
+        {**BERT_SIZES, "num_hidden_layers": 3, "embedding_size": 32},
         ABSOLUTE,
-        capture=capture_qk_each_call,
     ),
     # ModernBERT's rotary step rounds q and k to float32 (even in a float64 model): compare to that precision.
     "modernbert": Family(
         "modernbert",
         {
-            **SMALL,
+            **BERT_SIZES,
             "num_hidden_layers": 3,
             "global_attn_every_n_layers": 2,
             "attention_bias": True,
@@ -227,16 +144,16 @@ FAMILIES = {
     ),
     "modernbert-no-bias": Family(
         "modernbert",
-        {**SMALL, "num_hidden_layers": 3, **MODERNBERT_TOKENS},
+        {**BERT_SIZES, "num_hidden_layers": 3, **MODERNBERT_TOKENS},
         "rotary,scale",
         zero_positions=True,
         rtol=1e-6,
     ),
-    "nomic_bert": Family("nomic_bert", SMALL, "rotary,scale", zero_positions=True),
+    "nomic_bert": Family("nomic_bert", BERT_SIZES, "rotary,scale", zero_positions=True),
     "deberta-v3": Family(
         "deberta-v2",
         {
-            **SMALL,
+            **BERT_SIZES,
             "relative_attention": True,
             "pos_att_type": ["p2c", "c2p"],
             "share_att_key": True,
@@ -250,19 +167,27 @@ FAMILIES = {
     ),
     "deberta-v2": Family(
         "deberta-v2",
-        {**SMALL, "relative_attention": True, "pos_att_type": ["c2p", "p2c"], "conv_kernel_size": 3},
+        {**BERT_SIZES, "relative_attention": True, "pos_att_type": ["c2p", "p2c"], "conv_kernel_size": 3},
         "bias,scale,relative_position,absolute_position_embeddings",
         capture=capture_deberta,
     ),
     "deberta": Family(
         "deberta",
-        {**SMALL, "relative_attention": True, "pos_att_type": ["c2p", "p2c"], "position_biased_input": False},
+        {
+            **BERT_SIZES,
+            "relative_attention": True,
+            "pos_att_type": ["c2p", "p2c"],
+            "position_biased_input": False,
+        },
         "bias,scale,relative_position",
         AutoModelForMaskedLM,
         capture_deberta,
     ),
     "mpnet": Family(
-        "mpnet", SMALL, "bias,scale,relative_position,absolute_position_embeddings", capture=capture_mpnet
+        "mpnet",
+        BERT_SIZES,
+        "bias,scale,relative_position,absolute_position_embeddings",
+        capture=capture_mpnet,
     ),
 }
 
@@ -337,7 +262,7 @@ def test_nomic_bert_reads_fused_disk_and_split_memory_layouts(tmp_path):
 @pytest.mark.parametrize("model_type", ["deberta", "deberta-v2"])
 def test_deberta_attention_probabilities_without_relative_terms(model_type, tmp_path):
     """With relative attention off, the model's own attention probabilities are softmax(form / √d_h)."""
-    config = tiny_config(model_type, **SMALL, **VOCAB, relative_attention=False, pos_att_type=None)
+    config = tiny_config(model_type, **BERT_SIZES, **VOCAB, relative_attention=False, pos_att_type=None)
     model = build(config)
     layers = layers_from_disk(model, tmp_path)
     inputs = token_inputs(config, zero_positions=False)
@@ -364,14 +289,14 @@ def test_deberta_attention_probabilities_without_relative_terms(model_type, tmp_
 
 
 def test_deberta_talking_head_is_refused(tmp_path):
-    config = tiny_config("deberta", **SMALL, **VOCAB, talking_head=True)
+    config = tiny_config("deberta", **BERT_SIZES, **VOCAB, talking_head=True)
     with pytest.raises(ArchitectureError, match="talking_head"):
         layers_from_disk(build(config), tmp_path)
 
 
 def test_causal_bert_decoder_conforms(tmp_path):
     """The training runs score BERT with is_decoder=True (causal mask): the same q/k layout."""
-    model = build(tiny_config("bert", **SMALL, **VOCAB, is_decoder=True), AutoModelForCausalLM)
+    model = build(tiny_config("bert", **BERT_SIZES, **VOCAB, is_decoder=True), AutoModelForCausalLM)
     assert_conforms(
         capture_qk(model, token_inputs(model.config, zero_positions=False)), layers_from_disk(model, tmp_path)
     )
@@ -381,6 +306,6 @@ def test_causal_bert_decoder_conforms(tmp_path):
 
 def test_bert_relative_key_config_records_relative_position(tmp_path):
     """Older BERT-style configs with relative key terms: those terms are outside the form."""
-    config = tiny_config("bert", **SMALL, **VOCAB, position_embedding_type="relative_key")
+    config = tiny_config("bert", **BERT_SIZES, **VOCAB, position_embedding_type="relative_key")
     layers = layers_from_disk(build(config), tmp_path)
     assert layers[0].left_out == ("bias", "scale", "relative_position")

@@ -16,6 +16,7 @@ from conformance import (
     Capture,
     assert_conforms,
     build,
+    capture_method_qk,
     capture_qk,
     layers_from_disk,
     tiny_config,
@@ -25,43 +26,6 @@ from transformers import AutoModel, AutoModelForCausalLM
 
 import attngeom
 from attngeom.architectures import ArchitectureError, AttentionLayer
-
-
-def capture_method_qk(model: torch.nn.Module, inputs: dict, method: str, extract) -> list[Capture]:
-    """q and k from the model's own forward, for families outside transformers' attention interface.
-
-    Every module whose class defines ``method`` has it wrapped for one forward pass; ``extract(module,
-    args, result)`` returns the (B, H, N, d_h) query and (B, H_kv, N, d_h) key the model computed in that
-    call. A pre-hook on the same module records its input x.
-    """
-    inputs_seen: dict[int, torch.Tensor] = {}
-    captures: list[Capture] = []
-
-    def pre_hook(module, args, kwargs):
-        inputs_seen[id(module)] = kwargs.get("hidden_states", args[0] if args else None).detach()
-
-    def wrap(module: torch.nn.Module, original):
-        def wrapper(*args, **kwargs):
-            result = original(module, *args, **kwargs)
-            q, k = extract(module, args, result)
-            captures.append(Capture(inputs_seen[id(module)], q.detach().clone(), k.detach().clone()))
-            return result
-
-        return wrapper
-
-    modules = [m for m in model.modules() if callable(getattr(type(m), method, None))]
-    hooks = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
-    for module in modules:
-        setattr(module, method, wrap(module, getattr(type(module), method)))
-    try:
-        with torch.no_grad():
-            model(**inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
-        for module in modules:
-            delattr(module, method)
-    return captures
 
 
 def _openai_gpt_attn(module, args, result):

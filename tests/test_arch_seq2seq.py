@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conformance import (
-    assert_conforms_pairs,
+    assert_conforms,
     build,
     capture_projections,
     capture_qk_pairs,
@@ -235,7 +235,7 @@ def test_forward_pass_conformance_from_disk(model_type, built, tmp_path):
     layers = layers_from_disk(model, tmp_path)
     assert {layer.stack for layer in layers} == {"encoder", "decoder", "cross"}
     captures = _capture(model_type, model, inputs(model.config))
-    assert_conforms_pairs(captures, _stacks_in_call_order(layers), q_scaled=model_type == "whisper")
+    assert_conforms(captures, _stacks_in_call_order(layers), q_scaled=model_type == "whisper")
 
 
 @pytest.mark.parametrize("model_type", ["bart", "t5", "whisper", "musicgen", "detr"])
@@ -327,4 +327,4 @@ def test_t5_encoder_only_checkpoint(tmp_path):
         {"input_ids": inputs(config)["input_ids"]},
         module_filter=lambda m: "Layer" not in type(m).__name__,
     )
-    assert_conforms_pairs(captures, layers)
+    assert_conforms(captures, layers)

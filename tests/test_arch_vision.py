@@ -10,12 +10,15 @@ import torch
 import torch.nn.functional as F
 from conformance import (
     Capture,
-    PairCapture,
-    assert_conforms_pairs,
+    assert_conforms,
     build,
+    capture_method_qk,
     capture_projections,
     capture_qk_pairs,
+    capture_torch_multihead,
+    forward,
     layers_from_disk,
+    removed_after,
     tiny_config,
 )
 from transformers import AutoModel, CLIPTextModel, CLIPVisionModel, ViTMAEForPreTraining
@@ -113,41 +116,6 @@ CASES = {
 }
 
 
-def _capture_imagegpt(model, inputs) -> list[Capture]:
-    """ImageGPT bypasses the attention interface: wrap each module's own ``_attn(query, key, value)``."""
-    from transformers.models.imagegpt.modeling_imagegpt import ImageGPTAttention
-
-    captures: list[Capture] = []
-    x_seen: dict[int, torch.Tensor] = {}
-    modules = [m for m in model.modules() if isinstance(m, ImageGPTAttention)]
-
-    def pre_hook(module, args, kwargs):
-        x_seen[id(module)] = kwargs.get("hidden_states", args[0] if args else None).detach()
-
-    def wrap(module):
-        original = module._attn
-
-        def attn(query, key, value, *args, **kwargs):
-            x = x_seen[id(module)]
-            captures.append(PairCapture(x, query.detach(), key.detach(), x))
-            return original(query, key, value, *args, **kwargs)
-
-        return attn
-
-    hooks = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
-    for module in modules:
-        module._attn = wrap(module)
-    try:
-        with torch.no_grad():
-            model(**inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
-        for module in modules:
-            del module._attn
-    return captures
-
-
 def _capture(model_type: str, model, inputs):
     if model_type == "data2vec-vision":
         from transformers.models.data2vec.modeling_data2vec_vision import Data2VecVisionSelfAttention
@@ -158,7 +126,8 @@ def _capture(model_type: str, model, inputs):
 
         return capture_projections(model, inputs, Swinv2SelfAttention, "query", "key")
     if model_type == "imagegpt":
-        return _capture_imagegpt(model, inputs)
+        # ImageGPT bypasses the attention interface: its own ``_attn(query, key, value)`` gets q and k
+        return capture_method_qk(model, inputs, "_attn", lambda module, args, result: args[:2])
     if model_type == "git":  # the vision tower uses the attention interface, the text decoder does not
         from transformers.models.git.modeling_git import GitSelfAttention
 
@@ -193,7 +162,7 @@ def test_forward_pass_conformance_from_disk(model_type, built, tmp_path):
     model, inputs = built(model_type)
     layers = layers_from_disk(model, tmp_path)
     captures = _capture(model_type, model, inputs(model.config))
-    assert_conforms_pairs(captures, layers)
+    assert_conforms(captures, layers)
 
 
 @pytest.mark.parametrize(
@@ -271,27 +240,23 @@ SAM_SIZES = dict(
 )
 
 
-def _capture_sam_encoder(model, inputs) -> list[PairCapture]:
+def _capture_sam_encoder(model, inputs) -> list[Capture]:
     """The image encoder's fused ``qkv`` output, split exactly as SamVisionAttention.forward does."""
     from transformers.models.sam.modeling_sam import SamVisionAttention
 
-    captures: list[PairCapture] = []
-    hooks = []
+    captures: list[Capture] = []
+    handles = []
     for module in model.modules():
         if isinstance(module, SamVisionAttention):
 
             def hook(qkv, args, output, heads=module.num_attention_heads):
                 x = args[0].flatten(1, 2)  # (B, H, W, d) → (B, H·W, d)
                 q, k, _ = output.reshape(x.shape[0], x.shape[1], 3, heads, -1).permute(2, 0, 3, 1, 4)
-                captures.append(PairCapture(x.detach(), q.detach(), k.detach(), x.detach()))
+                captures.append(Capture(x.detach(), q.detach(), k.detach()))
 
-            hooks.append(module.qkv.register_forward_hook(hook))
-    try:
-        with torch.no_grad():
-            model(**inputs)
-    finally:
-        for handle in hooks:
-            handle.remove()
+            handles.append(module.qkv.register_forward_hook(hook))
+    with removed_after(handles):
+        forward(model, inputs)
     return captures
 
 
@@ -323,7 +288,7 @@ def test_sam_encoder_and_two_way_decoder_conform(tmp_path):
     calls.append([by_stack["cross_token_to_image"][2]])
     ordered = [layer for group in calls for layer in group]
     assert len(ordered) == len(layers) == 2 + 3 * 2 + 1
-    assert_conforms_pairs(encoder + decoder, ordered)
+    assert_conforms(encoder + decoder, ordered)
     frame = attngeom.score(tmp_path, progress=False)
     cross = frame["stack"].isin(["cross_token_to_image", "cross_image_to_token"])
     assert frame[cross]["symmetry"].isna().all() and frame[~cross]["symmetry"].notna().all()
@@ -357,30 +322,13 @@ MASK2FORMER_SIZES = dict(
 )
 
 
-def _capture_multihead(model, inputs, monkeypatch) -> list[PairCapture]:
+def _packed_projection(query, key, value, in_proj_weight, in_proj_bias, kwargs):
     """nn.MultiheadAttention (fused ``in_proj``): the q/k torch itself projects (``F._in_projection_packed``)."""
-    captures: list[PairCapture] = []
-    original = F.multi_head_attention_forward
-
-    def wrapped(query, key, value, embed_dim, num_heads, in_proj_weight, in_proj_bias, *args, **kwargs):
-        q, k, _ = F._in_projection_packed(query, key, value, in_proj_weight, in_proj_bias)
-
-        def heads(t: torch.Tensor) -> torch.Tensor:  # (N, B, E) → (B, H, N, d_h)
-            return t.reshape(t.shape[0], t.shape[1], num_heads, -1).permute(1, 2, 0, 3).detach()
-
-        captures.append(PairCapture(query.transpose(0, 1), heads(q), heads(k), key.transpose(0, 1)))
-        return original(
-            query, key, value, embed_dim, num_heads, in_proj_weight, in_proj_bias, *args, **kwargs
-        )
-
-    monkeypatch.setattr(F, "multi_head_attention_forward", wrapped)
-    with torch.no_grad():
-        model(**inputs)
-    monkeypatch.undo()
-    return captures
+    q, k, _ = F._in_projection_packed(query, key, value, in_proj_weight, in_proj_bias)
+    return q, k
 
 
-def test_mask2former_backbone_decoder_and_masked_cross_attention_conform(tmp_path, monkeypatch):
+def test_mask2former_backbone_decoder_and_masked_cross_attention_conform(tmp_path):
     from transformers.models.mask2former.modeling_mask2former import Mask2FormerAttention
 
     model = build(tiny_config("mask2former", **MASK2FORMER_SIZES))
@@ -397,8 +345,8 @@ def test_mask2former_backbone_decoder_and_masked_cross_attention_conform(tmp_pat
         return x, x
 
     captures += capture_projections(model, inputs, Mask2FormerAttention, "q_proj", "k_proj", self_inputs)
-    captures += _capture_multihead(model, inputs, monkeypatch)
-    assert_conforms_pairs(captures, layers)
+    captures += capture_torch_multihead(model, inputs, _packed_projection)
+    assert_conforms(captures, layers)
     frame = attngeom.score(tmp_path, progress=False)
     assert frame[frame["stack"] == "cross"]["symmetry"].isna().all()
     assert list(frame[frame["head"].isna() & (frame["stack"] == "backbone")]["hidden_size"]) == [
@@ -476,8 +424,8 @@ def test_mllama_vision_decoder_and_qk_normalised_cross_attention(tmp_path):
             hook.remove()
     by_module = {"vision": captures[:3], "text": captures[3:]}
     text_layers = [layers[3], layers[5], layers[4], layers[6]]  # call order: self 0, cross 1, self 2, cross 3
-    assert_conforms_pairs(by_module["vision"], layers[:3])
-    assert_conforms_pairs([by_module["text"][0], by_module["text"][2]], [text_layers[0], text_layers[2]])
+    assert_conforms(by_module["vision"], layers[:3])
+    assert_conforms([by_module["text"][0], by_module["text"][2]], [text_layers[0], text_layers[2]])
     for j, (capture, layer) in enumerate(
         ((by_module["text"][1], layers[5]), (by_module["text"][3], layers[6]))
     ):
@@ -506,7 +454,7 @@ def test_vit_without_qkv_bias(tmp_path):
     model = build(tiny_config("vit", **VIT_SIZES, qkv_bias=False))
     layers = layers_from_disk(model, tmp_path)
     assert all(layer.b_q is None and layer.b_k is None and "bias" not in layer.left_out for layer in layers)
-    assert_conforms_pairs(capture_qk_pairs(model, _pixels()), layers)
+    assert_conforms(capture_qk_pairs(model, _pixels()), layers)
 
 
 def test_mask2former_with_an_unmapped_backbone_is_refused():
