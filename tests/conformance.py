@@ -81,7 +81,7 @@ def layers_from_disk(model: torch.nn.Module, directory: Path) -> list[AttentionL
     return list(architecture_for(source.config).layers(source.config, source))
 
 
-# ---- what an attention module is given ----------------------------------------------------------------------
+# ---- what an attention module is given ---------------------------------------------------------------------
 
 
 def hidden_states(module: torch.nn.Module, args: tuple, kwargs: dict) -> Inputs:
@@ -156,7 +156,7 @@ def _heads(t: torch.Tensor, head_dim: int) -> torch.Tensor:
     return t.reshape(*t.shape[:-1], -1, head_dim).transpose(1, 2)
 
 
-# ---- families using transformers' attention interface -------------------------------------------------------
+# ---- families using transformers' attention interface ------------------------------------------------------
 
 _calls: list[Capture] = []
 _latest: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # filled by ``recorded_inputs``
@@ -222,7 +222,7 @@ def capture_qk_pairs(
     return _capture_qk(model, inputs, by_argument_name(qk_inputs), module_filter)
 
 
-# ---- families outside the attention interface ---------------------------------------------------------------
+# ---- families outside the attention interface --------------------------------------------------------------
 
 
 def capture_method_qk(model: torch.nn.Module, inputs: dict, method: str, extract) -> list[Capture]:
@@ -324,7 +324,7 @@ def capture_torch_multihead(model: torch.nn.Module, inputs: dict, project) -> li
     return captures
 
 
-# ---- the check ----------------------------------------------------------------------------------------------
+# ---- the check ---------------------------------------------------------------------------------------------
 
 
 def assert_conforms(

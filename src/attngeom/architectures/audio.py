@@ -11,27 +11,20 @@ from collections.abc import Iterator
 
 from transformers import PretrainedConfig
 
-from .base import Architecture, AttentionLayer, TensorReader, linear
+from .base import Architecture, AttentionLayer, TensorReader, separate_layers
 from .vision import vit_layers
 
 
 def _wav2vec2_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    heads = config.num_attention_heads
-    left_out = ("bias", "scale") + (("relative_position",) if config.model_type == "wavlm" else ())
-    for i in range(config.num_hidden_layers):
-        prefix = f"encoder.layers.{i}.attention"
-        yield AttentionLayer(
-            stack="encoder",
-            layer=i,
-            w_q=linear(reader.get(f"{prefix}.q_proj.weight")),
-            w_k=linear(reader.get(f"{prefix}.k_proj.weight")),
-            b_q=reader.get(f"{prefix}.q_proj.bias"),
-            b_k=reader.get(f"{prefix}.k_proj.bias"),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=config.hidden_size // heads,
-            left_out=left_out,
-        )
+    return separate_layers(
+        config,
+        reader,
+        "encoder.layers.{i}.attention",
+        "q_proj",
+        "k_proj",
+        stack="encoder",
+        left_out=("scale",) + (("relative_position",) if config.model_type == "wavlm" else ()),
+    )
 
 
 WAV2VEC2 = Architecture(

@@ -6,7 +6,7 @@ only for the tensors it needs, so a lazy source reads (or downloads) nothing els
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -110,3 +110,57 @@ def head_dim_of(config: PretrainedConfig, n_heads: int) -> int:
     """``head_dim`` from the config where it is set (Gemma, Qwen3 ...), else hidden / heads."""
     explicit = getattr(config, "head_dim", None)
     return int(explicit) if explicit else config.hidden_size // n_heads
+
+
+def separate_qk(
+    reader: TensorReader, q_name: str, k_name: str, q_bias: bool = True, k_bias: bool = True
+) -> dict[str, torch.Tensor | None]:
+    """W_q, W_k (and the biases asked for) of two separate ``nn.Linear`` projections, in x W form."""
+    return {
+        "w_q": linear(reader.get(f"{q_name}.weight")),
+        "w_k": linear(reader.get(f"{k_name}.weight")),
+        "b_q": reader.get(f"{q_name}.bias") if q_bias else None,
+        "b_k": reader.get(f"{k_name}.bias") if k_bias else None,
+    }
+
+
+def fused_qkv(weight: torch.Tensor, bias: torch.Tensor | None) -> dict[str, torch.Tensor | None]:
+    """W_q, W_k (and biases) of a fused ``nn.Linear`` ``[q | k | v]`` (output rows in three equal blocks)."""
+    w_q, w_k, _ = weight.chunk(3, dim=0)
+    b_q, b_k = (None, None) if bias is None else bias.chunk(3, dim=0)[:2]
+    return {"w_q": linear(w_q), "w_k": linear(w_k), "b_q": b_q, "b_k": b_k}
+
+
+def separate_layers(
+    config: PretrainedConfig,
+    reader: TensorReader,
+    prefixes: str | Iterable[str],
+    q: str,
+    k: str,
+    *,
+    stack: str,
+    left_out: tuple[str, ...],
+    bias: bool = True,
+    n_kv_heads: int | None = None,
+    head_dim: int | None = None,
+) -> Iterator[AttentionLayer]:
+    """Layer i reads ``{prefix_i}.{q}`` and ``{prefix_i}.{k}``: separate q/k ``nn.Linear`` projections.
+
+    ``prefixes``: the prefixes in layer order, or one pattern with ``{i}`` (``config.num_hidden_layers``
+    layers). ``config.num_attention_heads`` query heads (``n_kv_heads``: as many unless given) of width
+    ``head_dim`` (hidden / heads unless given); with ``bias``, both biases are read and ``bias`` heads
+    ``left_out``.
+    """
+    if isinstance(prefixes, str):
+        prefixes = [prefixes.format(i=i) for i in range(config.num_hidden_layers)]
+    heads = config.num_attention_heads
+    for i, prefix in enumerate(prefixes):
+        yield AttentionLayer(
+            stack=stack,
+            layer=i,
+            **separate_qk(reader, f"{prefix}.{q}", f"{prefix}.{k}", bias, bias),
+            n_heads=heads,
+            n_kv_heads=n_kv_heads or heads,
+            head_dim=head_dim or config.hidden_size // heads,
+            left_out=(("bias",) if bias else ()) + left_out,
+        )

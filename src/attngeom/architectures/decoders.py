@@ -25,7 +25,7 @@ from dataclasses import replace
 import torch
 from transformers import PretrainedConfig
 
-from .base import Architecture, AttentionLayer, LayersFn, TensorReader, head_dim_of, linear
+from .base import Architecture, AttentionLayer, LayersFn, TensorReader, head_dim_of, linear, separate_layers
 
 LLAMA_LAYOUT_REMOTE_CODE = ("mobilellm",)
 """Remote-code model types whose config.json is read as a LlamaConfig (trust_remote_code stays off)."""
@@ -43,22 +43,19 @@ def _llama_layers(
     config: PretrainedConfig, reader: TensorReader, left_out: tuple[str, ...] = ROTARY
 ) -> Iterator[AttentionLayer]:
     """Separate ``q_proj`` / ``k_proj`` (biases where the checkpoint has them)."""
-    heads, kv_heads, head_dim = _heads(config)
-    has_bias = reader.has("layers.0.self_attn.q_proj.bias")
-    for i in range(config.num_hidden_layers):
-        prefix = f"layers.{i}.self_attn"
-        yield AttentionLayer(
-            stack="decoder",
-            layer=i,
-            w_q=linear(reader.get(f"{prefix}.q_proj.weight")),
-            w_k=linear(reader.get(f"{prefix}.k_proj.weight")),
-            b_q=reader.get(f"{prefix}.q_proj.bias") if has_bias else None,
-            b_k=reader.get(f"{prefix}.k_proj.bias") if has_bias else None,
-            n_heads=heads,
-            n_kv_heads=kv_heads,
-            head_dim=head_dim,
-            left_out=(("bias",) if has_bias else ()) + left_out,
-        )
+    _, kv_heads, head_dim = _heads(config)
+    return separate_layers(
+        config,
+        reader,
+        "layers.{i}.self_attn",
+        "q_proj",
+        "k_proj",
+        stack="decoder",
+        left_out=left_out,
+        bias=reader.has("layers.0.self_attn.q_proj.bias"),
+        n_kv_heads=kv_heads,
+        head_dim=head_dim,
+    )
 
 
 def _gemma2_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:

@@ -8,10 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import torch
 from transformers import PretrainedConfig
 
-from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, head_dim_of, linear
+from .base import (
+    Architecture,
+    ArchitectureError,
+    AttentionLayer,
+    TensorReader,
+    fused_qkv,
+    head_dim_of,
+    linear,
+    separate_layers,
+    separate_qk,
+)
 
 
 def _position_terms(config: PretrainedConfig) -> tuple[str, ...]:
@@ -20,52 +29,34 @@ def _position_terms(config: PretrainedConfig) -> tuple[str, ...]:
     return ("absolute_position_embeddings",) if kind == "absolute" else ("relative_position",)
 
 
-def _separate(reader: TensorReader, q_name: str, k_name: str, bias: bool) -> dict[str, torch.Tensor | None]:
-    """W_q, W_k (and biases) of two separate ``nn.Linear`` projections, in the x W convention."""
-    return {
-        "w_q": linear(reader.get(f"{q_name}.weight")),
-        "w_k": linear(reader.get(f"{k_name}.weight")),
-        "b_q": reader.get(f"{q_name}.bias") if bias else None,
-        "b_k": reader.get(f"{k_name}.bias") if bias else None,
-    }
-
-
 def _bert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """BERT, RoBERTa, XLM-RoBERTa(-XL), CamemBERT, ELECTRA: ``attention.self.{query,key}`` per layer.
 
     A causal BERT (``is_decoder=True``, as the training runs use) has the same form; only its mask differs,
     and its stack is recorded as ``decoder``.
     """
-    heads = config.num_attention_heads
-    left_out = ("bias", "scale", *_position_terms(config))
-    stack = "decoder" if getattr(config, "is_decoder", False) else "encoder"
-    for i in range(config.num_hidden_layers):
-        prefix = f"encoder.layer.{i}.attention.self"
-        yield AttentionLayer(
-            stack=stack,
-            layer=i,
-            **_separate(reader, f"{prefix}.query", f"{prefix}.key", bias=True),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=config.hidden_size // heads,
-            left_out=left_out,
-        )
+    return separate_layers(
+        config,
+        reader,
+        "encoder.layer.{i}.attention.self",
+        "query",
+        "key",
+        stack="decoder" if getattr(config, "is_decoder", False) else "encoder",
+        left_out=("scale", *_position_terms(config)),
+    )
 
 
 def _distilbert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """DistilBERT: ``transformer.layer.{i}.attention.{q_lin,k_lin}``; learned or sinusoidal positions."""
-    heads = config.num_attention_heads
-    for i in range(config.num_hidden_layers):
-        prefix = f"transformer.layer.{i}.attention"
-        yield AttentionLayer(
-            stack="encoder",
-            layer=i,
-            **_separate(reader, f"{prefix}.q_lin", f"{prefix}.k_lin", bias=True),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=config.hidden_size // heads,
-            left_out=("bias", "scale", "absolute_position_embeddings"),
-        )
+    return separate_layers(
+        config,
+        reader,
+        "transformer.layer.{i}.attention",
+        "q_lin",
+        "k_lin",
+        stack="encoder",
+        left_out=("scale", "absolute_position_embeddings"),
+    )
 
 
 def _albert_applications(config: PretrainedConfig) -> Iterator[tuple[int, int]]:
@@ -84,25 +75,18 @@ def _albert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[A
     runs (``num_hidden_layers · inner_group_num`` applications in all; ALBERT's released models have
     one group of one layer, so every layer repeats the same weights).
     """
-    heads = config.num_attention_heads
-    for index, (group, inner) in enumerate(_albert_applications(config)):
-        prefix = f"encoder.albert_layer_groups.{group}.albert_layers.{inner}.attention"
-        yield AttentionLayer(
-            stack="encoder",
-            layer=index,
-            **_separate(reader, f"{prefix}.query", f"{prefix}.key", bias=True),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=config.hidden_size // heads,
-            left_out=("bias", "scale", "absolute_position_embeddings"),
-        )
-
-
-def _fused_blocks(weight: torch.Tensor, bias: torch.Tensor | None) -> dict[str, torch.Tensor | None]:
-    """A fused ``[q | k | v]`` projection (rows in three equal blocks), as ``Wqkv`` is split by the model."""
-    w_q, w_k, _ = weight.chunk(3, dim=0)
-    b_q, b_k = (None, None) if bias is None else bias.chunk(3, dim=0)[:2]
-    return {"w_q": linear(w_q), "w_k": linear(w_k), "b_q": b_q, "b_k": b_k}
+    return separate_layers(
+        config,
+        reader,
+        (
+            f"encoder.albert_layer_groups.{group}.albert_layers.{inner}.attention"
+            for group, inner in _albert_applications(config)
+        ),
+        "query",
+        "key",
+        stack="encoder",
+        left_out=("scale", "absolute_position_embeddings"),
+    )
 
 
 def _modernbert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
@@ -115,9 +99,7 @@ def _modernbert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterat
         yield AttentionLayer(
             stack="encoder",
             layer=i,
-            **_fused_blocks(
-                reader.get(f"{prefix}.weight"), reader.get(f"{prefix}.bias") if has_bias else None
-            ),
+            **fused_qkv(reader.get(f"{prefix}.weight"), reader.get(f"{prefix}.bias") if has_bias else None),
             n_heads=heads,
             n_kv_heads=heads,
             head_dim=config.hidden_size // heads,
@@ -147,10 +129,10 @@ def _nomic_bert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterat
         if fused:
             prefix = f"encoder.layers.{i}.attn.Wqkv"
             bias = reader.get(f"{prefix}.bias") if has_bias else None
-            tensors = _fused_blocks(reader.get(f"{prefix}.weight"), bias)
+            tensors = fused_qkv(reader.get(f"{prefix}.weight"), bias)
         else:
             prefix = f"layers.{i}.self_attn"
-            tensors = _separate(reader, f"{prefix}.q_proj", f"{prefix}.k_proj", bias=False)
+            tensors = separate_qk(reader, f"{prefix}.q_proj", f"{prefix}.k_proj", q_bias=False, k_bias=False)
         yield AttentionLayer(
             stack="encoder",
             layer=i,
@@ -172,19 +154,15 @@ def _deberta_position_terms(config: PretrainedConfig) -> tuple[str, ...]:
 
 def _deberta_v2_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """DeBERTa v2/v3: ``query_proj``/``key_proj``; the form is the content-to-content term only."""
-    heads = config.num_attention_heads
-    left_out = ("bias", "scale", *_deberta_position_terms(config))
-    for i in range(config.num_hidden_layers):
-        prefix = f"encoder.layer.{i}.attention.self"
-        yield AttentionLayer(
-            stack="encoder",
-            layer=i,
-            **_separate(reader, f"{prefix}.query_proj", f"{prefix}.key_proj", bias=True),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=config.hidden_size // heads,
-            left_out=left_out,
-        )
+    return separate_layers(
+        config,
+        reader,
+        "encoder.layer.{i}.attention.self",
+        "query_proj",
+        "key_proj",
+        stack="encoder",
+        left_out=("scale", *_deberta_position_terms(config)),
+    )
 
 
 def _deberta_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
@@ -214,18 +192,15 @@ def _deberta_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[
 
 def _mpnet_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """MPNet: ``attention.attn.{q,k}``; a bucketed relative-position bias is added to the score."""
-    heads = config.num_attention_heads
-    for i in range(config.num_hidden_layers):
-        prefix = f"encoder.layer.{i}.attention.attn"
-        yield AttentionLayer(
-            stack="encoder",
-            layer=i,
-            **_separate(reader, f"{prefix}.q", f"{prefix}.k", bias=True),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=config.hidden_size // heads,
-            left_out=("bias", "scale", "relative_position", "absolute_position_embeddings"),
-        )
+    return separate_layers(
+        config,
+        reader,
+        "encoder.layer.{i}.attention.attn",
+        "q",
+        "k",
+        stack="encoder",
+        left_out=("scale", "relative_position", "absolute_position_embeddings"),
+    )
 
 
 def _encoder_family(model_types: tuple[str, ...], layers, notes: str = "", n_layers=None) -> Architecture:

@@ -11,12 +11,20 @@ forward pass splits it (checked against that forward pass in tests/test_arch_gpt
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from transformers import PretrainedConfig
 
-from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, linear
+from .base import (
+    Architecture,
+    ArchitectureError,
+    AttentionLayer,
+    TensorReader,
+    fused_qkv,
+    linear,
+    separate_layers,
+)
 
 STACK = "decoder"
 
@@ -32,20 +40,15 @@ def _conv1d_layers(
 ) -> Iterator[AttentionLayer]:
     """GPT-1 and GPT-2: ``c_attn`` is a Conv1D (d × 3d, x W form) with columns [q | k | v]."""
     heads = config.num_attention_heads
-    d = config.hidden_size
     for i in range(config.num_hidden_layers):
-        weight = reader.get(f"h.{i}.attn.c_attn.weight")
-        bias = reader.get(f"h.{i}.attn.c_attn.bias")
+        weight, bias = reader.get(f"h.{i}.attn.c_attn.weight"), reader.get(f"h.{i}.attn.c_attn.bias")
         yield AttentionLayer(
             stack=STACK,
             layer=i,
-            w_q=weight[:, :d],
-            w_k=weight[:, d : 2 * d],
-            b_q=bias[:d],
-            b_k=bias[d : 2 * d],
+            **fused_qkv(weight.T, bias),  # the transposed Conv1D weight is the nn.Linear layout
             n_heads=heads,
             n_kv_heads=heads,
-            head_dim=d // heads,
+            head_dim=config.hidden_size // heads,
             left_out=left_out,
         )
 
@@ -88,21 +91,19 @@ def _gpt_neo_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[
 
 def _gptj_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """Separate q/k/v without bias; rotary on the first ``rotary_dim`` dims of each head (all if unset)."""
-    heads = config.num_attention_heads
-    for i in range(config.num_hidden_layers):
-        yield AttentionLayer(
-            stack=STACK,
-            layer=i,
-            w_q=linear(reader.get(f"h.{i}.attn.q_proj.weight")),
-            w_k=linear(reader.get(f"h.{i}.attn.k_proj.weight")),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=config.hidden_size // heads,
-            left_out=("rotary", "scale"),
-        )
+    return separate_layers(
+        config,
+        reader,
+        "h.{i}.attn",
+        "q_proj",
+        "k_proj",
+        stack=STACK,
+        left_out=("rotary", "scale"),
+        bias=False,
+    )
 
 
-def _interleaved_layers(
+def _fused_rows_layers(
     reader: TensorReader,
     name: str,
     n_layers: int,
@@ -110,13 +111,16 @@ def _interleaved_layers(
     head_dim: int,
     has_bias: bool,
     left_out: tuple[str, ...],
+    kv_heads: int | None = None,
+    split: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> Iterator[AttentionLayer]:
-    """A fused ``nn.Linear`` whose rows are per head [q_h k_h v_h] (GPT-NeoX, BLOOM, classic Falcon)."""
+    """A fused ``nn.Linear`` (``name``, ``{i}`` the layer) whose rows ``split`` sorts into (q rows, k rows);
+    by default rows per head [q_h k_h v_h] (GPT-NeoX, BLOOM, classic Falcon)."""
+    kv_heads = kv_heads or heads
+    split = split or (lambda fused: _grouped_rows(fused, heads, 1, head_dim))
     for i in range(n_layers):
-        w_q, w_k = _grouped_rows(reader.get(name.format(i=i) + ".weight"), heads, 1, head_dim)
-        b_q = b_k = None
-        if has_bias:
-            b_q, b_k = _grouped_rows(reader.get(name.format(i=i) + ".bias"), heads, 1, head_dim)
+        w_q, w_k = split(reader.get(name.format(i=i) + ".weight"))
+        b_q, b_k = split(reader.get(name.format(i=i) + ".bias")) if has_bias else (None, None)
         yield AttentionLayer(
             stack=STACK,
             layer=i,
@@ -125,7 +129,7 @@ def _interleaved_layers(
             b_q=b_q,
             b_k=b_k,
             n_heads=heads,
-            n_kv_heads=heads,
+            n_kv_heads=kv_heads,
             head_dim=head_dim,
             left_out=(("bias",) if has_bias else ()) + left_out,
         )
@@ -133,7 +137,7 @@ def _interleaved_layers(
 
 def _gpt_neox_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     heads = config.num_attention_heads
-    yield from _interleaved_layers(
+    yield from _fused_rows_layers(
         reader,
         "layers.{i}.attention.query_key_value",
         config.num_hidden_layers,
@@ -146,7 +150,7 @@ def _gpt_neox_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator
 
 def _bloom_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     heads = config.num_attention_heads
-    yield from _interleaved_layers(
+    yield from _fused_rows_layers(
         reader,
         "h.{i}.self_attention.query_key_value",
         config.num_hidden_layers,
@@ -163,53 +167,33 @@ def _falcon_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[A
     head_dim = config.hidden_size // heads
     name = "h.{i}.self_attention.query_key_value"
     left_out = ("alibi" if config.alibi else "rotary", "scale")
-    if not (config.new_decoder_architecture or config.multi_query):
-        yield from _interleaved_layers(
-            reader, name, config.num_hidden_layers, heads, head_dim, config.bias, left_out
-        )
-        return
-    kv_heads = config.num_kv_heads if config.new_decoder_architecture else 1
+    if config.new_decoder_architecture:
+        kv_heads = config.num_kv_heads
+    else:
+        kv_heads = 1 if config.multi_query else heads
 
     def split(fused: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if config.new_decoder_architecture:
-            return _grouped_rows(fused, kv_heads, heads // kv_heads, head_dim)
-        return fused[: heads * head_dim], fused[heads * head_dim : (heads + 1) * head_dim]
+        if config.multi_query and not config.new_decoder_architecture:
+            return fused[: heads * head_dim], fused[heads * head_dim : (heads + 1) * head_dim]
+        return _grouped_rows(fused, kv_heads, heads // kv_heads, head_dim)  # classic: groups of one head
 
-    for i in range(config.num_hidden_layers):
-        w_q, w_k = split(reader.get(name.format(i=i) + ".weight"))
-        b_q, b_k = split(reader.get(name.format(i=i) + ".bias")) if config.bias else (None, None)
-        yield AttentionLayer(
-            stack=STACK,
-            layer=i,
-            w_q=w_q.T,
-            w_k=w_k.T,
-            b_q=b_q,
-            b_k=b_k,
-            n_heads=heads,
-            n_kv_heads=kv_heads,
-            head_dim=head_dim,
-            left_out=(("bias",) if config.bias else ()) + left_out,
-        )
+    yield from _fused_rows_layers(
+        reader, name, config.num_hidden_layers, heads, head_dim, config.bias, left_out, kv_heads, split
+    )
 
 
 def _opt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """Separate q/k/v with biases; OPT multiplies q_proj's output (bias included) by 1/√d_h: the scale."""
-    heads = config.num_attention_heads
-    has_bias = config.enable_bias
-    for i in range(config.num_hidden_layers):
-        prefix = f"decoder.layers.{i}.self_attn"
-        yield AttentionLayer(
-            stack=STACK,
-            layer=i,
-            w_q=linear(reader.get(f"{prefix}.q_proj.weight")),
-            w_k=linear(reader.get(f"{prefix}.k_proj.weight")),
-            b_q=reader.get(f"{prefix}.q_proj.bias") if has_bias else None,
-            b_k=reader.get(f"{prefix}.k_proj.bias") if has_bias else None,
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=config.hidden_size // heads,
-            left_out=(("bias",) if has_bias else ()) + ("scale", "absolute_position_embeddings"),
-        )
+    return separate_layers(
+        config,
+        reader,
+        "decoder.layers.{i}.self_attn",
+        "q_proj",
+        "k_proj",
+        stack=STACK,
+        left_out=("scale", "absolute_position_embeddings"),
+        bias=config.enable_bias,
+    )
 
 
 def _decoder(model_type: str, layers, notes: str) -> Architecture:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from transformers import PretrainedConfig
 
-from .base import Architecture, AttentionLayer, TensorReader, linear
+from .base import Architecture, AttentionLayer, TensorReader, separate_qk
 
 CROSS_FORM = "cross: decoder x W_q W_kᵀ encoder xᵀ (two spaces)"
 POSITION_FORM = "position_augmented: (x + p) W_q W_kᵀ (x + p)ᵀ, p the position embedding added to q/k inputs"
@@ -48,10 +48,7 @@ def _layer(
     return AttentionLayer(
         stack=stack,
         layer=index,
-        w_q=linear(reader.get(f"{prefix}.{spec.q}.weight")),
-        w_k=linear(reader.get(f"{prefix}.{spec.k}.weight")),
-        b_q=reader.get(f"{prefix}.{spec.q}.bias") if spec.q_bias else None,
-        b_k=reader.get(f"{prefix}.{spec.k}.bias") if spec.k_bias else None,
+        **separate_qk(reader, f"{prefix}.{spec.q}", f"{prefix}.{spec.k}", spec.q_bias, spec.k_bias),
         n_heads=heads,
         n_kv_heads=heads,
         head_dim=head_dim,
@@ -208,70 +205,41 @@ def _t5_count(config: PretrainedConfig) -> int:
     return config.num_layers + 2 * _t5_decoder_layers(config)
 
 
-SEQ2SEQ_STACKS = ("encoder", "decoder", "cross")
+def _seq2seq(
+    model_types: tuple[str, ...], modality: str, layers, n_layers=_bart_count, notes: str = ""
+) -> Architecture:
+    return Architecture(
+        model_types=model_types,
+        modality=modality,
+        objective="encoder-decoder",
+        layers=layers,
+        n_layers=n_layers,
+        notes=notes,
+        stacks=("encoder", "decoder", "cross"),
+    )
 
-BART = Architecture(
-    model_types=("bart", "mbart", "marian", "pegasus", "m2m_100", "plbart", "blenderbot", "blenderbot-small"),
-    modality="language",
-    objective="encoder-decoder",
-    layers=_bart_layers,
-    n_layers=_bart_count,
-    stacks=SEQ2SEQ_STACKS,
+
+BART = _seq2seq(
+    ("bart", "mbart", "marian", "pegasus", "m2m_100", "plbart", "blenderbot", "blenderbot-small"),
+    "language",
+    _bart_layers,
 )
-
-T5 = Architecture(
-    model_types=("t5", "mt5", "umt5"),
-    modality="language",
-    objective="encoder-decoder",
-    layers=_t5_layers,
-    n_layers=_t5_count,
+T5 = _seq2seq(
+    ("t5", "mt5", "umt5"),
+    "language",
+    _t5_layers,
+    _t5_count,
     notes="T5 v1.1 is model_type t5; no 1/√d_kv scaling and no biases, so nothing but positions is left out",
-    stacks=SEQ2SEQ_STACKS,
 )
-
-WHISPER = Architecture(
-    model_types=("whisper",),
-    modality="audio",
-    objective="encoder-decoder",
-    layers=_whisper_layers,
-    n_layers=_bart_count,
-    stacks=SEQ2SEQ_STACKS,
+WHISPER = _seq2seq(("whisper",), "audio", _whisper_layers)
+SPEECH2TEXT = _seq2seq(("speech_to_text",), "audio", _bart_layers)
+SPEECHT5 = _seq2seq(("speecht5",), "audio", _speecht5_layers)
+MUSICGEN = _seq2seq(
+    ("musicgen",),
+    "audio",
+    _musicgen_layers,
+    lambda c: c.text_encoder.num_layers + 2 * c.decoder.num_hidden_layers,
 )
-
-SPEECH2TEXT = Architecture(
-    model_types=("speech_to_text",),
-    modality="audio",
-    objective="encoder-decoder",
-    layers=_bart_layers,
-    n_layers=_bart_count,
-    stacks=SEQ2SEQ_STACKS,
-)
-
-SPEECHT5 = Architecture(
-    model_types=("speecht5",),
-    modality="audio",
-    objective="encoder-decoder",
-    layers=_speecht5_layers,
-    n_layers=_bart_count,
-    stacks=SEQ2SEQ_STACKS,
-)
-
-MUSICGEN = Architecture(
-    model_types=("musicgen",),
-    modality="audio",
-    objective="encoder-decoder",
-    layers=_musicgen_layers,
-    n_layers=lambda c: c.text_encoder.num_layers + 2 * c.decoder.num_hidden_layers,
-    stacks=SEQ2SEQ_STACKS,
-)
-
-DETR = Architecture(
-    model_types=("detr",),
-    modality="vision",
-    objective="encoder-decoder",
-    layers=_detr_layers,
-    n_layers=_bart_count,
-    stacks=SEQ2SEQ_STACKS,
-)
+DETR = _seq2seq(("detr",), "vision", _detr_layers)
 
 ARCHITECTURES: list[Architecture] = [BART, T5, WHISPER, SPEECH2TEXT, SPEECHT5, MUSICGEN, DETR]

@@ -13,7 +13,7 @@ import torch
 from transformers import PretrainedConfig
 
 from . import gpt_lineage
-from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, linear
+from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, fused_qkv, linear
 
 POSITION_FORM = "position_augmented: (x + p) W_q W_kᵀ (x + p)ᵀ, p the position embedding added to q/k inputs"
 POSITION_CROSS_FORM = "position_augmented cross: (x + p) W_q W_kᵀ (y + p_y)ᵀ, another sequence's keys"
@@ -210,15 +210,12 @@ def _sam_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
     positions = ("relative_position",) if vision.use_rel_pos else ()
     positions += ("absolute_position_embeddings",) if vision.use_abs_pos else ()
     for i in range(vision.num_hidden_layers):
-        weight = linear(reader.get(f"vision_encoder.layers.{i}.attn.qkv.weight"))
-        bias = reader.get(f"vision_encoder.layers.{i}.attn.qkv.bias") if vision.qkv_bias else None
+        prefix = f"vision_encoder.layers.{i}.attn.qkv"
+        bias = reader.get(f"{prefix}.bias") if vision.qkv_bias else None
         yield AttentionLayer(
             stack="encoder",
             layer=i,
-            w_q=weight[:, :d],
-            w_k=weight[:, d : 2 * d],
-            b_q=None if bias is None else bias[:d],
-            b_k=None if bias is None else bias[d : 2 * d],
+            **fused_qkv(reader.get(f"{prefix}.weight"), bias),
             n_heads=heads,
             n_kv_heads=heads,
             head_dim=d // heads,
@@ -288,15 +285,11 @@ def _mask2former_layers(config: PretrainedConfig, reader: TensorReader) -> Itera
             form=POSITION_FORM,
         )
     for i in range(layers):
-        weight = linear(reader.get(f"transformer_module.decoder.layers.{i}.cross_attn.in_proj_weight"))
-        bias = reader.get(f"transformer_module.decoder.layers.{i}.cross_attn.in_proj_bias")
+        prefix = f"transformer_module.decoder.layers.{i}.cross_attn.in_proj"
         yield AttentionLayer(
             stack="cross",
             layer=i,
-            w_q=weight[:, :d],
-            w_k=weight[:, d : 2 * d],
-            b_q=bias[:d],
-            b_k=bias[d : 2 * d],
+            **fused_qkv(reader.get(f"{prefix}_weight"), reader.get(f"{prefix}_bias")),
             n_heads=heads,
             n_kv_heads=heads,
             head_dim=d // heads,
