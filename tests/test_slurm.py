@@ -21,7 +21,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "slurm"
 TEST_WORKFLOW = ROOT / "tests" / "slurm" / "Snakefile"
-SACCT_FIELDS = ("JobIDRaw", "JobName", "Comment", "State", "Partition", "Account", "WorkDir")
+SACCT_FIELDS = ("JobIDRaw", "Comment", "State", "Partition", "Account", "WorkDir")
 SACCT_FIELDS += ("ReqMem", "ReqCPUS", "ReqTRES", "Timelimit")
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED")
 
@@ -78,23 +78,24 @@ def run_snakemake(snakefile: Path, workdir: Path, *args: str, timeout: int) -> s
     )
 
 
-def sacct_jobs(workdir: Path) -> pd.DataFrame:
-    """Every SLURM job submitted from ``workdir`` (sbatch -D), once accounting has recorded its end."""
+def sacct_jobs(log: str) -> pd.DataFrame:
+    """Every SLURM job of the Snakemake run that wrote ``log`` (the plugin names each job after the run's
+    ID), once accounting has recorded its end."""
+    (run_id,) = re.findall(r"^SLURM run ID: (\S+)$", log, flags=re.M)
     for _ in range(60):
         out = subprocess.run(
-            ["sacct", "-X", "-P", "-n", "-S", "now-1days", "-o", ",".join(SACCT_FIELDS)],
+            ["sacct", "-X", "-P", "-n", "-S", "now-1days", "--name", run_id, "-o", ",".join(SACCT_FIELDS)],
             capture_output=True,
             text=True,
             check=True,
         ).stdout
         rows = [line.split("|") for line in out.splitlines() if line]
         jobs = pd.DataFrame(rows, columns=list(SACCT_FIELDS))
-        jobs = jobs[jobs["WorkDir"] == str(workdir)].reset_index(drop=True)
         jobs["rule"] = jobs["Comment"].str.extract(r"^rule_(\w+?)(?:_wildcards_.*)?$", expand=False)
         if jobs["State"].str.split().str[0].isin(FINAL_STATES).all():
             return jobs
         time.sleep(0.5)
-    raise AssertionError(f"sacct still shows unfinished jobs from {workdir}:\n{jobs}")
+    raise AssertionError(f"sacct still shows unfinished jobs of run {run_id}:\n{jobs}")
 
 
 @dataclass
@@ -145,14 +146,13 @@ def check_every_job_went_through_sbatch(log: str, workdir: Path) -> pd.DataFrame
     submitted = submissions(log)
     executed = re.findall(r"^rule (\w+):$", log, flags=re.M)
     assert len(submitted) == len(executed) > 0, "a non-local job did not go through sbatch"
-    jobs = sacct_jobs(workdir).set_index("JobIDRaw")
+    jobs = sacct_jobs(log).set_index("JobIDRaw")
     assert sorted(jobs.index) == sorted(s.slurm_id for s in submitted), "sacct and Snakemake disagree"
-    run_ids = re.findall(r"^SLURM run ID: (\S+)$", log, flags=re.M)
     ci = ci_settings()
     for s in submitted:
         job = jobs.loc[s.slurm_id]
         assert job["rule"] == s.rule
-        assert job["JobName"] == run_ids[0]
+        assert job["WorkDir"] == str(workdir)
         assert job["Partition"] == ci["ATTNGEOM_SLURM_PARTITION"]
         assert job["Account"] == ci["ATTNGEOM_SLURM_ACCOUNT"]
         assert megabytes(job["ReqMem"]) == int(s.resources["mem_mb"]), s
@@ -185,7 +185,7 @@ def test_every_job_goes_through_sbatch_with_the_declared_resources(behaviours):
 
 def test_a_rule_that_fails_once_is_retried_and_succeeds(behaviours):
     workdir, run, _ = behaviours
-    jobs = sacct_jobs(workdir)
+    jobs = sacct_jobs(run.stderr)
     flaky = jobs[jobs["rule"] == "flaky"].sort_values("JobIDRaw", key=lambda s: s.astype(int))
     assert list(flaky["State"]) == ["FAILED", "COMPLETED"]
     assert (workdir / "flaky.txt").read_text().strip() == flaky["JobIDRaw"].iloc[-1]
@@ -194,7 +194,7 @@ def test_a_rule_that_fails_once_is_retried_and_succeeds(behaviours):
 def test_a_rule_that_always_fails_is_reported_and_ends_the_run(behaviours):
     workdir, run, seconds = behaviours
     retries = yaml.safe_load((PROFILE / "config.yaml").read_text())["retries"]
-    jobs = sacct_jobs(workdir)
+    jobs = sacct_jobs(run.stderr)
     failed = jobs[jobs["rule"] == "always_fails"]
     assert list(failed["State"]) == ["FAILED"] * (retries + 1)
     assert run.returncode != 0
@@ -207,7 +207,7 @@ def test_a_rule_that_always_fails_is_reported_and_ends_the_run(behaviours):
 
 def test_a_gpu_job_sees_its_gpu(behaviours):
     workdir, run, _ = behaviours
-    jobs = sacct_jobs(workdir)
+    jobs = sacct_jobs(run.stderr)
     gpu = jobs[jobs["rule"] == "gpu"]
     assert list(gpu["State"]) == ["COMPLETED"]
     assert "gres/gpu=1" in gpu["ReqTRES"].iloc[0]
@@ -340,6 +340,16 @@ def test_an_interrupted_training_job_resumes_from_its_checkpoint(training_refere
         ]
         assert len(running) == 1, queue
         subprocess.run([*interrupt.split(), running[0]], check=True)
+        # SLURM holds a requeued job for 120 s; release it sooner (not within the second of the requeue,
+        # whose revoked job credential would make the restart fail)
+        if interrupt == "scontrol requeue":
+
+            def pending() -> bool:
+                state = ["squeue", "-h", "-j", running[0], "-o", "%T"]
+                return subprocess.run(state, capture_output=True, text=True).stdout.strip() == "PENDING"
+
+            wait_for(pending, 60, "requeued job pending", proc)
+            subprocess.run(["scontrol", "update", f"JobId={running[0]}", "StartTime=now+3"], check=True)
         _, log = proc.communicate(timeout=420)
     finally:
         if proc.poll() is None:
