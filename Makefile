@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 JOBS ?= 2
+# Rules' shell commands call `python` and `attngeom`: the virtual environment's, as if it were activated.
+export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: setup run test lint
 
