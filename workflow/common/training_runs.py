@@ -109,7 +109,7 @@ def training_models(runs: dict[str, TrainingRun], results: str) -> list[dict]:
             "objective": "bidirectional" if run.objective == "encoder" else "autoregressive",
             "family": "BERT",
             "role": "trained",
-            "groups": [],
+            "groups": ["table_s2", "table_s3", "figure_2"],
         }
         for run in runs.values()
     ]
