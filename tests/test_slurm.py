@@ -6,6 +6,7 @@ Needs that cluster and ATTNGEOM_SLURM=1 (.ci/run does both); skipped otherwise.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -329,7 +330,8 @@ def test_an_interrupted_training_job_resumes_from_its_checkpoint(training_refere
     )
     try:
         wait_for((run_dir / "checkpoint" / "state.pt").exists, 240, "training checkpoint", proc)
-        before = pd.read_parquet(run_dir / "loss.parquet")
+        # the job keeps replacing loss.parquet: read one whole version (pyarrow opens a path twice)
+        before = pd.read_parquet(io.BytesIO((run_dir / "loss.parquet").read_bytes()))
         queue = subprocess.run(
             ["squeue", "-h", "-o", "%i|%k|%Z|%T"], capture_output=True, text=True, check=True
         ).stdout
