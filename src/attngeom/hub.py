@@ -11,13 +11,9 @@ from pathlib import Path
 from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import (
     EntryNotFoundError,
-    GatedRepoError,
     HfHubHTTPError,
     HFValidationError,
-    LocalEntryNotFoundError,
     OfflineModeIsEnabled,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
 )
 
 from . import remote
@@ -38,36 +34,20 @@ from .sources import (
 
 
 def _download(repo_id: str, filename: str, revision: str | None, token: str | None) -> Path:
-    """One file of the repository, from the cache when it is there; hub errors become one-line InputErrors."""
+    """One file of the repository, from the cache when it is there; hub errors become one-line InputErrors
+    (``remote.MissingFile`` when the file is not in the repository)."""
     try:
         return Path(hf_hub_download(repo_id, filename, revision=revision, token=token))
-    except GatedRepoError as err:
-        raise InputError(
-            f"{repo_id}: gated repository; accept its licence on the Hub and log in (hf auth login or HF_TOKEN)"
-        ) from err
-    except RepositoryNotFoundError as err:
-        raise InputError(
-            f"{repo_id}: no such repository on the Hub (or it is private: set HF_TOKEN)"
-        ) from err
-    except RevisionNotFoundError as err:
-        raise InputError(f"{repo_id}: no revision {revision!r}") from err
-    except (LocalEntryNotFoundError, OfflineModeIsEnabled) as err:
-        raise InputError(
-            f"{repo_id}: {filename} is not in the local cache and the Hub cannot be reached "
-            "(offline?); download it first or pass a local directory"
-        ) from err
     except HFValidationError as err:
         raise InputError(f"{repo_id}: neither an existing path nor a valid Hub model id") from err
-    except EntryNotFoundError:
-        raise
-    except HfHubHTTPError as err:
-        raise InputError(f"{repo_id}: Hub request for {filename} failed: {err}") from err
+    except (HfHubHTTPError, EntryNotFoundError, OfflineModeIsEnabled) as err:
+        raise remote.hub_error(repo_id, filename, revision, err) from err
 
 
 def _optional(repo_id: str, filename: str, revision: str | None, token: str | None) -> Path | None:
     try:
         return _download(repo_id, filename, revision, token)
-    except EntryNotFoundError:
+    except remote.MissingFile:
         return None
 
 

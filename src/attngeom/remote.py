@@ -145,7 +145,7 @@ def hub_error(repo_id: str, filename: str, revision: str | None, err: Exception)
     if isinstance(err, (OfflineModeIsEnabled, LocalEntryNotFoundError)):
         return InputError(
             f"{repo_id}: {filename} is not in the local cache and the Hub cannot be reached "
-            "(HF_HUB_OFFLINE?); run once online or pass a local path"
+            "(offline, or HF_HUB_OFFLINE set?); run once online or pass a local path"
         )
     if isinstance(err, EntryNotFoundError):
         return MissingFile(f"{repo_id}: no file {filename} at revision {revision or 'main'}")
