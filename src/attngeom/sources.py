@@ -274,19 +274,19 @@ def bin_source(
     """Tensors from PyTorch ``.bin`` shards (loaded memory-mapped, weights only)."""
     shards: dict[str, dict[str, torch.Tensor]] = {}
 
-    def load(name: str) -> torch.Tensor:
-        shard = weight_map[name]
+    def state_for(shard: str) -> dict[str, torch.Tensor]:
         if shard not in shards:
             shards[shard] = bin_state_dict(locate(shard))
-        return shards[shard][name]
+        return shards[shard]
+
+    def load(name: str) -> torch.Tensor:
+        return state_for(weight_map[name])[name]
 
     n_params = None
     if count_params:  # needs every shard: local checkpoints only
-        n_params = 0
-        for shard in sorted(set(weight_map.values())):
-            if shard not in shards:
-                shards[shard] = bin_state_dict(locate(shard))
-            n_params += sum(t.numel() for t in shards[shard].values())
+        n_params = sum(
+            t.numel() for shard in sorted(set(weight_map.values())) for t in state_for(shard).values()
+        )
     return WeightSource(
         model_id=model_id or description,
         description=description,
