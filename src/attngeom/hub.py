@@ -5,7 +5,6 @@ Uses ``huggingface_hub`` for everything (HF_HOME cache, HF_HUB_OFFLINE, HF_ENDPO
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from huggingface_hub import hf_hub_download
@@ -26,6 +25,7 @@ from .sources import (
     WeightSource,
     bin_source,
     bin_state_dict,
+    index_parameter_count,
     load_config,
     read_index,
     safetensors_names,
@@ -78,7 +78,6 @@ def from_hub(
             return source
     if index is not None:
         weight_map = read_index(index, repo_id)
-        total = json.loads(index.read_text()).get("metadata", {}).get("total_parameters")
         return safetensors_source(
             repo_id,
             config,
@@ -86,7 +85,7 @@ def from_hub(
             fetch,
             model_id=repo_id,
             revision=commit,
-            n_params=int(total) if total else None,
+            n_params=index_parameter_count(index),
             count_params=False,
         )
     single = _optional(repo_id, SAFETENSORS_SINGLE, commit, token)

@@ -51,7 +51,7 @@ from transformers import PretrainedConfig
 
 from . import __version__
 from .errors import InputError
-from .sources import WeightSource, from_gguf, read_index
+from .sources import WeightSource, from_gguf, index_parameter_count, read_index
 
 logger = logging.getLogger(__name__)
 
@@ -541,8 +541,7 @@ def safetensors_source(
     n_params = None
     if index is not None:
         weight_map = read_index(index, repo_id)
-        total = json.loads(index.read_text()).get("metadata", {}).get("total_parameters")
-        n_params = int(total) if total else None
+        n_params = index_parameter_count(index)
         files = {
             shard: RemoteFile(repo_id, shard, commit, token) for shard in sorted(set(weight_map.values()))
         }

@@ -192,6 +192,12 @@ def read_index(index_file: Path, description: str) -> dict[str, str]:
     return dict(weight_map)
 
 
+def index_parameter_count(index_file: Path) -> int | None:
+    """``metadata.total_parameters`` of a sharded checkpoint's index, where the writer recorded it."""
+    total = json.loads(index_file.read_text()).get("metadata", {}).get("total_parameters")
+    return int(total) if total else None
+
+
 def _open_safetensors(file: Path):
     try:
         return safe_open(file, framework="pt")
