@@ -8,6 +8,7 @@ so one call scores every head of a layer, and on whatever device the factors liv
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -102,20 +103,48 @@ class Scores:
     norm: torch.Tensor  # Frobenius norm ‖M‖_F
 
 
+@dataclass(frozen=True)
+class Form:
+    """The bilinear form M = A Bᵀ, held by its factors A, B of shape (…, d, r) and never formed.
+
+    Every caller (the scoring engine, the training regulariser, the heatmaps) scores through this object,
+    so each formula lives once. Leading dimensions broadcast (one key factor B serves a batch of query
+    factors A). ``cross``: M maps between two spaces (decoder queries × encoder keys); A and B may have
+    different numbers of rows, and symmetry is undefined. Differentiable: the training regulariser uses it.
+    """
+
+    a: torch.Tensor
+    b: torch.Tensor
+    cross: bool = False
+
+    @cached_property
+    def statistics(self) -> FormStatistics:
+        return form_statistics(self.a, self.b, square=not self.cross)
+
+    @property
+    def symmetry(self) -> torch.Tensor | None:
+        return None if self.cross else symmetry(self.statistics)
+
+    def directionality(self, gamma: float = GAMMA, variant: str = "excess") -> torch.Tensor:
+        return directionality(self.statistics, gamma, variant)
+
+    @property
+    def norm(self) -> torch.Tensor:
+        return self.statistics.frobenius_sq.clamp_min(0).sqrt()
+
+    def scores(self, gamma: float = GAMMA, variant: str = "excess") -> Scores:
+        return Scores(self.symmetry, self.directionality(gamma, variant), self.norm)
+
+    def dense(self) -> torch.Tensor:
+        """M itself (d × d): for heatmaps and tests only."""
+        return self.a @ self.b.mT
+
+
 def score_factors(
     a: torch.Tensor, b: torch.Tensor, gamma: float = GAMMA, variant: str = "excess", square: bool = True
 ) -> Scores:
-    """Scores of M = A Bᵀ (batched over leading dimensions) from its factors.
-
-    ``square=False``: a two-space form (cross-attention); symmetry is None, directionality compares the
-    query-side rows with the key-side columns of the same M.
-    """
-    stats = form_statistics(a, b, square)
-    return Scores(
-        symmetry=symmetry(stats) if square else None,
-        directionality=directionality(stats, gamma, variant),
-        norm=stats.frobenius_sq.clamp_min(0).sqrt(),
-    )
+    """Scores of M = A Bᵀ (batched over leading dimensions): ``Form(a, b, cross=not square).scores()``."""
+    return Form(a, b, cross=not square).scores(gamma, variant)
 
 
 def score_dense(m: torch.Tensor, gamma: float = GAMMA, variant: str = "excess") -> Scores:
