@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from attngeom.files import atomic_dir, atomic_path, write_text
+from attngeom.files import atomic_dir, atomic_path, cache_dir, write_text
 
 
 @pytest.fixture
@@ -50,3 +50,11 @@ def test_directory_replaces_the_old_one_only_on_success(tmp_path, umask_027):
         (folder / "b").write_text("2")
     assert [p.name for p in target.iterdir()] == ["b"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]
+
+
+def test_cache_dir_follows_attngeom_cache_then_xdg(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNGEOM_CACHE", str(tmp_path / "c"))
+    assert cache_dir("hub") == tmp_path / "c" / "hub"
+    monkeypatch.delenv("ATTNGEOM_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert cache_dir("training") == tmp_path / "x" / "attngeom" / "training"

@@ -1,4 +1,4 @@
-"""Writing results safely: beside the target under a temporary name, then renamed into place.
+"""Where the package keeps files, and how it writes them: beside the target, then renamed into place.
 
 Every file or folder the package writes goes through ``atomic_path`` or ``atomic_dir``: a reader never
 sees half a result, a failed write leaves nothing behind, and the result gets the permissions a plain
@@ -70,3 +70,12 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     with atomic_path(path) as temporary:
         temporary.write_bytes(data)
     return Path(path)
+
+
+def cache_dir(kind: str) -> Path:
+    """The cache folder for ``kind`` (``hub`` byte ranges, ``training`` token streams):
+    ``$ATTNGEOM_CACHE/<kind>``, else ``$XDG_CACHE_HOME/attngeom/<kind>`` (``~/.cache`` by default)."""
+    root = os.environ.get("ATTNGEOM_CACHE")
+    if not root:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attngeom"
+    return Path(root).expanduser() / kind
