@@ -5,7 +5,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from . import audio, decoders, encoders, gpt_lineage, latent, seq2seq, vision
-from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader
+from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer
 
 REGISTRY: dict[str, Architecture] = {}
 for _module in (encoders, decoders, gpt_lineage, seq2seq, vision, audio, latent):
@@ -36,6 +36,7 @@ __all__ = [
     "ArchitectureError",
     "AttentionLayer",
     "TensorReader",
+    "UnscoredLayer",
     "architecture_for",
     "supported_model_types",
 ]

@@ -73,7 +73,20 @@ class AttentionLayer:
             )
 
 
-LayersFn = Callable[[PretrainedConfig, TensorReader], Iterator[AttentionLayer]]
+@dataclass(frozen=True)
+class UnscoredLayer:
+    """A layer whose mixing is not a bilinear form of its input (a Mamba block, linear attention).
+
+    An architecture yields it in layer order beside the ``AttentionLayer`` items, so the record says the
+    layer exists and why it has no scores, and the model's other layers are still scored.
+    """
+
+    stack: str
+    layer: int
+    reason: str
+
+
+LayersFn = Callable[[PretrainedConfig, TensorReader], Iterator[AttentionLayer | UnscoredLayer]]
 
 
 @dataclass(frozen=True)
