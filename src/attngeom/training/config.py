@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from ..errors import InputError
+from ..files import write_text
 
 PRESETS: dict[int, tuple[int, int, int]] = {
     4: (256, 4, 1024),  # BERT-mini
@@ -198,6 +199,4 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def write_config(config: TrainConfig, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    tmp.replace(path)
+    write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -1,4 +1,4 @@
-"""One training run, as one readable loop (after nanoGPT): build, resume, step, log, score, checkpoint.
+"""One training run, as one readable loop (after nanoGPT's train.py).
 
 A run lives in one folder: ``config.yaml``, ``loss.parquet`` (one row per optimizer step),
 ``scores.parquet`` (attngeom scores of the live model at every score interval, with ``step``),
@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,8 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
+from ..files import atomic_dir
+from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ConfigError, TrainConfig, make_config, read_config_file, write_config
 from .data import Corpus, PackedBatches, load_corpus
@@ -40,6 +41,11 @@ class Runtime:
     @property
     def main(self) -> bool:
         return self.rank == 0
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
 
 def runtime_for(config: TrainConfig) -> Runtime:
@@ -85,20 +91,6 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.de
     return torch.optim.AdamW(groups, lr=config.lr, fused=device.type == "cuda")
 
 
-def write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    frame.to_parquet(tmp, index=False)
-    tmp.replace(path)
-
-
-def _read_until(path: Path, step: int) -> list[pd.DataFrame]:
-    """Rows of a log written up to ``step`` (a resumed run drops what came after its checkpoint)."""
-    if not path.exists():
-        return []
-    frame = pd.read_parquet(path)
-    return [frame[frame["step"] <= step]]
-
-
 def score_live(model: torch.nn.Module, config: TrainConfig, step: int) -> pd.DataFrame:
     """attngeom's scores of the live model, tagged with the step and what the run trains."""
     from attngeom import score
@@ -108,16 +100,12 @@ def score_live(model: torch.nn.Module, config: TrainConfig, step: int) -> pd.Dat
 
 
 def save_final(model: torch.nn.Module, corpus: Corpus, folder: Path) -> None:
-    """``save_pretrained`` (safetensors) plus the tokenizer, renamed into place when complete."""
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    """``save_pretrained`` (safetensors) plus the tokenizer, in place only once complete."""
     special = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]"}
-    PreTrainedTokenizerFast(
-        tokenizer_object=corpus.tokenizer, mask_token="[MASK]", **special
-    ).save_pretrained(tmp)
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=corpus.tokenizer, mask_token="[MASK]", **special)
+    with atomic_dir(folder) as temporary:
+        model.save_pretrained(temporary)
+        tokenizer.save_pretrained(temporary)
 
 
 def train(config: TrainConfig, out: str | Path, *, progress: bool = True, stop_at: int | None = None) -> Path:
@@ -128,39 +116,36 @@ def train(config: TrainConfig, out: str | Path, *, progress: bool = True, stop_a
     if rt.main:
         out.mkdir(parents=True, exist_ok=True)
         _check_same_config(config, out)
-        corpus = load_corpus(config, progress=progress)
-    if rt.world > 1:
-        dist.barrier()
-    if not rt.main:
-        corpus = load_corpus(config, progress=False)
+
+    # data: rank 0 tokenises the corpus (once, cached); micro-batch i is a pure function of (seed, i)
+    corpus = _load_corpus_rank0_first(config, rt, progress)
     batches = PackedBatches(corpus, config)
 
+    # model, loss (LM cross-entropy + γ·L_c) and optimiser, from the seed
     torch.manual_seed(config.seed)
     model = build_model(config, corpus.vocab_size).to(rt.device)
     model.train()
     objective: torch.nn.Module = LanguageModelLoss(model, config.reg_weight, config.reg_target)
     optimizer = make_optimizer(model, config, rt.device)
 
-    start, elapsed = 0, 0.0
-    ckpt = out / "checkpoint" / "state.pt"
-    if ckpt.exists():  # weights, optimizer moments, step, and the RNG state that drives dropout
-        start, elapsed = load_checkpoint(ckpt, model, optimizer, rt.device)
-
+    # resume: weights, optimizer moments, step, and the RNG state that drives dropout
+    checkpoint = out / "checkpoint" / "state.pt"
+    start, elapsed = (
+        load_checkpoint(checkpoint, model, optimizer, rt.device) if checkpoint.exists() else (0, 0.0)
+    )
     if config.compile:
         objective = torch.compile(objective)
     if rt.world > 1:
         objective = torch.nn.parallel.DistributedDataParallel(objective)
 
-    losses = _read_until(out / "loss.parquet", start)
-    scores = _read_until(out / "scores.parquet", start)
-    if rt.main and start == 0:
-        scores = [score_live(model, config, 0)]
-        write_parquet(pd.concat(scores, ignore_index=True), out / "scores.parquet")
-
-    tokens_per_step = config.batch_size * config.seq_len * config.grad_accum * rt.world
-    pending: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, float, float]] = []
-    clock = time.perf_counter()
     end = config.steps if stop_at is None else min(stop_at, config.steps)
+    when = Schedule.of(config, end)
+    tokens_per_step = config.batch_size * config.seq_len * config.grad_accum * rt.world
+    losses = LossLog(out / "loss.parquet", start, tokens_per_step)
+    scores = ParquetLog(out / "scores.parquet", start)
+    if rt.main and start == 0:
+        scores.append(score_live(model, config, 0))
+    clock = _stopwatch(elapsed)
     bar = tqdm(
         range(start, end),
         initial=start,
@@ -169,42 +154,47 @@ def train(config: TrainConfig, out: str | Path, *, progress: bool = True, stop_a
         disable=not (progress and rt.main),
     )
     for step in bar:
+        # learning rate of this step: warm-up, then linear decay
         lr = learning_rate(config, step)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        total = torch.zeros((), device=rt.device)
-        lm_total = torch.zeros((), device=rt.device)
+
+        # forward and backward over grad_accum micro-batches; DDP syncs gradients on the last one only
+        loss = torch.zeros((), device=rt.device)
+        lm_loss = torch.zeros((), device=rt.device)
         for micro in range(config.grad_accum):
             batch = batches[(step * config.grad_accum + micro) * rt.world + rt.rank].to(rt.device)
             last = micro == config.grad_accum - 1
             sync = contextlib.nullcontext() if last or rt.world == 1 else objective.no_sync()
-            with sync, _autocast(rt):
-                loss, lm_loss = objective(batch.input_ids, batch.positions, batch.targets)
-                (loss / config.grad_accum).backward()
-            total += loss.detach() / config.grad_accum
-            lm_total += lm_loss.detach() / config.grad_accum
+            with sync, rt.autocast():
+                micro_loss, micro_lm_loss = objective(batch.input_ids, batch.positions, batch.targets)
+                (micro_loss / config.grad_accum).backward()
+            loss += micro_loss.detach() / config.grad_accum
+            lm_loss += micro_lm_loss.detach() / config.grad_accum
         if rt.world > 1:  # log the mean over ranks, not rank 0's share
-            for value in (total, lm_total):
+            for value in (loss, lm_loss):
                 dist.all_reduce(value)
                 value /= rt.world
+
+        # clip, step, zero the gradients
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         done = step + 1
-        pending.append((done, total, lm_total, grad_norm, lr, elapsed + time.perf_counter() - clock))
+        if not rt.main:
+            continue
 
-        if rt.main and (done % config.log_every == 0 or done % config.checkpoint_every == 0 or done == end):
-            losses.append(_flush(pending, tokens_per_step, lambda: elapsed + time.perf_counter() - clock))
-            pending = []
-            write_parquet(pd.concat(losses, ignore_index=True), out / "loss.parquet")
-            bar.set_postfix(loss=f"{losses[-1]['loss'].iloc[-1]:.3f}")
-        if rt.main and (done % config.score_every == 0 or done == config.steps):
+        # log, score and checkpoint (rank 0 only), each on its own schedule
+        losses.record(StepRecord(done, loss, lm_loss, grad_norm, lr, clock()))
+        if when.log(done):
+            bar.set_postfix(loss=f"{losses.flush(clock):.3f}")
+        if when.score(done):
             scores.append(score_live(model, config, done))
-            write_parquet(pd.concat(scores, ignore_index=True), out / "scores.parquet")
-        if rt.main and (done % config.checkpoint_every == 0 or done == end):
-            save_checkpoint(ckpt, model, optimizer, done, elapsed + time.perf_counter() - clock, rt.device)
+        if when.checkpoint(done):
+            save_checkpoint(checkpoint, model, optimizer, done, clock(), rt.device)
     bar.close()
 
+    # the final model, once the run's last step is done
     if rt.main and end == config.steps:
         save_final(model, corpus, out / "final")
     if rt.world > 1:
@@ -213,36 +203,18 @@ def train(config: TrainConfig, out: str | Path, *, progress: bool = True, stop_a
     return out
 
 
-def _autocast(rt: Runtime) -> contextlib.AbstractContextManager:
-    if rt.autocast_dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(rt.device.type, dtype=rt.autocast_dtype)
+def _load_corpus_rank0_first(config: TrainConfig, rt: Runtime, progress: bool) -> Corpus:
+    """Rank 0 tokenises (or finds the cache) while the other ranks wait, then they read its cache."""
+    corpus = load_corpus(config, progress=progress) if rt.main else None
+    if rt.world > 1:
+        dist.barrier()
+    return corpus or load_corpus(config, progress=False)
 
 
-def _flush(pending: list, tokens_per_step: int, now: Callable[[], float]) -> pd.DataFrame:
-    """Pending per-step tensors → rows, with one device sync per log interval, not per step.
-
-    ``elapsed_s`` is the time a step was queued, except on the last row, where it is taken after the sync
-    (so differences between log steps are true wall-clock durations).
-    """
-    values = torch.stack([torch.stack([t, m, g.float()]) for _, t, m, g, _, _ in pending]).double().cpu()
-    elapsed = [p[5] for p in pending[:-1]] + [now()]
-    frame = pd.DataFrame(
-        {
-            "step": [p[0] for p in pending],
-            "loss": values[:, 0].numpy(),
-            "lm_loss": values[:, 1].numpy(),
-            "grad_norm": values[:, 2].numpy(),
-            "lr": [p[4] for p in pending],
-            "tokens": [p[0] * tokens_per_step for p in pending],
-            "elapsed_s": elapsed,
-        }
-    )
-    if not math.isfinite(float(frame["loss"].iloc[-1])):
-        raise FloatingPointError(
-            f"training loss became {frame['loss'].iloc[-1]} at step {frame['step'].iloc[-1]}"
-        )
-    return frame
+def _stopwatch(offset: float) -> Callable[[], float]:
+    """Seconds of training so far: ``offset`` (from the checkpoint) plus the time since this call."""
+    begin = time.perf_counter()
+    return lambda: offset + time.perf_counter() - begin
 
 
 def _check_same_config(config: TrainConfig, out: Path) -> None:
