@@ -14,8 +14,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ..errors import InputError
 from ..files import atomic_path
 from .config import TrainConfig
+
+
+class Diverged(InputError):
+    """The loss is no longer a finite number: settings the user can change (lr, warm-up) caused it."""
 
 
 @dataclass(frozen=True)
@@ -46,14 +51,15 @@ class Schedule:
 
 
 class ParquetLog:
-    """A run's log: the rows on disk up to the step it resumes from, then every appended frame."""
+    """A run's log: the rows on disk up to step ``keep_through`` (where a resumed run takes over), then
+    every appended frame."""
 
-    def __init__(self, path: Path, until: int):
+    def __init__(self, path: Path, keep_through: int):
         self.path = path
         self.frames: list[pd.DataFrame] = []
         if path.exists():
             frame = pd.read_parquet(path)
-            self.frames.append(frame[frame["step"] <= until])
+            self.frames.append(frame[frame["step"] <= keep_through])
 
     def append(self, frame: pd.DataFrame) -> None:
         self.frames.append(frame)
@@ -80,8 +86,8 @@ class LossLog(ParquetLog):
     interval, not one per step.
     """
 
-    def __init__(self, path: Path, until: int, tokens_per_step: int):
-        super().__init__(path, until)
+    def __init__(self, path: Path, keep_through: int, tokens_per_step: int):
+        super().__init__(path, keep_through)
         self.tokens_per_step = tokens_per_step
         self.pending: list[StepRecord] = []
 
@@ -108,6 +114,9 @@ class LossLog(ParquetLog):
         )
         last = float(frame["loss"].iloc[-1])
         if not math.isfinite(last):
-            raise FloatingPointError(f"training loss became {last} at step {records[-1].step}")
+            raise Diverged(
+                f"training loss became {last} at step {records[-1].step}: the run diverged; lower lr or "
+                "grad_clip, or raise warmup_steps (the run folder keeps its last checkpoint)"
+            )
         self.append(frame)
         return last

@@ -1,10 +1,11 @@
 """One training run, as one readable loop (after nanoGPT's train.py).
 
-A run lives in one folder: ``config.yaml``, ``loss.parquet`` (one row per optimizer step),
-``scores.parquet`` (attngeom scores of the live model at every score interval, with ``step``),
-``checkpoint/state.pt`` (latest, written atomically) and, at the end, ``final/`` (save_pretrained).
-Killed at any moment, the same command resumes from the checkpoint and writes the same loss log.
-Several GPUs: launch with ``torchrun``; each rank takes its own micro-batches, rank 0 writes.
+A run lives in one folder (``runs.RunFolder``): ``config.yaml``, ``corpus.json`` (SHA-256 of the
+tokenizer and token stream), ``loss.parquet`` (one row per optimizer step), ``scores.parquet`` (attngeom
+scores of the live model at every score interval, with ``step``), ``checkpoint/state.pt`` (latest, written
+atomically) and, at the end, ``final/`` (save_pretrained). Killed at any moment, the same command resumes
+from the checkpoint and writes the same loss log. Several GPUs: launch with ``torchrun``; each rank takes
+its own micro-batches, rank 0 writes.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from transformers import PreTrainedTokenizerFast
 from ..files import atomic_dir
 from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord
 from .checkpoint import load_checkpoint, save_checkpoint
-from .config import ConfigError, TrainConfig, make_config, read_config_file, write_config
+from .config import ConfigError, TrainConfig
 from .data import Corpus, PackedBatches, load_corpus
 from .model import LanguageModelLoss, build_model
+from .runs import Restart, RunFolder
 
 
 @dataclass(frozen=True)
@@ -91,12 +93,11 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.de
     return torch.optim.AdamW(groups, lr=config.lr, fused=device.type == "cuda")
 
 
-def score_live(model: torch.nn.Module, config: TrainConfig, step: int) -> pd.DataFrame:
-    """attngeom's scores of the live model, tagged with the step and what the run trains."""
+def score_live(model: torch.nn.Module, name: str, step: int) -> pd.DataFrame:
+    """attngeom's scores of the live model, tagged with the step (what the run trains is in config.yaml)."""
     from attngeom import score
 
-    frame = score(model, progress=False, model_id=f"{config.objective}-{config.init}")
-    return frame.assign(step=step, training_objective=config.objective, init=config.init)
+    return score(model, progress=False, model_id=name).assign(step=step)
 
 
 def save_final(model: torch.nn.Module, corpus: Corpus, folder: Path) -> None:
@@ -108,14 +109,24 @@ def save_final(model: torch.nn.Module, corpus: Corpus, folder: Path) -> None:
         tokenizer.save_pretrained(temporary)
 
 
-def train(config: TrainConfig, out: str | Path, *, progress: bool = True, stop_at: int | None = None) -> Path:
+def train(
+    config: TrainConfig,
+    out: str | Path,
+    *,
+    progress: bool = True,
+    stop_at: int | None = None,
+    restart: Restart = "never",
+) -> Path:
     """Train (or resume) the run in folder ``out``; returns it. ``stop_at``: leave after that step as if
-    interrupted (no final model), e.g. to fit a job's time limit; the next call resumes."""
-    out = Path(out)
+    interrupted (no final model), e.g. to fit a job's time limit; the next call resumes. ``restart``:
+    what to do with an earlier run in ``out`` (``runs.RESTART_CHOICES``); nothing is written to ``out``
+    before the run really starts, so a call that fails first leaves nothing in the way of the next."""
+    if stop_at is not None and stop_at < 1:
+        raise ConfigError(f"stop_at={stop_at}: must be a step ≥ 1")
+    folder = RunFolder(Path(out))
     rt = runtime_for(config)
     if rt.main:
-        out.mkdir(parents=True, exist_ok=True)
-        _check_same_config(config, out)
+        folder.claim(config, restart)
 
     # data: rank 0 tokenises the corpus (once, cached); micro-batch i is a pure function of (seed, i)
     corpus = _load_corpus_rank0_first(config, rt, progress)
@@ -128,29 +139,35 @@ def train(config: TrainConfig, out: str | Path, *, progress: bool = True, stop_a
     objective: torch.nn.Module = LanguageModelLoss(model, config.reg_weight, config.reg_target)
     optimizer = make_optimizer(model, config, rt.device)
 
+    # the run folder: a new run records its settings and data, a resumed one must have the same
+    if rt.main:
+        folder.begin(config, corpus)
+
     # resume: weights, optimizer moments, step, and the RNG state that drives dropout
-    checkpoint = out / "checkpoint" / "state.pt"
-    start, elapsed = (
-        load_checkpoint(checkpoint, model, optimizer, rt.device) if checkpoint.exists() else (0, 0.0)
-    )
+    start, elapsed = 0, 0.0
+    if folder.checkpoint.exists():
+        start, elapsed = load_checkpoint(folder.checkpoint, model, optimizer, rt.device)
+
+    # compile and DDP wrap the loss module, so they see the whole forward pass
     if config.compile:
         objective = torch.compile(objective)
     if rt.world > 1:
         objective = torch.nn.parallel.DistributedDataParallel(objective)
 
+    # logs keep their rows up to the checkpoint; the scores at the starting step are taken (again) here
     end = config.steps if stop_at is None else min(stop_at, config.steps)
     when = Schedule.of(config, end)
     tokens_per_step = config.batch_size * config.seq_len * config.grad_accum * rt.world
-    losses = LossLog(out / "loss.parquet", start, tokens_per_step)
-    scores = ParquetLog(out / "scores.parquet", start)
-    if rt.main and start == 0:
-        scores.append(score_live(model, config, 0))
+    losses = LossLog(folder.loss, keep_through=start, tokens_per_step=tokens_per_step)
+    scores = ParquetLog(folder.scores, keep_through=start - 1)
+    if rt.main and when.score(start):
+        scores.append(score_live(model, folder.path.name, start))
     clock = _stopwatch(elapsed)
     bar = tqdm(
         range(start, end),
         initial=start,
         total=config.steps,
-        desc=out.name,
+        desc=folder.path.name,
         disable=not (progress and rt.main),
     )
     for step in bar:
@@ -189,18 +206,18 @@ def train(config: TrainConfig, out: str | Path, *, progress: bool = True, stop_a
         if when.log(done):
             bar.set_postfix(loss=f"{losses.flush(clock):.3f}")
         if when.score(done):
-            scores.append(score_live(model, config, done))
+            scores.append(score_live(model, folder.path.name, done))
         if when.checkpoint(done):
-            save_checkpoint(checkpoint, model, optimizer, done, clock(), rt.device)
+            save_checkpoint(folder.checkpoint, model, optimizer, done, clock(), rt.device)
     bar.close()
 
     # the final model, once the run's last step is done
     if rt.main and end == config.steps:
-        save_final(model, corpus, out / "final")
+        save_final(model, corpus, folder.final)
     if rt.world > 1:
         dist.barrier()
         dist.destroy_process_group()
-    return out
+    return folder.path
 
 
 def _load_corpus_rank0_first(config: TrainConfig, rt: Runtime, progress: bool) -> Corpus:
@@ -215,13 +232,3 @@ def _stopwatch(offset: float) -> Callable[[], float]:
     """Seconds of training so far: ``offset`` (from the checkpoint) plus the time since this call."""
     begin = time.perf_counter()
     return lambda: offset + time.perf_counter() - begin
-
-
-def _check_same_config(config: TrainConfig, out: Path) -> None:
-    """A run folder holds one config; resuming with another would mix two runs."""
-    path = out / "config.yaml"
-    if path.exists() and make_config(read_config_file(path)) != config:
-        raise ConfigError(
-            f"{path} holds a different training config; use a new --out folder or the same settings"
-        )
-    write_config(config, path)
