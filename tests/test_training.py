@@ -11,6 +11,7 @@ from training_fixtures import TINY, sentences, tiny, write_corpus
 
 import attngeom
 from attngeom.cli import main
+from attngeom.training.bookkeeping import Schedule
 from attngeom.training.config import ConfigError, TrainConfig, make_config, parse_overrides
 from attngeom.training.data import PackedBatches, load_corpus
 from attngeom.training.documents import documents
@@ -104,6 +105,13 @@ def test_resume_after_interruption_reproduces_the_loss_log(tmp_path, text_file, 
         *(pd.read_parquet(p / "scores.parquet")[score_columns] for p in (whole, cut))
     )
     assert sorted(pd.read_parquet(cut / "scores.parquet")["step"].unique()) == [0, 6, 12]
+
+
+def test_schedule_logs_before_every_checkpoint_and_scores_at_both_ends():
+    when = Schedule(log_every=10, score_every=4, checkpoint_every=6, steps=13, end=9)
+    assert [s for s in range(1, 14) if when.checkpoint(s)] == [6, 9, 12]  # 9: where this call stops
+    assert [s for s in range(1, 14) if when.log(s)] == [6, 9, 10, 12]
+    assert [s for s in range(14) if when.score(s)] == [0, 4, 8, 12, 13]
 
 
 def test_checkpoint_loads_with_weights_only(tmp_path, text_file):

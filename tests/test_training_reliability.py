@@ -261,3 +261,19 @@ def test_an_edited_local_corpus_is_tokenised_again(tmp_path, text_file):
     text_file.write_text("\n".join(sentences(300, seed=1)) + "\n")
     second = load_corpus(config, progress=False)
     assert second.path != first.path and second.tokens_sha256 != first.tokens_sha256
+
+
+def test_a_run_without_a_data_record_is_not_resumed_on_todays_cache(tmp_path, text_file):
+    config = tiny(tmp_path, text_file, steps=3)
+    run = train(config, tmp_path / "run", progress=False, stop_at=1)
+    (run / "corpus.json").unlink()  # as a run of an earlier version left it
+    with pytest.raises(ConfigError, match="records no corpus.json.*--restart"):
+        train(config, run, progress=False, restart="if-changed")
+    train(config, run, progress=False, restart="always")
+    assert (run / "final").is_dir() and len(list(tmp_path.glob("run.replaced-*"))) == 1
+
+
+def test_out_naming_a_file_is_refused(tmp_path, text_file):
+    (tmp_path / "run").write_text("not a folder")
+    with pytest.raises(ConfigError, match="is a file"):
+        train(tiny(tmp_path, text_file, steps=1), tmp_path / "run", progress=False)

@@ -103,7 +103,7 @@ def symmetric_init_figure(
     axes[0, 0].set(title="a) training loss (smoothed)", xlabel="training step", ylabel="loss")
     axes[0, 0].legend()
     for init, group in sc[sc["head"].isna()].groupby("init"):
-        _band(axes[0, 1], group, "symmetry", "step", COLOURS.get(init, "grey"), f"{init} init")
+        _band(axes[0, 1], group, "symmetry", "step", COLOURS[init], f"{init} init")
     axes[0, 1].set(
         title="b) median symmetry", xlabel="training step", ylabel="symmetry (median, IQR over layers)"
     )

@@ -73,6 +73,8 @@ class RunFolder:
         """Before any data is read: make way for a run of ``config`` (or its resumption)."""
         if restart not in RESTART_CHOICES:
             raise ConfigError(f"restart={restart!r}: choose one of {RESTART_CHOICES}")
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigError(f"--out {self.path} is a file, not a run folder")
         if not self.holds_a_run():
             return
         same = self.recorded_config() == config
@@ -89,13 +91,18 @@ class RunFolder:
         records its settings and data."""
         data = {"tokenizer_sha256": corpus.tokenizer_sha256, "tokens_sha256": corpus.tokens_sha256}
         if self.holds_a_run():
-            recorded = json.loads(self.corpus.read_text()) if self.corpus.is_file() else {}
+            if not self.corpus.is_file():
+                raise ConfigError(
+                    f"{self.path} records no {self.corpus.name} (made by an earlier attngeom), so resuming "
+                    "it on today's token cache could change its data; pass --restart to train afresh"
+                )
+            recorded = json.loads(self.corpus.read_text())
             changed = [name for name, value in data.items() if recorded.get(name) != value]
             if changed:
                 raise ConfigError(
                     f"{self.path} was trained on other data than the corpus cache {corpus.path} now holds "
-                    f"({', '.join(changed)} differ{'s' if len(changed) == 1 else ''}; the token cache was "
-                    "rebuilt or the corpus changed); pass --restart to move the run aside and train afresh"
+                    f"({' and '.join(changed)} differ; the token cache was rebuilt or the corpus "
+                    "changed); pass --restart to move the run aside and train afresh"
                 )
             return
         write_text(self.corpus, json.dumps(data, indent=1) + "\n")
