@@ -4,11 +4,31 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from . import audio, decoders, encoders, gpt_lineage, latent, normalised_decoders, seq2seq, vision
+from . import (
+    audio,
+    composite_decoders,
+    decoders,
+    encoders,
+    gpt_lineage,
+    latent,
+    normalised_decoders,
+    seq2seq,
+    vision,
+)
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer
 
 REGISTRY: dict[str, Architecture] = {}
-for _module in (encoders, decoders, gpt_lineage, seq2seq, vision, audio, latent, normalised_decoders):
+for _module in (
+    encoders,
+    decoders,
+    gpt_lineage,
+    seq2seq,
+    vision,
+    audio,
+    latent,
+    normalised_decoders,
+    composite_decoders,
+):
     for _arch in _module.ARCHITECTURES:
         for _model_type in _arch.model_types:
             if _model_type in REGISTRY:

@@ -12,6 +12,7 @@ magnitude.
   is 1 + weight).
 - LayerNorm per head: Phi (shared gains, with bias), Persimmon (shared, with bias), Cohere and StableLM
   (one gain vector per head, no bias).
+- L2 norm per head without gains: Llama 4's rotary layers (its NoPE layers are not normalised).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .decoders import heads_of, llama_layers, rotary_terms, uses_rope, window
 
 QK_NORM_WHOLE = "qk_norm over all heads: W_q diag(g_q) (W_k diag(g_k))ᵀ, up to per-token scalars"
 QK_NORM_PER_HEAD = "qk_norm per head: W_q diag(g_q) (W_k diag(g_k))ᵀ, up to per-token-and-head scalars"
+QK_L2NORM = "qk_l2norm per head: W_q W_kᵀ (no gains), up to per-token-and-head scalars"
 QK_LAYERNORM = (
     "qk_layernorm per head: W_q C diag(g_q) (W_k C diag(g_k))ᵀ, C centring, up to per-token-and-head scalars"
 )
@@ -123,6 +125,22 @@ def gemma3_text_layers(
     stack = "encoder" if getattr(config, "use_bidirectional_attention", False) else "decoder"
     layers = (replace(layer, stack=stack) for layer in llama_layers(config, reader, terms, prefix))
     return _rms_normalised(layers, reader, prefix, gain_offset=1.0)
+
+
+def llama4_text_layers(
+    config: PretrainedConfig, reader: TensorReader, prefix: str = ""
+) -> Iterator[AttentionLayer]:
+    """Llama 4: rotary layers attend within chunks and L2-normalise q and k per head (``use_qk_norm``);
+    the NoPE layers (``no_rope_layers[i] == 0``) scale q by a per-position temperature instead."""
+    temperature = ("attn_temperature_tuning",) if config.attn_temperature_tuning else ()
+
+    def terms(c: PretrainedConfig, i: int) -> tuple[str, ...]:
+        return rotary_terms(c, i) + (() if uses_rope(c, i) else temperature)
+
+    for layer in llama_layers(config, reader, terms, prefix):
+        if config.use_qk_norm and uses_rope(config, layer.layer):
+            layer = replace(layer, form=QK_L2NORM)
+        yield layer
 
 
 def _per_head_layernorm(
@@ -223,6 +241,11 @@ ARCHITECTURES: list[Architecture] = [
         "per-head q/k RMSNorm (gain 1 + w) folded; local layers windowed; query_pre_attn_scalar",
     ),
     _normalised_decoder(
+        ("llama4_text",),
+        llama4_text_layers,
+        "rotary layers: chunked, q/k L2-normalised per head; NoPE layers: temperature-scaled q",
+    ),
+    _normalised_decoder(
         ("phi",), _phi_layers, "biased q_proj/k_proj; qk_layernorm folded (non-standard form)"
     ),
     _normalised_decoder(
@@ -237,5 +260,3 @@ ARCHITECTURES: list[Architecture] = [
         "fused rows per head [q_h k_h v_h]; q/k LayerNorm folded, its bias left out",
     ),
 ]
-
-__all__ = ["ARCHITECTURES", "gemma3_text_layers", "normalised", "uses_rope"]
