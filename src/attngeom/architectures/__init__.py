@@ -11,7 +11,9 @@ from . import (
     encoders,
     gpt_lineage,
     latent,
+    longformer,
     normalised_decoders,
+    relative_encoders,
     seq2seq,
     vision,
 )
@@ -26,7 +28,9 @@ for _module in (
     vision,
     audio,
     latent,
+    longformer,
     normalised_decoders,
+    relative_encoders,
     composite_decoders,
 ):
     for _arch in _module.ARCHITECTURES:
