@@ -266,7 +266,8 @@ def capture_projections(
     k_name: str,
     qk_inputs=default_qk_inputs,
 ) -> list[Capture]:
-    """The outputs of each ``attention_type`` module's own q/k projection modules (``q_name``, ``k_name``).
+    """The outputs of each ``attention_type`` module's own q/k projection modules (``q_name``, ``k_name``),
+    at their first call within the module's call.
 
     Reshaped to (B, H, N, d_h) with the attention module's head width; the inputs come from a pre-hook.
     """
@@ -276,13 +277,17 @@ def capture_projections(
     captures: list[Capture] = []
 
     def keep(name: str):
-        def hook(projection, args, output):
-            projected[name] = output.detach()
+        def hook(projection, args, output):  # the first call: LongT5's global keys reuse ``k`` after it
+            projected.setdefault(name, output.detach())
 
         return hook
 
     def after(module, args, output):
-        head_dim = getattr(module, "head_dim", None) or module.attention_head_size
+        head_dim = (
+            getattr(module, "head_dim", None)
+            or getattr(module, "key_value_proj_dim", None)  # the T5 family
+            or module.attention_head_size
+        )
         q, k = _heads(projected.pop("q"), head_dim), _heads(projected.pop("k"), head_dim)
         captures.append(Capture(seen[id(module)][0], q, k, seen[id(module)][1]))
 
