@@ -14,6 +14,7 @@ from . import (
     longformer,
     normalised_decoders,
     relative_encoders,
+    seamless,
     seq2seq,
     vision,
 )
@@ -32,6 +33,7 @@ for _module in (
     normalised_decoders,
     relative_encoders,
     composite_decoders,
+    seamless,
 ):
     for _arch in _module.ARCHITECTURES:
         for _model_type in _arch.model_types:

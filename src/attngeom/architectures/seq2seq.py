@@ -62,7 +62,8 @@ class Stack:
 StacksFn = Callable[[PretrainedConfig], list[Stack]]
 
 
-def _layer(reader: TensorReader, stack: Stack, index: int) -> AttentionLayer:
+def stack_layer(reader: TensorReader, stack: Stack, index: int) -> AttentionLayer:
+    """Layer ``index`` of ``stack``, read through its projections."""
     spec = stack.spec
     prefix = spec.prefix.format(i=index)
     return AttentionLayer(
@@ -114,7 +115,7 @@ def _seq2seq(model_types: tuple[str, ...], modality: str, stacks: StacksFn, note
     def layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
         for stack in held_stacks(config, reader, stacks(config)):
             for i in range(stack.n_layers):
-                yield _layer(reader, stack, i)
+                yield stack_layer(reader, stack, i)
 
     return Architecture(
         model_types=model_types,
@@ -268,7 +269,7 @@ def _led_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
     )
     for stack in _bart_stacks(config)[1:]:
         for i in range(stack.n_layers):
-            yield _layer(reader, stack, i)
+            yield stack_layer(reader, stack, i)
 
 
 BART = _seq2seq(
