@@ -98,7 +98,7 @@ class Architecture:
     objective: str  # bidirectional | autoregressive | encoder-decoder
     layers: LayersFn
     n_layers: Callable[[PretrainedConfig], int]
-    """How many AttentionLayer items ``layers`` yields (for the progress bar)."""
+    """How many items ``layers`` yields, attention and unscored layers alike (for the progress bar)."""
     notes: str = ""
     stacks: tuple[str, ...] = field(default=("self",))
     stack_modality: Mapping[str, str] = field(default_factory=dict)

@@ -189,7 +189,7 @@ LLAMA = _decoder(
 LLAMA_LAYOUT = _decoder(
     ("starcoder2", "nemotron", "glm", "glm4", "helium", "smollm3"),
     llama_layers,
-    "Llama layout; partial rotary, sliding-window and NoPE layers (SmolLM3) as the config sets them",
+    "Llama layout; partial rotary, local windows and NoPE layers as the config sets them",
 )
 LLAMA_LAYOUT_MOE = _decoder(
     ("qwen2_moe", "phimoe"), llama_layers, "MoE feed-forward; attention in Llama's layout"

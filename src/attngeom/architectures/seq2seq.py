@@ -109,7 +109,13 @@ def _declared_count(config: PretrainedConfig, stacks: list[Stack]) -> int:
     return sum(stack.n_layers for stack in stacks)
 
 
-def _seq2seq(model_types: tuple[str, ...], modality: str, stacks: StacksFn, notes: str = "") -> Architecture:
+def _seq2seq(
+    model_types: tuple[str, ...],
+    modality: str,
+    stacks: StacksFn,
+    notes: str = "",
+    names: tuple[str, ...] = ("encoder", "decoder", "cross"),
+) -> Architecture:
     """An encoder-decoder family whose layers are its stacks, in order, as far as the checkpoint holds them."""
 
     def layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
@@ -124,7 +130,7 @@ def _seq2seq(model_types: tuple[str, ...], modality: str, stacks: StacksFn, note
         layers=layers,
         n_layers=lambda config: _declared_count(config, stacks(config)),
         notes=notes,
-        stacks=("encoder", "decoder", "cross"),
+        stacks=names,
     )
 
 
@@ -276,14 +282,20 @@ BART = _seq2seq(
     ("bart", "mbart", "marian", "pegasus", "m2m_100", "plbart", "blenderbot", "blenderbot-small"),
     "language",
     _bart_stacks,
-    notes="…ForCausalLM checkpoints: decoder and cross stacks only",
+    notes="a …ForCausalLM checkpoint (all but m2m_100 have one) holds the decoder and cross stacks",
 )
 T5 = _seq2seq(
-    ("t5", "mt5", "umt5", "switch_transformers"),
+    ("t5", "mt5", "umt5"),
     "language",
     _t5_stacks,
     notes="T5 v1.1 is model_type t5; no 1/√d_kv scaling and no biases, so nothing but positions is left "
-    "out; Switch Transformers: T5 layout with MoE feed-forward; …EncoderModel: encoder only",
+    "out; …EncoderModel: encoder only",
+)
+SWITCH = _seq2seq(
+    ("switch_transformers",),
+    "language",
+    _t5_stacks,
+    notes="T5 layout, MoE feed-forward; …EncoderModel: encoder only",
 )
 LONGT5 = _seq2seq(
     ("longt5",), "language", _longt5_stacks, notes="T5 layout; local or transient-global encoder attention"
@@ -302,6 +314,7 @@ MUSICGEN_DECODER = _seq2seq(
     "audio",
     lambda c: _musicgen_decoder_stacks(c, prefix=""),
     notes="MusicgenForCausalLM: MusicGen's decoder and its cross-attention",
+    names=("decoder", "cross"),
 )
 DETR = _seq2seq(("detr",), "vision", _detr_stacks)
 LED = Architecture(
@@ -317,6 +330,7 @@ LED = Architecture(
 ARCHITECTURES: list[Architecture] = [
     BART,
     T5,
+    SWITCH,
     LONGT5,
     WHISPER,
     SPEECH2TEXT,
