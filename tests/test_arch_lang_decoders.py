@@ -23,6 +23,7 @@ from transformers.models.mpt.modeling_mpt import MptAttention
 import attngeom
 from attngeom.architectures import AttentionLayer, UnscoredLayer, architecture_for
 from attngeom.architectures.decoders import MAMBA
+from attngeom.sources import open_source
 
 SMALL = {"num_hidden_layers": 2, "intermediate_size": 64, "vocab_size": 100, "pad_token_id": 0}
 GQA = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2}
@@ -217,8 +218,6 @@ def jamba() -> torch.nn.Module:
 def test_jamba_scores_attention_layers_and_marks_mamba_layers(tmp_path):
     model = jamba()
     model.save_pretrained(tmp_path)
-    from attngeom.sources import open_source
-
     source = open_source(tmp_path)
     items = list(architecture_for(source.config).layers(source.config, source))
     assert [type(item) for item in items] == [UnscoredLayer, AttentionLayer, UnscoredLayer, AttentionLayer]
