@@ -4,11 +4,37 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from . import audio, decoders, encoders, gpt_lineage, latent, seq2seq, vision
+from . import (
+    audio,
+    composite_decoders,
+    decoders,
+    encoders,
+    gpt_lineage,
+    latent,
+    longformer,
+    normalised_decoders,
+    relative_encoders,
+    seamless,
+    seq2seq,
+    vision,
+)
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer
 
 REGISTRY: dict[str, Architecture] = {}
-for _module in (encoders, decoders, gpt_lineage, seq2seq, vision, audio, latent):
+for _module in (
+    encoders,
+    decoders,
+    gpt_lineage,
+    seq2seq,
+    vision,
+    audio,
+    latent,
+    longformer,
+    normalised_decoders,
+    relative_encoders,
+    composite_decoders,
+    seamless,
+):
     for _arch in _module.ARCHITECTURES:
         for _model_type in _arch.model_types:
             if _model_type in REGISTRY:
