@@ -4,11 +4,35 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from . import audio, decoders, encoders, gpt_lineage, latent, seq2seq, vision
+from . import (
+    audio,
+    decoders,
+    encoders,
+    gpt_lineage,
+    latent,
+    multimodal,
+    segmentation,
+    seq2seq,
+    towers,
+    vision,
+    vision_stages,
+)
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer
 
 REGISTRY: dict[str, Architecture] = {}
-for _module in (encoders, decoders, gpt_lineage, seq2seq, vision, audio, latent):
+for _module in (
+    encoders,
+    decoders,
+    gpt_lineage,
+    seq2seq,
+    vision,
+    audio,
+    latent,
+    multimodal,
+    segmentation,
+    towers,
+    vision_stages,
+):
     for _arch in _module.ARCHITECTURES:
         for _model_type in _arch.model_types:
             if _model_type in REGISTRY:
