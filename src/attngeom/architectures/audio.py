@@ -90,12 +90,22 @@ def _conformer_count(config: PretrainedConfig) -> int:
 
 
 CONFORMER = Architecture(
-    model_types=("wav2vec2-conformer", "wav2vec2-bert"),
+    model_types=("wav2vec2-conformer",),
     modality="audio",
     objective="bidirectional",
     layers=_conformer_layers,
     n_layers=_conformer_count,
-    notes="relative (u folded into the query bias), relative_key or rotary positions left out",
+    notes="relative (u folded into the query bias) or rotary positions left out",
+    stacks=("encoder",),
+)
+
+W2V_BERT = Architecture(
+    model_types=("wav2vec2-bert",),
+    modality="audio",
+    objective="bidirectional",
+    layers=_conformer_layers,
+    n_layers=_conformer_count,
+    notes="w2v-BERT 2.0: Conformer; relative_key positions left out; adapter layers as stack adapter",
     stacks=("encoder", "adapter"),
 )
 
@@ -109,4 +119,4 @@ AST = Architecture(
     stacks=("encoder",),
 )
 
-ARCHITECTURES: list[Architecture] = [WAV2VEC2, CONFORMER, AST]
+ARCHITECTURES: list[Architecture] = [WAV2VEC2, CONFORMER, W2V_BERT, AST]

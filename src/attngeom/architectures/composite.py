@@ -96,7 +96,9 @@ class Composite(Architecture):
     """The tower whose objective is the model's (the language model of a vision-language model)."""
 
     def _tower_of(self, stack: str) -> Tower | None:
-        return next((t for t in self.towers if stack == t.name or stack.startswith(t.name + "_")), None)
+        """The tower with the longest name that ``stack`` is or starts with (``text_encoder_cross``)."""
+        owners = [t for t in self.towers if stack == t.name or stack.startswith(t.name + "_")]
+        return max(owners, key=lambda t: len(t.name), default=None)
 
     def modality_of(self, stack: str) -> str:
         if stack in self.stack_modality:
@@ -128,6 +130,8 @@ def composite(
     counted = required + tuple(t for t in towers if t.probe is not None)[:1]
 
     def n_layers(config: PretrainedConfig) -> int:
+        """Layers of the required towers and of one optional tower (BLIP's checkpoints hold one text
+        tower, except VQA's two): the progress bar's estimate before the tensors are seen."""
         total = 0
         for tower in counted:
             sub, architecture = tower.architecture(config)

@@ -179,6 +179,7 @@ def _layers(config: PretrainedConfig) -> int:
 
 
 TEXT_VISION = ("clip", "siglip", "siglip2", "owlvit", "owlv2")
+POOLING_NOTE = "vision_head: SigLIP's attention-pooling probe, recorded unscored (no bilinear form)"
 
 ARCHITECTURES: list[Architecture] = [
     Architecture(
@@ -189,18 +190,21 @@ ARCHITECTURES: list[Architecture] = [
         n_layers=_text_vision_count,
         stacks=("text", "vision", "vision_head"),
         stack_modality={"text": "language", "vision": "vision", "vision_head": "vision"},
-        notes="SigLIP's attention-pooling head is recorded, not scored (no bilinear form)",
+        notes=POOLING_NOTE,
     ),
     _tower(
         tuple(f"{t}_text_model" for t in TEXT_VISION), "language", _text_vision_layers, ("text",), _layers
     ),
     _tower(
-        (*(f"{t}_vision_model" for t in TEXT_VISION), "idefics3_vision"),
+        tuple(f"{t}_vision_model" for t in TEXT_VISION),
         "vision",
         _text_vision_layers,
         ("vision", "vision_head"),
         _layers,
-        notes="idefics3_vision is SigLIP's layout",
+        notes=POOLING_NOTE,
+    ),
+    _tower(
+        ("idefics3_vision",), "vision", _text_vision_layers, ("vision",), _layers, notes="SigLIP's layout"
     ),
     _tower(("blip_vision_model", "blip_2_vision_model"), "vision", _blip_vision_layers, ("vision",), _layers),
     _tower(
