@@ -16,6 +16,7 @@ import inspect
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, AutoConfig, AutoModel, PretrainedConfig
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from attngeom.architectures import AttentionLayer, architecture_for
+from attngeom.architectures import AttentionLayer, UnscoredLayer, architecture_for
 from attngeom.scores import split_heads
 from attngeom.sources import open_source
 
@@ -75,11 +76,16 @@ def token_inputs(
     return inputs
 
 
-def layers_from_disk(model: torch.nn.Module, directory: Path) -> list[AttentionLayer]:
+def layers_from_disk(model: torch.nn.Module, directory: Path) -> list[AttentionLayer | UnscoredLayer]:
     """Save the model with save_pretrained (safetensors) and read the map's layers back from disk."""
     model.save_pretrained(directory)
     source = open_source(directory)
     return list(architecture_for(source.config).layers(source.config, source))
+
+
+def scored(layers: Iterable[AttentionLayer | UnscoredLayer]) -> list[AttentionLayer]:
+    """The layers that have a form (the ones an attention call must reproduce)."""
+    return [layer for layer in layers if isinstance(layer, AttentionLayer)]
 
 
 # ---- what an attention module is given ---------------------------------------------------------------------
@@ -145,6 +151,25 @@ def recorded_inputs(
 
     with removed_after([m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]):
         yield seen
+
+
+@contextmanager
+def rotary_neutralised(model: torch.nn.Module) -> Iterator[None]:
+    """While the block runs, every attention module gets rotary (cos, sin) = (1, 0): the identity.
+
+    For models whose rotary positions cannot be set to 0 from outside (2-D rotary of vision towers,
+    Qwen2-VL's multimodal rotary): their ``position_embeddings`` keyword argument is replaced.
+    """
+
+    def pre_hook(module, args, kwargs):
+        if kwargs.get("position_embeddings") is None:
+            return None
+        cos, sin = kwargs["position_embeddings"]
+        return args, {**kwargs, "position_embeddings": (torch.ones_like(cos), torch.zeros_like(sin))}
+
+    modules = [m for m in model.modules() if "Attention" in type(m).__name__]
+    with removed_after([m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]):
+        yield
 
 
 def forward(model: torch.nn.Module, inputs: dict) -> None:
@@ -297,6 +322,29 @@ def capture_projections(
         handles.append(module.get_submodule(k_name).register_forward_hook(keep("k")))
         handles.append(module.register_forward_hook(after))
     with removed_after(handles), recorded_inputs(modules, by_argument_name(qk_inputs), into=seen):
+        forward(model, inputs)
+    return captures
+
+
+def capture_fused_qkv(model: torch.nn.Module, inputs: dict, attention_type: type) -> list[Capture]:
+    """Modules of ``attention_type`` whose ``qkv`` linear yields [q; k; v] per head (BLIP, TimeSformer,
+    Qwen2-VL's vision): its input and output, split as those modules split it. A 2-D input (tokens ×
+    width, Qwen2-VL's packed sequence) is one batch."""
+    captures: list[Capture] = []
+
+    def hook(projection, args, output, heads: int):
+        x, qkv = args[0], output
+        if x.dim() == 2:
+            x, qkv = x[None], qkv[None]
+        q, k, _ = qkv.reshape(x.shape[0], x.shape[1], 3, heads, -1).permute(2, 0, 3, 1, 4)
+        captures.append(Capture(x.detach(), q.detach(), k.detach()))
+
+    handles = [
+        module.qkv.register_forward_hook(partial(hook, heads=module.num_heads))
+        for module in model.modules()
+        if isinstance(module, attention_type)
+    ]
+    with removed_after(handles):
         forward(model, inputs)
     return captures
 

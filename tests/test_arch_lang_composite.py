@@ -52,7 +52,8 @@ def gemma3() -> torch.nn.Module:
     config = tiny_config(
         "gemma3",
         text_config={**TEXT, "query_pre_attn_scalar": 20},
-        vision_config={**VISION, "image_size": 16, "patch_size": 4},
+        # Gemma 3's SigLIP tower has no attention-pooling head (vision_use_head: false in its checkpoints).
+        vision_config={**VISION, "image_size": 16, "patch_size": 4, "vision_use_head": False},
         mm_tokens_per_image=4,
     )
     return randomize(Gemma3ForConditionalGeneration(config))

@@ -12,11 +12,15 @@ from . import (
     gpt_lineage,
     latent,
     longformer,
+    multimodal,
     normalised_decoders,
     relative_encoders,
     seamless,
+    segmentation,
     seq2seq,
+    towers,
     vision,
+    vision_stages,
 )
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer
 
@@ -34,6 +38,10 @@ for _module in (
     relative_encoders,
     composite_decoders,
     seamless,
+    multimodal,
+    segmentation,
+    towers,
+    vision_stages,
 ):
     for _arch in _module.ARCHITECTURES:
         for _model_type in _arch.model_types:
