@@ -35,6 +35,7 @@ def score_via_hub(server, tmp_path, *extra, env=None):
     out = tmp_path / "hub.parquet"
     environment = {
         "PATH": os.environ["PATH"],
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),  # the checkout under test, where it is not installed
         "HF_ENDPOINT": server.url,
         "HF_HOME": str(tmp_path / "hf"),
         "ATTNGEOM_CACHE": str(tmp_path / "cache"),

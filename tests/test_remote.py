@@ -5,8 +5,10 @@ server and a temporary HF_HOME, attngeom's range cache at a temporary ATTNGEOM_C
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from urllib.parse import unquote
 
 import gguf
 import numpy as np
@@ -14,10 +16,9 @@ import pandas as pd
 import pytest
 import torch
 from conformance import build, tiny_config
-from hubserver import HubServer
+from hubserver import HubServer, pointed_at
 from huggingface_hub import constants
 from safetensors.torch import load_file
-from urllib.parse import unquote
 
 import attngeom
 from attngeom import cli
@@ -103,24 +104,10 @@ def repos(tmp_path_factory):
 
 @pytest.fixture
 def point(tmp_path, monkeypatch):
-    """Point huggingface_hub (and so attngeom's cache) at a server and a fresh HF_HOME."""
-
-    def point_at(server: HubServer) -> HubServer:
-        monkeypatch.setattr(constants, "ENDPOINT", server.url)
-        monkeypatch.setattr(
-            constants, "HUGGINGFACE_CO_URL_TEMPLATE", server.url + "/{repo_id}/resolve/{revision}/{filename}"
-        )
-        monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "hf"))
-        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
-        monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setattr(ranged, "RETRY_WAIT_S", 0.01)
-        monkeypatch.setenv("ATTNGEOM_CACHE", str(tmp_path / "cache"))
-        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
-            monkeypatch.delenv(name, raising=False)
-        return server
-
-    return point_at
+    """Point huggingface_hub and attngeom's range cache at a server and a fresh folder."""
+    monkeypatch.setattr(ranged, "RETRY_WAIT_S", 0.01)
+    with contextlib.ExitStack() as stack:
+        yield lambda server: stack.enter_context(pointed_at(server, tmp_path))
 
 
 @pytest.fixture
@@ -182,7 +169,7 @@ def test_sharded_moves_only_headers_and_qk_bytes(hub, repos, tmp_path):
     hub.bytes_sent.clear()
     assert_same_scores(score(SHARDED), reference)
     assert not [k for k in hub.bytes_sent if k.endswith(".safetensors")]
-    constants.HF_HUB_OFFLINE = True  # restored by the fixture's monkeypatch
+    constants.HF_HUB_OFFLINE = True  # restored by pointed_at
     assert_same_scores(score(SHARDED), reference)
     assert not hub.bytes_sent.get("config.json") and not [
         k for k in hub.bytes_sent if k.endswith(".safetensors")
@@ -327,7 +314,7 @@ def test_redirect_to_a_cdn_keeps_ranges_and_drops_the_token(repos, point, monkey
 
 
 def test_offline_without_a_cached_copy_is_clear(hub):
-    constants.HF_HUB_OFFLINE = True  # restored by the fixture's monkeypatch
+    constants.HF_HUB_OFFLINE = True  # restored by pointed_at
     for full in (False, True):
         with pytest.raises(InputError, match="not in the local cache and the Hub cannot be reached"):
             score(f"{GGUF}/{GGUF_FILE}", full_download=full)

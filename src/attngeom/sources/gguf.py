@@ -234,7 +234,7 @@ def decode(raw: np.ndarray, info: TensorInfo, where: str) -> torch.Tensor:
     shape = tuple(reversed(info.dims))
     try:
         data = raw.reshape(quant_shape_to_byte_shape(shape, info.kind))
-        return torch.from_numpy(np.ascontiguousarray(dequantize(data, info.kind), dtype=np.float32))
+        return torch.from_numpy(np.array(dequantize(data, info.kind), dtype=np.float32))  # a writable copy
     except (ValueError, NotImplementedError) as err:
         raise InputError(f"{where}: cannot dequantise a {info.kind.name} tensor ({one_line(err)})") from err
 

@@ -19,7 +19,14 @@ from pathlib import Path
 from urllib.parse import quote
 
 import httpx2
-from huggingface_hub import constants, get_hf_file_metadata, get_token, hf_hub_download, hf_hub_url
+from huggingface_hub import (
+    constants,
+    get_hf_file_metadata,
+    get_token,
+    hf_hub_download,
+    hf_hub_url,
+    try_to_load_from_cache,
+)
 from huggingface_hub.errors import (
     EntryNotFoundError,
     GatedRepoError,
@@ -151,6 +158,10 @@ class Repo:
 
     def download(self, filename: str) -> Path:
         """One file of the repository (huggingface_hub's cache); only from the cache when unreachable."""
+        if self.unreachable and self.commit:
+            known = try_to_load_from_cache(self.repo_id, filename, revision=self.commit)
+            if known is not None and not isinstance(known, str):  # cached as not in the repository
+                raise MissingFile(f"{self.repo_id}: no file {filename} at revision {self.commit}")
         try:
             return Path(
                 hf_hub_download(
