@@ -6,7 +6,7 @@ Hub: no token → 401 (GatedRepo), an unknown token → 401 (refused), a token i
 (GatedRepo: authenticated, but access not granted). ``pointed_at`` points huggingface_hub and attngeom's
 range cache at a server.
 
-Faults for the ranged-read client (remote.py): ``faults[file name]`` is a queue of faults applied, one
+Faults for the ranged-read client (attngeom.sources.ranged): ``faults[file name]`` is a queue of faults applied, one
 each, to that file's next ranged GETs: ``"drop"`` (send half the body, then close the connection),
 ``"503"``, ``"403"``, ``"truncate"`` (a valid 206 for only the first half of the range) and
 ``"ignore-range"`` (200 with the whole file).
