@@ -78,42 +78,42 @@ class Unreachable(Exception):
     """The Hub did not answer (connection refused or timed out, or 5xx) within the quick tries."""
 
 
-def hub_error(repo_id: str, filename: str, revision: str | None, err: Exception) -> InputError:
+def hub_error(
+    repo_id: str, filename: str, revision: str | None, err: Exception, token: str | None
+) -> InputError:
     """One line saying what went wrong with a Hub request and what to do about it."""
     status = getattr(getattr(err, "response", None), "status_code", None)
-    token_set = get_token() is not None
+    token_set = bool(token) or get_token() is not None
     page = f"{constants.ENDPOINT}/{repo_id}"
-    if isinstance(err, RevisionNotFoundError):
-        return InputError(f"{repo_id}: no revision {revision!r}; check --revision against {page}")
-    if isinstance(err, (RemoteEntryNotFoundError, EntryNotFoundError)) and not isinstance(
-        err, LocalEntryNotFoundError
-    ):
-        return MissingFile(f"{repo_id}: no file {filename} at revision {revision or 'main'}")
     if isinstance(err, (OfflineModeIsEnabled, LocalEntryNotFoundError)):
         return InputError(
             f"{repo_id}: {filename} is not in the local cache and the Hub cannot be reached "
             "(offline, or HF_HUB_OFFLINE set?); run once online or pass a local path"
         )
+    if isinstance(err, RevisionNotFoundError):
+        return InputError(f"{repo_id}: no revision {revision!r}; check --revision against {page}")
+    if isinstance(err, (RemoteEntryNotFoundError, EntryNotFoundError)):
+        return MissingFile(f"{repo_id}: no file {filename} at revision {revision or 'main'}")
+    gated = isinstance(err, GatedRepoError)
     if status == 403:
-        what = "gated repository" if isinstance(err, GatedRepoError) else "repository"
         return InputError(
-            f"{repo_id}: the token has no access to {filename} (HTTP 403, {what}); request access on {page} "
-            "or use a token of an account that has it"
+            f"{repo_id}: the token has no access to {filename} (HTTP 403{', gated repository' if gated else ''}); "
+            f"request access on {page} or use a token of an account that has it"
         )
+    if isinstance(err, RepositoryNotFoundError) and not gated:
+        hint = "or the token cannot see it" if token_set else "if it is private, set HF_TOKEN"
+        return InputError(f"{repo_id}: no such repository on the Hub ({hint})")
     if status == 401 and token_set:
         return InputError(
             f"{repo_id}: the Hub refused the token (HTTP 401): it is invalid or expired; "
             "set HF_TOKEN (or run `hf auth login`) with a valid one"
         )
-    if isinstance(err, GatedRepoError) or status == 401:
-        what = "gated repository" if isinstance(err, GatedRepoError) else f"{filename} needs a token"
+    if gated or status == 401:
+        what = "gated repository" if gated else f"{filename} needs a token"
         return InputError(
             f"{repo_id}: {what} (HTTP 401); set HF_TOKEN (or run `hf auth login`) with a token of an "
             f"account that has accepted its terms on {page}"
         )
-    if isinstance(err, RepositoryNotFoundError):
-        hint = "or the token cannot see it" if token_set else "if it is private, set HF_TOKEN"
-        return InputError(f"{repo_id}: no such repository on the Hub ({hint})")
     return InputError(f"{repo_id}: request for {filename} failed: {one_line(err)}")
 
 
@@ -151,7 +151,7 @@ class Repo:
         except Unreachable as err:
             return cls(repo_id, revision, token, remembered, str(err))
         except (HfHubHTTPError, OfflineModeIsEnabled) as err:
-            raise hub_error(repo_id, filename, revision, err) from err
+            raise hub_error(repo_id, filename, revision, err, token) from err
         if commit != remembered or not ref.is_file():
             files.write_text(ref, commit)
         return cls(repo_id, revision, token, commit)
@@ -178,9 +178,9 @@ class Repo:
                     f"{self.repo_id}: cannot reach the Hub at {constants.ENDPOINT} ({self.unreachable}) and "
                     f"{filename} is not in the local cache; check the network (or HF_ENDPOINT) and retry"
                 ) from err
-            raise hub_error(self.repo_id, filename, self.revision, err) from err
+            raise hub_error(self.repo_id, filename, self.revision, err, self.token) from err
         except (HfHubHTTPError, EntryNotFoundError, OfflineModeIsEnabled) as err:
-            raise hub_error(self.repo_id, filename, self.commit or self.revision, err) from err
+            raise hub_error(self.repo_id, filename, self.commit or self.revision, err, self.token) from err
 
     def optional(self, filename: str) -> Path | None:
         try:
@@ -196,7 +196,7 @@ class Repo:
             build_hf_headers(token=self.token, library_name="attngeom", library_version=__version__),
             _repo_folder(self.repo_id) / self.commit / quote(filename, safe=""),
             f"{self.repo_id}/{filename}@{self.commit[:8]}",
-            lambda err: hub_error(self.repo_id, filename, self.commit, err),
+            lambda err: hub_error(self.repo_id, filename, self.commit, err, self.token),
             tries=1 if self.unreachable else ranged.TRIES,
         )
 

@@ -7,6 +7,7 @@ ever unpickled; zip-format files are memory-mapped, legacy (pre-1.6) files are r
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import zipfile
@@ -87,7 +88,9 @@ def safetensors_source(
     count_params: bool = True,
 ) -> WeightSource:
     """Tensors from safetensors shards; ``locate`` turns a shard name into a local file (downloading it
-    if need be). With ``count_params`` (and no ``n_params``) every shard's header is read to count them."""
+    if need be, once). With ``count_params`` (and no ``n_params``) every shard's header is read to count
+    them."""
+    locate = functools.cache(locate)
 
     def load(name: str) -> torch.Tensor:
         file = locate(weight_map[name])
