@@ -77,7 +77,7 @@ def _run_score(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .version import __version__
 
     parser = argparse.ArgumentParser(prog="attngeom", description=__doc__)
     parser.add_argument("--version", action="version", version=f"attngeom {__version__}")

@@ -8,12 +8,12 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from . import __version__
 from .architectures import AttentionLayer, architecture_for
 from .errors import InputError
 from .records import to_frame
 from .scores import DIRECTIONALITY_VARIANTS, GAMMA, score_layer
 from .sources import WeightSource, open_source
+from .version import __version__
 
 
 def score(
@@ -57,7 +57,10 @@ def score_source(
 ) -> pd.DataFrame:
     """Score an opened source (see ``score``)."""
     config = source.config
-    architecture = architecture_for(config)
+    try:
+        architecture = architecture_for(config)
+    except InputError as err:  # the source layer reads any model type; support is decided here
+        raise InputError(f"{source.description}: {err}") from err
     common = {
         "model_id": model_id or source.model_id,
         "revision": source.revision,
