@@ -13,9 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_readme_table_matches_registry():
     readme = (ROOT / "README.md").read_text()
-    assert readme == with_support_table(readme), (
-        "README.md table is stale: run attngeom support-table"
-    )
+    assert readme == with_support_table(readme), "README.md table is stale: run attngeom support-table"
 
 
 def test_table_has_one_row_per_model_type():
