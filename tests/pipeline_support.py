@@ -141,7 +141,7 @@ def broken_models(workdir: Path) -> list[dict]:
             "id": model_id,
             "path": str(folder),
             "objective": "bidirectional",
-            "groups": ["table_s2", "figure_2"],
+            "groups": ["table_s2", "table_s3", "figure_2"],
         }
         for model_id, folder in zip(BROKEN_MODELS, (corrupt, bad_heads), strict=True)
     ]

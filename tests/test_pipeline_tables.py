@@ -209,3 +209,19 @@ def test_the_cli_summary_is_the_tables_statistics():
     iqr = np.percentile([0.1, 0.5, 0.2, 0.9], 75) - np.percentile([0.1, 0.5, 0.2, 0.9], 25)
     assert shown.loc["encoder", "symmetry IQR"] == pytest.approx(iqr)
     assert shown.loc["decoder", "directionality median"] == pytest.approx(-0.35)
+
+
+def test_when_no_model_could_be_scored_the_tables_still_list_every_model_and_why(tmp_path):
+    from attngeom.records import read_scores, write_scores
+
+    models = [{"model": m, "display": m, "groups": ["table_s2"], "slug": m} for m in ("a", "b")]
+    statuses = []
+    for model, status in (("a", "failed"), ("b", "crashed")):
+        statuses.append(tmp_path / f"{model}.json")
+        statuses[-1].write_text(f'{{"model": "{model}", "status": "{status}", "reason": "why {model}"}}')
+    scores, table = tables.collect(models, [], statuses)
+    write_scores(scores, tmp_path / "all.parquet")
+    summary = tables.summarise(read_scores(tmp_path / "all.parquet"), table)
+    assert list(summary["reason"]) == ["why a", "why b"] and summary["symmetry_median"].isna().all()
+    display = tables.paper_table(summary, "symmetry", "table_s2")
+    assert list(display["Note"]) == ["not scored: why a", "not scored: why b"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from .files import write_text
-from .records import read_scores
+from .records import read_scores, to_frame
 
 METRICS = ("symmetry", "directionality")
 CROSS = "cross"  # stacks whose name contains this (cross-attention) stay out of the medians
@@ -99,7 +99,7 @@ def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) 
         rows.append(row)
     table = pd.DataFrame(rows, columns=[*MODEL_COLUMNS, "status", "reason"])
     table["n_params"] = pd.to_numeric(table["n_params"]).astype("Int64")
-    scores_frame = pd.concat(kept, ignore_index=True) if kept else pd.DataFrame(columns=["model_id"])
+    scores_frame = pd.concat(kept, ignore_index=True) if kept else to_frame([])  # nothing scored: no rows
     return scores_frame, table
 
 
@@ -135,8 +135,8 @@ def summarise(scores: pd.DataFrame, models: pd.DataFrame) -> pd.DataFrame:
     A model that was not scored keeps one row with empty numbers and its reason, so tables show it.
     """
     layers = layer_rows(scores)
-    columns = ["model", "stack", "n_layers"]
-    per_stack = pd.DataFrame(columns=columns)
+    statistics = [f"{m}_{what}" for m in METRICS for what in ("median", "minus", "plus")]
+    per_stack = pd.DataFrame(columns=["model", "stack", "n_layers", *statistics])
     if not layers.empty:
         stats = layer_statistics(layers, ["model_id", "stack"]).rename(columns={"model_id": "model"})
         for metric in METRICS:
