@@ -13,6 +13,8 @@ from .errors import InputError
 
 PLUGINS = {
     "train": "attngeom.training.cli",
+    "paper-config": "attngeom.pipeline.paper_config",
+    "support-table": "attngeom.support_table",
 }
 """Subcommand → module exposing ``configure_parser(parser)`` and ``run(args) -> int``."""
 
@@ -20,15 +22,15 @@ DTYPES = ("float32", "float64")
 
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Median and interquartile range over layers of the layer rows, per stack."""
-    layers = frame[frame["head"].isna()]
-    columns: dict[str, pd.Series] = {"layers": layers.groupby("stack", sort=False).size()}
-    for name in ("symmetry", "directionality"):
-        values = layers.groupby("stack", sort=False)[name]
-        columns[f"{name} median"] = values.median()
-        columns[f"{name} IQR"] = values.quantile(0.75) - values.quantile(0.25)
-    table = pd.DataFrame(columns)
-    return table
+    """Median and interquartile range over layers of the layer rows, per stack (printed by ``score``)."""
+    from .tables import METRICS, layer_statistics
+
+    stats = layer_statistics(frame, ["stack"]).set_index("stack")
+    columns: dict[str, pd.Series] = {"layers": stats["n_layers"]}
+    for name in METRICS:
+        columns[f"{name} median"] = stats[f"{name}_median"]
+        columns[f"{name} IQR"] = stats[f"{name}_p75"] - stats[f"{name}_p25"]
+    return pd.DataFrame(columns)
 
 
 def _configure_score(parser: argparse.ArgumentParser) -> None:

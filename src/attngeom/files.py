@@ -41,6 +41,20 @@ def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
         temporary.unlink(missing_ok=True)
 
 
+def _as_if_created_plainly(folder: Path) -> None:
+    """``folder`` and everything in it get the modes ``mkdir()`` and ``open()`` give under the umask
+    (some writers, such as safetensors' ``save_file``, create their files private, 0600)."""
+    mask = _umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for root, folders, names in os.walk(folder):
+        for name in folders:
+            os.chmod(Path(root, name), 0o777 & ~mask)
+        for name in names:
+            path = Path(root, name)
+            if path.is_file() and not path.is_symlink():
+                os.chmod(path, (0o666 | (path.stat().st_mode & 0o111)) & ~mask)
+
+
 @contextlib.contextmanager
 def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     """A fresh temporary folder beside ``target``; when the block succeeds it replaces ``target`` (an
@@ -50,7 +64,7 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield temporary
-        os.chmod(temporary, 0o777 & ~_umask())
+        _as_if_created_plainly(temporary)
         if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target)
         os.replace(temporary, target)

@@ -7,12 +7,13 @@ One row per (stack, layer, head) and one per (stack, layer) with ``head`` null: 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from .files import atomic_path
 
 SCHEMA = pa.schema(
     [
@@ -59,22 +60,15 @@ def _nullable_types(arrow_type: pa.DataType):
 
 
 def write_scores(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Write scores to Parquet through a temporary file in the same folder, then rename it into place."""
+    """Write scores to Parquet atomically (attngeom.files: all or nothing, the user's umask)."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     extra = [c for c in frame.columns if c not in COLUMNS]  # e.g. a training run's ``step``
     schema = SCHEMA
     for field in pa.Schema.from_pandas(frame[extra], preserve_index=False) if extra else []:
         schema = schema.append(field)
     table = pa.Table.from_pandas(frame[COLUMNS + extra], schema=schema, preserve_index=False)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(handle)
-    try:
+    with atomic_path(target) as temporary:
         pq.write_table(table, temporary)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
     return target
 
 
