@@ -104,9 +104,10 @@ def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) 
 
 
 def layer_statistics(scores: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Per group of ``by``: the number of layer rows (``head`` null) and the median, 25th and 75th
-    percentile over them of each metric. The one place these statistics are computed (tables, CLI)."""
-    layers = scores[scores["head"].isna()]
+    """Per group of ``by``: the number of scored layer rows (``head`` null, not a ``not_scored`` layer) and
+    the median, 25th and 75th percentile over them of each metric. The one place these statistics are
+    computed (tables, CLI)."""
+    layers = scores[scores["head"].isna() & _scored(scores)]
     grouped = layers.groupby(by, sort=False)
     stats = {"n_layers": grouped.size()}
     for metric in METRICS:
@@ -125,8 +126,15 @@ def layer_rows(scores: pd.DataFrame) -> pd.DataFrame:
     """The per-layer forms (head null) of self-attention stacks."""
     if scores.empty:
         return scores
-    keep = scores["head"].isna() & ~scores["stack"].astype(str).str.contains(CROSS)
+    keep = scores["head"].isna() & _scored(scores) & ~scores["stack"].astype(str).str.contains(CROSS)
     return scores[keep]
+
+
+def _scored(scores: pd.DataFrame) -> pd.Series:
+    """Rows that carry scores: every row but a ``not_scored`` layer's (a Mamba block, a pooling probe)."""
+    if "not_scored" not in scores.columns:
+        return pd.Series(True, index=scores.index)
+    return scores["not_scored"].isna()
 
 
 def summarise(scores: pd.DataFrame, models: pd.DataFrame) -> pd.DataFrame:
