@@ -15,7 +15,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "attngeom"
 MAX_LINES = 400
-OVER_THE_LIMIT = {"attngeom.architectures.vision"}
+OVER_THE_LIMIT: set[str] = set()
 """Modules still over MAX_LINES, each owned by someone splitting it; this list may only shrink."""
 
 

@@ -25,6 +25,8 @@ PLUGINS = {
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Median and interquartile range over layers of the layer rows, per stack (printed by ``score``)."""
+    import pandas as pd
+
     from .tables import METRICS, layer_statistics
 
     stats = layer_statistics(frame, ["stack"]).set_index("stack")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from transformers import PretrainedConfig
-
 from . import (
     audio,
     composite_decoders,
@@ -23,8 +21,8 @@ from . import (
     vision_stages,
 )
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer
+from .registry import REGISTRY, architecture_for, register, supported_model_types
 
-REGISTRY: dict[str, Architecture] = {}
 for _module in (
     encoders,
     decoders,
@@ -43,25 +41,7 @@ for _module in (
     towers,
     vision_stages,
 ):
-    for _arch in _module.ARCHITECTURES:
-        for _model_type in _arch.model_types:
-            if _model_type in REGISTRY:
-                raise RuntimeError(f"model_type {_model_type!r} is mapped twice")
-            REGISTRY[_model_type] = _arch
-
-
-def supported_model_types() -> list[str]:
-    return sorted(REGISTRY)
-
-
-def architecture_for(config: PretrainedConfig) -> Architecture:
-    """The map for this config's ``model_type``, or an error naming it and the supported list."""
-    model_type = getattr(config, "model_type", None) or "<none>"
-    if model_type not in REGISTRY:
-        raise ArchitectureError(
-            f"unsupported model_type {model_type!r}; supported: {', '.join(supported_model_types())}"
-        )
-    return REGISTRY[model_type]
+    register(_module.ARCHITECTURES)
 
 
 __all__ = [

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from transformers import PretrainedConfig
 
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer
+from .registry import architecture_for
 
 
 class Scoped:
@@ -54,8 +55,6 @@ class Tower:
 
     def architecture(self, config: PretrainedConfig) -> tuple[PretrainedConfig, Architecture]:
         """The tower's config and the registry's map for it (an error names the tower if unmapped)."""
-        from . import architecture_for  # the registry is built from the modules that import this one
-
         sub = getattr(config, self.config)
         try:
             return sub, architecture_for(sub)

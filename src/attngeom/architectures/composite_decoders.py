@@ -17,6 +17,7 @@ from transformers import PretrainedConfig
 
 from .base import Architecture, AttentionLayer, TensorReader, separate_qk
 from .normalised_decoders import gemma3_text_layers, llama4_text_layers
+from .registry import architecture_for
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,6 @@ TEXT_PREFIXES = ("language_model.model.", "language_model.")
 
 def _registered_tower(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """A tower scored by the map registered for its own ``model_type`` (e.g. ``siglip_vision_model``)."""
-    from . import architecture_for  # the registry imports this module
-
     return architecture_for(config).layers(config, reader)
 
 
