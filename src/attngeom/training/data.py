@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +23,12 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from tqdm.auto import tqdm
 
 from .config import ConfigError, TrainConfig
+from .documents import crosses_documents, document_ids
 
 CACHE_VERSION = 1
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+IGNORED = -100
+"""Target of a loss position that carries no loss (cross-entropy's ``ignore_index``)."""
 TOKENIZER_TRAIN_DOCS = 100_000
 """A trained WordPiece vocabulary is learnt from at most this many documents of the corpus."""
 
@@ -260,24 +263,32 @@ def _tokenise_to(folder: Path, config: TrainConfig, progress: bool) -> None:
 
 @dataclass(frozen=True)
 class MicroBatch:
-    """Model input and where the loss is taken: ``hidden[positions]`` must predict ``targets``."""
+    """Model input and where the loss is taken: ``hidden[positions]`` must predict ``targets``
+    (``IGNORED`` targets carry no loss); ``documents``: each token's document, when documents are masked."""
 
     input_ids: torch.Tensor  # (B, L)
     positions: torch.Tensor  # (B, P)
     targets: torch.Tensor  # (B, P)
+    documents: torch.Tensor | None = None  # (B, L)
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """The tensors the loss takes, in the order of ``LanguageModelLoss.forward``."""
+        return tuple(t for t in (self.input_ids, self.positions, self.targets, self.documents) if t is not None)
 
     def to(self, device: torch.device | str) -> MicroBatch:
-        return MicroBatch(
-            *(t.to(device, non_blocking=True) for t in (self.input_ids, self.positions, self.targets))
-        )
+        return MicroBatch(*(t.to(device, non_blocking=True) for t in self.tensors()))
 
 
 class PackedBatches:
-    """Micro-batch ``i`` of a run: rows drawn without replacement, reshuffled every pass over the corpus."""
+    """Micro-batch ``i`` of a run: rows drawn without replacement, reshuffled every pass over the corpus.
 
-    def __init__(self, corpus: Corpus, config: TrainConfig):
+    With ``document_mask``, each batch also says which document every token belongs to.
+    """
+
+    def __init__(self, corpus: Corpus, config: TrainConfig, document_mask: bool = False):
         self.corpus = corpus
         self.config = config
+        self.document_mask = document_mask
         self.width = config.seq_len - 1  # stream tokens per row, after [CLS]
         self.n_rows = len(corpus.tokens) // self.width
         if self.n_rows < config.batch_size:
@@ -311,10 +322,18 @@ class PackedBatches:
 
     def __getitem__(self, index: int) -> MicroBatch:
         rows = self.rows(index)
-        if not self.config.uses_masking:
+        if self.config.uses_masking:
+            batch = self._mask(rows, _generator(self.config.seed, 2, index))
+        else:
             positions = torch.arange(rows.shape[1] - 1).expand(rows.shape[0], -1)
-            return MicroBatch(rows, positions, rows[:, 1:])
-        return self._mask(rows, _generator(self.config.seed, 2, index))
+            batch = MicroBatch(rows, positions, rows[:, 1:])
+        if not self.document_mask:
+            return batch
+        documents = document_ids(rows, self.sep)
+        targets = batch.targets
+        if self.config.objective == "decoder":  # a document cannot see the next one's first token
+            targets = targets.masked_fill(crosses_documents(documents, batch.positions, 1), IGNORED)
+        return replace(batch, targets=targets, documents=documents)
 
     def _mask(self, rows: torch.Tensor, gen: torch.Generator) -> MicroBatch:
         """BERT's corruption of exactly ``n_masked`` non-special positions per row (80% [MASK], 10% random,

@@ -1,7 +1,8 @@
 """The BERT models the paper trains, its attention initialisations, the regulariser γ·L_c, and the loss.
 
-Encoder: ``BertForMaskedLM`` (bidirectional, no mask). Decoder: ``BertLMHeadModel`` with
-``is_decoder=True`` (causal mask). Both use PyTorch SDPA attention.
+Encoder: ``BertForMaskedLM`` (bidirectional). Decoder: ``BertLMHeadModel`` with ``is_decoder=True``
+(causal mask). Both use PyTorch SDPA attention; given the document of every token, attention stays inside
+each document and positions restart per document (``documents.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from torch import nn
 from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, PreTrainedModel
 
 from .config import TrainConfig
+from .documents import document_attention_mask, document_positions
 
 
 def build_model(config: TrainConfig, vocab_size: int) -> PreTrainedModel:
@@ -86,10 +88,24 @@ def symmetry_penalty(model: PreTrainedModel, target: str) -> torch.Tensor:
     return (2.0 / (1.0 + sign * s).clamp_min(1e-6)).mean()
 
 
+def hidden_states(
+    model: PreTrainedModel, input_ids: torch.Tensor, documents: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The encoder's last hidden states (B, L, d); with ``documents`` (B, L), each document of a packed row
+    sees only itself, at positions counted from its own start."""
+    if documents is None:
+        return model.bert(input_ids=input_ids).last_hidden_state
+    mask = document_attention_mask(documents, causal=model.config.is_decoder)
+    return model.bert(
+        input_ids=input_ids, attention_mask=mask, position_ids=document_positions(documents)
+    ).last_hidden_state
+
+
 class LanguageModelLoss(nn.Module):
     """Cross-entropy of the LM head at the loss positions only (masked positions for MLM), plus γ·L_c.
 
-    Wrapping the model in one module lets DDP and torch.compile see the whole step.
+    Targets of -100 carry no loss. Wrapping the model in one module lets DDP and torch.compile see the
+    whole step.
     """
 
     def __init__(self, model: PreTrainedModel, reg_weight: float = 0.0, reg_target: str = "symmetric"):
@@ -99,10 +115,14 @@ class LanguageModelLoss(nn.Module):
         self.reg_target = reg_target
 
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        targets: torch.Tensor,
+        documents: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(total loss, LM loss) for one micro-batch."""
-        hidden = self.model.bert(input_ids=input_ids).last_hidden_state
+        hidden = hidden_states(self.model, input_ids, documents)
         picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
         logits = self.model.cls(picked)
         lm_loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
