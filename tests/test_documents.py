@@ -127,7 +127,8 @@ def test_documents_positions_and_mask_of_a_known_row():
     mask = document_attention_mask(documents, causal=False)[0, 0]
     assert mask[4].tolist() == [False] * 4 + [True, True] + [False] * 3
     causal = document_attention_mask(documents, causal=True)[0, 0]
-    assert causal[8].tolist() == [False] * 7 + [True, True] and causal[7].tolist() == [False] * 7 + [True, False]
+    assert causal[8].tolist() == [False] * 7 + [True, True]
+    assert causal[7].tolist() == [False] * 7 + [True, False]
 
 
 def test_document_batches_are_a_pure_function_of_seed_and_index(corpus_config):
@@ -138,4 +139,5 @@ def test_document_batches_are_a_pure_function_of_seed_and_index(corpus_config):
         assert torch.equal(a, b)
     plain = PackedBatches(corpus, corpus_config, document_mask=False)[7]
     assert plain.documents is None and torch.equal(plain.input_ids, first.input_ids)
-    assert torch.equal(first.documents, document_ids(PackedBatches(corpus, corpus_config).rows(7), corpus.token_id("[SEP]")))
+    rows = PackedBatches(corpus, corpus_config).rows(7)
+    assert torch.equal(first.documents, document_ids(rows, corpus.token_id("[SEP]")))

@@ -273,7 +273,9 @@ class MicroBatch:
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         """The tensors the loss takes, in the order of ``LanguageModelLoss.forward``."""
-        return tuple(t for t in (self.input_ids, self.positions, self.targets, self.documents) if t is not None)
+        return tuple(
+            t for t in (self.input_ids, self.positions, self.targets, self.documents) if t is not None
+        )
 
     def to(self, device: torch.device | str) -> MicroBatch:
         return MicroBatch(*(t.to(device, non_blocking=True) for t in self.tensors()))
