@@ -46,6 +46,7 @@ SYSTEMS = (
     "attngeom-eager",
     "attngeom-compiled",
     "attngeom-compiled-nodocs",
+    "attngeom-compiled-nographs",
 )
 REFERENCE = "plain-compiled"
 DEVICE = torch.device("cuda")
@@ -292,6 +293,7 @@ def attngeom_steps(
     compiled: bool,
     document_mask: bool = True,
     prof: Path | None = None,
+    mode: str | None = None,
 ) -> dict:
     """attngeom's training step (``TrainStep``) fed by ``feed``, as the training loop runs it."""
     from attngeom.training.config import make_config
@@ -319,7 +321,7 @@ def attngeom_steps(
     torch.manual_seed(config.seed)
     model = build_model(config, corpus.vocab_size).to(DEVICE).train()
     optimizer = make_optimizer(model, config, DEVICE)
-    train_step = TrainStep(model, optimizer, config, DEVICE, torch.bfloat16)
+    train_step = TrainStep(model, optimizer, config, DEVICE, torch.bfloat16, mode=mode)
     groups = grouped(feed(batches, range(config.steps), DEVICE), config.grad_accum)
 
     def step(i: int) -> None:
@@ -340,7 +342,10 @@ def attngeom_steps(
         "mean_document_tokens": float(lengths.mean()),
     }
     if prof:
-        label = f"{preset}L-attngeom-{'compiled' if compiled else 'eager'}-{'docs' if document_mask else 'nodocs'}"
+        how = (
+            f"{'compiled' if compiled else 'eager'}-{mode or 'auto'}-{'docs' if document_mask else 'nodocs'}"
+        )
+        label = f"{preset}L-attngeom-{how}"
         result["profile"] = profile(step, warmup + steps, 5, label, prof)
     return result
 
@@ -410,6 +415,9 @@ def run_system(name: str, preset: int, args: argparse.Namespace) -> dict:
         "attngeom-eager": lambda: attngeom_steps(*common, CACHE, False, True, args.profile),
         "attngeom-compiled": lambda: attngeom_steps(*common, CACHE, True, True, args.profile),
         "attngeom-compiled-nodocs": lambda: attngeom_steps(*common, CACHE, True, False, args.profile),
+        "attngeom-compiled-nographs": lambda: attngeom_steps(
+            *common, CACHE, True, True, args.profile, mode="default"
+        ),
     }
     began = time.perf_counter()
     try:
