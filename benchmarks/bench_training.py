@@ -119,6 +119,11 @@ def kernel_kind(name: str) -> str:
     return next((kind for kind, keys in KERNEL_KINDS if any(k in low for k in keys)), "other kernels")
 
 
+def is_annotation(event) -> bool:
+    """A range the profiler draws around a region (e.g. ``Optimizer.step#AdamW.step``), not a kernel."""
+    return bool(getattr(event, "is_user_annotation", False)) or "#" in event.name
+
+
 def profile(step: Callable[[int], None], first: int, steps: int, label: str, folder: Path) -> dict:
     """Run ``steps`` more steps under torch.profiler: GPU time per step by kind of kernel, the top kernels,
     and how busy the GPU was (kernel time / wall time)."""
@@ -133,16 +138,17 @@ def profile(step: Callable[[int], None], first: int, steps: int, label: str, fol
         synchronize()
     wall = time.perf_counter() - start
     kernels: dict[str, float] = {}
+    launches = 0
     for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
+        if event.device_type == torch.autograd.DeviceType.CUDA and not is_annotation(event):
             kernels[event.name] = kernels.get(event.name, 0.0) + event.time_range.elapsed_us() / 1e3
+            launches += 1
     per_step = pd.Series(kernels).sort_values(ascending=False) / steps
     kinds = per_step.groupby(per_step.index.map(kernel_kind)).sum().sort_values(ascending=False)
     summary = {
         "wall_ms_per_step": 1e3 * wall / steps,
         "gpu_ms_per_step": float(per_step.sum()),
-        "kernels_per_step": sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-        / steps,
+        "kernels_per_step": launches / steps,
         **{f"ms_{k}": float(v) for k, v in kinds.items()},
     }
     folder.mkdir(parents=True, exist_ok=True)

@@ -313,13 +313,13 @@ class PackedBatches:
     def rows(self, index: int) -> torch.Tensor:
         """The (B, L) token rows of micro-batch ``index``, before any masking."""
         size = self.config.batch_size
+        samples = torch.arange(index * size, (index + 1) * size)
+        epochs = samples // self.n_rows
+        rows = torch.cat([self._order(int(e))[samples[epochs == e] % self.n_rows] for e in epochs.unique()])
+        starts = rows.numpy()[:, None] * self.width + np.arange(self.width)
         out = torch.empty(size, self.config.seq_len, dtype=torch.long)
         out[:, 0] = self.cls
-        for i, sample in enumerate(range(index * size, (index + 1) * size)):
-            row = int(self._order(sample // self.n_rows)[sample % self.n_rows])
-            out[i, 1:] = torch.from_numpy(
-                self.corpus.tokens[row * self.width : (row + 1) * self.width].astype(np.int64)
-            )
+        out[:, 1:] = torch.from_numpy(self.corpus.tokens[starts].astype(np.int64))
         return out
 
     def __getitem__(self, index: int) -> MicroBatch:

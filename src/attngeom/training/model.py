@@ -101,6 +101,25 @@ def hidden_states(
     ).last_hidden_state
 
 
+VOCABULARY_MULTIPLE = 64
+"""The LM head's vocabulary is padded to a multiple of this for its matrix products (values unchanged)."""
+
+
+def head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    """The LM head's logits for these hidden states, as ``model.cls`` computes them.
+
+    The vocabulary matrix is zero-padded to a multiple of 64 rows for the product and the padding cut from
+    the result: BERT's 30,522 words would put the head's three matrix products (forward, both gradients)
+    on slow misaligned kernels.
+    """
+    head = model.cls.predictions
+    x = head.transform(hidden)
+    weight, bias = head.decoder.weight, head.decoder.bias
+    words = weight.shape[0]
+    logits = F.linear(x, F.pad(weight, (0, 0, 0, -words % VOCABULARY_MULTIPLE)))[..., :words]
+    return logits + bias.to(logits.dtype)
+
+
 class LanguageModelLoss(nn.Module):
     """Cross-entropy of the LM head at the loss positions only (masked positions for MLM), plus γ·L_c.
 
@@ -124,7 +143,7 @@ class LanguageModelLoss(nn.Module):
         """(total loss, LM loss) for one micro-batch."""
         hidden = hidden_states(self.model, input_ids, documents)
         picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-        logits = self.model.cls(picked)
+        logits = head_logits(self.model, picked)
         lm_loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         if not self.reg_weight:
             return lm_loss, lm_loss
