@@ -304,7 +304,7 @@ def attngeom_steps(
     """attngeom's training step (``TrainStep``) fed by ``feed``, as the training loop runs it."""
     from attngeom.training.config import make_config
     from attngeom.training.data import PackedBatches, load_corpus
-    from attngeom.training.documents import document_ids
+    from attngeom.training.document_mask import document_ids
     from attngeom.training.loop import learning_rate, make_optimizer
     from attngeom.training.model import build_model
     from attngeom.training.step import TrainStep, feed, grouped
@@ -367,7 +367,7 @@ def attention_kernels(
 
     from attngeom.training.config import make_config
     from attngeom.training.data import PackedBatches, load_corpus
-    from attngeom.training.documents import document_attention_mask
+    from attngeom.training.document_mask import document_attention_mask
 
     config = make_config(
         {

@@ -23,7 +23,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from tqdm.auto import tqdm
 
 from .config import ConfigError, TrainConfig
-from .documents import crosses_documents, document_ids
+from .document_mask import crosses_documents, document_ids
 
 CACHE_VERSION = 1
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")

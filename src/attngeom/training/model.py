@@ -2,7 +2,7 @@
 
 Encoder: ``BertForMaskedLM`` (bidirectional). Decoder: ``BertLMHeadModel`` with ``is_decoder=True``
 (causal mask). Both use PyTorch SDPA attention; given the document of every token, attention stays inside
-each document and positions restart per document (``documents.py``).
+each document and positions restart per document (``document_mask.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from torch import nn
 from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, PreTrainedModel
 
 from .config import TrainConfig
-from .documents import document_attention_mask, document_positions
+from .document_mask import document_attention_mask, document_positions
 
 
 def build_model(config: TrainConfig, vocab_size: int) -> PreTrainedModel:

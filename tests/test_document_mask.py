@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from attngeom.training.config import TrainConfig, make_config
 from attngeom.training.data import IGNORED, PackedBatches, load_corpus
-from attngeom.training.documents import document_attention_mask, document_ids, document_positions
+from attngeom.training.document_mask import document_attention_mask, document_ids, document_positions
 from attngeom.training.model import LanguageModelLoss, build_model, hidden_states
 
 TINY = dict(n_layers=2, hidden_size=32, n_heads=4, intermediate_size=64, seq_len=48, vocab_size=300)
