@@ -28,6 +28,7 @@ import gc
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -327,7 +328,8 @@ def attngeom_steps(
     torch.manual_seed(config.seed)
     model = build_model(config, corpus.vocab_size).to(DEVICE).train()
     optimizer = make_optimizer(model, config, DEVICE)
-    train_step = TrainStep(model, optimizer, config, DEVICE, torch.bfloat16, mode=mode)
+    autocast = partial(torch.autocast, DEVICE.type, dtype=torch.bfloat16)
+    train_step = TrainStep(model, optimizer, config, DEVICE, autocast, mode=mode)
     groups = grouped(feed(batches, range(config.steps), DEVICE), config.grad_accum)
 
     def step(i: int) -> None:
@@ -378,7 +380,7 @@ def attention_kernels(
             "seq_len": SEQ_LEN,
         }
     )
-    batches = PackedBatches(load_corpus(config, progress=False), config, document_mask=True)
+    batches = PackedBatches(load_corpus(config, progress=False), config)
     mask = document_attention_mask(batches[0].documents.to(DEVICE), causal=False)
     shape = (batch, heads, SEQ_LEN, dim)
     q, k, v = (torch.randn(shape, device=DEVICE, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))

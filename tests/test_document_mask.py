@@ -62,7 +62,7 @@ def padded_reference(model, input_ids: torch.Tensor, documents: torch.Tensor, pa
 def packed_batch(config: TrainConfig, objective: str):
     config = make_config(config.to_dict(), {"objective": objective})
     corpus = load_corpus(config, progress=False)
-    batches = PackedBatches(corpus, config, document_mask=True)
+    batches = PackedBatches(corpus, config)
     return batches, batches[5], corpus
 
 
@@ -133,11 +133,12 @@ def test_documents_positions_and_mask_of_a_known_row():
 
 def test_document_batches_are_a_pure_function_of_seed_and_index(corpus_config):
     corpus = load_corpus(corpus_config, progress=False)
-    first = PackedBatches(corpus, corpus_config, document_mask=True)[7]
-    again = PackedBatches(corpus, corpus_config, document_mask=True)[7]
+    first = PackedBatches(corpus, corpus_config)[7]
+    again = PackedBatches(corpus, corpus_config)[7]
     for a, b in zip(first.tensors(), again.tensors(), strict=True):
         assert torch.equal(a, b)
-    plain = PackedBatches(corpus, corpus_config, document_mask=False)[7]
+    unmasked = make_config(corpus_config.to_dict(), {"document_mask": False})
+    plain = PackedBatches(corpus, unmasked)[7]
     assert plain.documents is None and torch.equal(plain.input_ids, first.input_ids)
     rows = PackedBatches(corpus, corpus_config).rows(7)
     assert torch.equal(first.documents, document_ids(rows, corpus.token_id("[SEP]")))

@@ -16,7 +16,8 @@ from attngeom.training.figures import (
     symmetric_init_figure,
 )
 from attngeom.training.loop import train
-from attngeom.training.speedup import dataset_label, smoothed, speedup, table1
+from attngeom.training.runs import RunInfo, Twin, dataset_label, twins
+from attngeom.training.speedup import smoothed, speedup, table1
 
 
 def curve(values) -> pd.DataFrame:
@@ -66,6 +67,7 @@ def test_table1_pairs_symmetric_runs_with_their_random_twin_and_the_paper(tmp_pa
     paper = pd.read_csv("config/reference/paper_table1_symmetric_init.csv")
     table = table1(runs, paper).set_index("run")
     assert table.loc["s", "speedup_percent"] > 40
+    assert table.loc["s", "random_twin"] == "r"
     assert np.isnan(table.loc["r", "speedup_percent"])
     assert table.loc["s", "paper_speedup_percent"] == 26  # 4-layer jigsaw (+ symm) in the paper
     assert np.isnan(table.loc["d", "paper_loss"])  # Table 1 has no decoders
@@ -92,12 +94,29 @@ def tiny_runs(tmp_path_factory):
 def test_figures_are_written_as_pdf_and_png(tiny_runs, tmp_path):
     scores, losses = load_runs(tiny_runs)
     assert set(scores["step"]) == {0, 3, 6}
-    written = evolution_figure(scores, "corpus", 2, tmp_path / "evolution")
-    written += symmetric_init_figure(scores, losses, "corpus", 2, "encoder", tmp_path / "s5")
+    evolution_figure(scores, "corpus", 2, tmp_path / "evolution")
+    symmetric_init_figure(scores, losses, "corpus", 2, "encoder", tmp_path / "s5")
     official = pd.read_csv("config/reference/official_training_evolution.csv")
-    written += official_figure(scores, official, tmp_path / "official")
-    assert sorted(p.suffix for p in written) == [".pdf", ".pdf", ".pdf", ".png", ".png", ".png"]
+    official_figure(scores, official, tmp_path / "official")
+    written = sorted(tmp_path.iterdir())
+    assert [p.name for p in written] == [
+        f"{s}.{e}" for s in ("evolution", "official", "s5") for e in ("pdf", "png")
+    ]
     assert all(p.stat().st_size > 1000 for p in written)
+
+
+def test_runs_are_tagged_from_their_config_yaml_and_twins_marked(tiny_runs):
+    scores, losses = load_runs(tiny_runs)
+    assert {"training_objective"}.isdisjoint(scores.columns)
+    tags = scores.drop_duplicates("run").set_index("run")
+    assert tags.loc["encoder-symmetric", "init"] == "symmetric"
+    assert tags.loc["decoder-random", "objective"] == "decoder"
+    assert tags["twin"].to_dict() == {
+        "encoder-random": "encoder-symmetric",
+        "encoder-symmetric": "encoder-symmetric",
+        "decoder-random": None,
+    }
+    assert RunInfo.read(tiny_runs[1]).labels()["init"] == "symmetric"
 
 
 def test_comparison_with_the_authors_matches_depth_objective_dataset_and_step(tiny_runs):
@@ -117,3 +136,27 @@ def test_comparison_with_the_authors_matches_depth_objective_dataset_and_step(ti
     expected = mini[(mini["objective"] == "encoder") & (mini["step"] == 3)]["symmetry"].median()
     got = merged[(merged["objective"] == "encoder") & (merged["step"] == 3)]["symmetry_authors"].iloc[0]
     assert got == pytest.approx(expected)
+
+
+def config(**settings):
+    return make_config({"dataset": "sotu", "n_layers": 4}, settings)
+
+
+def test_twins_pair_runs_that_differ_only_in_init_from_configs_alone():
+    configs = {
+        "r0": config(seed=0),
+        "s0": config(
+            seed=0, init="symmetric", score_every=7, device="cpu"
+        ),  # bookkeeping differs: still twins
+        "r1": config(seed=1),
+        "s1": config(seed=1, init="symmetric"),
+        "s-other-lr": config(init="symmetric", lr=1e-3),  # no random run with this lr
+        "s-reg": config(init="symmetric", reg_weight=0.1),  # regularised: never a twin
+        "r-dec": config(objective="decoder"),
+        "s-skew": config(init="skew"),
+    }
+    assert twins(configs) == [
+        Twin("r0", "s0", "sotu", 4, "encoder", 0),
+        Twin("r1", "s1", "sotu", 4, "encoder", 1),
+    ]
+    assert twins({"only": config()}) == []

@@ -28,7 +28,7 @@ def config(tmp_path):
 
 @pytest.mark.parametrize("ahead", [1, 4, 50])
 def test_feed_gives_each_indexed_batch_in_order(config, ahead):
-    batches = PackedBatches(load_corpus(config, progress=False), config, document_mask=True)
+    batches = PackedBatches(load_corpus(config, progress=False), config)
     indices = [5, 0, 9, 9, 2, 7]
     fed = list(feed(batches, indices, torch.device("cpu"), ahead=ahead))
     assert len(fed) == len(indices)
@@ -58,11 +58,11 @@ def test_head_logits_match_the_models_own_head_on_an_unaligned_vocabulary():
 
 def run_steps(config, compile: bool) -> list[tuple[float, float]]:
     config = make_config(config.to_dict(), {"compile": compile})
-    batches = PackedBatches(load_corpus(config, progress=False), config, document_mask=True)
+    batches = PackedBatches(load_corpus(config, progress=False), config)
     torch.manual_seed(0)
     model = build_model(config, batches.corpus.vocab_size)
     cpu = torch.device("cpu")
-    step = TrainStep(model, make_optimizer(model, config, cpu), config, cpu, autocast_dtype=None)
+    step = TrainStep(model, make_optimizer(model, config, cpu), config, cpu)
     fed = feed(batches, micro_batch_indices(config, range(config.steps), 0, 1), cpu)
     out = []
     for number, group in enumerate(grouped(fed, config.grad_accum)):

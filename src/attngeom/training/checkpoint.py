@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from ..files import atomic_path
+
 
 def save_checkpoint(
     path: Path,
@@ -19,8 +21,7 @@ def save_checkpoint(
     elapsed_s: float,
     device: torch.device,
 ) -> None:
-    """Write to a temporary name, then rename over the previous checkpoint (never a half-written file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Written beside, then renamed over the previous checkpoint (never a half-written file)."""
     state = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -31,9 +32,8 @@ def save_checkpoint(
         if device.type == "cuda"
         else torch.empty(0, dtype=torch.uint8),
     }
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
+    with atomic_path(path) as temporary:
+        torch.save(state, temporary)
 
 
 def load_checkpoint(

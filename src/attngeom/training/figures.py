@@ -3,32 +3,37 @@
 
 Medians and interquartile bands are over layers (the layer matrix, as the paper's tables) for the
 whole-model curves, and over the heads of one layer for the per-layer curves (as Figure S5 states).
+What each run trained comes from its folder's config.yaml (``runs.RunInfo``), never from the logs.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from .speedup import run_info, smoothed  # noqa: E402
+from ..figures import save
+from .runs import RunInfo, twins
+from .speedup import smoothed
 
 COLOURS = {"encoder": "tab:blue", "decoder": "tab:purple", "random": "lightskyblue", "symmetric": "navy"}
 METRICS = ("symmetry", "directionality")
 
 
 def load_runs(runs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(scores, losses) of the run folders, each row tagged with what its run trained."""
+    """(scores, losses) of the run folders, each row tagged with what its run trained (``RunInfo.labels``)
+    and, for the runs of a random-vs-symmetric pair (``runs.twins``), ``twin``: the pair's symmetric run."""
+    infos = [RunInfo.read(run) for run in runs]
+    pair = {}
+    for twin in twins({info.name: info.config for info in infos}):
+        pair.setdefault(twin.random, twin.symmetric)
+        pair[twin.symmetric] = twin.symmetric
     scores, losses = [], []
-    for run in runs:
-        info = run_info(run)
-        frame = pd.read_parquet(run / "scores.parquet").drop(columns=["init"], errors="ignore")
-        scores.append(frame.assign(**info))
-        losses.append(smoothed(pd.read_parquet(run / "loss.parquet")).assign(**info))
+    for run, info in zip(runs, infos, strict=True):
+        labels = {**info.labels(), "twin": pair.get(info.name)}
+        scores.append(pd.read_parquet(run / "scores.parquet").assign(**labels))
+        losses.append(smoothed(pd.read_parquet(run / "loss.parquet")).assign(**labels))
     return pd.concat(scores, ignore_index=True), pd.concat(losses, ignore_index=True)
 
 
@@ -49,18 +54,7 @@ def _per_layer(ax, frame: pd.DataFrame, metric: str, title: str) -> None:
     ax.legend(fontsize="x-small", ncol=2)
 
 
-def save(fig: plt.Figure, stem: Path) -> list[Path]:
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.with_suffix(".pdf"), stem.with_suffix(".png")]
-    for path in paths:
-        tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-        fig.savefig(tmp, dpi=150, bbox_inches="tight")
-        tmp.replace(path)
-    plt.close(fig)
-    return paths
-
-
-def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path) -> list[Path]:
+def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path) -> None:
     """Figure 3 / S3 / S4 for one dataset and depth: random-init runs, encoder vs decoder."""
     runs = scores[
         (scores["dataset"] == dataset) & (scores["layers"] == layers) & (scores["init"] == "random")
@@ -86,29 +80,30 @@ def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path
                 continue
             _per_layer(ax, group, metric, f"{panel}) {objective}-only: {metric} per layer")
     fig.suptitle(f"{layers}-layer models trained on {dataset}")
-    return save(fig, stem)
+    save(fig, stem)
 
 
 def symmetric_init_figure(
     scores: pd.DataFrame, losses: pd.DataFrame, dataset: str, layers: int, objective: str, stem: Path
-) -> list[Path]:
-    """Figure S5: loss, median symmetry and per-layer symmetry, random vs symmetric initialisation."""
-    keep = {"dataset": dataset, "layers": layers, "objective": objective, "reg_weight": 0}
+) -> None:
+    """Figure S5: loss, median symmetry and per-layer symmetry, random vs symmetric initialisation, for
+    the twin runs (``load_runs``' ``twin`` column) of one dataset, depth and objective; the bands pool
+    the layers of every pair of the group (one pair per seed)."""
 
     def select(frame: pd.DataFrame) -> pd.DataFrame:
-        mask = pd.Series(True, index=frame.index)
-        for key, value in keep.items():
-            mask &= frame[key] == value
-        return frame[mask]
+        group = (
+            (frame["dataset"] == dataset) & (frame["layers"] == layers) & (frame["objective"] == objective)
+        )
+        return frame[group & frame["twin"].notna()]
 
     sc, lo = select(scores), select(losses)
     fig, axes = plt.subplots(2, 2, figsize=(10, 8), constrained_layout=True)
-    for init, group in lo.groupby("init"):
-        axes[0, 0].plot(group["step"], group["loss"], color=COLOURS.get(init, "grey"), label=f"{init} init")
+    for (init, run), group in lo.groupby(["init", "run"]):
+        axes[0, 0].plot(group["step"], group["loss"], color=COLOURS[init], label=f"{init} init ({run})")
     axes[0, 0].set(title="a) training loss (smoothed)", xlabel="training step", ylabel="loss")
     axes[0, 0].legend()
     for init, group in sc[sc["head"].isna()].groupby("init"):
-        _band(axes[0, 1], group, "symmetry", "step", COLOURS.get(init, "grey"), f"{init} init")
+        _band(axes[0, 1], group, "symmetry", "step", COLOURS[init], f"{init} init")
     axes[0, 1].set(
         title="b) median symmetry", xlabel="training step", ylabel="symmetry (median, IQR over layers)"
     )
@@ -120,7 +115,7 @@ def symmetric_init_figure(
             continue
         _per_layer(ax, group, "symmetry", f"c) {init} init: symmetry per layer")
     fig.suptitle(f"{layers}-layer {objective} on {dataset}: random vs symmetric initialisation")
-    return save(fig, stem)
+    save(fig, stem)
 
 
 def official_medians(official: pd.DataFrame) -> pd.DataFrame:
@@ -144,7 +139,7 @@ def compare_official(scores: pd.DataFrame, official: pd.DataFrame) -> pd.DataFra
     return merged[["run", *keys, "symmetry", "symmetry_authors", "directionality", "directionality_authors"]]
 
 
-def official_figure(scores: pd.DataFrame, official: pd.DataFrame, stem: Path) -> list[Path]:
+def official_figure(scores: pd.DataFrame, official: pd.DataFrame, stem: Path) -> None:
     """Our runs (solid) over the authors' published evolution at the same depths (dashed), per objective."""
     ours, theirs = ours_medians(scores), official_medians(official)
     theirs = theirs[theirs["layers"].isin(ours["layers"].unique())]
@@ -172,4 +167,4 @@ def official_figure(scores: pd.DataFrame, official: pd.DataFrame, stem: Path) ->
                 ylabel=f"median {metric} over layers",
             )
             ax.legend(fontsize="x-small")
-    return save(fig, stem)
+    save(fig, stem)

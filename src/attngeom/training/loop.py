@@ -1,18 +1,17 @@
-"""One training run, as one readable loop (after nanoGPT): build, resume, step, log, score, checkpoint.
+"""One training run, as one readable loop (after nanoGPT's train.py).
 
-A run lives in one folder: ``config.yaml``, ``loss.parquet`` (one row per optimizer step),
-``scores.parquet`` (attngeom scores of the live model at every score interval, with ``step``),
-``checkpoint/state.pt`` (latest, written atomically) and, at the end, ``final/`` (save_pretrained).
-Killed at any moment, the same command resumes from the checkpoint and writes the same loss log.
-Several GPUs: launch with ``torchrun``; each rank takes its own micro-batches, rank 0 writes.
+A run lives in one folder (``runs.RunFolder``): ``config.yaml``, ``corpus.json`` (SHA-256 of the
+tokenizer and token stream), ``loss.parquet`` (one row per optimizer step), ``scores.parquet`` (attngeom
+scores of the live model at every score interval, with ``step``), ``checkpoint/state.pt`` (latest, written
+atomically) and, at the end, ``final/`` (save_pretrained). Killed at any moment, the same command resumes
+from the checkpoint and writes the same loss log. Several GPUs: launch with ``torchrun``; each rank takes
+its own micro-batches, rank 0 writes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,10 +23,14 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
+from ..files import atomic_dir
+from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord
 from .checkpoint import load_checkpoint, save_checkpoint
-from .config import ConfigError, TrainConfig, make_config, read_config_file, write_config
+from .config import ConfigError, TrainConfig
 from .data import Corpus, PackedBatches, load_corpus
-from .model import LanguageModelLoss, build_model
+from .model import build_model
+from .runs import Restart, RunFolder
+from .step import TrainStep, feed, grouped, micro_batch_indices
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,11 @@ class Runtime:
     @property
     def main(self) -> bool:
         return self.rank == 0
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
 
 def runtime_for(config: TrainConfig) -> Runtime:
@@ -85,171 +93,119 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.de
     return torch.optim.AdamW(groups, lr=config.lr, fused=device.type == "cuda")
 
 
-def write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    frame.to_parquet(tmp, index=False)
-    tmp.replace(path)
-
-
-def _read_until(path: Path, step: int) -> list[pd.DataFrame]:
-    """Rows of a log written up to ``step`` (a resumed run drops what came after its checkpoint)."""
-    if not path.exists():
-        return []
-    frame = pd.read_parquet(path)
-    return [frame[frame["step"] <= step]]
-
-
-def score_live(model: torch.nn.Module, config: TrainConfig, step: int) -> pd.DataFrame:
-    """attngeom's scores of the live model, tagged with the step and what the run trains."""
+def score_live(model: torch.nn.Module, name: str, step: int) -> pd.DataFrame:
+    """attngeom's scores of the live model, tagged with the step (what the run trains is in config.yaml)."""
     from attngeom import score
 
-    frame = score(model, progress=False, model_id=f"{config.objective}-{config.init}")
-    return frame.assign(step=step, training_objective=config.objective, init=config.init)
+    return score(model, progress=False, model_id=name).assign(step=step)
 
 
 def save_final(model: torch.nn.Module, corpus: Corpus, folder: Path) -> None:
-    """``save_pretrained`` (safetensors) plus the tokenizer, renamed into place when complete."""
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    """``save_pretrained`` (safetensors) plus the tokenizer, in place only once complete."""
     special = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]"}
-    PreTrainedTokenizerFast(
-        tokenizer_object=corpus.tokenizer, mask_token="[MASK]", **special
-    ).save_pretrained(tmp)
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=corpus.tokenizer, mask_token="[MASK]", **special)
+    with atomic_dir(folder) as temporary:
+        model.save_pretrained(temporary)
+        tokenizer.save_pretrained(temporary)
 
 
-def train(config: TrainConfig, out: str | Path, *, progress: bool = True, stop_at: int | None = None) -> Path:
+def train(
+    config: TrainConfig,
+    out: str | Path,
+    *,
+    progress: bool = True,
+    stop_at: int | None = None,
+    restart: Restart = "never",
+) -> Path:
     """Train (or resume) the run in folder ``out``; returns it. ``stop_at``: leave after that step as if
-    interrupted (no final model), e.g. to fit a job's time limit; the next call resumes."""
-    out = Path(out)
+    interrupted (no final model), e.g. to fit a job's time limit; the next call resumes. ``restart``:
+    what to do with an earlier run in ``out`` (``runs.RESTART_CHOICES``); nothing is written to ``out``
+    before the run really starts, so a call that fails first leaves nothing in the way of the next."""
+    if stop_at is not None and stop_at < 1:
+        raise ConfigError(f"stop_at={stop_at}: must be a step ≥ 1")
+    folder = RunFolder(Path(out))
     rt = runtime_for(config)
     if rt.main:
-        out.mkdir(parents=True, exist_ok=True)
-        _check_same_config(config, out)
-        corpus = load_corpus(config, progress=progress)
-    if rt.world > 1:
-        dist.barrier()
-    if not rt.main:
-        corpus = load_corpus(config, progress=False)
+        folder.claim(config, restart)
+
+    # data: rank 0 tokenises the corpus (once, cached); micro-batch i is a pure function of (seed, i)
+    corpus = _load_corpus_rank0_first(config, rt, progress)
     batches = PackedBatches(corpus, config)
 
+    # model and optimiser, from the seed
     torch.manual_seed(config.seed)
     model = build_model(config, corpus.vocab_size).to(rt.device)
     model.train()
-    objective: torch.nn.Module = LanguageModelLoss(model, config.reg_weight, config.reg_target)
     optimizer = make_optimizer(model, config, rt.device)
 
+    # the run folder: a new run records its settings and data, a resumed one must have the same
+    if rt.main:
+        folder.begin(config, corpus)
+
+    # resume: weights, optimizer moments, step, and the RNG state that drives dropout
     start, elapsed = 0, 0.0
-    ckpt = out / "checkpoint" / "state.pt"
-    if ckpt.exists():  # weights, optimizer moments, step, and the RNG state that drives dropout
-        start, elapsed = load_checkpoint(ckpt, model, optimizer, rt.device)
+    if folder.checkpoint.exists():
+        start, elapsed = load_checkpoint(folder.checkpoint, model, optimizer, rt.device)
 
-    if config.compile:
-        objective = torch.compile(objective)
-    if rt.world > 1:
-        objective = torch.nn.parallel.DistributedDataParallel(objective)
+    # one optimizer step: the loss (LM cross-entropy + γ·L_c; compiled, DDP-wrapped), clipping, AdamW
+    train_step = TrainStep(model, optimizer, config, rt.device, rt.autocast, rt.world)
 
-    losses = _read_until(out / "loss.parquet", start)
-    scores = _read_until(out / "scores.parquet", start)
-    if rt.main and start == 0:
-        scores = [score_live(model, config, 0)]
-        write_parquet(pd.concat(scores, ignore_index=True), out / "scores.parquet")
-
-    tokens_per_step = config.batch_size * config.seq_len * config.grad_accum * rt.world
-    pending: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, float, float]] = []
-    clock = time.perf_counter()
+    # logs keep their rows up to the checkpoint; the scores at the starting step are taken (again) here
     end = config.steps if stop_at is None else min(stop_at, config.steps)
+    when = Schedule.of(config, end)
+    tokens_per_step = config.batch_size * config.seq_len * config.grad_accum * rt.world
+    losses = LossLog(folder.loss, keep_through=start, tokens_per_step=tokens_per_step)
+    scores = ParquetLog(folder.scores, keep_through=start - 1)
+    if rt.main and when.score(start):
+        scores.append(score_live(model, folder.path.name, start))
+
+    # micro-batches, built ahead on a background thread and copied to the device without blocking
+    indices = micro_batch_indices(config, range(start, end), rt.rank, rt.world)
+    micro_batches = grouped(feed(batches, indices, rt.device), config.grad_accum)
+    clock = _stopwatch(elapsed)
     bar = tqdm(
         range(start, end),
         initial=start,
         total=config.steps,
-        desc=out.name,
+        desc=folder.path.name,
         disable=not (progress and rt.main),
     )
     for step in bar:
+        # forward and backward over grad_accum micro-batches, clip, step, at this step's learning rate
         lr = learning_rate(config, step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        total = torch.zeros((), device=rt.device)
-        lm_total = torch.zeros((), device=rt.device)
-        for micro in range(config.grad_accum):
-            batch = batches[(step * config.grad_accum + micro) * rt.world + rt.rank].to(rt.device)
-            last = micro == config.grad_accum - 1
-            sync = contextlib.nullcontext() if last or rt.world == 1 else objective.no_sync()
-            with sync, _autocast(rt):
-                loss, lm_loss = objective(batch.input_ids, batch.positions, batch.targets)
-                (loss / config.grad_accum).backward()
-            total += loss.detach() / config.grad_accum
-            lm_total += lm_loss.detach() / config.grad_accum
-        if rt.world > 1:  # log the mean over ranks, not rank 0's share
-            for value in (total, lm_total):
-                dist.all_reduce(value)
-                value /= rt.world
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        result = train_step(next(micro_batches), lr)
         done = step + 1
-        pending.append((done, total, lm_total, grad_norm, lr, elapsed + time.perf_counter() - clock))
+        if not rt.main:
+            continue
 
-        if rt.main and (done % config.log_every == 0 or done % config.checkpoint_every == 0 or done == end):
-            losses.append(_flush(pending, tokens_per_step, lambda: elapsed + time.perf_counter() - clock))
-            pending = []
-            write_parquet(pd.concat(losses, ignore_index=True), out / "loss.parquet")
-            bar.set_postfix(loss=f"{losses[-1]['loss'].iloc[-1]:.3f}")
-        if rt.main and (done % config.score_every == 0 or done == config.steps):
-            scores.append(score_live(model, config, done))
-            write_parquet(pd.concat(scores, ignore_index=True), out / "scores.parquet")
-        if rt.main and (done % config.checkpoint_every == 0 or done == end):
-            save_checkpoint(ckpt, model, optimizer, done, elapsed + time.perf_counter() - clock, rt.device)
+        # log, score and checkpoint (rank 0 only), each on its own schedule
+        losses.record(StepRecord(done, result.loss, result.lm_loss, result.grad_norm, lr, clock()))
+        if when.log(done):
+            bar.set_postfix(loss=f"{losses.flush(clock):.3f}")
+        if when.score(done):
+            scores.append(score_live(model, folder.path.name, done))
+        if when.checkpoint(done):
+            save_checkpoint(folder.checkpoint, model, optimizer, done, clock(), rt.device)
     bar.close()
 
+    # the final model, once the run's last step is done
     if rt.main and end == config.steps:
-        save_final(model, corpus, out / "final")
+        save_final(model, corpus, folder.final)
     if rt.world > 1:
         dist.barrier()
         dist.destroy_process_group()
-    return out
+    return folder.path
 
 
-def _autocast(rt: Runtime) -> contextlib.AbstractContextManager:
-    if rt.autocast_dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(rt.device.type, dtype=rt.autocast_dtype)
+def _load_corpus_rank0_first(config: TrainConfig, rt: Runtime, progress: bool) -> Corpus:
+    """Rank 0 tokenises (or finds the cache) while the other ranks wait, then they read its cache."""
+    corpus = load_corpus(config, progress=progress) if rt.main else None
+    if rt.world > 1:
+        dist.barrier()
+    return corpus or load_corpus(config, progress=False)
 
 
-def _flush(pending: list, tokens_per_step: int, now: Callable[[], float]) -> pd.DataFrame:
-    """Pending per-step tensors → rows, with one device sync per log interval, not per step.
-
-    ``elapsed_s`` is the time a step was queued, except on the last row, where it is taken after the sync
-    (so differences between log steps are true wall-clock durations).
-    """
-    values = torch.stack([torch.stack([t, m, g.float()]) for _, t, m, g, _, _ in pending]).double().cpu()
-    elapsed = [p[5] for p in pending[:-1]] + [now()]
-    frame = pd.DataFrame(
-        {
-            "step": [p[0] for p in pending],
-            "loss": values[:, 0].numpy(),
-            "lm_loss": values[:, 1].numpy(),
-            "grad_norm": values[:, 2].numpy(),
-            "lr": [p[4] for p in pending],
-            "tokens": [p[0] * tokens_per_step for p in pending],
-            "elapsed_s": elapsed,
-        }
-    )
-    if not math.isfinite(float(frame["loss"].iloc[-1])):
-        raise FloatingPointError(
-            f"training loss became {frame['loss'].iloc[-1]} at step {frame['step'].iloc[-1]}"
-        )
-    return frame
-
-
-def _check_same_config(config: TrainConfig, out: Path) -> None:
-    """A run folder holds one config; resuming with another would mix two runs."""
-    path = out / "config.yaml"
-    if path.exists() and make_config(read_config_file(path)) != config:
-        raise ConfigError(
-            f"{path} holds a different training config; use a new --out folder or the same settings"
-        )
-    write_config(config, path)
+def _stopwatch(offset: float) -> Callable[[], float]:
+    """Seconds of training so far: ``offset`` (from the checkpoint) plus the time since this call."""
+    begin = time.perf_counter()
+    return lambda: offset + time.perf_counter() - begin

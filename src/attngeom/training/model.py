@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, PreTrainedModel
 
+from ..scores import Form
 from .config import TrainConfig
 from .document_mask import document_attention_mask, document_positions
 
@@ -67,16 +68,17 @@ def init_attention(model: PreTrainedModel, init: str, seed: int = 0) -> None:
 
 
 def head_symmetry(model: PreTrainedModel) -> torch.Tensor:
-    """Symmetry s = tr(M M) / ‖M‖²_F of every head (layers × heads), differentiable, from d × d_h factors."""
+    """Symmetry of every head's W_qk (layers × heads) through ``scores.Form``, differentiable.
+
+    In nn.Linear terms ``query.weight`` is (H·d_h) × d, so head h's W_q (d × d_h, x W convention) is
+    ``query.weight[rows of h].T``.
+    """
     out = []
     for attn in attention_modules(model):
         n, d_h = attn.num_attention_heads, attn.attention_head_size
-        q = attn.query.weight.float().reshape(n, d_h, -1)  # (H, d_h, d): row r of head h = column of W_q,h
-        k = attn.key.weight.float().reshape(n, d_h, -1)
-        kq = k @ q.mT  # (H, d_h, d_h) = W_k,hᵀ W_q,h
-        trace_mm = (kq * kq.mT).sum(dim=(-2, -1))
-        frob = ((q @ q.mT) * (k @ k.mT)).sum(dim=(-2, -1))  # tr(W_qᵀW_q W_kᵀW_k)
-        out.append(trace_mm / frob.clamp_min(1e-30))
+        w_q = attn.query.weight.float().reshape(n, d_h, -1).mT  # (H, d, d_h)
+        w_k = attn.key.weight.float().reshape(n, d_h, -1).mT
+        out.append(Form(w_q, w_k).symmetry)
     return torch.stack(out)
 
 

@@ -10,7 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import yaml
+
+from .runs import RunInfo, dataset_label, twins
+
+__all__ = ["SMOOTHING_FRACTION", "dataset_label", "smoothed", "speedup", "table1"]
+"""``dataset_label`` lives in ``runs``; the pipeline still imports it from here."""
 
 SMOOTHING_FRACTION = 0.02
 
@@ -33,43 +37,19 @@ def speedup(random: pd.DataFrame, symmetric: pd.DataFrame, window: int | None = 
     return 100.0 * max(0, total - int(reached.iloc[0])) / total
 
 
-def dataset_label(dataset: str) -> str:
-    """Short name of a dataset setting: a local file's stem, a Hub repo's last part, else the name."""
-    if dataset.startswith("hf:"):
-        return dataset[3:].split(":")[0].rsplit("/", 1)[-1]
-    return Path(dataset).stem if "/" in dataset or Path(dataset).suffix else dataset
-
-
-def run_info(run: Path) -> dict:
-    """What a run folder trained (from its config.yaml)."""
-    config = yaml.safe_load((run / "config.yaml").read_text())
-    return {
-        "run": run.name,
-        "dataset": dataset_label(config["dataset"]),
-        "layers": config["n_layers"],
-        "objective": config["objective"],
-        "init": config["init"],
-        "reg_weight": config["reg_weight"],
-    }
-
-
 def table1(runs: list[Path], paper: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per run: final smoothed loss; symmetric runs get the speed-up over their random twin
-    (same dataset, depth, objective, no regulariser), and the paper's numbers where they exist."""
-    info = pd.DataFrame([run_info(r) for r in runs]).assign(path=runs)
-    info["final_loss"] = [float(smoothed(pd.read_parquet(p / "loss.parquet"))["loss"].iloc[-1]) for p in runs]
+    """One row per run: final smoothed loss; a symmetric run gets the speed-up over its random twin
+    (``runs.twins``), and the paper's numbers where they exist."""
+    infos = [RunInfo.read(run) for run in runs]
+    losses = {info.name: pd.read_parquet(run / "loss.parquet") for info, run in zip(infos, runs, strict=True)}
+    info = pd.DataFrame([i.labels() for i in infos])
+    info["final_loss"] = [float(smoothed(losses[name])["loss"].iloc[-1]) for name in info["run"]]
+    info["random_twin"] = None
     info["speedup_percent"] = float("nan")
-    key = ["dataset", "layers", "objective"]
-    for _, group in info[info["reg_weight"] == 0].groupby(key):
-        random = group[group["init"] == "random"]
-        if random.empty:
-            continue
-        reference = pd.read_parquet(random["path"].iloc[0] / "loss.parquet")
-        for index, row in group[group["init"] == "symmetric"].iterrows():
-            info.loc[index, "speedup_percent"] = speedup(
-                reference, pd.read_parquet(row["path"] / "loss.parquet")
-            )
-    info = info.drop(columns="path")
+    for twin in twins({i.name: i.config for i in infos}):
+        row = info["run"] == twin.symmetric
+        info.loc[row, "random_twin"] = twin.random
+        info.loc[row, "speedup_percent"] = speedup(losses[twin.random], losses[twin.symmetric])
     if paper is not None:
         published = paper.rename(
             columns={"final_loss": "paper_loss", "speedup_percent": "paper_speedup_percent"}

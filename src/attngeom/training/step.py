@@ -1,7 +1,7 @@
 """One optimizer step, and the micro-batches that feed it, kept off the GPU's critical path.
 
 The step: forward and backward over ``grad_accum`` micro-batches (DDP syncs gradients on the last one only),
-clip, fused AdamW. With ``compile``, the loss (model, gather at the loss positions, cross-entropy) is one
+clip, fused AdamW. Compiled (``TrainConfig.compiles_on``), the loss (model, gather at the loss positions, cross-entropy) is one
 torch.compile graph; on a single CUDA GPU its forward and backward also run as CUDA graphs
 (``reduce-overhead``), so a small model is not bound by Python launching its kernels.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -52,15 +52,16 @@ class TrainStep:
         optimizer: torch.optim.Optimizer,
         config: TrainConfig,
         device: torch.device,
-        autocast_dtype: torch.dtype | None,
+        autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
         world: int = 1,
         mode: str | None = None,
     ):
-        """``mode``: torch.compile's mode when ``config.compile``; ``None`` = ``compile_mode(device, world)``."""
+        """``autocast``: the mixed-precision context of a forward pass; ``mode``: torch.compile's mode
+        when compiling (``None`` = ``compile_mode(device, world)``)."""
         self.model, self.optimizer, self.config = model, optimizer, config
-        self.device, self.autocast_dtype, self.world = device, autocast_dtype, world
+        self.device, self.autocast, self.world = device, autocast, world
         objective: torch.nn.Module = LanguageModelLoss(model, config.reg_weight, config.reg_target)
-        if config.compile:
+        if config.compiles_on(device.type):
             objective = torch.compile(objective, mode=mode or compile_mode(device, world))
         if world > 1:
             objective = torch.nn.parallel.DistributedDataParallel(objective)
@@ -75,7 +76,7 @@ class TrainStep:
         for micro, batch in enumerate(micro_batches):
             last = micro == accum - 1
             sync = contextlib.nullcontext() if last or self.world == 1 else self.objective.no_sync()
-            with sync, self._autocast():
+            with sync, self.autocast():
                 micro_loss, micro_lm_loss = self.objective(*batch.tensors())
                 (micro_loss / accum).backward()
             loss += micro_loss.detach() / accum
@@ -88,11 +89,6 @@ class TrainStep:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return StepLosses(loss, lm_loss, grad_norm)
-
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
 
 def micro_batch_indices(config: TrainConfig, steps: range, rank: int, world: int) -> Iterator[int]:

@@ -1,0 +1,122 @@
+"""What the training loop records, and when: the loss log, the score log, the schedule of its actions.
+
+Both logs are Parquet files with a ``step`` column, rewritten atomically on every append, so a run killed
+at any moment leaves a readable log; a resumed run keeps only the rows up to its checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ..errors import InputError
+from ..files import atomic_path
+from .config import TrainConfig
+
+
+class Diverged(InputError):
+    """The loss is no longer a finite number: settings the user can change (lr, warm-up) caused it."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """After which optimizer steps (counted from 1) the loop logs, scores and checkpoints."""
+
+    log_every: int
+    score_every: int
+    checkpoint_every: int
+    steps: int
+    """The run's length: the final scores are taken there."""
+    end: int
+    """Where this call stops (``stop_at``, at most ``steps``): a checkpoint is written there."""
+
+    @classmethod
+    def of(cls, config: TrainConfig, end: int) -> Schedule:
+        return cls(config.log_every, config.score_every, config.checkpoint_every, config.steps, end)
+
+    def checkpoint(self, step: int) -> bool:
+        return step % self.checkpoint_every == 0 or step == self.end
+
+    def log(self, step: int) -> bool:
+        """Every ``log_every`` steps, and before every checkpoint (a resumed log has no gap)."""
+        return step % self.log_every == 0 or self.checkpoint(step)
+
+    def score(self, step: int) -> bool:
+        return step % self.score_every == 0 or step == self.steps
+
+
+class ParquetLog:
+    """A run's log: the rows on disk up to step ``keep_through`` (where a resumed run takes over), then
+    every appended frame."""
+
+    def __init__(self, path: Path, keep_through: int):
+        self.path = path
+        self.frames: list[pd.DataFrame] = []
+        if path.exists():
+            frame = pd.read_parquet(path)
+            self.frames.append(frame[frame["step"] <= keep_through])
+
+    def append(self, frame: pd.DataFrame) -> None:
+        self.frames.append(frame)
+        with atomic_path(self.path) as temporary:
+            pd.concat(self.frames, ignore_index=True).to_parquet(temporary, index=False)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One optimizer step as the loop saw it; the tensors stay on the device until the log is flushed."""
+
+    step: int
+    loss: torch.Tensor
+    lm_loss: torch.Tensor
+    grad_norm: torch.Tensor
+    lr: float
+    elapsed_s: float
+
+
+class LossLog(ParquetLog):
+    """One row per optimizer step: loss, LM loss, gradient norm, learning rate, tokens seen, wall time.
+
+    Steps are recorded as device tensors and turned into rows by ``flush``: one device sync per log
+    interval, not one per step.
+    """
+
+    def __init__(self, path: Path, keep_through: int, tokens_per_step: int):
+        super().__init__(path, keep_through)
+        self.tokens_per_step = tokens_per_step
+        self.pending: list[StepRecord] = []
+
+    def record(self, step: StepRecord) -> None:
+        self.pending.append(step)
+
+    def flush(self, clock: Callable[[], float]) -> float:
+        """Write the pending steps; returns the last loss. ``elapsed_s`` is the time a step was queued,
+        except on the last row, where ``clock`` is read after the sync (so differences between log steps
+        are true wall-clock durations)."""
+        records, self.pending = self.pending, []
+        values = torch.stack([torch.stack([r.loss, r.lm_loss, r.grad_norm.float()]) for r in records])
+        values = values.double().cpu().numpy()
+        frame = pd.DataFrame(
+            {
+                "step": [r.step for r in records],
+                "loss": values[:, 0],
+                "lm_loss": values[:, 1],
+                "grad_norm": values[:, 2],
+                "lr": [r.lr for r in records],
+                "tokens": [r.step * self.tokens_per_step for r in records],
+                "elapsed_s": [r.elapsed_s for r in records[:-1]] + [clock()],
+            }
+        )
+        last = float(frame["loss"].iloc[-1])
+        if not math.isfinite(last):
+            raise Diverged(
+                f"training loss became {last} at step {records[-1].step}: the run diverged; lower lr or "
+                "grad_clip, or raise warmup_steps (the run folder keeps its last checkpoint)"
+            )
+        self.append(frame)
+        return last

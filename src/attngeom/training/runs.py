@@ -1,0 +1,215 @@
+"""A run folder: what it holds, whose settings it was trained with, and whether a new call may resume it.
+
+The folder's ``config.yaml`` is the one record of what a run trains (read by ``RunInfo.read``);
+``corpus.json`` records the SHA-256 of the tokenizer and of the token stream it was trained on. A run
+is resumed only with the same settings and the same data; anything else is refused, or, when asked
+(``restart``), the old folder is moved aside to ``<folder>.replaced-<UTC time>``: never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from ..files import write_text
+from .config import ConfigError, TrainConfig, make_config, read_config_file, write_config
+from .data import Corpus
+
+Restart = Literal["never", "if-changed", "always"]
+RESTART_CHOICES: tuple[Restart, ...] = ("never", "if-changed", "always")
+"""``never``: a folder holding a run with other settings is an error. ``if-changed``: such a run is moved
+aside and a new one starts (same settings resume). ``always``: any earlier run is moved aside."""
+
+PROGRESS = ("checkpoint", "loss.parquet", "scores.parquet", "final")
+"""What a run leaves once it has really started; a folder with none of these holds no run."""
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    path: Path
+
+    @property
+    def config(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def corpus(self) -> Path:
+        return self.path / "corpus.json"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / "checkpoint" / "state.pt"
+
+    @property
+    def loss(self) -> Path:
+        return self.path / "loss.parquet"
+
+    @property
+    def scores(self) -> Path:
+        return self.path / "scores.parquet"
+
+    @property
+    def final(self) -> Path:
+        return self.path / "final"
+
+    def holds_a_run(self) -> bool:
+        return any((self.path / name).exists() for name in PROGRESS)
+
+    def recorded_config(self) -> TrainConfig | None:
+        """The settings the folder's run was trained with; None when unreadable (e.g. an older attngeom)."""
+        try:
+            return make_config(read_config_file(self.config))
+        except ConfigError:
+            return None
+
+    def claim(self, config: TrainConfig, restart: Restart) -> None:
+        """Before any data is read: make way for a run of ``config`` (or its resumption)."""
+        if restart not in RESTART_CHOICES:
+            raise ConfigError(f"restart={restart!r}: choose one of {RESTART_CHOICES}")
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigError(f"--out {self.path} is a file, not a run folder")
+        if not self.holds_a_run():
+            return
+        same = self.recorded_config() == config
+        if restart == "always" or (restart == "if-changed" and not same):
+            self._move_aside()
+        elif not same:
+            raise ConfigError(
+                f"{self.path} holds a training run with other settings ({self._difference(config)}); "
+                "pass --restart to move it aside and train afresh, or use another --out folder"
+            )
+
+    def begin(self, config: TrainConfig, corpus: Corpus) -> None:
+        """Once the run really starts: resuming needs the data the run was trained on; a fresh run
+        records its settings and data."""
+        data = {"tokenizer_sha256": corpus.tokenizer_sha256, "tokens_sha256": corpus.tokens_sha256}
+        if self.holds_a_run():
+            if not self.corpus.is_file():
+                raise ConfigError(
+                    f"{self.path} records no {self.corpus.name} (made by an earlier attngeom), so resuming "
+                    "it on today's token cache could change its data; pass --restart to train afresh"
+                )
+            recorded = json.loads(self.corpus.read_text())
+            changed = [name for name, value in data.items() if recorded.get(name) != value]
+            if changed:
+                raise ConfigError(
+                    f"{self.path} was trained on other data than the corpus cache {corpus.path} now holds "
+                    f"({' and '.join(changed)} differ; the token cache was rebuilt or the corpus "
+                    "changed); pass --restart to move the run aside and train afresh"
+                )
+            return
+        write_text(self.corpus, json.dumps(data, indent=1) + "\n")
+        write_config(config, self.config)
+
+    def _difference(self, config: TrainConfig) -> str:
+        recorded = self.recorded_config()
+        if recorded is None:
+            return f"{self.config.name} is missing or unreadable"
+        old, new = recorded.to_dict(), config.to_dict()
+        return ", ".join(f"{k}: {old[k]!r} → {new[k]!r}" for k in new if old[k] != new[k])
+
+    def _move_aside(self) -> None:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        target = self.path.with_name(f"{self.path.name}.replaced-{stamp}")
+        count = 1
+        while target.exists():
+            count += 1
+            target = self.path.with_name(f"{self.path.name}.replaced-{stamp}-{count}")
+        self.path.rename(target)
+        logger.warning("attngeom: the earlier run in %s was moved aside to %s", self.path, target)
+
+
+# ---------------------------------------------------------------- identity and twins
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """Who a run is: its folder's name and the settings in its config.yaml."""
+
+    name: str
+    config: TrainConfig
+
+    @classmethod
+    def read(cls, folder: str | Path) -> RunInfo:
+        folder = RunFolder(Path(folder))
+        config = folder.recorded_config()
+        if config is None:
+            raise ConfigError(f"{folder.config} is missing or is not a training config")
+        return cls(folder.path.name, config)
+
+    def labels(self) -> dict[str, object]:
+        """The columns that tag a run's rows in tables and figures."""
+        return {
+            "run": self.name,
+            "dataset": dataset_label(self.config.dataset),
+            "layers": self.config.n_layers,
+            "objective": self.config.objective,
+            "init": self.config.init,
+            "reg_weight": self.config.reg_weight,
+            "seed": self.config.seed,
+        }
+
+
+def dataset_label(dataset: str) -> str:
+    """Short name of a dataset setting: a local file's stem, a Hub repo's last part, else the name."""
+    if dataset.startswith("hf:"):
+        return dataset[3:].split(":")[0].rsplit("/", 1)[-1]
+    return Path(dataset).stem if "/" in dataset or Path(dataset).suffix else dataset
+
+
+BOOKKEEPING = frozenset(
+    (
+        "log_every",
+        "score_every",
+        "checkpoint_every",
+        "device",
+        "precision",
+        "compile",
+        "deterministic",
+        "cache_dir",
+    )
+)
+"""Settings that change how a run is carried out or recorded, not what it learns."""
+
+
+@dataclass(frozen=True)
+class Twin:
+    """A symmetric-init run and the random-init run it is compared with (Table 1, Figure S5)."""
+
+    random: str
+    symmetric: str
+    dataset: str
+    layers: int
+    objective: str
+    seed: int
+
+
+def twins(configs: Mapping[str, TrainConfig]) -> list[Twin]:
+    """Every unregularised symmetric-init run paired with the random-init run that differs from it
+    only in ``init`` (so the same dataset, depth, objective and seed) and in bookkeeping settings; when
+    several qualify, the first by name. Works on configs alone, so the pipeline can call it before
+    any run exists."""
+
+    def learnt(config: TrainConfig) -> dict:
+        """What the run learns from, apart from its initialisation."""
+        return {k: v for k, v in config.to_dict().items() if k != "init" and k not in BOOKKEEPING}
+
+    randoms = {
+        name: learnt(c) for name, c in sorted(configs.items()) if c.init == "random" and c.reg_weight == 0
+    }
+    pairs = []
+    for name, config in sorted(configs.items()):
+        if config.init != "symmetric" or config.reg_weight != 0:
+            continue
+        match = next((r for r, learnt_r in randoms.items() if learnt_r == learnt(config)), None)
+        if match is not None:
+            label = dataset_label(config.dataset)
+            pairs.append(Twin(match, name, label, config.n_layers, config.objective, config.seed))
+    return pairs
