@@ -8,7 +8,10 @@ Systems, in one process on one GPU, micro-batch 32 × 512 tokens, the BERT-uncas
   random token ids filling every position, 15% masked, bf16 autocast, fused AdamW, ``torch.compile(model)``.
 - ``attngeom-eager``, ``attngeom-compiled``: ``attngeom.training`` on the same paragraphs packed into rows,
   documents masked from each other (each attends only to itself, positions restart per document);
-  ``attngeom-compiled-nodocs``: the same with document masking off (documents see each other).
+  ``attngeom-compiled-nodocs``: the same with document masking off (documents see each other). Measured
+  through ``train()`` (loss log and all), timed between two logged steps; with ``--profile``, through its
+  optimizer step alone (``TrainStep`` + ``feed``), whose steps can be profiled;
+  ``attngeom-compiled-nographs`` (step alone): torch.compile without CUDA graphs.
 
 Tokens/s count the tokens a system trains on: every token of a row, except the Trainer's padding. MFU =
 model FLOPs per second / the GPU's dense bf16 peak, with model FLOPs = 6·N_body·tokens (N_body: the
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import time
 from collections.abc import Callable
 from functools import partial
@@ -291,6 +295,70 @@ def plain_loop(
     return result
 
 
+def bench_config(cache: Path, preset: int, batch: int, **settings):
+    """attngeom's settings for the benchmark corpus at one size (grad_accum 1: a step is a micro-batch)."""
+    from attngeom.training.config import make_config
+
+    corpus = {
+        "dataset": str(cache / "sotu_paragraphs.txt"),
+        "tokenizer": str(cache / "tokenizer.json"),
+        "cache_dir": str(cache / "tokens"),
+    }
+    size = {"n_layers": preset, "batch_size": batch, "grad_accum": 1, "seq_len": SEQ_LEN}
+    return make_config(corpus, size, settings)
+
+
+def attngeom_flops(preset: int, config, indices: range) -> dict:
+    """Model FLOPs of these micro-batches, attention over each document (or whole rows without masking)."""
+    from attngeom.training.data import PackedBatches, load_corpus
+    from attngeom.training.document_mask import document_ids
+
+    batches = PackedBatches(load_corpus(config, progress=False), config)
+    counts = []
+    for index in indices:
+        rows = batches.rows(index)
+        ids = document_ids(rows, batches.sep) if config.document_mask else torch.zeros_like(rows)
+        counts.extend(np.bincount(row) for row in ids.numpy())
+    lengths = np.concatenate(counts)
+    lengths = lengths[lengths > 0]
+    predicted = len(indices) * config.batch_size * batches.n_masked
+    return {"flops": model_flops(preset, lengths, predicted), "mean_document_tokens": float(lengths.mean())}
+
+
+def attngeom_train(
+    preset: int, steps: int, warmup: int, batch: int, cache: Path, compiled: bool, document_mask: bool = True
+) -> dict:
+    """``attngeom.training.train`` end to end (loss log, scores at step 0, background feed), timed between
+    the loss log's rows at steps ``warmup`` and ``warmup + steps`` (both read after a device sync)."""
+    import shutil
+
+    from attngeom.training.loop import train
+
+    stop = warmup + steps
+    config = bench_config(
+        cache,
+        preset,
+        batch,
+        compile=compiled,
+        document_mask=document_mask,
+        steps=10 * stop,  # stopped at ``stop``: no final scores or model, only a checkpoint
+        log_every=math.gcd(warmup, steps),
+        score_every=10 * stop,
+        checkpoint_every=10 * stop,
+    )
+    out = cache / f"run-{preset}L-{'compiled' if compiled else 'eager'}-{document_mask}"
+    shutil.rmtree(out, ignore_errors=True)
+    train(config, out, progress=False, stop_at=stop)
+    log = pd.read_parquet(out / "loss.parquet").set_index("step")["elapsed_s"]
+    seconds = float(log[stop] - log[warmup])
+    shutil.rmtree(out, ignore_errors=True)
+    return {
+        "tokens_per_s": steps * batch * SEQ_LEN / seconds,
+        "seconds": seconds,
+        **attngeom_flops(preset, config, range(warmup, stop)),
+    }
+
+
 def attngeom_steps(
     preset: int,
     steps: int,
@@ -302,29 +370,18 @@ def attngeom_steps(
     prof: Path | None = None,
     mode: str | None = None,
 ) -> dict:
-    """attngeom's training step (``TrainStep``) fed by ``feed``, as the training loop runs it."""
-    from attngeom.training.config import make_config
+    """attngeom's optimizer step alone (``TrainStep`` fed by ``feed``, what the loop calls each step), so
+    that its steps can be profiled and torch.compile's ``mode`` chosen."""
     from attngeom.training.data import PackedBatches, load_corpus
-    from attngeom.training.document_mask import document_ids
     from attngeom.training.loop import learning_rate, make_optimizer
     from attngeom.training.model import build_model
     from attngeom.training.step import TrainStep, feed, grouped
 
-    config = make_config(
-        {
-            "dataset": str(cache / "sotu_paragraphs.txt"),
-            "tokenizer": str(cache / "tokenizer.json"),
-            "cache_dir": str(cache / "tokens"),
-            "n_layers": preset,
-            "steps": warmup + steps + 10,
-            "batch_size": batch,
-            "grad_accum": 1,
-            "seq_len": SEQ_LEN,
-            "compile": compiled,
-        }
+    config = bench_config(
+        cache, preset, batch, compile=compiled, document_mask=document_mask, steps=warmup + steps + 10
     )
     corpus = load_corpus(config, progress=False)
-    batches = PackedBatches(corpus, config, document_mask=document_mask)
+    batches = PackedBatches(corpus, config)
     torch.manual_seed(config.seed)
     model = build_model(config, corpus.vocab_size).to(DEVICE).train()
     optimizer = make_optimizer(model, config, DEVICE)
@@ -336,25 +393,16 @@ def attngeom_steps(
         train_step(next(groups), learning_rate(config, i))
 
     seconds = timed(step, warmup, steps)
-    counts = []
-    for index in range(warmup, warmup + steps):  # the timed batches' documents (or whole rows)
-        rows = batches.rows(index)
-        ids = document_ids(rows, batches.sep) if document_mask else torch.zeros_like(rows)
-        counts.extend(np.bincount(row) for row in ids.numpy())
-    lengths = np.concatenate(counts)
-    lengths = lengths[lengths > 0]
     result = {
         "tokens_per_s": steps * batch * SEQ_LEN / seconds,
         "seconds": seconds,
-        "flops": model_flops(preset, lengths, steps * batch * batches.n_masked),
-        "mean_document_tokens": float(lengths.mean()),
+        **attngeom_flops(preset, config, range(warmup, warmup + steps)),
     }
     if prof:
         how = (
             f"{'compiled' if compiled else 'eager'}-{mode or 'auto'}-{'docs' if document_mask else 'nodocs'}"
         )
-        label = f"{preset}L-attngeom-{how}"
-        result["profile"] = profile(step, warmup + steps, 5, label, prof)
+        result["profile"] = profile(step, warmup + steps, 5, f"{preset}L-attngeom-{how}", prof)
     return result
 
 
@@ -420,13 +468,19 @@ def run_system(name: str, preset: int, args: argparse.Namespace) -> dict:
         "trainer": lambda: trainer_baseline(*common, CACHE, args.profile),
         "plain-eager": lambda: plain_loop(*common, False, args.profile),
         "plain-compiled": lambda: plain_loop(*common, True, args.profile),
-        "attngeom-eager": lambda: attngeom_steps(*common, CACHE, False, True, args.profile),
-        "attngeom-compiled": lambda: attngeom_steps(*common, CACHE, True, True, args.profile),
-        "attngeom-compiled-nodocs": lambda: attngeom_steps(*common, CACHE, True, False, args.profile),
         "attngeom-compiled-nographs": lambda: attngeom_steps(
             *common, CACHE, True, True, args.profile, mode="default"
         ),
     }
+    for name_, compiled, masked in (
+        ("attngeom-eager", False, True),
+        ("attngeom-compiled", True, True),
+        ("attngeom-compiled-nodocs", True, False),
+    ):
+        if args.profile:  # the step alone, so that it can be profiled
+            runs[name_] = partial(attngeom_steps, *common, CACHE, compiled, masked, args.profile)
+        else:
+            runs[name_] = partial(attngeom_train, *common, CACHE, compiled, masked)
     began = time.perf_counter()
     try:
         result = runs[name]()
@@ -472,11 +526,19 @@ def main() -> None:
     parser.add_argument(
         "--preset", type=int, nargs="+", default=[12, 4], help="depths: 4 = BERT-mini, 12 = base"
     )
-    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument(
+        "--systems", nargs="+", choices=SYSTEMS, default=[s for s in SYSTEMS if not s.endswith("nographs")]
+    )
     parser.add_argument("--steps", type=int, default=100, help="timed steps")
-    parser.add_argument("--warmup", type=int, default=20, help="untimed steps first (compilation, allocator)")
+    parser.add_argument(
+        "--warmup", type=int, default=50, help="untimed steps first (compilation, CUDA graphs, allocator)"
+    )
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--profile", type=Path, help="also profile 5 steps of each system into this folder")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="also profile 5 steps of each system into this folder (attngeom: its step alone, not train())",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/training_throughput.json"))
     parser.add_argument("--device", default="cuda", help="cpu: a smoke test of the code, not a measurement")
     args = parser.parse_args()
