@@ -37,6 +37,28 @@ def test_feed_gives_each_indexed_batch_in_order(config, ahead):
             assert torch.equal(got, expected)
 
 
+@pytest.mark.parametrize(
+    "objective,decoder_loss,document_mask",
+    [
+        ("encoder", "causal", True),
+        ("decoder", "causal", True),
+        ("decoder", "causal", False),
+        ("decoder", "masked", True),
+    ],
+)
+def test_every_batch_tensor_owns_its_memory_so_it_can_be_pinned(
+    config, objective, decoder_loss, document_mask
+):
+    """pin_memory (the CUDA feed) refuses a tensor whose elements share memory (an ``expand``ed view)."""
+    config = make_config(
+        config.to_dict(),
+        {"objective": objective, "decoder_loss": decoder_loss, "document_mask": document_mask},
+    )
+    batch = PackedBatches(load_corpus(config, progress=False), config)[0]
+    for tensor in batch.tensors():
+        assert 0 not in tensor.stride() or tensor.numel() <= 1
+
+
 def test_feed_can_stop_early_and_groups_follow_the_steps(config):
     batches = PackedBatches(load_corpus(config, progress=False), config)
     stream = feed(batches, range(1000), torch.device("cpu"))

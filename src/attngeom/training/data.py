@@ -291,7 +291,7 @@ class PackedBatches:
         if self.config.uses_masking:
             batch = self._mask(rows, _generator(self.config.seed, 2, index))
         else:
-            positions = torch.arange(rows.shape[1] - 1).expand(rows.shape[0], -1)
+            positions = torch.arange(rows.shape[1] - 1).repeat(rows.shape[0], 1)  # own memory: pinnable
             batch = MicroBatch(rows, positions, rows[:, 1:])
         if not self.config.document_mask:
             return batch
