@@ -99,7 +99,9 @@ def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) 
         rows.append(row)
     table = pd.DataFrame(rows, columns=[*MODEL_COLUMNS, "status", "reason"])
     table["n_params"] = pd.to_numeric(table["n_params"]).astype("Int64")
-    scores_frame = pd.concat(kept, ignore_index=True) if kept else to_frame(to_table([]))  # nothing scored: no rows
+    scores_frame = (
+        pd.concat(kept, ignore_index=True) if kept else to_frame(to_table([]))
+    )  # nothing scored: no rows
     return scores_frame, table
 
 
