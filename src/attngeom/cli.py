@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -163,7 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+WAIT_POLICY = "PASSIVE"
+"""OpenMP threads that wait for work sleep instead of spinning (unless ``OMP_WAIT_POLICY`` is set): on a
+busy machine spinning threads take the cores the working ones need, and a 1B model scored 1.8× slower
+(``benchmarks/README.md``). It must be set before torch is first imported, hence here."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
