@@ -9,8 +9,14 @@ Part ``model``: a synthetic Llama-3.2-1B-shaped checkpoint (bf16, sharded safete
 config.json) is written once to ``benchmarks/.cache`` shard by shard, then ``attngeom score`` scores it
 in a child process; its wall time and peak RSS are reported.
 
-    python benchmarks/bench_scoring.py                  # both parts, float32 and float64, 1 thread
+Part ``devices``: the same checkpoint scored with ``--device cpu`` and ``--device cuda`` in turn, each a
+fresh ``attngeom score DIR --quiet`` process (interpreter start included) on all cores, ``--repeat``
+times; prints the median wall time of each side by side and checks that both give the same numbers.
+cuda is skipped, saying so, where no CUDA device is available.
+
+    python benchmarks/bench_scoring.py                  # parts layer and model, float32 and float64, 1 thread
     python benchmarks/bench_scoring.py --part layer --dtype float32 --dense-heads 2 --threads 2
+    python benchmarks/bench_scoring.py --part devices --repeat 5       # cpu vs cuda, float64
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -137,9 +144,14 @@ def max_rss_self() -> int:
 # --- parent side --------------------------------------------------------------------------------------------------
 
 
-def run_child(argv: list[str], threads: int) -> tuple[float, float, int, str]:
-    """Run argv; return (wall s, CPU s, peak RSS bytes) of that child alone, and its stdout. Raises on failure."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+def run_child(argv: list[str], threads: int | None) -> tuple[float, float, int, str]:
+    """Run argv; return (wall s, CPU s, peak RSS bytes) of that child alone, and its stdout. Raises on failure.
+
+    ``threads``: OpenMP/MKL threads of the child; None leaves torch's default (every core).
+    """
+    env = dict(os.environ)
+    if threads is not None:
+        env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=env, text=True)
@@ -288,14 +300,58 @@ def bench_model(dtypes: list[str], threads: int) -> None:
         print(f"{dtype:<8} {wall:8.1f} {cpu:8.1f} {peak / GB:12.2f} {rows:6d}  {check}")
 
 
+def bench_devices(dtype: str, repeat: int) -> None:
+    import pandas as pd
+
+    path = write_llama_1b(CACHE / "llama-3.2-1b-shaped")
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    gpu = f", {torch.cuda.get_device_name()}" if "cuda" in devices else ""
+    print(f"\n(c) `attngeom score {path.name} --quiet --device D --dtype {dtype}`, every core{gpu};")
+    print(f"    a fresh process each run (interpreter start included), devices in turn, {repeat} runs each")
+    runs: dict[str, list[tuple[float, float, int]]] = {device: [] for device in devices}
+    scores: dict[str, pd.DataFrame] = {}
+    executable = Path(sys.executable).with_name("attngeom")
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(repeat):
+            for device in devices:
+                out = Path(tmp) / f"{device}.parquet"
+                argv = [str(executable), "score", str(path), "-o", str(out), "--quiet", "--device", device]
+                wall, cpu, peak, _ = run_child([*argv, "--dtype", dtype], threads=None)
+                runs[device].append((wall, cpu, peak))
+                scores[device] = pd.read_parquet(out)
+    header = (
+        f"{'device':<8} {'wall s median':>14} {'min':>7} {'max':>7} {'CPU s median':>13} {'peak RSS GB':>12}"
+    )
+    print(header)
+    print("-" * len(header))
+    for device, measured in runs.items():
+        walls = [w for w, _, _ in measured]
+        cpu = statistics.median(c for _, c, _ in measured)
+        peak = max(p for _, _, p in measured)
+        print(
+            f"{device:<8} {statistics.median(walls):14.2f} {min(walls):7.2f} {max(walls):7.2f} "
+            f"{cpu:13.2f} {peak / GB:12.2f}"
+        )
+    if "cuda" not in runs:
+        print("cuda     skipped: no CUDA device is available here")
+        return
+    ratio = statistics.median(w for w, _, _ in runs["cuda"]) / statistics.median(w for w, _, _ in runs["cpu"])
+    diff = max(
+        ((scores["cuda"][c] - scores["cpu"][c]).abs() / scores["cpu"][c].abs().clip(lower=1e-300)).max()
+        for c in ("symmetry", "norm")
+    )
+    print(f"cuda / cpu wall: {ratio:.2f}; largest relative difference of symmetry and norm: {diff:.1e}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["layer", "model", "all"], default="all")
+    parser.add_argument("--part", choices=["layer", "model", "devices", "all"], default="all")
     parser.add_argument("--dtype", choices=["float32", "float64"], action="append", help="repeatable")
     parser.add_argument("--dense-heads", type=int, default=2, help="heads timed by the dense per-head path")
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads in each child (the box is shared)"
     )
+    parser.add_argument("--repeat", type=int, default=5, help="runs per device in part devices")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # child mode: one measurement of part (a)
     args = parser.parse_args()
     dtypes = args.dtype or ["float32", "float64"]
@@ -307,6 +363,8 @@ def main() -> int:
         bench_layer(dtypes, args.dense_heads, args.threads)
     if args.part in ("model", "all"):
         bench_model(dtypes, args.threads)
+    if args.part == "devices":
+        bench_devices(dtypes[0] if args.dtype else "float64", args.repeat)
     return 0
 
 

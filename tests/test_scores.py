@@ -395,3 +395,15 @@ def test_bad_shapes_raise() -> None:
         score_layer(torch.zeros(8, 12), torch.zeros(8, 8), 3, 2, 4)
     with pytest.raises(ValueError, match="n_heads × head_dim"):
         score_layer(torch.zeros(8, 12), torch.zeros(8, 4), 4, 1, 4)
+
+
+def test_form_is_differentiable_through_every_statistic() -> None:
+    """The training regulariser back-propagates through ``Form``: its in-place shortcuts stay off there."""
+    a = gaussian(0, 2, 12, 3).requires_grad_()
+    b = gaussian(1, 1, 12, 3).requires_grad_()  # one key factor shared by two query factors
+
+    def statistics(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        stats = Form(a, b).statistics
+        return stats.trace_mm, stats.frobenius_sq, stats.row_norms, stats.col_norms
+
+    assert torch.autograd.gradcheck(statistics, (a, b))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,6 +15,8 @@ from .errors import InputError
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
+
+    from .engine import Settings
 
 PLUGINS = {
     "train": "attngeom.training.cli",
@@ -97,7 +100,10 @@ def _run_score(args: argparse.Namespace) -> int:
     written: set[Path] = set()
 
     def output_for(model: str, model_id: str) -> Path:
-        output = folder / f"{slug(model_id)}.parquet"
+        try:
+            output = folder / f"{slug(model_id)}.parquet"
+        except ValueError as err:  # an id with an empty path component
+            raise InputError(f"{model}: model id {model_id!r} cannot name a file ({err})") from err
         if output in written:
             raise InputError(
                 f"{model}: model id {model_id!r} is an earlier model's too; score it alone with --model-id"
@@ -109,13 +115,15 @@ def _run_score(args: argparse.Namespace) -> int:
     for model in args.models:
         try:
             _score_one(model, args, settings, lambda model_id, model=model: output_for(model, model_id))
-        except InputError as err:  # one bad model does not stop the others
-            print(f"attngeom: error: {err}", file=sys.stderr)
+        except (InputError, OSError) as err:  # one bad model does not stop the others
+            print(_error_line(err), file=sys.stderr)
             failed += 1
     return 2 if failed else 0
 
 
-def _score_one(model: str, args: argparse.Namespace, settings, output_for: Callable[[str], Path]) -> None:
+def _score_one(
+    model: str, args: argparse.Namespace, settings: Settings, output_for: Callable[[str], Path]
+) -> None:
     """Score ``model`` into the file ``output_for(model id)`` names; print a summary unless quiet."""
     from .engine import score_source
     from .sources import open_source
@@ -144,6 +152,14 @@ def _write(table: pa.Table, output: Path) -> None:
         raise InputError(f"cannot write {output}: {err.strerror or err}; choose a writable output") from err
 
 
+def _error_line(err: InputError | OSError) -> str:
+    """The one line a user sees; an OSError is the machine's answer (disk, permissions), not a defect."""
+    if isinstance(err, InputError):
+        return f"attngeom: error: {err}"
+    where = f"{err.filename}: " if err.filename else ""
+    return f"attngeom: error: {where}{err.strerror or err}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .version import __version__
 
@@ -166,16 +182,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+WAIT_POLICY = "PASSIVE"
+"""OpenMP threads that wait for work sleep instead of spinning (unless ``OMP_WAIT_POLICY`` is set): on a
+busy machine spinning threads take the cores the working ones need, and a 1B model scored 1.8× slower
+(``benchmarks/README.md``). It must be set before torch is first imported, hence here."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except InputError as err:
-        print(f"attngeom: error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:  # the machine's answer (disk, permissions), not a defect of attngeom
-        where = f"{err.filename}: " if err.filename else ""
-        print(f"attngeom: error: {where}{err.strerror or err}", file=sys.stderr)
+    except (InputError, OSError) as err:
+        print(_error_line(err), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("attngeom: interrupted", file=sys.stderr)

@@ -3,8 +3,9 @@
 Every factor is first copied into a fresh, contiguous tensor of the requested dtype on the requested
 device, in the ``nn.Linear`` weight layout (W_qᵀ: heads as blocks of rows). The arithmetic then never
 sees how a source happened to lay out, align or type its buffer, so identical weights give
-bit-identical scores from every source. On a GPU each layer moves to the device once and the scores
-come back once, at the end: nothing waits on the device per head or per layer.
+bit-identical scores from every source. On a GPU each layer's q and k move to the device once, in the
+checkpoint's own dtype, and the scores come back once, at the end: nothing waits on the device per head,
+and while it computes one layer the CPU reads the next.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+import pandas as pd
 import pyarrow as pa
 import torch
 from tqdm.auto import tqdm
@@ -24,9 +25,6 @@ from .records import to_frame, to_table
 from .scores import DIRECTIONALITY_VARIANTS, GAMMA, score_layer
 from .sources import WeightSource, open_source
 from .version import __version__
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 """The precisions the math runs in."""

@@ -3,22 +3,19 @@
 One row per (stack, layer, head) and one per (stack, layer) with ``head`` null: the layer form
 Σ_h W_q,h W_k,g(h)ᵀ, which is what the paper's tables score. A layer that exists but is not a bilinear
 form of its input (a Mamba block, linear attention) has one row with null scores and ``not_scored``
-saying why. pandas is imported only where a DataFrame is asked for: the CLI writes Arrow tables.
+saying why. The engine builds an Arrow table, which the CLI writes as it is; the API returns a DataFrame.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .files import atomic_path
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 SCHEMA = pa.schema(
     [
@@ -62,8 +59,6 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
 
 
 def _nullable_types(arrow_type: pa.DataType):
-    import pandas as pd
-
     if pa.types.is_integer(arrow_type):
         return pd.Int64Dtype()
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):

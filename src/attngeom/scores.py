@@ -48,6 +48,14 @@ def _product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return x @ y
 
 
+def _diagonal(gram: torch.Tensor, ft: torch.Tensor) -> torch.Tensor:
+    """diag(F G Fᵀ) = Σ_c (G Fᵀ)_ci (Fᵀ)_ci for a transposed factor Fᵀ (…, r, d); the product is
+    multiplied in place where no gradient needs it (one d-long temporary fewer)."""
+    product = _product(gram, ft)
+    product = product * ft if product.requires_grad else product.mul_(ft)
+    return product.sum(dim=-2)
+
+
 def form_statistics(a: torch.Tensor, b: torch.Tensor, square: bool = True) -> FormStatistics:
     """Traces and row/column norms of M = A Bᵀ for factors A, B of shape (…, d, r).
 
@@ -71,8 +79,8 @@ def form_statistics(a: torch.Tensor, b: torch.Tensor, square: bool = True) -> Fo
         bt_a = _product(bt, a)  # (…, r, r); tr(M M) = tr((Bᵀ A)²)
         trace_mm = (bt_a * bt_a.mT).sum(dim=(-2, -1))
     frobenius_sq = (gram_a * gram_b).sum(dim=(-2, -1))
-    row_sq = (_product(gram_b, at) * at).sum(dim=-2)  # diag(A BᵀB Aᵀ)
-    col_sq = (_product(gram_a, bt) * bt).sum(dim=-2)  # diag(B AᵀA Bᵀ)
+    row_sq = _diagonal(gram_b, at)  # diag(A BᵀB Aᵀ)
+    col_sq = _diagonal(gram_a, bt)  # diag(B AᵀA Bᵀ)
     return FormStatistics(
         trace_mm=trace_mm,
         frobenius_sq=frobenius_sq,
@@ -192,8 +200,10 @@ def split_heads(w: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:
     return w.reshape(d, n_heads, head_dim).permute(1, 0, 2)
 
 
-HEAD_CHUNK = 1 << 25
-"""Elements of W_q scored per batch of kv groups: bounds the (…, r, d) temporaries of a very wide layer."""
+HEAD_CHUNK = 1 << 20
+"""Elements of W_q scored per batch of kv groups (at least one group). Small temporaries (8 MB in float64)
+are reused from the heap; batching every head of a 1B model's layer (32 MB temporaries) page-faulted
+fresh memory for each one and cost a quarter more CPU time (``benchmarks/README.md``)."""
 
 
 def score_layer(
