@@ -18,6 +18,7 @@ from pipeline_support import ROOT, TINY_MODELS, planned_jobs, run_snakemake, wri
 from safetensors.torch import load_file
 
 from attngeom.errors import InputError
+from attngeom.files import slug, unslug
 from attngeom.pipeline import registry
 
 
@@ -49,7 +50,7 @@ def test_table_medians_are_the_medians_of_the_parquet_rows(tiny_run, metric, tab
     scored = table_rows[table_rows["status"] == "ok"]
     assert set(scored["model"]) == {"google/bert_uncased_L-2_H-128_A-2", "meta-llama/Llama-3.2-1B"}
     for row in scored.itertuples(index=False):
-        scores = pd.read_parquet(results / "scores" / f"{registry.slug(row.model)}.parquet")
+        scores = pd.read_parquet(results / "scores" / f"{slug(row.model)}.parquet")
         expected = layer_medians(scores, metric).loc[row.stack]
         assert getattr(row, f"{metric}_median") == pytest.approx(expected["median"], abs=1e-12)
         assert getattr(row, f"{metric}_minus") == pytest.approx(
@@ -88,9 +89,7 @@ def test_a_model_that_cannot_be_scored_is_reported_not_fatal(tiny_run):
 def test_aggregate_holds_every_row_of_every_model(tiny_run):
     results = tiny_run / "results"
     combined = pd.read_parquet(results / "aggregate" / "scores.parquet")
-    per_model = [
-        pd.read_parquet(results / "scores" / f"{registry.slug(m['id'])}.parquet") for m in TINY_MODELS
-    ]
+    per_model = [pd.read_parquet(results / "scores" / f"{slug(m['id'])}.parquet") for m in TINY_MODELS]
     assert len(combined) == sum(len(frame) for frame in per_model)
     assert set(combined["model_id"]) == {m["id"] for m in TINY_MODELS}
     assert combined["head"].notna().any() and combined["head"].isna().any()
@@ -134,7 +133,7 @@ def test_heatmap_is_the_dense_layer_form(tiny_run):
 @pytest.mark.slow
 def test_figures_are_pdf_and_png(tiny_run):
     figures = tiny_run / "results" / "figures"
-    stems = ["figure_2", "figure_s1", "figure_s2"] + [f"heads/{registry.slug(m['id'])}" for m in TINY_MODELS]
+    stems = ["figure_2", "figure_s1", "figure_s2"] + [f"heads/{slug(m['id'])}" for m in TINY_MODELS]
     for stem in stems:
         assert (figures / f"{stem}.pdf").read_bytes()[:4] == b"%PDF"
         assert (figures / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -182,7 +181,7 @@ def test_paper_config_dry_run_is_offline_fast_and_lists_every_model(tmp_path):
     assert time.monotonic() - start < 60
     jobs = planned_jobs(result.stdout)
     reference = pd.read_csv(ROOT / "config" / "reference" / "official_per_layer_scores.csv")
-    expected = {f"slug={registry.slug(model_id)}" for model_id in reference["model_id"].unique()}
+    expected = {f"slug={slug(model_id)}" for model_id in reference["model_id"].unique()}
     score_jobs = {wildcards: resources for rule, wildcards, resources in jobs if rule == "score"}
     assert set(score_jobs) == expected
     counts = collections.Counter(rule for rule, _, _ in jobs)
@@ -215,14 +214,14 @@ def test_lint_has_no_findings(tmp_path):
 )
 def test_slug_is_reversible_and_filesystem_safe(parts):
     model_id = "/".join(parts)
-    name = registry.slug(model_id)
-    assert registry.unslug(name) == model_id
+    name = slug(model_id)
+    assert unslug(name) == model_id
     assert re.fullmatch(r"[A-Za-z0-9._%-]+", name) and not name.startswith((".", "-"))
 
 
 def test_slug_of_hub_ids_reads_naturally():
-    assert registry.slug("meta-llama/Llama-3.1-8B") == "meta-llama--Llama-3.1-8B"
-    assert registry.slug("gpt2") == "gpt2"
+    assert slug("meta-llama/Llama-3.1-8B") == "meta-llama--Llama-3.1-8B"
+    assert slug("gpt2") == "gpt2"
 
 
 def test_registry_resolves_packaged_models_without_importing_them():

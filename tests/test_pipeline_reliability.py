@@ -18,7 +18,7 @@ from pipeline_support import BROKEN_MODELS, ROOT, TINY_MODELS, run_snakemake, wr
 from transformers import BertConfig, BertModel
 
 from attngeom.errors import InputError
-from attngeom.files import atomic_dir
+from attngeom.files import atomic_dir, slug
 from attngeom.pipeline import random_models, registry, training_runs
 from attngeom.pipeline.outcome import portable, run_cli
 from attngeom.training.config import CHOICES, FIELDS, RESOURCE_KEYS
@@ -255,7 +255,7 @@ def test_unscorable_models_are_recorded_and_every_table_and_figure_is_made(tiny_
     results = tiny_run / "results"
     summary = pd.read_csv(results / "tables" / "summary.csv", keep_default_na=False)
     for model in BROKEN_MODELS:
-        status = json.loads((results / "scores" / f"{registry.slug(model)}.status.json").read_text())
+        status = json.loads((results / "scores" / f"{slug(model)}.status.json").read_text())
         assert status["status"] in ("failed", "crashed") and status["reason"], status
         assert "\n" not in status["reason"] and str(tiny_run) not in status["reason"]
         row = summary[summary["model"] == model].iloc[0]
@@ -286,7 +286,7 @@ def test_the_embedded_default_records_each_configured_id_and_no_machine_path(tmp
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     config.pop("training")
     (tmp_path / "default.yaml").write_text(yaml.safe_dump(config))
-    targets = [f"results/scores/{registry.slug(m['id'])}.parquet" for m in config["models"]]
+    targets = [f"results/scores/{slug(m['id'])}.parquet" for m in config["models"]]
     run_snakemake(*targets, "--cores", "2", "--configfile", "default.yaml", cwd=tmp_path)
     for model, target in zip(config["models"], targets, strict=True):
         status = json.loads((tmp_path / target).with_suffix(".status.json").read_text())

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from pipeline_support import ROOT
 
-from attngeom.pipeline.registry import slug
+from attngeom.files import slug
 
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent

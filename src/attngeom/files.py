@@ -178,7 +178,10 @@ def slug(model_id: str) -> str:
 
     No component of the result contains '--' or starts/ends with '-', so ``unslug`` splits unambiguously.
     """
-    return "--".join(_slug_part(part) for part in model_id.split("/"))
+    parts = model_id.split("/")
+    if "" in parts:
+        raise InputError(f"model id {model_id!r}: an empty path component (leading, trailing or double '/')")
+    return "--".join(_slug_part(part) for part in parts)
 
 
 def unslug(text: str) -> str:
@@ -187,8 +190,6 @@ def unslug(text: str) -> str:
 
 
 def _slug_part(part: str) -> str:
-    if not part:
-        raise ValueError("model id has an empty path component (leading, trailing or double '/')")
     out = []
     for i, ch in enumerate(part):
         dash_ok = ch != "-" or (0 < i < len(part) - 1 and part[i - 1] != "-")

@@ -7,45 +7,16 @@ scripts and the tests all read the registry through this module.
 from __future__ import annotations
 
 import math
-import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote
 
 from ..errors import InputError
+from ..files import slug
 from ..packaged import package_dir
 from .random_models import check_settings
 
-SAFE = frozenset(string.ascii_letters + string.digits + "._-")
 RANDOM_N_PARAMS = 10_000_000
 """Size assumed for a random control when estimating resources (they are tiny by design)."""
-
-
-def _encode_part(part: str) -> str:
-    if not part:
-        raise InputError("config: a model id has an empty path component (leading, trailing or double '/')")
-    out = []
-    for i, ch in enumerate(part):
-        dash_ok = ch != "-" or (0 < i < len(part) - 1 and part[i - 1] != "-")
-        dot_ok = ch != "." or i > 0
-        if ch in SAFE and dash_ok and dot_ok:
-            out.append(ch)
-        else:
-            out.append("".join(f"%{b:02X}" for b in ch.encode()))
-    return "".join(out)
-
-
-def slug(model_id: str) -> str:
-    """Filesystem-safe, reversible name: '/' becomes '--', other unsafe characters are %-escaped.
-
-    No component of the result contains '--' or starts/ends with '-', so ``unslug`` splits unambiguously.
-    """
-    return "--".join(_encode_part(part) for part in model_id.split("/"))
-
-
-def unslug(text: str) -> str:
-    """Inverse of ``slug``."""
-    return "/".join(unquote(part) for part in text.split("--"))
 
 
 @dataclass(frozen=True)
