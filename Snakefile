@@ -1,6 +1,7 @@
-# attngeom: score every model's W_qk geometry, then the paper's Tables S2/S3 and Figures 2, S1, S2.
-#   snakemake --profile profiles/local all                         (embedded offline default)
-#   snakemake --profile profiles/slurm --configfile config/paper.yaml all
+# attngeom: score every model's W_qk geometry, then the paper's tables and figures, and train.
+#   snakemake --profile profiles/local all                                  (embedded offline default)
+#   snakemake --profile profiles/slurm all --configfile config/paper.yaml   (the full paper, on SLURM)
+# Targets go before --configfile, which takes every word after it as a config file.
 from pathlib import Path
 
 from snakemake.utils import min_version, validate
@@ -18,7 +19,6 @@ if not workflow.overwrite_configfiles:
 validate(config, "workflow/schemas/config.schema.yaml")
 
 
-
 report: "workflow/report/workflow.rst"
 
 
@@ -32,6 +32,12 @@ include: "workflow/rules/figures.smk"
 
 rule all:
     input:
-        all_outputs(),
-        training_outputs(TRAINING_RUNS, TR),
+        rules.aggregate.output,
+        rules.tables.output,
+        rules.reference_comparison.output,
+        rules.figure_2.output,
+        rules.figure_s1.output,
+        rules.figure_s2.output,
+        expand(rules.figure_heads.output, slug=list(MODELS)),
+        training_targets(),
     default_target: True

@@ -19,15 +19,13 @@ import os
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 from bench_scoring import CACHE, write_llama_1b  # noqa: E402
-from hubserver import HubServer  # noqa: E402
-from huggingface_hub import constants  # noqa: E402
+from hubserver import HubServer, pointed_at  # noqa: E402
 
 import attngeom  # noqa: E402
 from attngeom.architectures import architecture_for  # noqa: E402
@@ -35,22 +33,6 @@ from attngeom.sources import open_source  # noqa: E402
 
 REPO = "synthetic/llama-3.2-1b-shaped"
 MB = 1e6
-
-
-@contextmanager
-def pointed_at(server: HubServer, home: Path):
-    """huggingface_hub's endpoint and cache (and so attngeom's) pointed at ``server`` and ``home``."""
-    names = ("ENDPOINT", "HUGGINGFACE_CO_URL_TEMPLATE", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_DISABLE_XET")
-    saved = {name: getattr(constants, name) for name in names}
-    constants.ENDPOINT = server.url
-    constants.HUGGINGFACE_CO_URL_TEMPLATE = server.url + "/{repo_id}/resolve/{revision}/{filename}"
-    constants.HF_HOME, constants.HF_HUB_CACHE = str(home), str(home / "hub")
-    constants.HF_HUB_DISABLE_XET = True
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(constants, name, value)
 
 
 def qk_bytes(path: Path) -> int:

@@ -1,4 +1,4 @@
-"""Snakemake script: Figure 2, S1 or S2 from the summary table (``params.figure`` picks which)."""
+"""Rules figure_2, figure_s1, figure_s2: the paper's scatter figures from the summary table."""
 
 from pathlib import Path
 
@@ -13,18 +13,12 @@ def heatmap_panel(path: str) -> tuple[str, np.ndarray | None, str]:
     return title, (matrix if matrix.size else None), (f"not available: {reason}" if reason else "")
 
 
-def main(snakemake) -> None:
-    summary = tables.read_table(snakemake.input.summary)
-    stem = str(Path(snakemake.output[0]).with_suffix(""))
-    if snakemake.params.figure == "2":
-        panels = [heatmap_panel(path) for path in snakemake.input.heatmaps]
-        figures.figure_2(summary, panels, stem)
-    elif snakemake.params.figure == "S1":
-        figures.figure_groups(summary, "figure_s1", "objective", "Vision and audio models", stem)
-    else:
-        figures.figure_groups(
-            summary, "figure_s2", "stack", "Encoder-decoder models: encoder vs decoder stack", stem
-        )
-
-
-main(snakemake)  # noqa: F821
+summary = tables.read_table(snakemake.input.summary)
+stem = Path(snakemake.output[0]).with_suffix("")
+if snakemake.rule == "figure_2":
+    figures.figure_2(summary, [heatmap_panel(path) for path in snakemake.input.heatmaps], stem)
+elif snakemake.rule == "figure_s1":
+    figures.figure_groups(summary, "figure_s1", "objective", "Vision and audio models", stem)
+else:
+    title = "Encoder-decoder models: encoder vs decoder stack"
+    figures.figure_groups(summary, "figure_s2", "stack", title, stem)

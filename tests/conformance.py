@@ -5,8 +5,9 @@ ids 0); a registered attention function records the real per-head query and key 
 pre-hook records each attention module's input x. Then for every head h,
 (x W_q,h + b_q,h)(x W_k,g(h) + b_k,g(h))ᵀ must equal Q_h K_g(h)ᵀ, with W_q, W_k read back from disk.
 Families outside the attention interface hand over q and k through one of their own methods
-(``capture_method_qk``), their projection modules (``capture_projections``) or torch's multi-head
-attention (``capture_torch_multihead``).
+(``capture_method_qk``), their projection modules (``capture_projections``), the call that forms the
+scores (``capture_call_operands``) or torch's multi-head attention (``capture_torch_multihead``).
+Families that normalise q and k are checked up to per-token scalars (``assert_conforms_up_to_scale``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import inspect
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -22,7 +24,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, AutoConfig, AutoModel, PretrainedConfig
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from attngeom.architectures import AttentionLayer, architecture_for
+from attngeom.architectures import AttentionLayer, UnscoredLayer, architecture_for
 from attngeom.scores import split_heads
 from attngeom.sources import open_source
 
@@ -74,11 +76,16 @@ def token_inputs(
     return inputs
 
 
-def layers_from_disk(model: torch.nn.Module, directory: Path) -> list[AttentionLayer]:
+def layers_from_disk(model: torch.nn.Module, directory: Path) -> list[AttentionLayer | UnscoredLayer]:
     """Save the model with save_pretrained (safetensors) and read the map's layers back from disk."""
     model.save_pretrained(directory)
     source = open_source(directory)
     return list(architecture_for(source.config).layers(source.config, source))
+
+
+def scored(layers: Iterable[AttentionLayer | UnscoredLayer]) -> list[AttentionLayer]:
+    """The layers that have a form (the ones an attention call must reproduce)."""
+    return [layer for layer in layers if isinstance(layer, AttentionLayer)]
 
 
 # ---- what an attention module is given ---------------------------------------------------------------------
@@ -144,6 +151,25 @@ def recorded_inputs(
 
     with removed_after([m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]):
         yield seen
+
+
+@contextmanager
+def rotary_neutralised(model: torch.nn.Module) -> Iterator[None]:
+    """While the block runs, every attention module gets rotary (cos, sin) = (1, 0): the identity.
+
+    For models whose rotary positions cannot be set to 0 from outside (2-D rotary of vision towers,
+    Qwen2-VL's multimodal rotary): their ``position_embeddings`` keyword argument is replaced.
+    """
+
+    def pre_hook(module, args, kwargs):
+        if kwargs.get("position_embeddings") is None:
+            return None
+        cos, sin = kwargs["position_embeddings"]
+        return args, {**kwargs, "position_embeddings": (torch.ones_like(cos), torch.zeros_like(sin))}
+
+    modules = [m for m in model.modules() if "Attention" in type(m).__name__]
+    with removed_after([m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]):
+        yield
 
 
 def forward(model: torch.nn.Module, inputs: dict) -> None:
@@ -265,7 +291,8 @@ def capture_projections(
     k_name: str,
     qk_inputs=default_qk_inputs,
 ) -> list[Capture]:
-    """The outputs of each ``attention_type`` module's own q/k projection modules (``q_name``, ``k_name``).
+    """The outputs of each ``attention_type`` module's own q/k projection modules (``q_name``, ``k_name``),
+    at their first call within the module's call.
 
     Reshaped to (B, H, N, d_h) with the attention module's head width; the inputs come from a pre-hook.
     """
@@ -275,13 +302,17 @@ def capture_projections(
     captures: list[Capture] = []
 
     def keep(name: str):
-        def hook(projection, args, output):
-            projected[name] = output.detach()
+        def hook(projection, args, output):  # the first call: LongT5's global keys reuse ``k`` after it
+            projected.setdefault(name, output.detach())
 
         return hook
 
     def after(module, args, output):
-        head_dim = getattr(module, "head_dim", None) or module.attention_head_size
+        head_dim = (
+            getattr(module, "head_dim", None)
+            or getattr(module, "key_value_proj_dim", None)  # the T5 family
+            or module.attention_head_size
+        )
         q, k = _heads(projected.pop("q"), head_dim), _heads(projected.pop("k"), head_dim)
         captures.append(Capture(seen[id(module)][0], q, k, seen[id(module)][1]))
 
@@ -291,6 +322,29 @@ def capture_projections(
         handles.append(module.get_submodule(k_name).register_forward_hook(keep("k")))
         handles.append(module.register_forward_hook(after))
     with removed_after(handles), recorded_inputs(modules, by_argument_name(qk_inputs), into=seen):
+        forward(model, inputs)
+    return captures
+
+
+def capture_fused_qkv(model: torch.nn.Module, inputs: dict, attention_type: type) -> list[Capture]:
+    """Modules of ``attention_type`` whose ``qkv`` linear yields [q; k; v] per head (BLIP, TimeSformer,
+    Qwen2-VL's vision): its input and output, split as those modules split it. A 2-D input (tokens ×
+    width, Qwen2-VL's packed sequence) is one batch."""
+    captures: list[Capture] = []
+
+    def hook(projection, args, output, heads: int):
+        x, qkv = args[0], output
+        if x.dim() == 2:
+            x, qkv = x[None], qkv[None]
+        q, k, _ = qkv.reshape(x.shape[0], x.shape[1], 3, heads, -1).permute(2, 0, 3, 1, 4)
+        captures.append(Capture(x.detach(), q.detach(), k.detach()))
+
+    handles = [
+        module.qkv.register_forward_hook(partial(hook, heads=module.num_heads))
+        for module in model.modules()
+        if isinstance(module, attention_type)
+    ]
+    with removed_after(handles):
         forward(model, inputs)
     return captures
 
@@ -321,6 +375,52 @@ def capture_torch_multihead(model: torch.nn.Module, inputs: dict, project) -> li
         forward(model, inputs)
     finally:
         F.multi_head_attention_forward = original
+    return captures
+
+
+def capture_call_operands(
+    model: torch.nn.Module,
+    inputs: dict,
+    attention_type: type,
+    owner: object,
+    name: str,
+    qk: Callable,
+    qk_inputs=default_qk_inputs,
+) -> list[Capture]:
+    """q and k as the operands of the call that forms the scores, for families that form q·k in their own
+    code (MPT's ``torch.matmul``, XLNet's ``torch.einsum``, Longformer's sliding-chunk product).
+
+    While an ``attention_type`` module runs, ``owner.name`` (``torch.matmul``, or a method on a class) is
+    wrapped; the first of its calls for which ``qk(*args)`` returns (q, k), both (B, H, N, d_h), is that
+    module call's capture. The inputs come from a pre-hook, read by ``qk_inputs``.
+    """
+    modules = [m for m in model.modules() if isinstance(m, attention_type)]
+    seen: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
+    running: list[list] = []  # [module, captured yet] of the attention calls in progress
+    captures: list[Capture] = []
+    original = getattr(owner, name)
+
+    def wrapped(*args, **kwargs):
+        if running and not running[-1][1] and (found := qk(*args)) is not None:
+            x, x_k = seen[id(running[-1][0])]
+            captures.append(Capture(x, found[0].detach().clone(), found[1].detach().clone(), x_k))
+            running[-1][1] = True
+        return original(*args, **kwargs)
+
+    def enter(module, args, kwargs):
+        running.append([module, False])
+
+    def leave(module, args, output):
+        running.pop()
+
+    handles = [m.register_forward_pre_hook(enter, with_kwargs=True) for m in modules]
+    handles += [m.register_forward_hook(leave) for m in modules]
+    with removed_after(handles), recorded_inputs(modules, by_argument_name(qk_inputs), into=seen):
+        setattr(owner, name, wrapped)
+        try:
+            forward(model, inputs)
+        finally:
+            setattr(owner, name, original)
     return captures
 
 
@@ -356,3 +456,46 @@ def assert_conforms(
         scale = theirs.abs().max().clamp_min(1e-12)
         error = ((ours - theirs).abs().max() / scale).item()
         assert error < rtol, f"{where}: relative error {error:.2e}"
+
+
+def project(
+    x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, heads: int, head_dim: int
+) -> torch.Tensor:
+    """(B, N, d) → (B, H, N, d_h): x W (+ b), split into heads."""
+    out = x.double() @ w.double()
+    if b is not None:
+        out = out + b.double()
+    return out.reshape(*x.shape[:2], heads, head_dim).transpose(1, 2)
+
+
+def assert_conforms_up_to_scale(
+    captures, layers, shared_across_heads: bool, shifts=None, rtol: float = 1e-6
+) -> None:
+    """Captured q (and k), minus LayerNorm's additive bias, is c · (x W' + b') with c > 0 per token (and head).
+
+    Then Q_h K_gᵀ = diag(c_q) (x W_q' + b_q')(x W_k' + b_k')ᵀ diag(c_k), which is also checked. The
+    RMSNorms compute their statistic in float32, hence ``rtol`` above float64 precision.
+    """
+    assert len(captures) == len(layers)
+    for capture, layer in zip(captures, layers, strict=True):
+        shift_q, shift_k = shifts[layer.layer] if shifts else (0.0, 0.0)
+        ours_q = project(capture.x, layer.w_q, layer.b_q, layer.n_heads, layer.head_dim)
+        ours_k = project(capture.x, layer.w_k, layer.b_k, layer.n_kv_heads, layer.head_dim)
+        scalars = []
+        for ours, theirs in ((ours_q, capture.q.double() - shift_q), (ours_k, capture.k.double() - shift_k)):
+            c = (ours * theirs).sum(-1) / (ours * ours).sum(-1)  # (B, H, N)
+            assert (c > 0).all(), f"layer {layer.layer}: a negative per-token scalar"
+            error = ((theirs - c[..., None] * ours).abs().max() / theirs.abs().max()).item()
+            assert error < rtol, (
+                f"layer {layer.layer}: not a per-token rescaling (relative error {error:.2e})"
+            )
+            if shared_across_heads:
+                spread = ((c - c[:, :1]).abs().max() / c.abs().max()).item()
+                assert spread < rtol, f"layer {layer.layer}: per-token scalar differs between heads"
+            scalars.append(c)
+        group = layer.n_heads // layer.n_kv_heads
+        c_q, c_k = scalars[0], scalars[1].repeat_interleave(group, dim=1)
+        ours_qk = ours_q @ ours_k.repeat_interleave(group, dim=1).mT * c_q[..., :, None] * c_k[..., None, :]
+        theirs_q, theirs_k = capture.q.double() - shift_q, capture.k.double() - shift_k
+        theirs_qk = theirs_q @ theirs_k.repeat_interleave(group, dim=1).mT
+        torch.testing.assert_close(ours_qk, theirs_qk, rtol=rtol, atol=rtol * theirs_qk.abs().max().item())

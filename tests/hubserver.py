@@ -1,9 +1,12 @@
 """A hub-like HTTP server on 127.0.0.1 for tests: ``/{repo}/resolve/{revision}/{file}`` with Range support.
 
-Serves model directories from disk under a fake commit hash, optionally requires a bearer token, and
-counts the bytes it sends per file, so tests can check what a client really transferred.
+Serves model directories from disk under a fake commit hash and counts the bytes it sends per file, so
+tests can check what a client really transferred. With ``token`` set, every repository is gated as on the
+Hub: no token → 401 (GatedRepo), an unknown token → 401 (refused), a token in ``no_access`` → 403
+(GatedRepo: authenticated, but access not granted). ``pointed_at`` points huggingface_hub and attngeom's
+range cache at a server.
 
-Faults for the ranged-read client (remote.py): ``faults[file name]`` is a queue of faults applied, one
+Faults for the ranged-read client (attngeom.sources.ranged): ``faults[file name]`` is a queue of faults applied, one
 each, to that file's next ranged GETs: ``"drop"`` (send half the body, then close the connection),
 ``"503"``, ``"403"``, ``"truncate"`` (a valid 206 for only the first half of the range) and
 ``"ignore-range"`` (200 with the whole file).
@@ -18,6 +21,7 @@ connections.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import socket
 import threading
@@ -39,9 +43,16 @@ def _sha256(path: Path) -> str:
 
 
 class HubServer:
-    def __init__(self, repos: dict[str, Path], token: str | None = None, cdn: bool = False) -> None:
+    def __init__(
+        self,
+        repos: dict[str, Path],
+        token: str | None = None,
+        cdn: bool = False,
+        no_access: frozenset = frozenset(),
+    ) -> None:
         self.repos = repos
         self.token = token
+        self.no_access = set(no_access)
         self.cdn_auth_seen = 0
         self.commit = hashlib.sha1(b"attngeom-test").hexdigest()
         self.bytes_sent: Counter[str] = Counter()
@@ -106,8 +117,12 @@ class HubServer:
                 if match["rev"] not in ("main", hub.commit):
                     self._fail(404, "RevisionNotFound")
                     return None
-                if hub.token and self.headers.get("Authorization") != f"Bearer {hub.token}":
-                    self._fail(401, "GatedRepo")
+                sent = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+                if hub.token and sent != hub.token:
+                    if sent in hub.no_access:
+                        self._fail(403, "GatedRepo")
+                    else:
+                        self._fail(401, None if sent else "GatedRepo")
                     return None
                 path = hub.repos[match["repo"]] / match["file"]
                 if not path.is_file():
@@ -128,6 +143,8 @@ class HubServer:
                 self.send_response(status)
                 if code:
                     self.send_header("X-Error-Code", code)
+                if code == "EntryNotFound":  # as on the Hub: the client caches that the file does not exist
+                    self.send_header("X-Repo-Commit", hub.commit)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -204,3 +221,40 @@ class HubServer:
             for server in self._servers:
                 server.shutdown()
                 server.server_close()
+
+
+@contextmanager
+def pointed_at(server: HubServer, home: Path):
+    """huggingface_hub's endpoint and cache (``home/hf``) and attngeom's range cache (``home/cache``)
+    pointed at ``server``, offline mode off, no token; all restored afterwards."""
+    from huggingface_hub import constants
+
+    names = (
+        "ENDPOINT",
+        "HUGGINGFACE_CO_URL_TEMPLATE",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HF_HUB_DISABLE_XET",
+        "HF_HUB_OFFLINE",
+    )
+    saved = {name: getattr(constants, name) for name in names}
+    saved_env = {
+        name: os.environ.get(name) for name in ("ATTNGEOM_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+    }
+    constants.ENDPOINT = server.url
+    constants.HUGGINGFACE_CO_URL_TEMPLATE = server.url + "/{repo_id}/resolve/{revision}/{filename}"
+    constants.HF_HOME, constants.HF_HUB_CACHE = str(home / "hf"), str(home / "hf" / "hub")
+    constants.HF_HUB_DISABLE_XET, constants.HF_HUB_OFFLINE = True, False
+    os.environ["ATTNGEOM_CACHE"] = str(home / "cache")
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        os.environ.pop(name, None)
+    try:
+        yield server
+    finally:
+        for name, value in saved.items():
+            setattr(constants, name, value)
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

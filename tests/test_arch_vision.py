@@ -12,6 +12,7 @@ from conformance import (
     Capture,
     assert_conforms,
     build,
+    capture_fused_qkv,
     capture_method_qk,
     capture_projections,
     capture_qk_pairs,
@@ -19,11 +20,19 @@ from conformance import (
     forward,
     layers_from_disk,
     removed_after,
+    scored,
     tiny_config,
 )
-from transformers import AutoModel, CLIPTextModel, CLIPVisionModel, ViTMAEForPreTraining
+from transformers import (
+    AutoModel,
+    CLIPTextModel,
+    CLIPVisionModel,
+    DPTForDepthEstimation,
+    ViTMAEForPreTraining,
+)
 
 import attngeom
+from attngeom.architectures import UnscoredLayer, architecture_for
 
 BATCH = 2
 VIT_SIZES = dict(
@@ -40,6 +49,11 @@ SWIN_SIZES = dict(embed_dim=16, depths=[1, 2], num_heads=[2, 4], image_size=32, 
 def _pixels(config=None) -> dict:
     g = torch.Generator().manual_seed(3)
     return {"pixel_values": torch.randn(BATCH, 3, 32, 32, generator=g, dtype=torch.float64)}
+
+
+def _video(config=None, frames: int = 4) -> dict:
+    g = torch.Generator().manual_seed(3)
+    return {"pixel_values": torch.randn(BATCH, frames, 3, 32, 32, generator=g, dtype=torch.float64)}
 
 
 def _towers(model_type: str, vision_width: int = 24, vision_heads: int = 3) -> dict:
@@ -113,6 +127,47 @@ CASES = {
         AutoModel,
         _imagegpt_inputs,
     ),
+    "videomae": (
+        lambda: tiny_config("videomae", **VIT_SIZES, num_frames=4, tubelet_size=2),
+        AutoModel,
+        _video,
+    ),
+    "vivit": (
+        lambda: tiny_config(
+            "vivit",
+            **{key: value for key, value in VIT_SIZES.items() if key != "patch_size"},
+            num_frames=4,
+            tubelet_size=[2, 8, 8],
+        ),
+        AutoModel,
+        _video,
+    ),
+    "timesformer": (
+        lambda: tiny_config("timesformer", **VIT_SIZES, num_frames=2),
+        AutoModel,
+        lambda config: _video(config, frames=2),
+    ),
+    "dpt": (
+        lambda: tiny_config(
+            "dpt", **VIT_SIZES, backbone_out_indices=[0, 1], neck_hidden_sizes=[8, 16], fusion_hidden_size=16
+        ),
+        AutoModel,
+        _pixels,
+    ),
+    "dpt_dinov2": (
+        lambda: tiny_config(
+            "dpt",
+            backbone_config=dict(
+                model_type="dinov2", **VIT_SIZES, out_indices=[1, 2], reshape_hidden_states=False
+            ),
+            hidden_size=32,
+            neck_hidden_sizes=[8, 16],
+            reassemble_factors=[1, 1],
+            fusion_hidden_size=16,
+        ),
+        SimpleNamespace(from_config=DPTForDepthEstimation),
+        _pixels,
+    ),
 }
 
 
@@ -125,6 +180,10 @@ def _capture(model_type: str, model, inputs):
         from transformers.models.swinv2.modeling_swinv2 import Swinv2SelfAttention
 
         return capture_projections(model, inputs, Swinv2SelfAttention, "query", "key")
+    if model_type == "timesformer":
+        from transformers.models.timesformer.modeling_timesformer import TimesformerSelfAttention
+
+        return capture_fused_qkv(model, inputs, TimesformerSelfAttention)
     if model_type == "imagegpt":
         # ImageGPT bypasses the attention interface: its own ``_attn(query, key, value)`` gets q and k
         return capture_method_qk(model, inputs, "_attn", lambda module, args, result: args[:2])
@@ -162,11 +221,14 @@ def test_forward_pass_conformance_from_disk(model_type, built, tmp_path):
     model, inputs = built(model_type)
     layers = layers_from_disk(model, tmp_path)
     captures = _capture(model_type, model, inputs(model.config))
-    assert_conforms(captures, layers)
+    assert_conforms(captures, scored(layers))
+    assert architecture_for(model.config).n_layers(model.config) == len(scored(layers))
 
 
 @pytest.mark.parametrize(
-    "model_type", ["vit", "dinov2", "beit", "vit_mae", "swin", "swinv2", "clip", "git", "imagegpt"]
+    "model_type",
+    ["vit", "dinov2", "beit", "vit_mae", "swin", "swinv2", "clip", "git", "imagegpt", "videomae"]
+    + ["timesformer", "dpt_dinov2"],
 )
 def test_disk_and_memory_agree(model_type, built, tmp_path):
     model, _ = built(model_type)
@@ -463,3 +525,48 @@ def test_mask2former_with_an_unmapped_backbone_is_refused():
     config = tiny_config("mask2former", backbone_config=dict(model_type="convnext"))
     with pytest.raises(ArchitectureError, match="backbone is not supported"):
         next(iter(architecture_for(config).layers(config, None)))
+
+
+def test_siglip_attention_pooling_head_is_recorded_unscored(built, tmp_path):
+    model, _ = built("siglip")
+    layers = layers_from_disk(model, tmp_path)
+    unscored = [layer for layer in layers if isinstance(layer, UnscoredLayer)]
+    assert [(layer.stack, layer.layer) for layer in unscored] == [("vision_head", 0)]
+    assert "probe" in unscored[0].reason and layers[-1] is unscored[0]
+
+
+def test_timesformer_divided_attention_is_two_stacks(built, tmp_path):
+    model, _ = built("timesformer")
+    layers = layers_from_disk(model, tmp_path)
+    assert [(layer.stack, layer.layer) for layer in layers] == [
+        ("temporal", 0),
+        ("encoder", 0),
+        ("temporal", 1),
+        ("encoder", 1),
+    ]
+    space_only = tiny_config("timesformer", **VIT_SIZES, num_frames=2, attention_type="space_only")
+    model = build(space_only)
+    layers = layers_from_disk(model, tmp_path / "space_only")
+    assert [layer.stack for layer in layers] == ["encoder", "encoder"]
+    assert_conforms(
+        capture_fused_qkv(model, _video(frames=2), type(model.encoder.layer[0].attention.attention)), layers
+    )
+
+
+def test_videomae_query_bias_is_read_under_its_saved_name(built, tmp_path):
+    """VideoMAE saves its query bias as ``q_bias`` (its key has none): the map finds it."""
+    model, _ = built("videomae")
+    layers = layers_from_disk(model, tmp_path)
+    from safetensors import safe_open
+
+    with safe_open(tmp_path / "model.safetensors", "pt") as handle:
+        assert "encoder.layer.0.attention.attention.q_bias" in set(handle.keys())
+    assert all(layer.b_q is not None and layer.b_k is None and "bias" in layer.left_out for layer in layers)
+
+
+def test_dpt_backbone_is_scored_by_its_own_map(built, tmp_path):
+    model, _ = built("dpt_dinov2")
+    model.save_pretrained(tmp_path)
+    frame = attngeom.score(tmp_path, progress=False)
+    assert set(frame["stack"]) == {"backbone"} and set(frame["modality"]) == {"vision"}
+    assert len(frame) == 2 * (4 + 1)

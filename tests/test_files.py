@@ -1,11 +1,24 @@
-"""Atomic writes: all or nothing, and the user's umask, not mkstemp's private mode."""
+"""Atomic writes (all or nothing, the user's umask), output checks before any work, and file names of ids."""
 
 import os
+import re
 import stat
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from attngeom.files import atomic_dir, atomic_path, cache_dir, write_text
+from attngeom.errors import InputError
+from attngeom.files import (
+    atomic_dir,
+    atomic_path,
+    cache_dir,
+    check_folder,
+    check_output,
+    slug,
+    unslug,
+    write_text,
+)
 
 
 @pytest.fixture
@@ -58,3 +71,66 @@ def test_cache_dir_follows_attngeom_cache_then_xdg(tmp_path, monkeypatch):
     monkeypatch.delenv("ATTNGEOM_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
     assert cache_dir("training") == tmp_path / "x" / "attngeom" / "training"
+
+
+def test_check_output_allows_a_new_or_regular_file(tmp_path):
+    assert check_output(tmp_path / "new" / "s.parquet") == tmp_path / "new" / "s.parquet"
+    write_text(tmp_path / "old.parquet", "x")
+    assert (
+        check_output(tmp_path / "old.parquet", protect=[tmp_path / "elsewhere"]) == tmp_path / "old.parquet"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.parquet"]  # the probe left nothing
+
+
+def test_check_output_protects_the_model_under_any_name(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    write_text(model / "config.json", "{}")
+    gguf = write_text(tmp_path / "m.gguf", "GGUF")
+    (tmp_path / "link.gguf").symlink_to(gguf)
+    refused = [
+        (model / "config.json", model),
+        (tmp_path / "model" / ".." / "model" / "config.json", model),
+        (gguf, gguf),
+        (tmp_path / "link.gguf", gguf),
+    ]
+    for output, protected in refused:
+        with pytest.raises(InputError, match="file of the model being read"):
+            check_output(output, protect=[protected])
+    assert check_output(model / "scores.parquet", protect=[model])  # a new file beside the model is fine
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [("/dev/null", "not a regular file"), ("/sys/x.parquet", "cannot write in /sys"), ("/", "is a folder")],
+)
+def test_check_output_refuses_what_cannot_hold_a_result(output, message):
+    with pytest.raises(InputError, match=message):
+        check_output(output)
+
+
+def test_check_folder_refuses_a_file(tmp_path):
+    write_text(tmp_path / "f", "x")
+    with pytest.raises(InputError, match="is a file"):
+        check_folder(tmp_path / "f")
+    assert check_folder(tmp_path / "new" / "folder") == tmp_path / "new" / "folder"
+    assert not (tmp_path / "new").exists()
+
+
+@given(
+    st.lists(
+        st.text(st.characters(exclude_characters="/", exclude_categories=("Cs",)), min_size=1),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_slug_is_reversible_and_filesystem_safe(parts):
+    model_id = "/".join(parts)
+    name = slug(model_id)
+    assert unslug(name) == model_id
+    assert re.fullmatch(r"[A-Za-z0-9._%-]+", name) and not name.startswith((".", "-"))
+
+
+def test_slug_of_hub_ids_reads_naturally():
+    assert slug("meta-llama/Llama-3.1-8B") == "meta-llama--Llama-3.1-8B"
+    assert slug("m.gguf") == "m.gguf"

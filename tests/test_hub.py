@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conformance import build, tiny_config
 from hubserver import HubServer
@@ -34,8 +35,10 @@ def score_via_hub(server, tmp_path, *extra, env=None):
     out = tmp_path / "hub.parquet"
     environment = {
         "PATH": os.environ["PATH"],
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),  # the checkout under test, where it is not installed
         "HF_ENDPOINT": server.url,
         "HF_HOME": str(tmp_path / "hf"),
+        "ATTNGEOM_CACHE": str(tmp_path / "cache"),
         "HF_HUB_DISABLE_XET": "1",
         **(env or {}),
     }
@@ -79,8 +82,9 @@ def test_downloads_only_the_shards_holding_qk(sharded_llama, tmp_path):
         )
         assert on_disk.returncode == 0
         local = read_scores(tmp_path / "d.parquet")
-        assert frame["symmetry"].tolist() == local["symmetry"].tolist()
-        assert frame["file_hash"].iloc[0] == local["file_hash"].iloc[0]
+        assert frame["file_hash"].iloc[0] == local["file_hash"].iloc[0]  # the same bytes were read
+        # ... and scored alike; float64 sums over differently aligned copies may differ in the last bit
+        assert np.allclose(frame["symmetry"], local["symmetry"], rtol=0, atol=1e-12, equal_nan=True)
         # a second run offline is served from the HF_HOME cache
         server.bytes_sent.clear()
         result, _ = score_via_hub(server, tmp_path, env={"HF_HUB_OFFLINE": "1"})

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import collections
-import importlib.util
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,134 +14,11 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
+from pipeline_support import ROOT, TINY_MODELS, planned_jobs, run_snakemake, write_config
 from safetensors.torch import load_file
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "workflow" / "common"))
-import registry  # noqa: E402
-
-TINY_MODELS = [
-    {
-        "id": "google/bert_uncased_L-2_H-128_A-2",  # a reference id, so the comparison has rows
-        "display": "BERT-tiny (random)",
-        "random": {
-            "model_type": "bert",
-            "hidden_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "intermediate_size": 256,
-            "vocab_size": 100,
-        },
-        "objective": "bidirectional",
-        "family": "BERT",
-        "groups": ["table_s2", "table_s3", "figure_2"],
-    },
-    {
-        "id": "meta-llama/Llama-3.2-1B",  # flagged in known_defects.csv
-        "display": "Llama (random)",
-        "random": {
-            "model_type": "llama",
-            "hidden_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "intermediate_size": 256,
-            "vocab_size": 100,
-        },
-        "objective": "autoregressive",
-        "family": "Llama",
-        "groups": ["table_s2", "table_s3", "figure_2"],
-    },
-    {
-        "id": "random/vit",
-        "random": {
-            "model_type": "vit",
-            "hidden_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "intermediate_size": 256,
-            "image_size": 32,
-            "patch_size": 8,
-        },
-        "modality": "vision",
-        "objective": "bidirectional",
-        "groups": ["figure_s1"],
-    },
-    {
-        "id": "random/t5",
-        "random": {
-            "model_type": "t5",
-            "d_model": 128,
-            "d_kv": 32,
-            "num_heads": 4,
-            "num_layers": 2,
-            "d_ff": 256,
-            "vocab_size": 100,
-        },
-        "objective": "encoder-decoder",
-        "groups": ["figure_s2"],
-    },
-]
-
-
-def run_snakemake(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), *args]
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
-    if check and result.returncode != 0:
-        raise AssertionError(
-            f"snakemake {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-        )
-    return result
-
-
-def planned_jobs(output: str) -> list[tuple[str, str, str]]:
-    """(rule, wildcards, resources) of every job in a dry-run's output."""
-    jobs: list[list[str]] = []
-    for line in output.splitlines():
-        match = re.match(r"^(?:local)?rule (\w+):$", line)
-        if match:
-            jobs.append([match.group(1), "", ""])
-        elif jobs and line.startswith("    wildcards: "):
-            jobs[-1][1] = line.removeprefix("    wildcards: ")
-        elif jobs and line.startswith("    resources: "):
-            jobs[-1][2] = line.removeprefix("    resources: ")
-    return [tuple(job) for job in jobs]
-
-
-def write_config(path: Path, models: list[dict]) -> Path:
-    config = {
-        "results": "results",
-        "scoring": {"device": "cpu"},
-        "figures": {
-            "heatmap": {
-                "encoder": {"model": "google/bert_uncased_L-2_H-128_A-2", "layer": 1},
-                "decoder": {"model": "meta-llama/Llama-3.2-1B", "layer": 0},
-            }
-        },
-        "models": models,
-    }
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> Path:
-    """The workflow run once, end to end, on tiny random models plus one corrupt model."""
-    workdir = tmp_path_factory.mktemp("pipeline")
-    corrupt = workdir / "corrupt-model"
-    corrupt.mkdir()
-    (corrupt / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 64}))
-    (corrupt / "model.safetensors").write_bytes(b"this is not a safetensors file")
-    broken = {
-        "id": "local/corrupt",
-        "path": str(corrupt),
-        "objective": "bidirectional",
-        "groups": ["table_s2", "table_s3", "figure_2"],
-    }
-    config = write_config(workdir / "tiny.yaml", [*TINY_MODELS, broken])
-    run_snakemake("all", "--cores", "2", "--configfile", str(config), cwd=workdir)
-    return workdir
+from attngeom.errors import InputError
+from attngeom.pipeline import registry
 
 
 def layer_medians(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -219,7 +92,7 @@ def test_aggregate_holds_every_row_of_every_model(tiny_run):
         pd.read_parquet(results / "scores" / f"{registry.slug(m['id'])}.parquet") for m in TINY_MODELS
     ]
     assert len(combined) == sum(len(frame) for frame in per_model)
-    assert set(combined["model"]) == {m["id"] for m in TINY_MODELS}
+    assert set(combined["model_id"]) == {m["id"] for m in TINY_MODELS}
     assert combined["head"].notna().any() and combined["head"].isna().any()
 
 
@@ -322,8 +195,9 @@ def test_paper_config_dry_run_is_offline_fast_and_lists_every_model(tmp_path):
 
 
 def test_paper_config_is_generated_from_the_reference(tmp_path):
-    script = ROOT / "scripts" / "make_paper_config.py"
-    subprocess.run([sys.executable, str(script), "-o", str(tmp_path / "paper.yaml")], cwd=ROOT, check=True)
+    from attngeom.cli import main
+
+    assert main(["paper-config", "-o", str(tmp_path / "paper.yaml")]) == 0
     assert (tmp_path / "paper.yaml").read_text() == (ROOT / "config" / "paper.yaml").read_text()
 
 
@@ -364,11 +238,11 @@ def test_registry_resolves_packaged_models_without_importing_them():
         "results",
     )
     assert Path(models["x--smol"].location).is_file()
-    with pytest.raises(ValueError, match="not installed"):
+    with pytest.raises(InputError, match="not installed"):
         registry.build_registry(
             [{"id": "y", "package": "no_such_package_xyz", "objective": "autoregressive"}], "r"
         )
-    with pytest.raises(ValueError, match="listed twice"):
+    with pytest.raises(InputError, match="listed twice"):
         registry.build_registry([{"id": "a", "objective": "bidirectional"}] * 2, "r")
 
 
@@ -386,23 +260,3 @@ def test_resources_grow_with_model_size_and_gpu_follows_the_policy():
     assert (low.gpu, high.gpu) == (0, 1)
     assert low.mem_mb < high.mem_mb <= 64000 and low.runtime < high.runtime and low.disk_mb < high.disk_mb
     assert registry.score_resources(big, {**scoring, "device": "cpu"}).gpu == 0
-
-
-def _score_script():
-    spec = importlib.util.spec_from_file_location("score_model", ROOT / "scripts" / "score_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_score_failure_is_recorded_only_for_the_cli_bad_input_error():
-    outcome = _score_script().outcome
-    assert outcome(0, "", "m", "log") == {"status": "ok"}
-    assert outcome(2, "warn\nattngeom: error: gated repo\n", "m", "log") == {
-        "status": "failed",
-        "reason": "gated repo",
-    }
-    with pytest.raises(SystemExit, match="crashed"):
-        outcome(1, "Traceback ...\nRuntimeError: boom\n", "m", "log")
-    with pytest.raises(SystemExit, match="crashed"):
-        outcome(2, "usage: attngeom ...\n", "m", "log")

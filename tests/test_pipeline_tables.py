@@ -17,9 +17,10 @@ def rows(model: str, stack: str, values: list[float], heads: int = 2) -> list[di
     """Layer rows with the given symmetry (directionality = −symmetry) and per-head rows that must be ignored."""
     out = []
     for layer, value in enumerate(values):
-        out.append({"model": model, "stack": stack, "layer": layer, "head": pd.NA, "symmetry": value})
+        out.append({"model_id": model, "stack": stack, "layer": layer, "head": pd.NA, "symmetry": value})
         out += [
-            {"model": model, "stack": stack, "layer": layer, "head": h, "symmetry": 9.0} for h in range(heads)
+            {"model_id": model, "stack": stack, "layer": layer, "head": h, "symmetry": 9.0}
+            for h in range(heads)
         ]
     frame = pd.DataFrame(out)
     frame["head"] = frame["head"].astype("Int64")
@@ -37,7 +38,7 @@ def models_table(*entries: tuple[str, str, str, str]) -> pd.DataFrame:
                 "modality": "language",
                 "objective": objective,
                 "role": "pretrained",
-                "groups": "table_s2,table_s3",
+                "groups": ["table_s2", "table_s3"],
                 "n_params": 1e8,
                 "slug": model,
                 "status": status,
@@ -122,3 +123,105 @@ def test_known_defects_flag_the_documented_families():
     assert "fused" in flagged["EleutherAI/pythia-70m"] and "fused" in flagged["microsoft/deberta-base"]
     assert flagged["bert-base-uncased"] == ""
     assert tables._defect_of("microsoft/deberta-v2-xlarge", defects) == ""
+
+
+def test_collect_joins_scores_to_models_by_id_not_by_position(tmp_path):
+    from attngeom.records import write_scores
+
+    models = [
+        {"model": m, "display": m, "groups": ["table_s2"], "slug": m, "n_params": None}
+        for m in ("a", "b", "c")
+    ]
+    paths, statuses = [], []
+    for model in ("c", "a"):  # not the registry's order, and "b" was not scored
+        rows = pd.DataFrame(rows_for_records(model))
+        paths.append(write_scores(rows, tmp_path / f"{model}.parquet"))
+        statuses.append(tmp_path / f"{model}.json")
+        statuses[-1].write_text(f'{{"model": "{model}", "status": "ok"}}')
+    (tmp_path / "b.parquet").write_bytes(b"")
+    statuses.append(tmp_path / "b.json")
+    statuses[-1].write_text('{"model": "b", "status": "crashed", "reason": "ValueError: boom"}')
+    scores, table = tables.collect(models, paths, statuses)
+    assert list(table["model"]) == ["a", "b", "c"]
+    assert list(table["status"]) == ["ok", "crashed", "ok"]
+    assert table.loc[0, "n_params"] == 1000 and pd.isna(table.loc[1, "n_params"])
+    assert set(scores["model_id"]) == {"a", "c"}
+    summary = tables.summarise(scores, table)
+    assert summary.loc[summary["model"] == "a", "symmetry_median"].iloc[0] == pytest.approx(0.2)
+    assert summary.loc[summary["model"] == "c", "symmetry_median"].iloc[0] == pytest.approx(0.3)
+
+
+def rows_for_records(model: str) -> list[dict]:
+    """Two layer rows of a one-head model, every column of the records schema."""
+    value = {"a": 0.2, "c": 0.3}[model]
+    common = {
+        **dict(model_id=model, revision=None, file_hash="0", model_type="bert", modality="language"),
+        **dict(
+            objective="bidirectional", stack="encoder", n_heads=1, n_kv_heads=1, head_dim=4, hidden_size=4
+        ),
+        **dict(n_params=1000, norm=1.0, left_out="", form="standard", variant="excess", attngeom_version="0"),
+    }
+    return [
+        {**common, "layer": layer, "head": head, "kv_head": head, "symmetry": value, "directionality": 0.0}
+        for layer in (0, 1)
+        for head in (None, 0)
+    ]
+
+
+def test_groups_are_a_list_in_memory_and_readable_in_the_csv(tmp_path):
+    table = models_table(("enc", "bidirectional", "ok", ""), ("dec", "autoregressive", "failed", "x"))
+    table.loc[1, "groups"] = ["table_s3"]
+    tables.write_csv(table, tmp_path / "models.csv")
+    assert "table_s2,table_s3" in (tmp_path / "models.csv").read_text()
+    back = tables.read_table(tmp_path / "models.csv")
+    assert list(back["groups"]) == [["table_s2", "table_s3"], ["table_s3"]]
+    assert list(tables.in_group(back, "table_s2")["model"]) == ["enc"]
+    assert list(tables.in_group(back, "table_s3")["model"]) == ["enc", "dec"]
+
+
+def test_an_empty_comparison_is_a_csv_with_its_header_and_says_why(tmp_path):
+    models = models_table(("not-in-the-paper", "bidirectional", "ok", ""))
+    scores = pd.DataFrame(rows("not-in-the-paper", "encoder", [0.1, 0.2]))
+    reference = pd.read_csv(ROOT / "config" / "reference" / "official_per_layer_scores.csv")
+    per_layer, per_model = tables.compare_with_reference(scores, models, reference, [])
+    assert per_model.empty and per_layer.empty
+    tables.write_table(
+        tables.comparison_display(per_model),
+        tmp_path / "cmp",
+        "T",
+        csv=per_model,
+        empty=tables.NOTHING_TO_COMPARE,
+    )
+    read = pd.read_csv(tmp_path / "cmp.csv")
+    assert read.empty and list(read.columns) == tables.COMPARISON_COLUMNS
+    for suffix in (".md", ".tex"):
+        assert "nothing to compare" in (tmp_path / f"cmp{suffix}").read_text()
+
+
+def test_the_cli_summary_is_the_tables_statistics():
+    from attngeom.cli import summary
+
+    frame = pd.DataFrame(rows("m", "encoder", [0.1, 0.5, 0.2, 0.9]) + rows("m", "decoder", [0.3, 0.4]))
+    shown = summary(frame)
+    assert list(shown.index) == ["encoder", "decoder"]
+    assert shown.loc["encoder", "layers"] == 4
+    assert shown.loc["encoder", "symmetry median"] == pytest.approx(np.median([0.1, 0.5, 0.2, 0.9]))
+    iqr = np.percentile([0.1, 0.5, 0.2, 0.9], 75) - np.percentile([0.1, 0.5, 0.2, 0.9], 25)
+    assert shown.loc["encoder", "symmetry IQR"] == pytest.approx(iqr)
+    assert shown.loc["decoder", "directionality median"] == pytest.approx(-0.35)
+
+
+def test_when_no_model_could_be_scored_the_tables_still_list_every_model_and_why(tmp_path):
+    from attngeom.records import read_scores, write_scores
+
+    models = [{"model": m, "display": m, "groups": ["table_s2"], "slug": m} for m in ("a", "b")]
+    statuses = []
+    for model, status in (("a", "failed"), ("b", "crashed")):
+        statuses.append(tmp_path / f"{model}.json")
+        statuses[-1].write_text(f'{{"model": "{model}", "status": "{status}", "reason": "why {model}"}}')
+    scores, table = tables.collect(models, [], statuses)
+    write_scores(scores, tmp_path / "all.parquet")
+    summary = tables.summarise(read_scores(tmp_path / "all.parquet"), table)
+    assert list(summary["reason"]) == ["why a", "why b"] and summary["symmetry_median"].isna().all()
+    display = tables.paper_table(summary, "symmetry", "table_s2")
+    assert list(display["Note"]) == ["not scored: why a", "not scored: why b"]

@@ -102,6 +102,7 @@ def bad_inputs(tmp_path, bert_dir):
     unknown = tmp_path / "unknown"
     unknown.mkdir()
     (unknown / "config.json").write_text('{"model_type": "not-a-model"}')
+    shutil.copy(bert_dir / "model.safetensors", unknown)  # weights it has; its type is what is refused
     nan = tmp_path / "nan"
     shutil.copytree(bert_dir, nan)
     tensors = load_file(nan / "model.safetensors")

@@ -12,8 +12,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+import attngeom.scores as scores_module
 from attngeom.scores import (
     DIRECTIONALITY_VARIANTS,
+    Form,
     FormStatistics,
     Scores,
     directionality,
@@ -21,6 +23,7 @@ from attngeom.scores import (
     score_dense,
     score_factors,
     score_layer,
+    split_heads,
 )
 
 F64 = torch.float64
@@ -183,6 +186,72 @@ def test_score_layer_equals_dense_random_shapes(
     heads, layer = dense_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
     assert_scores_close(per_head, score_dense(heads))
     assert_scores_close(per_layer, score_dense(layer))
+
+
+def score_layer_per_group(
+    w_q: torch.Tensor, w_k: torch.Tensor, n_heads: int, n_kv_heads: int, head_dim: int
+) -> tuple[Scores, Scores]:
+    """The previous implementation: one ``Form`` per kv group on split views, then P Kᵀ (a reference)."""
+    group = n_heads // n_kv_heads
+    q_heads, k_heads = split_heads(w_q, n_heads, head_dim), split_heads(w_k, n_kv_heads, head_dim)
+    parts = [Form(q_heads[g * group : (g + 1) * group], k_heads[g]).scores() for g in range(n_kv_heads)]
+    per_head = Scores(
+        *(torch.cat([getattr(s, f) for s in parts]) for f in ("symmetry", "directionality", "norm"))
+    )
+    p = (
+        q_heads.reshape(n_kv_heads, group, *q_heads.shape[1:])
+        .sum(dim=1)
+        .permute(1, 0, 2)
+        .reshape(w_q.shape[0], -1)
+    )
+    return per_head, Form(p, w_k).scores()
+
+
+def assert_same_to_1e12(got: Scores, want: Scores) -> None:
+    """1e-12 relative; symmetry and directionality lie in [−1, 1], so there 1e-12 absolute too (a
+    directionality is a difference of excesses over a threshold: near 0 its relative error is unbounded)."""
+    for field in ("symmetry", "directionality"):
+        torch.testing.assert_close(
+            getattr(got, field), getattr(want, field), rtol=1e-12, atol=1e-12, msg=field
+        )
+    torch.testing.assert_close(got.norm, want.norm, rtol=1e-12, atol=0, msg="norm")
+
+
+@FAST
+@given(
+    seed=seeds,
+    d=st.integers(8, 96),
+    n_kv_heads=st.sampled_from([1, 2, 4]),
+    group=st.sampled_from([1, 2, 4, 8]),
+    head_dim=st.integers(1, 16),
+    engine_layout=st.booleans(),
+)
+def test_score_layer_matches_dense_and_previous_implementation(
+    seed: int, d: int, n_kv_heads: int, group: int, head_dim: int, engine_layout: bool
+) -> None:
+    """Random GQA layers, in the plain x W layout and in the engine's (Wᵀ contiguous), to 1e-12."""
+    n_heads = n_kv_heads * group
+    w_q, w_k = gaussian(seed, d, n_heads * head_dim), gaussian(seed + 1, d, n_kv_heads * head_dim)
+    if engine_layout:
+        w_q, w_k = w_q.T.contiguous().T, w_k.T.contiguous().T
+    per_head, per_layer = score_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
+    heads, layer = dense_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
+    old_head, old_layer = score_layer_per_group(w_q, w_k, n_heads, n_kv_heads, head_dim)
+    assert_same_to_1e12(per_head, score_dense(heads))
+    assert_same_to_1e12(per_layer, score_dense(layer))
+    assert_same_to_1e12(per_head, old_head)
+    assert_same_to_1e12(per_layer, old_layer)
+
+
+def test_score_layer_in_chunks_of_kv_groups_matches_one_batch(monkeypatch) -> None:
+    """A very wide layer is scored a few kv groups at a time (bounded memory): same numbers."""
+    n_heads, n_kv_heads, head_dim, d = 32, 8, 8, 64
+    w_q, w_k = gaussian(0, d, n_heads * head_dim), gaussian(1, d, n_kv_heads * head_dim)
+    whole = score_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
+    monkeypatch.setattr(scores_module, "HEAD_CHUNK", 3 * 4 * head_dim * d)  # three kv groups per batch
+    chunked = score_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
+    for got, want in zip(chunked, whole, strict=True):
+        assert_same_to_1e12(got, want)
 
 
 def test_layer_pairs_query_head_with_kv_head_h_div_group() -> None:

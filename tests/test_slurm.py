@@ -226,7 +226,7 @@ def read_results(results: Path) -> dict[str, pd.DataFrame]:
 
 
 def test_the_tiny_pipeline_runs_through_sbatch_and_matches_the_local_run(tmp_path):
-    from test_pipeline import TINY_MODELS, write_config  # the pipeline tests' tiny end-to-end config
+    from pipeline_support import TINY_MODELS, write_config  # the pipeline tests' tiny config
 
     # both runs at once: the SLURM run spends much of its time waiting on the scheduler
     procs = {}
@@ -310,7 +310,7 @@ def wait_for(condition, seconds: float, what: str, proc: subprocess.Popen) -> No
 def test_an_interrupted_training_job_resumes_from_its_checkpoint(training_reference, tmp_path, interrupt):
     """The pipeline's train rule on SLURM, interrupted after its first checkpoint: cancelled (Snakemake
     submits it again) or requeued (SLURM restarts it). Either way it resumes and logs the same losses."""
-    from test_pipeline import TINY_MODELS, write_config
+    from pipeline_support import TINY_MODELS, write_config
 
     settings, expected = training_reference
     config = write_config(tmp_path / "tiny.yaml", TINY_MODELS)

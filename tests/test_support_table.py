@@ -1,22 +1,19 @@
-"""The README's supported-model table is the registry's (regenerate with scripts/support_table.py)."""
+"""The README's supported-model table is the registry's (regenerate with `attngeom support-table`)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from attngeom.architectures import REGISTRY
 from attngeom.architectures.support import END, START, support_table, with_support_table
+from attngeom.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "support_table.py"
 
 
 def test_readme_table_matches_registry():
     readme = (ROOT / "README.md").read_text()
-    assert readme == with_support_table(readme), (
-        "README.md table is stale: run python scripts/support_table.py"
-    )
+    assert readme == with_support_table(readme), "README.md table is stale: run attngeom support-table"
 
 
 def test_table_has_one_row_per_model_type():
@@ -37,21 +34,14 @@ def test_section_is_replaced_in_place_and_appended_when_missing():
     )
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("support_table_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_script_checks_and_rewrites(tmp_path):
+def test_command_checks_and_rewrites(tmp_path, capsys):
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n{START}\nstale\n{END}\n")
-    script = _script()
-    assert script.main(["--check", str(readme)]) == 1
-    assert script.main([str(readme)]) == 0
-    assert script.main(["--check", str(readme)]) == 0
-    assert "stale" not in readme.read_text() and not list(tmp_path.glob(".*.tmp"))
+    assert main(["support-table", "--check", str(readme)]) == 1
+    assert "out of date" in capsys.readouterr().err
+    assert main(["support-table", str(readme)]) == 0
+    assert main(["support-table", "--check", str(readme)]) == 0
+    assert "stale" not in readme.read_text() and not list(tmp_path.glob(".*.tmp*"))
     created = tmp_path / "new" / "README.md"
     created.parent.mkdir()
-    assert script.main([str(created)]) == 0 and created.read_text().startswith(START)
+    assert main(["support-table", str(created)]) == 0 and created.read_text().startswith(START)

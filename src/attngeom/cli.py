@@ -1,44 +1,63 @@
-"""The ``attngeom`` command line: ``score`` one model; other subcommands plug in from their modules."""
+"""The ``attngeom`` command line: ``score`` models; other subcommands plug in from their modules."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
-
-import pandas as pd
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import InputError
 
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
 PLUGINS = {
     "train": "attngeom.training.cli",
+    "paper-config": "attngeom.pipeline.paper_config",
+    "support-table": "attngeom.support_table",
 }
 """Subcommand → module exposing ``configure_parser(parser)`` and ``run(args) -> int``."""
 
-DTYPES = ("float32", "float64")
-
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Median and interquartile range over layers of the layer rows, per stack."""
-    layers = frame[frame["head"].isna()]
-    columns: dict[str, pd.Series] = {"layers": layers.groupby("stack", sort=False).size()}
-    for name in ("symmetry", "directionality"):
-        values = layers.groupby("stack", sort=False)[name]
-        columns[f"{name} median"] = values.median()
-        columns[f"{name} IQR"] = values.quantile(0.75) - values.quantile(0.25)
-    table = pd.DataFrame(columns)
-    return table
+    """Median and interquartile range over layers of the layer rows, per stack (printed by ``score``)."""
+    import pandas as pd
+
+    from .tables import METRICS, layer_statistics
+
+    stats = layer_statistics(frame, ["stack"]).set_index("stack")
+    columns: dict[str, pd.Series] = {"layers": stats["n_layers"]}
+    for name in METRICS:
+        columns[f"{name} median"] = stats[f"{name}_median"]
+        columns[f"{name} IQR"] = stats[f"{name}_p75"] - stats[f"{name}_p25"]
+    return pd.DataFrame(columns)
 
 
 def _configure_score(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="Hugging Face model id, local model directory, or .gguf file")
     parser.add_argument(
-        "-o", "--output", default="scores.parquet", help="Parquet file to write (default: %(default)s)"
+        "models",
+        nargs="+",
+        metavar="MODEL",
+        help="Hugging Face model id, local model directory, or .gguf file; several share one process",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        help="Parquet file to write (default: scores.parquet); with several MODELs a folder, "
+        "one <slug of the model id>.parquet per model",
+    )
+    parser.add_argument(
+        "--model-id", help="the model's name in the records (default: hub id, or file/folder name)"
     )
     parser.add_argument("--revision", help="hub revision (branch, tag or commit)")
-    parser.add_argument("--device", default="cpu", help="torch device for the math, e.g. cpu or cuda")
-    parser.add_argument("--dtype", default="float64", choices=DTYPES, help="precision of the math")
+    parser.add_argument("--device", default="cpu", help="torch device for the math: cpu, cuda or cuda:N")
+    parser.add_argument(
+        "--dtype", default="float64", choices=("float32", "float64"), help="precision of the math"
+    )
     parser.add_argument(
         "--variant",
         default="excess",
@@ -51,38 +70,87 @@ def _configure_score(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
 
 
-def _run_score(args: argparse.Namespace) -> int:
-    import torch
+def _local(model: str) -> list[Path]:
+    """The model's files to protect from the output, when ``model`` is a local path."""
+    path = Path(model).expanduser()
+    return [path] if path.exists() else []
 
-    from .engine import score
+
+def _run_score(args: argparse.Namespace) -> int:
+    from .engine import DTYPES, Settings
+    from .files import check_folder, check_output, slug
+    from .scores import GAMMA
+
+    settings = Settings.checked(args.device, DTYPES[args.dtype], args.variant, GAMMA)
+    if args.model_id is not None and not args.model_id.strip():
+        raise InputError("--model-id is empty; give the name the records should carry")
+    if len(args.models) == 1:
+        model = args.models[0]
+        output = check_output(args.output or "scores.parquet", protect=_local(model))
+        _score_one(model, args, settings, lambda _: output)
+        return 0
+    if args.model_id is not None:
+        raise InputError("--model-id names one model; with several MODELs each is named by its own id")
+    if args.output is None:
+        raise InputError("several MODELs need -o FOLDER (one Parquet file per model)")
+    folder = check_folder(args.output)
+    written: set[Path] = set()
+
+    def output_for(model: str, model_id: str) -> Path:
+        output = folder / f"{slug(model_id)}.parquet"
+        if output in written:
+            raise InputError(
+                f"{model}: model id {model_id!r} is an earlier model's too; score it alone with --model-id"
+            )
+        written.add(output)
+        return check_output(output, protect=_local(model))
+
+    failed = 0
+    for model in args.models:
+        try:
+            _score_one(model, args, settings, lambda model_id, model=model: output_for(model, model_id))
+        except InputError as err:  # one bad model does not stop the others
+            print(f"attngeom: error: {err}", file=sys.stderr)
+            failed += 1
+    return 2 if failed else 0
+
+
+def _score_one(model: str, args: argparse.Namespace, settings, output_for: Callable[[str], Path]) -> None:
+    """Score ``model`` into the file ``output_for(model id)`` names; print a summary unless quiet."""
+    from .engine import score_source
+    from .sources import open_source
+
+    source = open_source(model, revision=args.revision, full_download=args.full_download)
+    model_id = args.model_id or source.model_id
+    output = output_for(model_id)
+    table = score_source(source, settings, progress=not args.quiet, model_id=model_id)
+    _write(table, output)
+    if not args.quiet:
+        import pandas as pd
+
+        from .records import to_frame
+
+        with pd.option_context("display.float_format", "{:.3f}".format, "display.width", 120):
+            print(summary(to_frame(table)).to_string())
+        print(f"wrote {table.num_rows} rows to {output}")
+
+
+def _write(table: pa.Table, output: Path) -> None:
     from .records import write_scores
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError(f"--device {args.device}: no CUDA device is available; use --device cpu")
-    frame = score(
-        args.model,
-        revision=args.revision,
-        device=args.device,
-        dtype=getattr(torch, args.dtype),
-        variant=args.variant,
-        progress=not args.quiet,
-        full_download=args.full_download,
-    )
-    path = write_scores(frame, args.output)
-    if not args.quiet:
-        with pd.option_context("display.float_format", "{:.3f}".format, "display.width", 120):
-            print(summary(frame).to_string())
-        print(f"wrote {len(frame)} rows to {path}")
-    return 0
+    try:
+        write_scores(table, output)
+    except OSError as err:
+        raise InputError(f"cannot write {output}: {err.strerror or err}; choose a writable output") from err
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .version import __version__
 
     parser = argparse.ArgumentParser(prog="attngeom", description=__doc__)
     parser.add_argument("--version", action="version", version=f"attngeom {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    score_parser = commands.add_parser("score", help="score every head and layer of one model")
+    score_parser = commands.add_parser("score", help="score every head and layer of one or more models")
     _configure_score(score_parser)
     score_parser.set_defaults(run=_run_score)
     for name, module_name in PLUGINS.items():
@@ -104,6 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except InputError as err:
         print(f"attngeom: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # the machine's answer (disk, permissions), not a defect of attngeom
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"attngeom: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("attngeom: interrupted", file=sys.stderr)

@@ -1,19 +1,78 @@
-"""Score a model: source → architecture map → factored math → records."""
+"""Score a model: source → architecture map → factored math → records.
+
+Every factor is first copied into a fresh, contiguous tensor of the requested dtype on the requested
+device, in the ``nn.Linear`` weight layout (W_qᵀ: heads as blocks of rows). The arithmetic then never
+sees how a source happened to lay out, align or type its buffer, so identical weights give
+bit-identical scores from every source. On a GPU each layer moves to the device once and the scores
+come back once, at the end: nothing waits on the device per head or per layer.
+"""
 
 from __future__ import annotations
 
+import math
 import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
+import pyarrow as pa
 import torch
 from tqdm.auto import tqdm
 
-from . import __version__
-from .architectures import AttentionLayer, architecture_for
+from .architectures import AttentionLayer, UnscoredLayer, architecture_for
 from .errors import InputError
-from .records import to_frame
+from .records import to_frame, to_table
 from .scores import DIRECTIONALITY_VARIANTS, GAMMA, score_layer
 from .sources import WeightSource, open_source
+from .version import __version__
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+"""The precisions the math runs in."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to score, validated where it enters (API or CLI)."""
+
+    device: torch.device
+    dtype: torch.dtype
+    variant: str = "excess"
+    gamma: float = GAMMA
+
+    @classmethod
+    def checked(cls, device: str | torch.device, dtype: torch.dtype, variant: str, gamma: float) -> Settings:
+        if variant not in DIRECTIONALITY_VARIANTS:
+            raise InputError(
+                f"unknown directionality variant {variant!r}; choose one of {', '.join(DIRECTIONALITY_VARIANTS)}"
+            )
+        if dtype not in DTYPES.values():
+            raise InputError(f"dtype {dtype}: the math runs in torch.float32 or torch.float64")
+        if (
+            isinstance(gamma, bool)
+            or not isinstance(gamma, int | float)
+            or not math.isfinite(gamma)
+            or gamma < 0
+        ):
+            raise InputError(f"gamma {gamma!r}: the threshold must be a finite number ≥ 0 (default {GAMMA})")
+        return cls(_checked_device(device), dtype, variant, float(gamma))
+
+
+def _checked_device(device: str | torch.device) -> torch.device:
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise InputError(f"device {device!r} is not a torch device; use cpu or cuda") from err
+    if parsed.type == "cpu":
+        return parsed
+    if parsed.type != "cuda":
+        raise InputError(f"device {device!r} is not supported; use cpu or cuda")
+    if not torch.cuda.is_available():
+        raise InputError(f"device {device!r}: no CUDA device is available; use cpu")
+    if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise InputError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return parsed
 
 
 def score(
@@ -33,111 +92,134 @@ def score(
 
     ``model`` is a Hugging Face id, a local model directory, a ``.gguf`` file, or an in-memory
     transformers model. Only the q/k tensors are read. Returns one row per (stack, layer, head) and one
-    per (stack, layer) with ``head`` null; see ``attngeom.records.SCHEMA``.
+    per (stack, layer) with ``head`` null; see ``attngeom.records.SCHEMA``. ``model_id`` names the model
+    in the records (default: the hub id, or the file or folder name of a local model).
     """
-    if variant not in DIRECTIONALITY_VARIANTS:
-        raise InputError(
-            f"unknown directionality variant {variant!r}; choose one of {DIRECTIONALITY_VARIANTS}"
-        )
+    settings = Settings.checked(device, dtype, variant, gamma)
     source = open_source(model, revision=revision, token=token, full_download=full_download)
-    return score_source(
-        source, device=device, dtype=dtype, variant=variant, gamma=gamma, progress=progress, model_id=model_id
-    )
+    return to_frame(score_source(source, settings, progress=progress, model_id=model_id))
 
 
 def score_source(
     source: WeightSource,
+    settings: Settings | None = None,
     *,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float64,
-    variant: str = "excess",
-    gamma: float = GAMMA,
     progress: bool = True,
     model_id: str | None = None,
-) -> pd.DataFrame:
-    """Score an opened source (see ``score``)."""
+) -> pa.Table:
+    """Score an opened source (see ``score``) as an Arrow table with the records' schema."""
+    settings = settings or Settings.checked("cpu", torch.float64, "excess", GAMMA)
     config = source.config
-    architecture = architecture_for(config)
-    common = {
-        "model_id": model_id or source.model_id,
-        "revision": source.revision,
-        "model_type": config.model_type,
-        "objective": architecture.objective_of(config),
-        "n_params": source.n_params,
-        "variant": variant,
-        "attngeom_version": __version__,
-    }
-    rows: list[dict] = []
-    layers = architecture.layers(config, source)
+    try:
+        architecture = architecture_for(config)
+    except InputError as err:  # the source layer reads any model type; support is decided here
+        raise InputError(f"{source.description}: {err}") from err
+    model_id = model_id or source.model_id
+    pending: list[tuple[AttentionLayer, dict[str, torch.Tensor]] | UnscoredLayer] = []
     bar = tqdm(
-        layers,
+        architecture.layers(config, source),
         total=architecture.n_layers(config),
-        desc=str(common["model_id"]),
+        desc=str(model_id),
         unit="layer",
         disable=not progress,
     )
     for layer in bar:
-        layer_rows = _layer_rows(layer, device, dtype, variant, gamma, source.description)
-        for row in layer_rows:
-            row["modality"] = architecture.modality_of(layer.stack)
-        rows.extend(layer_rows)
-    if not rows:
+        pending.append(layer if isinstance(layer, UnscoredLayer) else (layer, _layer_scores(layer, settings)))
+    if not any(isinstance(item, tuple) for item in pending):
         raise InputError(f"{source.description}: the model has no attention layers to score")
-    for row in rows:
-        row.update(common, file_hash=source.file_hash)
-    return to_frame(rows)
+    common = {
+        "model_id": model_id,
+        "revision": source.revision,
+        "file_hash": source.file_hash,
+        "model_type": config.model_type,
+        "objective": architecture.objective_of(config),
+        "n_params": source.n_params,
+        "variant": settings.variant,
+        "attngeom_version": __version__,
+    }
+    rows: list[dict] = []
+    for item in pending:
+        layer = item if isinstance(item, UnscoredLayer) else item[0]
+        shared = {
+            **common,
+            "stack": layer.stack,
+            "layer": layer.layer,
+            "modality": architecture.modality_of(layer.stack),
+        }
+        if isinstance(item, UnscoredLayer):
+            rows.append({**shared, "left_out": "", "not_scored": item.reason})
+        else:
+            rows.extend({**shared, **row} for row in _layer_rows(*item, settings, source.description))
+    return to_table(rows)
 
 
-def _layer_rows(
-    layer: AttentionLayer, device, dtype: torch.dtype, variant: str, gamma: float, description: str
-) -> list[dict]:
-    w_q = layer.w_q.to(device=device, dtype=dtype)
-    w_k = layer.w_k.to(device=device, dtype=dtype)
-    if not (torch.isfinite(w_q).all() and torch.isfinite(w_k).all()):
-        raise InputError(f"{description}: {layer.stack} layer {layer.layer} has NaN or infinite q/k weights")
+def _canonical(w: torch.Tensor, settings: Settings) -> torch.Tensor:
+    """Wᵀ of an x W factor as a fresh contiguous tensor (the ``nn.Linear`` layout), on the device.
+
+    A new allocation, filled by a copy: the values are the source's, and nothing else about its buffer
+    (strides, offset, alignment, dtype) can change the order of the arithmetic that follows.
+    """
+    w = w.detach().to(settings.device)  # in the source's dtype: the fewest bytes cross to a GPU
+    fresh = torch.empty(w.shape[1], w.shape[0], dtype=settings.dtype, device=settings.device)
+    return fresh.copy_(w.mT)
+
+
+def _layer_scores(layer: AttentionLayer, settings: Settings) -> dict[str, torch.Tensor]:
+    """The layer's scores, left on the device: (H + 1) values each, the last one the layer form."""
+    q, k = _canonical(layer.w_q, settings), _canonical(layer.w_k, settings)
     per_head, per_layer = score_layer(
-        w_q,
-        w_k,
+        q.mT,
+        k.mT,
         layer.n_heads,
         layer.n_kv_heads,
         layer.head_dim,
-        gamma=gamma,
-        variant=variant,
+        gamma=settings.gamma,
+        variant=settings.variant,
         cross=layer.cross,
     )
+    extremes = torch.stack([*torch.aminmax(q), *torch.aminmax(k)])  # NaN or ±inf if a weight is
+    return {
+        "symmetry": None if layer.cross else torch.cat([per_head.symmetry, per_layer.symmetry[None]]),
+        "directionality": torch.cat([per_head.directionality, per_layer.directionality[None]]),
+        "norm": torch.cat([per_head.norm, per_layer.norm[None]]),
+        "weights_finite": torch.isfinite(extremes).all(),
+    }
+
+
+def _layer_rows(
+    layer: AttentionLayer, scores: dict[str, torch.Tensor], settings: Settings, description: str
+) -> list[dict]:
+    """One row per head and one for the layer; non-finite scores are an error naming the layer."""
+    values = {name: None if t is None else t.cpu().tolist() for name, t in scores.items()}
+    if not all(
+        math.isfinite(v) for name in ("symmetry", "directionality", "norm") for v in values[name] or ()
+    ):
+        where = f"{description}: {layer.stack} layer {layer.layer}"
+        if not values["weights_finite"]:
+            raise InputError(f"{where} has NaN or infinite q/k weights")
+        name = str(settings.dtype).removeprefix("torch.")
+        advice = (
+            "score in float64 (--dtype float64)" if settings.dtype != torch.float64 else "rescale the weights"
+        )
+        raise InputError(f"{where}: the scores overflow {name} (q/k weights too large); {advice}")
     shared = {
-        "stack": layer.stack,
-        "layer": layer.layer,
         "n_heads": layer.n_heads,
         "n_kv_heads": layer.n_kv_heads,
         "head_dim": layer.head_dim,
-        "hidden_size": w_q.shape[0],
+        "hidden_size": layer.w_q.shape[0],
         "left_out": ",".join(layer.left_out),
         "form": layer.form,
     }
     group = layer.n_heads // layer.n_kv_heads
-    direction, norm = (t.double().cpu().tolist() for t in (per_head.directionality, per_head.norm))
-    # A cross-attention form maps between two spaces: symmetry is undefined there (null).
-    symmetry = [None] * layer.n_heads if layer.cross else per_head.symmetry.double().cpu().tolist()
-    rows = [
+    symmetry = values["symmetry"] or [None] * (layer.n_heads + 1)  # undefined on a two-space form
+    return [
         {
             **shared,
-            "head": h,
-            "kv_head": h // group,
+            "head": None if h == layer.n_heads else h,
+            "kv_head": None if h == layer.n_heads else h // group,
             "symmetry": symmetry[h],
-            "directionality": direction[h],
-            "norm": norm[h],
+            "directionality": values["directionality"][h],
+            "norm": values["norm"][h],
         }
-        for h in range(layer.n_heads)
+        for h in range(layer.n_heads + 1)
     ]
-    rows.append(
-        {
-            **shared,
-            "head": None,
-            "kv_head": None,
-            "symmetry": None if layer.cross else float(per_layer.symmetry),
-            "directionality": float(per_layer.directionality),
-            "norm": float(per_layer.norm),
-        }
-    )
-    return rows

@@ -18,6 +18,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from .files import atomic_path  # noqa: E402
+from .tables import in_group  # noqa: E402
+
 COLOURS = {
     "bidirectional": "#1f77b4",  # encoder-only: blue, as in the paper
     "autoregressive": "#7b3294",  # decoder-only: purple
@@ -35,24 +38,21 @@ MIN_SPAN = 0.2
 """Smallest y range of a scatter panel."""
 METRIC_LABELS = {"symmetry": "median symmetry score", "directionality": "median directionality score"}
 
-plt.rcParams.update(
-    {"font.size": 9, "axes.spines.top": False, "axes.spines.right": False, "savefig.dpi": 200}
-)
+DPI = 200
+"""Resolution of every PNG the package writes (the PDFs are vector)."""
+
+plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
 
 
-def save(fig: Figure, stem: str | os.PathLike) -> None:
-    """``stem``.pdf and ``stem``.png, each written to a temporary name and renamed into place."""
-    stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    for ext in ("pdf", "png"):
-        temporary = stem.with_name(f".{stem.name}.tmp.{ext}")
-        fig.savefig(temporary, bbox_inches="tight")
-        os.replace(temporary, stem.with_name(f"{stem.name}.{ext}"))
+def save(fig: Figure, stem: str | os.PathLike) -> list[Path]:
+    """``stem``.pdf and ``stem``.png, each written atomically (attngeom.files); the figure is closed.
+    The one figure-saving function of the package."""
+    paths = [Path(f"{stem}.pdf"), Path(f"{stem}.png")]
+    for path in paths:
+        with atomic_path(path) as temporary:
+            fig.savefig(temporary, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
-
-
-def in_group(summary: pd.DataFrame, group: str) -> pd.DataFrame:
-    return summary[summary["groups"].fillna("").str.split(",").apply(lambda g: group in g)]
+    return paths
 
 
 def _failed_note(rows: pd.DataFrame) -> str:

@@ -11,9 +11,16 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
+import string
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from urllib.parse import unquote
+
+from .errors import InputError
+
+SLUG_SAFE = frozenset(string.ascii_letters + string.digits + "._-")
 
 
 def _umask() -> int:
@@ -41,6 +48,20 @@ def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
         temporary.unlink(missing_ok=True)
 
 
+def _as_if_created_plainly(folder: Path) -> None:
+    """``folder`` and everything in it get the modes ``mkdir()`` and ``open()`` give under the umask
+    (some writers, such as safetensors' ``save_file``, create their files private, 0600)."""
+    mask = _umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for root, folders, names in os.walk(folder):
+        for name in folders:
+            os.chmod(Path(root, name), 0o777 & ~mask)
+        for name in names:
+            path = Path(root, name)
+            if path.is_file() and not path.is_symlink():
+                os.chmod(path, (0o666 | (path.stat().st_mode & 0o111)) & ~mask)
+
+
 @contextlib.contextmanager
 def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     """A fresh temporary folder beside ``target``; when the block succeeds it replaces ``target`` (an
@@ -50,12 +71,82 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield temporary
-        os.chmod(temporary, 0o777 & ~_umask())
+        _as_if_created_plainly(temporary)
         if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target)
         os.replace(temporary, target)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
+
+
+def check_output(path: str | os.PathLike, protect: Iterable[str | os.PathLike] = ()) -> Path:
+    """``path`` if a result may be written there, checked before any work; else an ``InputError``.
+
+    Refused: a folder or anything but a regular file (``/dev/full``, a fifo); a file of a model in
+    ``protect`` (the model file under any name, or an existing file in the model's folder); and a place
+    whose folder cannot be written to (``check_folder``).
+    """
+    target = Path(path)
+    try:
+        found = target.stat()
+    except FileNotFoundError:
+        found = None
+    except OSError as err:
+        raise InputError(f"output {target}: {err.strerror}; choose another output path") from err
+    if found is not None and stat.S_ISDIR(found.st_mode):
+        raise InputError(f"output {target} is a folder; give a file path such as {target / 'scores.parquet'}")
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        raise InputError(f"output {target} is not a regular file; choose a file path")
+    for model in map(Path, protect):
+        if _belongs_to(target, found, model):
+            raise InputError(
+                f"output {target} is a file of the model being read ({model}); choose another path"
+            )
+    check_folder(target.absolute().parent)
+    return target
+
+
+def check_folder(path: str | os.PathLike) -> Path:
+    """``path`` if results may be written in it (it may not exist yet), checked before any work.
+
+    Writability is probed with a temporary file in the nearest existing folder, removed at once:
+    permission bits alone do not say what root, or a read-only mount, may do.
+    """
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"output folder {folder} is a file; choose a folder")
+    existing = folder.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".attngeom.", suffix=".probe", dir=existing)
+    except OSError as err:
+        raise InputError(
+            f"output {folder}: cannot write in {existing} ({err.strerror}); choose a writable folder"
+        ) from err
+    os.close(handle)
+    os.unlink(probe)
+    return folder
+
+
+def _belongs_to(target: Path, found: os.stat_result | None, model: Path) -> bool:
+    """Whether writing the existing file ``target`` would replace the model file or a file in its folder."""
+    if found is None or not model.exists():
+        return False
+    if model.is_dir():
+        folder, place = model.resolve(), target.absolute().parent.resolve()
+        if place == folder or folder in place.parents:
+            return True
+        return any(_same_file(found, file) for file in model.iterdir())
+    return _same_file(found, model)
+
+
+def _same_file(found: os.stat_result, file: Path) -> bool:
+    try:
+        other = file.stat()
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) == (other.st_dev, other.st_ino)
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
@@ -79,3 +170,31 @@ def cache_dir(kind: str) -> Path:
     if not root:
         root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attngeom"
     return Path(root).expanduser() / kind
+
+
+def slug(model_id: str) -> str:
+    """Filesystem-safe, reversible file name of a model id: '/' becomes '--', other unsafe characters are
+    %-escaped (``meta-llama/Llama-3.1-8B`` → ``meta-llama--Llama-3.1-8B``).
+
+    No component of the result contains '--' or starts/ends with '-', so ``unslug`` splits unambiguously.
+    """
+    return "--".join(_slug_part(part) for part in model_id.split("/"))
+
+
+def unslug(text: str) -> str:
+    """Inverse of ``slug``."""
+    return "/".join(unquote(part) for part in text.split("--"))
+
+
+def _slug_part(part: str) -> str:
+    if not part:
+        raise ValueError("model id has an empty path component (leading, trailing or double '/')")
+    out = []
+    for i, ch in enumerate(part):
+        dash_ok = ch != "-" or (0 < i < len(part) - 1 and part[i - 1] != "-")
+        dot_ok = ch != "." or i > 0
+        if ch in SLUG_SAFE and dash_ok and dot_ok:
+            out.append(ch)
+        else:
+            out.append("".join(f"%{b:02X}" for b in ch.encode()))
+    return "".join(out)

@@ -1,22 +1,28 @@
 """The Parquet records: one schema for every scored model, written atomically.
 
 One row per (stack, layer, head) and one per (stack, layer) with ``head`` null: the layer form
-Σ_h W_q,h W_k,g(h)ᵀ, which is what the paper's tables score.
+Σ_h W_q,h W_k,g(h)ᵀ, which is what the paper's tables score. A layer that exists but is not a bilinear
+form of its input (a Mamba block, linear attention) has one row with null scores and ``not_scored``
+saying why. pandas is imported only where a DataFrame is asked for: the CLI writes Arrow tables.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .files import atomic_path
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 SCHEMA = pa.schema(
     [
-        pa.field("model_id", pa.string(), nullable=False),  # hub id, path, or in-memory name
+        pa.field("model_id", pa.string(), nullable=False),  # hub id, file or folder name, in-memory name
         pa.field("revision", pa.string()),  # hub commit hash, when from the hub
         pa.field("file_hash", pa.string()),  # SHA-256 of the config and the tensor bytes read
         pa.field("model_type", pa.string(), nullable=False),  # transformers model_type
@@ -26,16 +32,17 @@ SCHEMA = pa.schema(
         pa.field("layer", pa.int32(), nullable=False),
         pa.field("head", pa.int32()),  # null: the layer row (sum over heads)
         pa.field("kv_head", pa.int32()),  # kv head g(h) = h // (H / H_kv); null on layer rows
-        pa.field("n_heads", pa.int32(), nullable=False),
-        pa.field("n_kv_heads", pa.int32(), nullable=False),
-        pa.field("head_dim", pa.int32(), nullable=False),
-        pa.field("hidden_size", pa.int32(), nullable=False),  # d, rows of W_q
+        pa.field("n_heads", pa.int32()),  # the layer's attention shape; null on a layer not scored
+        pa.field("n_kv_heads", pa.int32()),
+        pa.field("head_dim", pa.int32()),
+        pa.field("hidden_size", pa.int32()),  # d, rows of W_q
         pa.field("n_params", pa.int64()),  # parameters of the whole model, when known
         pa.field("symmetry", pa.float64()),  # null on cross-attention (two-space) stacks
-        pa.field("directionality", pa.float64(), nullable=False),
-        pa.field("norm", pa.float64(), nullable=False),  # Frobenius norm of the form
+        pa.field("directionality", pa.float64()),  # the scores: null only on a layer not scored
+        pa.field("norm", pa.float64()),  # Frobenius norm of the form
         pa.field("left_out", pa.string(), nullable=False),  # comma-separated: bias, rotary, scale, ...
-        pa.field("form", pa.string(), nullable=False),  # standard, or what a non-standard form scores
+        pa.field("form", pa.string()),  # standard, or what a non-standard form scores; null if not scored
+        pa.field("not_scored", pa.string()),  # null when scored, else why the layer has no scores
         pa.field("variant", pa.string(), nullable=False),  # directionality variant: excess | eq17
         pa.field("attngeom_version", pa.string(), nullable=False),
     ]
@@ -44,13 +51,19 @@ SCHEMA = pa.schema(
 COLUMNS = SCHEMA.names
 
 
-def to_frame(rows: list[dict]) -> pd.DataFrame:
-    """Rows as a DataFrame with the schema's columns and nullable integer dtypes."""
-    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+def to_table(rows: list[dict]) -> pa.Table:
+    """Rows (dicts keyed by column; missing keys are null) as an Arrow table with the schema."""
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
+def to_frame(table: pa.Table) -> pd.DataFrame:
+    """An Arrow table of scores as a DataFrame with nullable integer and string dtypes."""
     return table.to_pandas(types_mapper=_nullable_types)
 
 
 def _nullable_types(arrow_type: pa.DataType):
+    import pandas as pd
+
     if pa.types.is_integer(arrow_type):
         return pd.Int64Dtype()
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
@@ -58,26 +71,22 @@ def _nullable_types(arrow_type: pa.DataType):
     return None
 
 
-def write_scores(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Write scores to Parquet through a temporary file in the same folder, then rename it into place."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    extra = [c for c in frame.columns if c not in COLUMNS]  # e.g. a training run's ``step``
-    schema = SCHEMA
-    for field in pa.Schema.from_pandas(frame[extra], preserve_index=False) if extra else []:
-        schema = schema.append(field)
-    table = pa.Table.from_pandas(frame[COLUMNS + extra], schema=schema, preserve_index=False)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(handle)
-    try:
-        pq.write_table(table, temporary)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return target
+def write_scores(scores: pa.Table | pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write scores to Parquet atomically (``attngeom.files.atomic_path``), with the user's umask.
+
+    A DataFrame may carry extra columns after the schema's (e.g. a training run's ``step``).
+    """
+    if not isinstance(scores, pa.Table):
+        extra = [c for c in scores.columns if c not in COLUMNS]
+        schema = SCHEMA
+        for field in pa.Schema.from_pandas(scores[extra], preserve_index=False) if extra else []:
+            schema = schema.append(field)
+        scores = pa.Table.from_pandas(scores[COLUMNS + extra], schema=schema, preserve_index=False)
+    with atomic_path(path) as temporary:
+        pq.write_table(scores, temporary)
+    return Path(path)
 
 
 def read_scores(path: str | os.PathLike) -> pd.DataFrame:
     """Scores written by ``write_scores`` (any extra columns, such as a training ``step``, are kept)."""
-    return pq.read_table(path).to_pandas(types_mapper=_nullable_types)
+    return to_frame(pq.read_table(path))

@@ -1,8 +1,8 @@
 """Symmetry and directionality of a bilinear form M = A Bᵀ, computed from its d × r factors.
 
-Never forms the d × d matrix: every quantity is a trace or a diagonal of small r × r products
-(see DESIGN.md, "Conventions that the numbers depend on"). Works batched over leading dimensions,
-so one call scores every head of a layer, and on whatever device the factors live on.
+Never forms the d × d matrix: every quantity is a trace or a diagonal of small r × r products (the
+README, "What is computed"). Works batched over leading dimensions, so one call scores every head of a
+layer, and on whatever device the factors live on.
 """
 
 from __future__ import annotations
@@ -30,6 +30,24 @@ class FormStatistics:
     col_norms: torch.Tensor  # ‖m_·,j‖ for every column j (…, d)
 
 
+def _product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``x @ y``, batched. Where one operand is shared (size 1 in the last batch dimension, as a kv head's
+    factor is shared by its group of query heads) and is the larger one, the other operand's batch is
+    folded into the rows or columns of one product, so the shared factor is never copied per head."""
+    if x.dim() < 3 or y.dim() < 3 or x.shape[-3] == y.shape[-3] or 1 not in (x.shape[-3], y.shape[-3]):
+        return x @ y
+    x_size, y_size = x.shape[-2] * x.shape[-1], y.shape[-2] * y.shape[-1]
+    if x.shape[-3] == 1 and x_size >= y_size:  # x @ [y_1 … y_G]
+        g, k, n = y.shape[-3:]
+        columns = y.movedim(-3, -2).reshape(*y.shape[:-3], k, g * n)
+        return (x.squeeze(-3) @ columns).unflatten(-1, (g, n)).movedim(-2, -3)
+    if y.shape[-3] == 1 and y_size >= x_size:  # [x_1; …; x_G] @ y
+        g, m, k = x.shape[-3:]
+        rows = x.reshape(*x.shape[:-3], g * m, k)
+        return (rows @ y.squeeze(-3)).unflatten(-2, (g, m))
+    return x @ y
+
+
 def form_statistics(a: torch.Tensor, b: torch.Tensor, square: bool = True) -> FormStatistics:
     """Traces and row/column norms of M = A Bᵀ for factors A, B of shape (…, d, r).
 
@@ -37,20 +55,24 @@ def form_statistics(a: torch.Tensor, b: torch.Tensor, square: bool = True) -> Fo
 
     With ``square=False`` M maps between two spaces (A is d_q × r, B is d_k × r, e.g. decoder queries
     against encoder keys): tr(M M) has no meaning there and is left out.
+
+    The products are taken on the transposed factors Aᵀ, Bᵀ (r × d): for factors stored as the rows of
+    an ``nn.Linear`` weight (how the engine holds them) every operand and every d-long pass is contiguous.
     """
     if square and a.shape[-2:] != b.shape[-2:]:
         raise ValueError(f"factors must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     if not square and a.shape[-1] != b.shape[-1]:
         raise ValueError(f"factors must share their rank, got {tuple(a.shape)} and {tuple(b.shape)}")
-    gram_a = a.mT @ a
-    gram_b = b.mT @ b
+    at, bt = a.mT, b.mT
+    gram_a = at @ a
+    gram_b = bt @ b
     trace_mm = None
     if square:
-        bt_a = b.mT @ a  # (…, r, r); tr(M M) = tr((Bᵀ A)²)
+        bt_a = _product(bt, a)  # (…, r, r); tr(M M) = tr((Bᵀ A)²)
         trace_mm = (bt_a * bt_a.mT).sum(dim=(-2, -1))
     frobenius_sq = (gram_a * gram_b).sum(dim=(-2, -1))
-    row_sq = ((a @ gram_b) * a).sum(dim=-1)  # diag(A BᵀB Aᵀ)
-    col_sq = ((b @ gram_a) * b).sum(dim=-1)  # diag(B AᵀA Bᵀ)
+    row_sq = (_product(gram_b, at) * at).sum(dim=-2)  # diag(A BᵀB Aᵀ)
+    col_sq = (_product(gram_a, bt) * bt).sum(dim=-2)  # diag(B AᵀA Bᵀ)
     return FormStatistics(
         trace_mm=trace_mm,
         frobenius_sq=frobenius_sq,
@@ -170,6 +192,10 @@ def split_heads(w: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:
     return w.reshape(d, n_heads, head_dim).permute(1, 0, 2)
 
 
+HEAD_CHUNK = 1 << 25
+"""Elements of W_q scored per batch of kv groups: bounds the (…, r, d) temporaries of a very wide layer."""
+
+
 def score_layer(
     w_q: torch.Tensor,
     w_k: torch.Tensor,
@@ -186,24 +212,31 @@ def score_layer(
     head h // (H / H_kv). The layer form Σ_h W_q,h W_k,g(h)ᵀ is scored as P Kᵀ where P sums the query
     heads that share a kv head, so its rank is at most H_kv·d_h. With ``cross`` ``w_k`` may have a
     different number of rows (keys read another space) and symmetry is None.
+
+    Fastest when ``w_q.mT`` and ``w_k.mT`` are contiguous (the ``nn.Linear`` weight layout): every head
+    is then a view, and all heads of a kv group are scored in one batched product.
     """
     if n_heads % n_kv_heads:
         raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}")
+    for w, heads in ((w_q, n_heads), (w_k, n_kv_heads)):
+        if w.shape[1] != heads * head_dim:
+            raise ValueError(
+                f"projection width {w.shape[1]} is not n_heads × head_dim = {heads} × {head_dim}"
+            )
     group = n_heads // n_kv_heads
-    q_heads = split_heads(w_q, n_heads, head_dim)  # (H, d, d_h)
-    k_heads = split_heads(w_k, n_kv_heads, head_dim)  # (H_kv, d, d_h)
-    # One kv group at a time, its key factor broadcast over its query heads: no copy of W_k per head.
-    groups = [
-        score_factors(q_heads[g * group : (g + 1) * group], k_heads[g], gamma, variant, not cross)
-        for g in range(n_kv_heads)
+    d_q, d_k = w_q.shape[0], w_k.shape[0]
+    q_heads = w_q.mT.reshape(n_kv_heads, group, head_dim, d_q)  # query head g·group + j, transposed
+    k_heads = w_k.mT.reshape(n_kv_heads, 1, head_dim, d_k)  # kv head g, shared by its group
+    step = max(1, HEAD_CHUNK // (group * head_dim * d_q))
+    parts = [
+        Form(q_heads[g : g + step].mT, k_heads[g : g + step].mT, cross).scores(gamma, variant)
+        for g in range(0, n_kv_heads, step)
     ]
     per_head = Scores(
-        symmetry=None if cross else torch.cat([s.symmetry for s in groups]),
-        directionality=torch.cat([s.directionality for s in groups]),
-        norm=torch.cat([s.norm for s in groups]),
+        symmetry=None if cross else torch.cat([s.symmetry.flatten() for s in parts]),
+        directionality=torch.cat([s.directionality.flatten() for s in parts]),
+        norm=torch.cat([s.norm.flatten() for s in parts]),
     )
-    q_summed = q_heads.reshape(n_kv_heads, group, *q_heads.shape[1:]).sum(dim=1)  # (H_kv, d, d_h)
-    d = w_q.shape[0]
-    p = q_summed.permute(1, 0, 2).reshape(d, n_kv_heads * head_dim)
-    per_layer = score_factors(p, w_k, gamma, variant, not cross)
+    p = q_heads.sum(dim=1).reshape(n_kv_heads * head_dim, d_q).mT  # (d, H_kv·d_h)
+    per_layer = Form(p, w_k, cross).scores(gamma, variant)
     return per_head, per_layer

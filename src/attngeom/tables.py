@@ -2,7 +2,8 @@
 
 Tables S2/S3 score one matrix per layer (the layer rows, ``head`` null) and report, per model and
 stack, the median over layers and the interquartile distances (median − p25, p75 − median).
-Cross-attention stacks map between two spaces and are never mixed into these medians.
+Cross-attention stacks map between two spaces and are never mixed into these medians. Models are
+joined to their scores by ``model_id``: the id the config gives a model is the one its Parquet records.
 """
 
 from __future__ import annotations
@@ -10,29 +11,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
-from .records import read_scores
+from .files import write_text
+from .records import read_scores, to_frame
 
 METRICS = ("symmetry", "directionality")
 CROSS = "cross"  # stacks whose name contains this (cross-attention) stay out of the medians
-MODEL_COLUMNS = ["model", "display", "family", "modality", "objective", "role", "groups", "n_params"]
-
-
-def write_text(text: str, path: str | os.PathLike) -> None:
-    """Write through a temporary file in the same folder, then rename it into place."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    with os.fdopen(handle, "w") as out:
-        out.write(text)
-    os.replace(temporary, target)
-
-
+MODEL_COLUMNS = ["model", "display", "family", "modality", "objective", "role", "groups", "n_params", "slug"]
 TEXT_COLUMNS = [
     "model",
     "display",
@@ -40,80 +29,129 @@ TEXT_COLUMNS = [
     "modality",
     "objective",
     "role",
-    "groups",
     "slug",
     "status",
     "reason",
     "stack",
 ]
+GROUP_SEPARATOR = ","
+"""``groups`` is a list in memory and a comma-joined cell in a CSV (readable by a person)."""
+
+
+def write_csv(table: pd.DataFrame, path: str | os.PathLike) -> None:
+    """``table`` as a CSV, a ``groups`` list column written comma-joined."""
+    if "groups" in table.columns:
+        table = table.assign(groups=table["groups"].map(GROUP_SEPARATOR.join))
+    write_text(path, table.to_csv(index=False))
 
 
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """A models or summary CSV written by this module, text columns as strings ('' when empty)."""
+    """A models or summary CSV written by ``write_csv``: text columns as strings ('' when empty),
+    ``groups`` as a list."""
     table = pd.read_csv(
-        path, dtype={c: "string" for c in TEXT_COLUMNS}, keep_default_na=False, na_values=[""]
+        path, dtype={c: "string" for c in [*TEXT_COLUMNS, "groups"]}, keep_default_na=False, na_values=[""]
     )
     present = [c for c in TEXT_COLUMNS if c in table.columns]
     table[present] = table[present].fillna("")
+    if "groups" in table.columns:
+        table["groups"] = (
+            table["groups"].fillna("").map(lambda cell: [g for g in cell.split(GROUP_SEPARATOR) if g])
+        )
     return table
 
 
-def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) -> tuple:
-    """All per-model Parquet files as one frame (with ``model`` = registry id) and the model table.
+def in_group(table: pd.DataFrame, group: str) -> pd.DataFrame:
+    """The rows whose ``groups`` list holds ``group`` (a table or figure of the paper)."""
+    return table[table["groups"].map(lambda groups: group in groups)]
 
-    ``models`` are registry entries (dicts with the MODEL_COLUMNS keys, in config order); each score
-    file pairs with a status JSON saying ``ok`` or ``failed`` and why. The model table gets
-    ``status``, ``reason`` and, where the config gave none, ``n_params`` from the scores.
+
+def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) -> tuple:
+    """All per-model Parquet files as one frame and the model table, joined on the model id.
+
+    ``models`` are registry rows (``Model.table_row()``, in config order); each status JSON names its
+    model and says ``ok``, ``failed`` (bad input) or ``crashed`` (a defect), with the reason. The model
+    table gets ``status``, ``reason`` and, where the config gave none, ``n_params`` from the scores.
     """
-    frames, rows = [], []
-    for entry, score_file, status_file in zip(models, scores, statuses, strict=True):
-        status = json.loads(Path(status_file).read_text())
+    status_of = {}
+    for path in statuses:
+        status = json.loads(Path(path).read_text())
+        status_of[status["model"]] = status
+    frames = {}
+    for path in scores:
+        frame = read_scores(path)
+        for model_id, rows in frame.groupby("model_id", sort=False) if not frame.empty else ():
+            frames[model_id] = rows
+    rows, kept = [], []
+    for entry in models:
+        model_id = entry["model"]
+        if model_id not in status_of:
+            raise ValueError(f"no status file names model {model_id!r}")
+        status = status_of[model_id]
         row = {key: entry.get(key) for key in MODEL_COLUMNS}
-        row["groups"] = ",".join(entry.get("groups") or ())
-        row.update(slug=entry["slug"], status=status["status"], reason=status.get("reason", ""))
+        row.update(status=status["status"], reason=status.get("reason", ""))
         if status["status"] == "ok":
-            frame = read_scores(score_file)
-            frame.insert(0, "model", entry["model"])
-            frames.append(frame)
-            if not row["n_params"] and frame["n_params"].notna().any():
-                row["n_params"] = int(frame["n_params"].dropna().iloc[0])
+            if model_id not in frames:
+                raise ValueError(f"model {model_id!r} is ok but no scores file has model_id {model_id!r}")
+            kept.append(frames[model_id])
+            known = frames[model_id]["n_params"].dropna()
+            if not row["n_params"] and len(known):
+                row["n_params"] = int(known.iloc[0])
         rows.append(row)
-    table = pd.DataFrame(rows, columns=[*MODEL_COLUMNS, "slug", "status", "reason"])
-    table["n_params"] = pd.to_numeric(table["n_params"]).astype("Float64")
-    scores_frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["model"])
+    table = pd.DataFrame(rows, columns=[*MODEL_COLUMNS, "status", "reason"])
+    table["n_params"] = pd.to_numeric(table["n_params"]).astype("Int64")
+    scores_frame = pd.concat(kept, ignore_index=True) if kept else to_frame([])  # nothing scored: no rows
     return scores_frame, table
+
+
+def layer_statistics(scores: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Per group of ``by``: the number of scored layer rows (``head`` null, not a ``not_scored`` layer) and
+    the median, 25th and 75th percentile over them of each metric. The one place these statistics are
+    computed (tables, CLI)."""
+    layers = scores[scores["head"].isna() & _scored(scores)]
+    grouped = layers.groupby(by, sort=False)
+    stats = {"n_layers": grouped.size()}
+    for metric in METRICS:
+        values = grouped[metric]
+        stats.update(
+            {
+                f"{metric}_median": values.median(),
+                f"{metric}_p25": values.quantile(0.25),
+                f"{metric}_p75": values.quantile(0.75),
+            }
+        )
+    return pd.DataFrame(stats).reset_index()
 
 
 def layer_rows(scores: pd.DataFrame) -> pd.DataFrame:
     """The per-layer forms (head null) of self-attention stacks."""
     if scores.empty:
         return scores
-    keep = scores["head"].isna() & ~scores["stack"].astype(str).str.contains(CROSS)
+    keep = scores["head"].isna() & _scored(scores) & ~scores["stack"].astype(str).str.contains(CROSS)
     return scores[keep]
+
+
+def _scored(scores: pd.DataFrame) -> pd.Series:
+    """Rows that carry scores: every row but a ``not_scored`` layer's (a Mamba block, a pooling probe)."""
+    if "not_scored" not in scores.columns:
+        return pd.Series(True, index=scores.index)
+    return scores["not_scored"].isna()
 
 
 def summarise(scores: pd.DataFrame, models: pd.DataFrame) -> pd.DataFrame:
     """One row per (model, stack): median and interquartile distances of both metrics, plus status.
 
-    A model that failed keeps one row with empty numbers and its reason, so tables show it.
+    A model that was not scored keeps one row with empty numbers and its reason, so tables show it.
     """
     layers = layer_rows(scores)
-    parts = []
+    statistics = [f"{m}_{what}" for m in METRICS for what in ("median", "minus", "plus")]
+    per_stack = pd.DataFrame(columns=["model", "stack", "n_layers", *statistics])
     if not layers.empty:
-        grouped = layers.groupby(["model", "stack"], sort=False)
-        stats = {"n_layers": grouped.size()}
+        stats = layer_statistics(layers, ["model_id", "stack"]).rename(columns={"model_id": "model"})
         for metric in METRICS:
-            values = grouped[metric]
-            median, p25, p75 = values.median(), values.quantile(0.25), values.quantile(0.75)
-            stats.update(
-                {
-                    f"{metric}_median": median,
-                    f"{metric}_minus": median - p25,
-                    f"{metric}_plus": p75 - median,
-                }
-            )
-        parts.append(pd.DataFrame(stats).reset_index())
-    per_stack = pd.concat(parts) if parts else pd.DataFrame(columns=["model", "stack", "n_layers"])
+            median = stats[f"{metric}_median"]
+            stats[f"{metric}_minus"] = median - stats.pop(f"{metric}_p25")
+            stats[f"{metric}_plus"] = stats.pop(f"{metric}_p75") - median
+        per_stack = stats
     summary = models.merge(per_stack, on="model", how="left", sort=False)
     summary["stack"] = summary["stack"].fillna("")
     order = {model: i for i, model in enumerate(models["model"])}
@@ -140,7 +178,7 @@ def _model_label(row: pd.Series) -> str:
 
 def paper_table(summary: pd.DataFrame, metric: str, group: str | None = None) -> pd.DataFrame:
     """Table S2 (symmetry) or S3 (directionality) as display strings, like the paper's layout."""
-    rows = summary if group is None else summary[summary["groups"].str.split(",").apply(lambda g: group in g)]
+    rows = summary if group is None else in_group(summary, group)
     return pd.DataFrame(
         {
             "Model": rows.apply(_model_label, axis=1),
@@ -202,13 +240,22 @@ def to_latex(table: pd.DataFrame, caption: str) -> str:
 
 
 def write_table(
-    table: pd.DataFrame, stem: str | os.PathLike, title: str, csv: pd.DataFrame | None = None
+    table: pd.DataFrame,
+    stem: str | os.PathLike,
+    title: str,
+    csv: pd.DataFrame | None = None,
+    empty: str = "This table has no rows.",
 ) -> None:
-    """``stem``.csv (``csv`` if given: full precision), ``stem``.md and ``stem``.tex."""
+    """``stem``.csv (``csv`` if given: full precision), ``stem``.md and ``stem``.tex. A table without rows
+    is still a CSV with its header, and the MD/TeX say ``empty`` (one sentence: why) instead of a grid."""
     stem = str(stem)
-    write_text((table if csv is None else csv).to_csv(index=False), stem + ".csv")
-    write_text(to_markdown(table, title), stem + ".md")
-    write_text(to_latex(table, title), stem + ".tex")
+    write_csv(table if csv is None else csv, stem + ".csv")
+    if table.empty:
+        write_text(stem + ".md", f"# {title}\n\n{empty}\n")
+        write_text(stem + ".tex", f"% {_latex_escape(title)}\n{_latex_escape(empty)}\n")
+        return
+    write_text(stem + ".md", to_markdown(table, title))
+    write_text(stem + ".tex", to_latex(table, title))
 
 
 def known_defects(path: str | os.PathLike) -> list[tuple[re.Pattern, str]]:
@@ -232,6 +279,23 @@ def _reference_stack(ours: pd.DataFrame, ref_stack: str, n_layers: int) -> str |
     return same_depth[0] if same_depth else None
 
 
+COMPARISON_COLUMNS = [
+    "model",
+    "display",
+    "stack",
+    "status",
+    "reason",
+    "n_layers_ours",
+    "n_layers_paper",
+    *[f"{m}_{what}" for m in METRICS for what in ("median_ours", "median_paper", "max_abs_diff")],
+    "reference_defect",
+]
+NOTHING_TO_COMPARE = (
+    "None of this run's models is among those whose per-layer scores the paper published "
+    "(config/reference/official_per_layer_scores.csv), so there is nothing to compare."
+)
+
+
 def compare_with_reference(
     scores: pd.DataFrame, models: pd.DataFrame, reference: pd.DataFrame, defects: list
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -245,7 +309,7 @@ def compare_with_reference(
     per_layer, per_model = [], []
     for model in models.itertuples(index=False):
         ref_model = reference[reference["model_id"] == model.model]
-        ours_model = layers[layers["model"] == model.model] if not layers.empty else layers
+        ours_model = layers[layers["model_id"] == model.model] if not layers.empty else layers
         for ref_stack, ref in ref_model.groupby("stack", sort=False):
             stack = _reference_stack(ours_model, ref_stack, len(ref)) if model.status == "ok" else None
             ours = ours_model[ours_model["stack"] == stack] if stack else ours_model.iloc[0:0]
@@ -275,15 +339,12 @@ def compare_with_reference(
     layer_columns = ["model", "stack", "layer"] + [f"{m}_{s}" for m in METRICS for s in ("paper", "ours")]
     return (
         pd.concat(per_layer, ignore_index=True) if per_layer else pd.DataFrame(columns=layer_columns),
-        pd.DataFrame(per_model),
+        pd.DataFrame(per_model, columns=COMPARISON_COLUMNS),
     )
 
 
 def comparison_display(per_model: pd.DataFrame) -> pd.DataFrame:
     """The per-model comparison as display strings."""
-    if per_model.empty:
-        columns = ["Model", "Stack", "Layers (ours/paper)", "Symmetry ours", "Symmetry paper", "Max |Δ| sym."]
-        return pd.DataFrame(columns=[*columns, "Dir. ours", "Dir. paper", "Max |Δ| dir.", "Note"])
     notes = []
     for row in per_model.itertuples(index=False):
         parts = [] if row.status == "ok" else [f"not scored: {row.reason}"]

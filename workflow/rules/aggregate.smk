@@ -3,15 +3,15 @@
 
 rule aggregate:
     input:
-        scores=expand(f"{R}/scores/{{slug}}.parquet", slug=list(MODELS)),
-        status=expand(f"{R}/scores/{{slug}}.status.json", slug=list(MODELS)),
+        scores=expand(rules.score.output.scores, slug=list(MODELS)),
+        status=expand(rules.score.output.status, slug=list(MODELS)),
     output:
         scores=f"{R}/aggregate/scores.parquet",
         models=f"{R}/aggregate/models.csv",
     log:
         f"{R}/logs/aggregate.log",
     params:
-        models=registry_rows(),
+        models=[model.table_row() for model in MODELS.values()],
     threads: 1
     resources:
         mem_mb=AGGREGATE_MEM_MB,

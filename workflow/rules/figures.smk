@@ -3,18 +3,19 @@
 
 rule heatmap_matrix:
     input:
-        heatmap_weights,
+        lambda wildcards: weights_input(HEATMAPS[wildcards.role][0]),
     output:
         f"{R}/heatmaps/{{role}}.npz",
     log:
         f"{R}/logs/heatmap/{{role}}.log",
     wildcard_constraints:
-        role="encoder|decoder",
+        role="|".join(HEATMAPS) or "(?!)",
     params:
-        location=lambda wildcards: heatmap_model(wildcards).location,
-        revision=lambda wildcards: heatmap_model(wildcards).revision,
-        layer=lambda wildcards: HEATMAPS[wildcards.role].get("layer", 0),
-        title=lambda wildcards: f"{heatmap_model(wildcards).display}, layer {HEATMAPS[wildcards.role].get('layer', 0)}",
+        model=lambda wildcards: HEATMAPS[wildcards.role][0].id,
+        location=lambda wildcards: HEATMAPS[wildcards.role][0].location,
+        revision=lambda wildcards: HEATMAPS[wildcards.role][0].revision,
+        layer=lambda wildcards: HEATMAPS[wildcards.role][1],
+        title=lambda wildcards: f"{HEATMAPS[wildcards.role][0].display}, layer {HEATMAPS[wildcards.role][1]}",
         max_dim=config["figures"]["heatmap_max_dim"],
     resources:
         mem_mb=4096,
@@ -28,7 +29,7 @@ rule heatmap_matrix:
 rule figure_2:
     input:
         summary=rules.tables.output.summary,
-        heatmaps=expand(f"{R}/heatmaps/{{role}}.npz", role=[r for r in ("encoder", "decoder") if r in HEATMAPS]),
+        heatmaps=expand(rules.heatmap_matrix.output, role=[r for r in ("encoder", "decoder") if r in HEATMAPS]),
     output:
         report(
             multiext(f"{R}/figures/figure_2", ".pdf", ".png"),
@@ -37,8 +38,6 @@ rule figure_2:
         ),
     log:
         f"{R}/logs/figure_2.log",
-    params:
-        figure="2",
     threads: 1
     resources:
         mem_mb=AGGREGATE_MEM_MB,
@@ -60,8 +59,6 @@ use rule figure_2 as figure_s1 with:
         ),
     log:
         f"{R}/logs/figure_s1.log",
-    params:
-        figure="S1",
 
 
 use rule figure_2 as figure_s2 with:
@@ -75,14 +72,12 @@ use rule figure_2 as figure_s2 with:
         ),
     log:
         f"{R}/logs/figure_s2.log",
-    params:
-        figure="S2",
 
 
 rule figure_heads:
     input:
-        scores=f"{R}/scores/{{slug}}.parquet",
-        status=f"{R}/scores/{{slug}}.status.json",
+        scores=rules.score.output.scores,
+        status=rules.score.output.status,
     output:
         report(
             multiext(f"{R}/figures/heads/{{slug}}", ".pdf", ".png"),

@@ -10,9 +10,8 @@ rule random_model:
         slug="|".join(re.escape(s) for s, m in MODELS.items() if m.kind == "random") or "(?!)",
     params:
         model_type=lambda wildcards: model_of(wildcards).random["model_type"],
-        settings=random_settings,
+        settings=lambda wildcards: {k: v for k, v in model_of(wildcards).random.items() if k != "model_type"},
         seed=lambda wildcards: model_of(wildcards).seed,
-        script=Path(workflow.basedir, "scripts", "build_random_model.py"),
     threads: 1
     resources:
         mem_mb=2048,
@@ -20,5 +19,5 @@ rule random_model:
         disk_mb=1024,
     conda:
         ENV
-    shell:
-        "python {params.script} {params.model_type} {params.settings:q} --seed {params.seed} -o {output} > {log} 2>&1"
+    script:
+        "../../scripts/random_model.py"

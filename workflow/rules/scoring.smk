@@ -1,9 +1,9 @@
-# Score one model: results/scores/<slug>.parquet and a status file (ok, or failed and why).
+# Score one model: results/scores/<slug>.parquet and a status file (ok, failed or crashed, and why).
 
 
 rule score:
     input:
-        score_input,
+        lambda wildcards: weights_input(model_of(wildcards)),
     output:
         scores=f"{R}/scores/{{slug}}.parquet",
         status=f"{R}/scores/{{slug}}.status.json",

@@ -1,9 +1,10 @@
-# Training (issue 5): one job per run, then Table 1, Figures 3/S3/S4/S5 and the comparison with the
-# authors' published evolution. Every setting of a run is `training: defaults:` overridden by the run's
-# own keys (see attngeom.training.config.TrainConfig; its defaults are the paper's hyper-parameters); a
-# run may also set the scheduler resources gpus, threads, mem_mb and runtime (minutes). Runs come from
+# Training: one job per run, then Table 1, Figures 3/S3/S4/S5 and the comparison with the authors'
+# published evolution. Every setting of a run is `training: defaults:` overridden by the run's own keys
+# (attngeom.training.config.TrainConfig; its defaults are the paper's hyper-parameters); a run may also
+# set the scheduler resources gpus, threads, mem_mb and runtime (minutes). Runs come from
 # `training: runs:` (a list of {name, overrides}) and/or `training: grid:` (setting → list of values, one
-# run per combination, named by its values), e.g. the paper's grid:
+# run per combination, named by its values); `training: seeds:` repeats every run once per seed
+# (<name>-s<seed>). The paper's grid:
 #
 #   training:
 #     defaults: {tokenizer: bert-uncased, device: cuda, compile: true, gpus: 1, runtime: 2880, mem_mb: 64000}
@@ -14,13 +15,11 @@
 #       init: [random, symmetric]
 #
 #   results/training/<run>/{config.yaml, loss.parquet, scores.parquet, checkpoint/, final/}
-#   results/training/tables/{table_1,official_comparison}.{csv,md}
+#   results/training/tables/{table_1,official_comparison}.{csv,md,tex}
 #   results/training/figures/{evolution_*,symmetric_init_*,official_comparison}.{pdf,png}
 #
 # A killed job resumes from its checkpoint when re-run (checkpoint/ is not a declared output, so
-# Snakemake never deletes it).
-# The runs and what they produce are computed in workflow/common/training_runs.py (via common.smk).
-TRAINING_ENV = "../../envs/attngeom.yaml"
+# Snakemake never deletes it); a run whose settings changed is trained again from scratch.
 
 
 if TRAINING_RUNS:
@@ -42,13 +41,13 @@ if TRAINING_RUNS:
             runtime=lambda wildcards: TRAINING_RUNS[wildcards.run].runtime,
             gpu=lambda wildcards: TRAINING_RUNS[wildcards.run].gpus,
         conda:
-            TRAINING_ENV
+            ENV
         script:
             "../../scripts/train_run.py"
 
     rule training_tables:
         input:
-            finals=[f"{TR}/{name}/final" for name in TRAINING_RUNS],
+            finals=run_finals(),
             paper=REFERENCE / "paper_table1_symmetric_init.csv",
             official=REFERENCE / "official_training_evolution.csv",
         output:
@@ -61,33 +60,51 @@ if TRAINING_RUNS:
             mem_mb=2000,
             runtime=10,
         conda:
-            TRAINING_ENV
+            ENV
         script:
             "../../scripts/training_tables.py"
 
+
 if EVOLUTION_GROUPS:
 
-    rule training_figures:
+    rule evolution_figure:
         input:
-            finals=[f"{TR}/{name}/final" for name in TRAINING_RUNS],
-            official=REFERENCE / "official_training_evolution.csv",
+            finals=lambda wildcards: run_finals(
+                lambda run: (run.dataset, str(run.layers)) == (wildcards.dataset, wildcards.layers)
+            ),
         output:
-            evolution=[f"{TR}/figures/evolution_{d}_{n}L.{e}" for d, n in EVOLUTION_GROUPS for e in ("pdf", "png")],
-            symmetric=[
-                f"{TR}/figures/symmetric_init_{d}_{n}L_{o}.{e}" for d, n, o in SYMMETRIC_GROUPS for e in ("pdf", "png")
-            ],
-            official=multiext(f"{TR}/figures/official_comparison", ".pdf", ".png"),
+            multiext(f"{TR}/figures/evolution_{{dataset}}_{{layers}}L", ".pdf", ".png"),
         log:
-            f"{TR}/logs/training_figures.log",
-        params:
-            evolution=[(d, n, f"{TR}/figures/evolution_{d}_{n}L") for d, n in EVOLUTION_GROUPS],
-            symmetric=[(d, n, o, f"{TR}/figures/symmetric_init_{d}_{n}L_{o}") for d, n, o in SYMMETRIC_GROUPS],
-            official=lambda wildcards, output: output.official[0].removesuffix(".pdf"),
+            f"{TR}/logs/evolution_figure/{{dataset}}_{{layers}}L.log",
+        wildcard_constraints:
+            dataset="|".join(re.escape(d) for d, _ in EVOLUTION_GROUPS),
+            layers=r"\d+",
+            objective="encoder|decoder",
         threads: 1
         resources:
             mem_mb=4000,
             runtime=20,
         conda:
-            TRAINING_ENV
+            ENV
         script:
             "../../scripts/training_figures.py"
+
+    use rule evolution_figure as symmetric_init_figure with:
+        input:
+            finals=lambda wildcards: run_finals(
+                lambda run: (run.dataset, str(run.layers), run.objective)
+                == (wildcards.dataset, wildcards.layers, wildcards.objective)
+            ),
+        output:
+            multiext(f"{TR}/figures/symmetric_init_{{dataset}}_{{layers}}L_{{objective}}", ".pdf", ".png"),
+        log:
+            f"{TR}/logs/symmetric_init_figure/{{dataset}}_{{layers}}L_{{objective}}.log",
+
+    use rule evolution_figure as official_figure with:
+        input:
+            finals=run_finals(),
+            official=REFERENCE / "official_training_evolution.csv",
+        output:
+            multiext(f"{TR}/figures/official_comparison", ".pdf", ".png"),
+        log:
+            f"{TR}/logs/official_figure.log",

@@ -1,8 +1,15 @@
-"""Audio encoders: the wav2vec 2.0 lineage (MMS checkpoints are model_type wav2vec2) and the audio
-spectrogram transformer (the ViT layout over spectrogram patches).
+"""Audio encoders: the wav2vec 2.0 lineage (MMS checkpoints are model_type wav2vec2), its Conformer
+variants (wav2vec2-conformer, w2v-BERT 2.0) and the audio spectrogram transformer (the ViT layout over
+spectrogram patches).
 
 The convolutional relative position embedding is added to the input of the first layer, so it is part
 of x, not of the form. WavLM adds a gated relative position bias to the scores: outside the form.
+Conformer self-attention has one of three position schemes (``position_embeddings_type``):
+
+- ``relative`` (Transformer-XL): the score is (q + u)·k + (q + v)·(W_pos r_{i−j}); the content term's
+  learned bias u is folded into the query bias, the position term is left out (``relative_position``);
+- ``relative_key`` (Shaw, w2v-BERT's default): q·k + q·r_{i−j}; the position term is left out;
+- ``rotary``: rotary applied to the layer input before the q/k projections; left out (``rotary``).
 """
 
 from __future__ import annotations
@@ -11,8 +18,14 @@ from collections.abc import Iterator
 
 from transformers import PretrainedConfig
 
-from .base import Architecture, AttentionLayer, TensorReader, separate_layers
+from .base import Architecture, AttentionLayer, TensorReader, separate_layers, separate_qk
 from .vision import vit_layers
+
+CONFORMER_POSITIONS = {
+    "relative": ("relative_position",),
+    "relative_key": ("relative_position",),
+    "rotary": ("rotary",),
+}
 
 
 def _wav2vec2_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
@@ -37,6 +50,65 @@ WAV2VEC2 = Architecture(
     stacks=("encoder",),
 )
 
+
+def _conformer_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """Conformer blocks ``encoder.layers.i.self_attn.linear_{q,k}``; w2v-BERT's adapter layers (stack
+    ``adapter``: self-attention over the conv-pooled sequence, width ``output_hidden_size``, no positions)."""
+    kind = config.position_embeddings_type
+    heads = config.num_attention_heads
+    for i in range(config.num_hidden_layers):
+        prefix = f"encoder.layers.{i}.self_attn"
+        tensors = separate_qk(reader, f"{prefix}.linear_q", f"{prefix}.linear_k")
+        if kind == "relative":  # the content bias u is added to every query: part of the query bias
+            tensors["b_q"] = tensors["b_q"] + reader.get(f"{prefix}.pos_bias_u").flatten()
+        yield AttentionLayer(
+            stack="encoder",
+            layer=i,
+            **tensors,
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=config.hidden_size // heads,
+            left_out=("bias", "scale", *CONFORMER_POSITIONS.get(kind, ())),
+        )
+    if config.model_type == "wav2vec2-bert" and config.add_adapter:
+        for i in range(config.num_adapter_layers):
+            prefix = f"adapter.layers.{i}.self_attn"
+            yield AttentionLayer(
+                stack="adapter",
+                layer=i,
+                **separate_qk(reader, f"{prefix}.linear_q", f"{prefix}.linear_k"),
+                n_heads=heads,
+                n_kv_heads=heads,
+                head_dim=config.output_hidden_size // heads,
+                left_out=("bias", "scale"),
+            )
+
+
+def _conformer_count(config: PretrainedConfig) -> int:
+    adapter = config.model_type == "wav2vec2-bert" and config.add_adapter
+    return config.num_hidden_layers + (config.num_adapter_layers if adapter else 0)
+
+
+CONFORMER = Architecture(
+    model_types=("wav2vec2-conformer",),
+    modality="audio",
+    objective="bidirectional",
+    layers=_conformer_layers,
+    n_layers=_conformer_count,
+    notes="relative (u folded into the query bias) or rotary positions left out",
+    stacks=("encoder",),
+)
+
+W2V_BERT = Architecture(
+    model_types=("wav2vec2-bert",),
+    modality="audio",
+    objective="bidirectional",
+    layers=_conformer_layers,
+    n_layers=_conformer_count,
+    notes="w2v-BERT 2.0: Conformer; relative_key positions left out; adapter layers as stack adapter",
+    stacks=("encoder", "adapter"),
+)
+
 AST = Architecture(
     model_types=("audio-spectrogram-transformer",),
     modality="audio",
@@ -47,4 +119,4 @@ AST = Architecture(
     stacks=("encoder",),
 )
 
-ARCHITECTURES: list[Architecture] = [WAV2VEC2, AST]
+ARCHITECTURES: list[Architecture] = [WAV2VEC2, CONFORMER, W2V_BERT, AST]

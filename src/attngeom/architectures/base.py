@@ -98,7 +98,7 @@ class Architecture:
     objective: str  # bidirectional | autoregressive | encoder-decoder
     layers: LayersFn
     n_layers: Callable[[PretrainedConfig], int]
-    """How many AttentionLayer items ``layers`` yields (for the progress bar)."""
+    """How many items ``layers`` yields, attention and unscored layers alike (for the progress bar)."""
     notes: str = ""
     stacks: tuple[str, ...] = field(default=("self",))
     stack_modality: Mapping[str, str] = field(default_factory=dict)
@@ -108,9 +108,13 @@ class Architecture:
         return self.stack_modality.get(stack, self.modality)
 
     def objective_of(self, config: PretrainedConfig) -> str:
-        """The training objective; an encoder family run as a causal decoder (``is_decoder``) is autoregressive."""
+        """The training objective; an encoder family run as a causal decoder (``is_decoder``) is autoregressive,
+        a decoder family run without its causal mask (``use_bidirectional_attention``, EmbeddingGemma) is
+        bidirectional."""
         if self.objective == "bidirectional" and getattr(config, "is_decoder", False):
             return "autoregressive"
+        if self.objective == "autoregressive" and getattr(config, "use_bidirectional_attention", False):
+            return "bidirectional"
         return self.objective
 
 

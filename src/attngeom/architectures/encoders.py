@@ -46,6 +46,51 @@ def _bert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Att
     )
 
 
+def _esm_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """ESM protein language models: BERT's names on pre-LayerNorm layers; ESM-2 rotates q and k (rotary),
+    ESM-1b adds learned absolute positions to the input; q is scaled by 1/√d_h before the rotation."""
+    kind = getattr(config, "position_embedding_type", None) or "absolute"
+    positions = ("rotary",) if kind == "rotary" else _position_terms(config)
+    return separate_layers(
+        config,
+        reader,
+        "encoder.layer.{i}.attention.self",
+        "query",
+        "key",
+        stack="encoder",
+        left_out=("scale", *positions),
+    )
+
+
+def _mobilebert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """MobileBERT: BERT's names, but q and k read the ``true_hidden_size``-wide bottleneck of the layer
+    input (not the residual stream), so the form is ``true_hidden_size`` square."""
+    return separate_layers(
+        config,
+        reader,
+        "encoder.layer.{i}.attention.self",
+        "query",
+        "key",
+        stack="encoder",
+        left_out=("scale", "absolute_position_embeddings"),
+        head_dim=config.true_hidden_size // config.num_attention_heads,
+    )
+
+
+def _big_bird_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """BigBird: BERT's names; block-sparse attention (window, global and random blocks) masks the form."""
+    sparse = ("block_sparse",) if config.attention_type == "block_sparse" else ()
+    return separate_layers(
+        config,
+        reader,
+        "encoder.layer.{i}.attention.self",
+        "query",
+        "key",
+        stack="encoder",
+        left_out=("scale", *_position_terms(config), *sparse),
+    )
+
+
 def _distilbert_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """DistilBERT: ``transformer.layer.{i}.attention.{q_lin,k_lin}``; learned or sinusoidal positions."""
     return separate_layers(
@@ -218,6 +263,18 @@ def _encoder_family(model_types: tuple[str, ...], layers, notes: str = "", n_lay
 BERT = _encoder_family(
     ("bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "electra"), _bert_layers
 )
+BERT_LAYOUT = _encoder_family(
+    ("ernie", "data2vec-text", "rembert"),
+    _bert_layers,
+    notes="BERT layout (RemBERT: factorised input embeddings)",
+)
+ESM = _encoder_family(("esm",), _esm_layers, notes="protein LMs: BERT layout, pre-LayerNorm; ESM-2 rotary")
+MOBILEBERT = _encoder_family(
+    ("mobilebert",), _mobilebert_layers, notes="q/k act on the true_hidden_size bottleneck, not the residual"
+)
+BIG_BIRD = _encoder_family(
+    ("big_bird",), _big_bird_layers, notes="BERT layout; block-sparse attention listed in left_out"
+)
 DISTILBERT = _encoder_family(("distilbert",), _distilbert_layers)
 ALBERT = _encoder_family(
     ("albert",),
@@ -240,6 +297,10 @@ MPNET = _encoder_family(("mpnet",), _mpnet_layers, notes="relative-position bias
 
 ARCHITECTURES: list[Architecture] = [
     BERT,
+    BERT_LAYOUT,
+    ESM,
+    MOBILEBERT,
+    BIG_BIRD,
     DISTILBERT,
     ALBERT,
     MODERNBERT,

@@ -1,4 +1,5 @@
-"""GPT-lineage decoders: GPT-1, GPT-2, GPT-Neo, GPT-J, GPT-NeoX/Pythia, BLOOM, Falcon, OPT.
+"""GPT-lineage decoders: GPT-1, GPT-2, GPT-Neo, GPT-J, GPT-NeoX/Pythia, BLOOM, Falcon, OPT, and the fused-qkv
+code and chat models after them: GPTBigCode (SantaCoder, StarCoder 1), MPT, DBRX.
 
 Most of them fuse q, k and v into one projection; each is sliced here exactly as the model's own
 forward pass splits it (checked against that forward pass in tests/test_arch_gpt_lineage.py):
@@ -7,6 +8,9 @@ forward pass splits it (checked against that forward pass in tests/test_arch_gpt
 - GPT-NeoX, BLOOM, classic Falcon ``query_key_value`` (an ``nn.Linear``): rows per head [q_h k_h v_h].
 - Falcon's new decoder architecture: rows per kv group [q_g,0 … q_g,G-1 k_g v_g], G = H / H_kv.
 - Falcon multi-query: rows [q_0 … q_H-1 | k | v], one key head shared by all query heads.
+- GPTBigCode ``c_attn`` (an ``nn.Linear``): multi-query rows [q (H·d_h) | k (d_h) | v (d_h)], or rows per
+  head [q_h k_h v_h] without ``multi_query``.
+- MPT ``Wqkv``: rows [q | k | v]; DBRX ``Wqkv``: rows [q (H·d_h) | k (H_kv·d_h) | v (H_kv·d_h)].
 """
 
 from __future__ import annotations
@@ -103,7 +107,7 @@ def _gptj_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Att
     )
 
 
-def _fused_rows_layers(
+def fused_rows_layers(
     reader: TensorReader,
     name: str,
     n_layers: int,
@@ -137,7 +141,7 @@ def _fused_rows_layers(
 
 def _gpt_neox_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     heads = config.num_attention_heads
-    yield from _fused_rows_layers(
+    yield from fused_rows_layers(
         reader,
         "layers.{i}.attention.query_key_value",
         config.num_hidden_layers,
@@ -150,7 +154,7 @@ def _gpt_neox_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator
 
 def _bloom_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     heads = config.num_attention_heads
-    yield from _fused_rows_layers(
+    yield from fused_rows_layers(
         reader,
         "h.{i}.self_attention.query_key_value",
         config.num_hidden_layers,
@@ -177,7 +181,7 @@ def _falcon_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[A
             return fused[: heads * head_dim], fused[heads * head_dim : (heads + 1) * head_dim]
         return _grouped_rows(fused, kv_heads, heads // kv_heads, head_dim)  # classic: groups of one head
 
-    yield from _fused_rows_layers(
+    yield from fused_rows_layers(
         reader, name, config.num_hidden_layers, heads, head_dim, config.bias, left_out, kv_heads, split
     )
 
@@ -196,13 +200,91 @@ def _opt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
     )
 
 
-def _decoder(model_type: str, layers, notes: str) -> Architecture:
+def _gpt_bigcode_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """GPTBigCode: multi-query ``c_attn`` rows [q | k | v] (one kv head), or rows per head [q_h k_h v_h]."""
+    if getattr(config, "add_cross_attention", False):
+        raise ArchitectureError(
+            "gpt_bigcode with add_cross_attention=True (an encoder-decoder's decoder) is not supported; "
+            "score the decoder-only model"
+        )
+    heads = config.num_attention_heads
+    head_dim = config.hidden_size // heads
+    kv_heads = 1 if config.multi_query else heads
+
+    def split(fused: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if config.multi_query:
+            return fused[: heads * head_dim], fused[heads * head_dim : (heads + 1) * head_dim]
+        return _grouped_rows(fused, heads, 1, head_dim)
+
+    scale = ("scale",) if config.scale_attn_weights else ()
+    yield from fused_rows_layers(
+        reader,
+        "h.{i}.attn.c_attn",
+        config.num_hidden_layers,
+        heads,
+        head_dim,
+        True,
+        scale + ("absolute_position_embeddings",),
+        kv_heads,
+        split,
+    )
+
+
+def _mpt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """MPT: ``Wqkv`` rows [q | k | v], no biases by default; ALiBi; optional clip_qkv and softmax_scale."""
+    attn = config.attn_config
+    if attn.qk_ln:
+        raise ArchitectureError(
+            "mpt with attn_config.qk_ln=True: transformers' MPT has no q/k LayerNorm, so the model it runs "
+            "is not this checkpoint's; such checkpoints are not supported"
+        )
+    heads = config.n_heads
+    has_bias = reader.has("blocks.0.attn.Wqkv.bias")
+    left_out = ("alibi", "softmax_scale" if attn.softmax_scale else "scale")
+    left_out += ("clip_qkv",) if attn.clip_qkv else ()
+    for i in range(config.n_layers):
+        name = f"blocks.{i}.attn.Wqkv"
+        yield AttentionLayer(
+            stack=STACK,
+            layer=i,
+            **fused_qkv(reader.get(f"{name}.weight"), reader.get(f"{name}.bias") if has_bias else None),
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=config.d_model // heads,
+            left_out=(("bias",) if has_bias else ()) + left_out,
+        )
+
+
+def _dbrx_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """DBRX: ``Wqkv`` rows [q (H·d_h) | k (H_kv·d_h) | v], no biases; rotary; q, k, v clamped to ±clip_qkv."""
+    heads, kv_heads = config.n_heads, config.attn_config.kv_n_heads
+    head_dim = config.d_model // heads
+    clip = ("clip_qkv",) if config.attn_config.clip_qkv is not None else ()
+
+    def split(fused: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q_end = heads * head_dim
+        return fused[:q_end], fused[q_end : q_end + kv_heads * head_dim]
+
+    yield from fused_rows_layers(
+        reader,
+        "blocks.{i}.norm_attn_norm.attn.Wqkv",
+        config.n_layers,
+        heads,
+        head_dim,
+        False,
+        ("rotary", "scale") + clip,
+        kv_heads,
+        split,
+    )
+
+
+def _decoder(model_type: str, layers, notes: str, n_layers=lambda c: c.num_hidden_layers) -> Architecture:
     return Architecture(
         model_types=(model_type,),
         modality="language",
         objective="autoregressive",
         layers=layers,
-        n_layers=lambda c: c.num_hidden_layers,
+        n_layers=n_layers,
         notes=notes,
         stacks=(STACK,),
     )
@@ -219,4 +301,11 @@ ARCHITECTURES: list[Architecture] = [
     _decoder("bloom", _bloom_layers, "BLOOM: fused rows per head [q_h k_h v_h]; ALiBi"),
     _decoder("falcon", _falcon_layers, "Falcon: per-head, per-kv-group (new arch) or multi-query fused rows"),
     _decoder("opt", _opt_layers, "OPT: separate q/k/v with biases; q scaled after projection"),
+    _decoder(
+        "gpt_bigcode",
+        _gpt_bigcode_layers,
+        "SantaCoder, StarCoder 1: nn.Linear c_attn, multi-query rows [q | k | v] or per head",
+    ),
+    _decoder("mpt", _mpt_layers, "MPT: Wqkv rows [q | k | v]; ALiBi", lambda c: c.n_layers),
+    _decoder("dbrx", _dbrx_layers, "DBRX: Wqkv rows [q | k | v] with GQA; clip_qkv", lambda c: c.n_layers),
 ]

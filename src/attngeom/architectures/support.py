@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from . import REGISTRY, Architecture
+from .base import Architecture
+from .registry import REGISTRY
 
 START = "<!-- support-table:start -->"
 END = "<!-- support-table:end -->"

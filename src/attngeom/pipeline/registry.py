@@ -1,27 +1,29 @@
 """The model registry: config entries become models with a reversible slug, a weight source and resources.
 
-Pure Python with no network and no model loading, so building the DAG stays fast; the Snakefile, the
+Pure Python with no network and no weights read, so building the DAG stays fast; the Snakefile, the
 scripts and the tests all read the registry through this module.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
+from ..errors import InputError
+from ..packaged import package_dir
+from .random_models import check_settings
+
 SAFE = frozenset(string.ascii_letters + string.digits + "._-")
-OBJECTIVES = ("bidirectional", "autoregressive", "encoder-decoder")
 RANDOM_N_PARAMS = 10_000_000
 """Size assumed for a random control when estimating resources (they are tiny by design)."""
 
 
 def _encode_part(part: str) -> str:
     if not part:
-        raise ValueError("model id has an empty path component (leading, trailing or double '/')")
+        raise InputError("config: a model id has an empty path component (leading, trailing or double '/')")
     out = []
     for i, ch in enumerate(part):
         dash_ok = ch != "-" or (0 < i < len(part) - 1 and part[i - 1] != "-")
@@ -46,14 +48,6 @@ def unslug(text: str) -> str:
     return "/".join(unquote(part) for part in text.split("--"))
 
 
-def package_dir(package: str) -> Path:
-    """Directory of an installed package, found without importing it (its __init__ may need extras)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise ValueError(f"config: package {package!r} is not installed; pip install it or remove the model")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
 @dataclass(frozen=True)
 class Model:
     """One entry of the registry, normalised."""
@@ -76,6 +70,20 @@ class Model:
     def slug(self) -> str:
         return slug(self.id)
 
+    def table_row(self) -> dict:
+        """What the tables need to know of the model (``groups`` a list)."""
+        return {
+            "model": self.id,
+            "display": self.display,
+            "family": self.family,
+            "modality": self.modality,
+            "objective": self.objective,
+            "role": self.role,
+            "groups": list(self.groups),
+            "n_params": self.n_params,
+            "slug": self.slug,
+        }
+
 
 def _location(entry: dict, results: str) -> tuple[str, str]:
     if "random" in entry:
@@ -83,17 +91,28 @@ def _location(entry: dict, results: str) -> tuple[str, str]:
     if "training_dir" in entry:
         return "trained", str(entry["training_dir"])
     if "package" in entry:
-        return "path", str(package_dir(entry["package"]) / entry.get("path", ""))
+        try:
+            folder = package_dir(entry["package"])
+        except InputError as err:
+            raise InputError(f"config: model {entry['id']!r}: {err}, or remove the model") from None
+        return "path", str(folder / entry.get("path", ""))
     if "path" in entry:
         return "path", str(entry["path"])
     return "hub", str(entry.get("hub", entry["id"]))
 
 
 def build_registry(entries: list[dict], results: str) -> dict[str, Model]:
-    """Models by slug, in config order; rejects duplicate ids and slugs."""
+    """Models by slug, in config order; rejects duplicate ids and slugs and unknown random settings."""
     models: dict[str, Model] = {}
     for entry in entries:
         kind, location = _location(entry, results)
+        random = dict(entry.get("random", {}))
+        if random:
+            settings = {k: v for k, v in random.items() if k != "model_type"}
+            try:
+                check_settings(random["model_type"], settings)
+            except InputError as err:
+                raise InputError(f"config: model {entry['id']!r}: random: {err}") from None
         model = Model(
             id=entry["id"],
             display=entry.get("display") or entry["id"].rsplit("/", 1)[-1],
@@ -106,15 +125,28 @@ def build_registry(entries: list[dict], results: str) -> dict[str, Model]:
             location=location,
             revision=entry.get("revision"),
             n_params=int(entry["n_params"]) if entry.get("n_params") else None,
-            random=dict(entry.get("random", {})),
+            random=random,
             seed=int(entry.get("seed", 0)),
         )
-        if model.objective not in OBJECTIVES:
-            raise ValueError(f"config: model {model.id!r}: objective must be one of {OBJECTIVES}")
         if model.slug in models:
-            raise ValueError(f"config: model {model.id!r} is listed twice")
+            raise InputError(f"config: model {model.id!r} is listed twice")
         models[model.slug] = model
     return models
+
+
+def heatmaps(figures: dict, models: dict[str, Model]) -> dict[str, tuple[Model, int]]:
+    """The heatmap panels of Figure 2 (role → model and layer); a panel naming no model of the config is
+    an error, not a panel silently left out."""
+    panels = {}
+    for role, ref in (figures.get("heatmap") or {}).items():
+        model = models.get(slug(ref["model"]))
+        if model is None:
+            known = ", ".join(m.id for m in models.values())
+            raise InputError(
+                f"config: figures: heatmap: {role}: model {ref['model']!r} is not in models ({known})"
+            )
+        panels[role] = (model, int(ref.get("layer", 0)))
+    return panels
 
 
 def weight_bytes(model: Model) -> int:

@@ -1,15 +1,22 @@
 """The training runs of a config: settings validated when the DAG is built, and what they produce.
 
-Plain Python (no Snakemake names), so the rules in ``workflow/rules/training.smk`` stay declarations.
+``training: runs:`` lists runs (a name plus overrides of ``defaults:``); ``grid:`` maps settings to lists
+of values, one run per combination, named by its values; ``seeds:`` (a count or a list) repeats every run
+once per seed as ``<name>-s<seed>``.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 
-from attngeom.training.config import RESOURCE_KEYS, make_config
-from attngeom.training.speedup import dataset_label
+from ..errors import InputError
+from ..training.config import RESOURCE_KEYS, make_config
+from ..training.speedup import dataset_label
+
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""A run name is a folder name under results/training: no '/', no leading '.' (so never '..')."""
 
 
 @dataclass(frozen=True)
@@ -27,31 +34,62 @@ class TrainingRun:
     regularised: bool
 
 
-def grid_runs(grid: dict):
+def grid_runs(grid: dict) -> list[dict]:
     """`training: grid:` (setting → list of values) → one run per combination, named by its values."""
     keys = list(grid)
     if not keys:
-        return
-    for values in itertools.product(*(grid[k] if isinstance(grid[k], list) else [grid[k]] for k in keys)):
-        label = "-".join(f"{v}L" if k == "n_layers" else str(v) for k, v in zip(keys, values, strict=True))
-        yield {"name": label, **dict(zip(keys, values, strict=True))}
+        return []
+    values = itertools.product(*(grid[k] if isinstance(grid[k], list) else [grid[k]] for k in keys))
+    return [
+        {
+            "name": "-".join(
+                f"{v}L" if k == "n_layers" else str(v) for k, v in zip(keys, combo, strict=True)
+            ),
+            **dict(zip(keys, combo, strict=True)),
+        }
+        for combo in values
+    ]
+
+
+def seeded(entries: list[dict], seeds: int | list[int] | None) -> list[dict]:
+    """Each run once per seed, named ``<name>-s<seed>`` with ``seed`` set; unchanged without ``seeds``."""
+    if seeds is None:
+        return entries
+    values = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    out = []
+    for entry in entries:
+        if "seed" in entry:
+            raise InputError(
+                f"config: training run {entry.get('name')!r} sets seed, and training: seeds: sets it too; "
+                "remove one"
+            )
+        out += [{**entry, "name": f"{entry.get('name')}-s{seed}", "seed": seed} for seed in values]
+    return out
 
 
 def training_runs(training: dict, results: str) -> dict[str, TrainingRun]:
-    """Runs by name; a bad setting fails here, before any job starts."""
+    """Runs by name; a bad setting or name fails here, before any job starts."""
     defaults = dict(training.get("defaults") or {})
+    entries = [*(training.get("runs") or []), *grid_runs(training.get("grid") or {})]
+    if "seed" in defaults and training.get("seeds") is not None:
+        raise InputError("config: training: defaults sets seed, and training: seeds: sets it too; remove one")
     runs: dict[str, TrainingRun] = {}
-    for entry in [*(training.get("runs") or []), *grid_runs(training.get("grid") or {})]:
-        name = entry.get("name")
-        if not name or "/" in str(name) or name in runs:
-            raise ValueError(f"config: training run name {name!r} is missing, has '/', or is used twice")
+    for entry in seeded(entries, training.get("seeds")):
+        name = str(entry.get("name"))
+        if not RUN_NAME.fullmatch(name):
+            raise InputError(
+                f"config: training run name {name!r} must be letters, digits, '.', '_' or '-', not "
+                "starting with '.' or '-' (it names a folder)"
+            )
+        if name in runs:
+            raise InputError(f"config: training run name {name!r} is used twice")
         merged = {**defaults, **{k: v for k, v in entry.items() if k != "name"}}
         merged.setdefault("cache_dir", f"{results}/cache")
         settings = {k: v for k, v in merged.items() if k not in RESOURCE_KEYS}
         try:
             cfg = make_config(settings)
-        except ValueError as err:
-            raise ValueError(f"config: training run {name!r}: {err}") from None
+        except (InputError, TypeError, ValueError) as err:
+            raise InputError(f"config: training run {name!r}: {err}") from None
         gpus = int(merged.get("gpus", 1 if cfg.device == "cuda" else 0))
         runs[name] = TrainingRun(
             name=name,
@@ -81,22 +119,6 @@ def symmetric_groups(runs: dict[str, TrainingRun]) -> list[tuple[str, int, str]]
         {(r.dataset, r.layers, r.objective) for r in plain if r.init == "symmetric"}
         & {(r.dataset, r.layers, r.objective) for r in plain if r.init == "random"}
     )
-
-
-def training_outputs(runs: dict[str, TrainingRun], results: str) -> list[str]:
-    """Final artifacts of the training part, for the pipeline's `all` rule."""
-    if not runs:
-        return []
-    tables = [
-        f"{results}/tables/{t}.{ext}"
-        for t in ("table_1", "official_comparison")
-        for ext in ("csv", "md", "tex")
-    ]
-    stems = [f"{results}/figures/evolution_{d}_{n}L" for d, n in evolution_groups(runs)]
-    stems += [f"{results}/figures/symmetric_init_{d}_{n}L_{o}" for d, n, o in symmetric_groups(runs)]
-    stems += [f"{results}/figures/official_comparison"] if evolution_groups(runs) else []
-    finals = [f"{results}/{name}/final" for name in runs]
-    return finals + tables + [f"{stem}.{ext}" for stem in stems for ext in ("pdf", "png")]
 
 
 def training_models(runs: dict[str, TrainingRun], results: str) -> list[dict]:

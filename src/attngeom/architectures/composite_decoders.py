@@ -1,0 +1,97 @@
+"""Language models shipped with a vision tower (Gemma 3, Llama 4): every tower is its own stack.
+
+The checkpoint nests a text model and a vision encoder under prefixes (``language_model.model.`` and
+``vision_tower.`` / ``vision_model.model.`` as the Hub's files spell them; ``model.language_model.``
+and ``model.vision_tower.`` in a transformers 5 model in memory). ``Within`` is a reader that looks a
+name up under the first prefix that has it, so each tower is read by its own map: Gemma 3's SigLIP
+tower by the map registered for its ``vision_config.model_type``, its text model by Gemma 3's text map.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from transformers import PretrainedConfig
+
+from .base import Architecture, AttentionLayer, TensorReader, separate_qk
+from .normalised_decoders import gemma3_text_layers, llama4_text_layers
+from .registry import architecture_for
+
+
+@dataclass(frozen=True)
+class Within:
+    """A view of ``reader`` in which a name is looked up under the first of ``prefixes`` that has it."""
+
+    reader: TensorReader
+    prefixes: tuple[str, ...]
+
+    def _full(self, name: str) -> str | None:
+        return next((p + name for p in self.prefixes if self.reader.has(p + name)), None)
+
+    def has(self, name: str) -> bool:
+        return self._full(name) is not None
+
+    def get(self, *names: str) -> torch.Tensor:
+        for name in names:
+            if (full := self._full(name)) is not None:
+                return self.reader.get(full)
+        return self.reader.get(*(self.prefixes[0] + name for name in names))  # raises, naming what is missing
+
+
+TEXT_PREFIXES = ("language_model.model.", "language_model.")
+
+
+def _registered_tower(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """A tower scored by the map registered for its own ``model_type`` (e.g. ``siglip_vision_model``)."""
+    return architecture_for(config).layers(config, reader)
+
+
+def _gemma3_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """Gemma 3 (4B and larger): the SigLIP vision tower (stack ``vision``), then the text decoder."""
+    yield from _registered_tower(config.vision_config, Within(reader, ("vision_tower.",)))
+    yield from gemma3_text_layers(config.text_config, Within(reader, TEXT_PREFIXES))
+
+
+def _llama4_vision_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """Llama 4's vision encoder: biased q_proj/k_proj; a 2-D rotary embedding of the patch position."""
+    heads = config.num_attention_heads
+    for i in range(config.num_hidden_layers):
+        prefix = f"vision_model.model.layers.{i}.self_attn"
+        yield AttentionLayer(
+            stack="vision",
+            layer=i,
+            **separate_qk(reader, f"{prefix}.q_proj", f"{prefix}.k_proj"),
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=config.hidden_size // heads,
+            left_out=("bias", "rotary_2d", "scale"),
+        )
+
+
+def _llama4_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """Llama 4 (Scout, Maverick): the vision encoder (stack ``vision``), then the MoE text decoder."""
+    yield from _llama4_vision_layers(config.vision_config, reader)
+    yield from llama4_text_layers(config.text_config, Within(reader, TEXT_PREFIXES))
+
+
+def _composite(model_types: tuple[str, ...], layers, notes: str) -> Architecture:
+    return Architecture(
+        model_types=model_types,
+        modality="multimodal",
+        objective="autoregressive",
+        layers=layers,
+        n_layers=lambda c: c.vision_config.num_hidden_layers + c.text_config.num_hidden_layers,
+        notes=notes,
+        stacks=("vision", "decoder"),
+        stack_modality={"vision": "vision", "decoder": "language"},
+    )
+
+
+ARCHITECTURES: list[Architecture] = [
+    _composite(("gemma3",), _gemma3_layers, "SigLIP vision tower and Gemma 3 text decoder (see gemma3_text)"),
+    _composite(
+        ("llama4",), _llama4_layers, "vision encoder (2-D rotary) and Llama 4 text decoder (see llama4_text)"
+    ),
+]

@@ -1,0 +1,68 @@
+"""What became of a scoring job: ``ok``, ``failed`` (input we cannot score, with the CLI's reason) or
+``crashed`` (a defect of ours, with the exception's one-line summary). Either way the job ends well and
+writes its status, so one bad model never stops the tables of the others; the log keeps the traceback.
+
+A status and a reason are results a colleague reads on another machine: ``portable`` rewrites the
+machine's own paths (the model's folder, the working directory, the virtual environment, the home).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import TextIO
+
+PREFIX = "attngeom: error: "
+
+
+def portable(text: str, names: dict[str, str] | None = None) -> str:
+    """``text`` without absolute paths of this machine: each key of ``names`` (a path) becomes its value,
+    then the working directory becomes relative, the Python environment ``<venv>`` and the home ``~``."""
+    replacements = dict(names or {})
+    for path, name in list(replacements.items()):
+        replacements.setdefault(str(Path(path).resolve()), name)
+    replacements.setdefault(os.getcwd() + os.sep, "")
+    replacements.setdefault(sys.prefix, "<venv>")
+    replacements.setdefault(str(Path(sys.prefix).resolve()), "<venv>")
+    replacements.setdefault(str(Path.home()), "~")
+    for path in sorted(replacements, key=len, reverse=True):  # the most specific path first
+        if os.path.isabs(path) and path not in (os.sep, ""):
+            text = text.replace(path, replacements[path])
+    return text
+
+
+def one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+
+
+def run_cli(argv: list[str], log: TextIO) -> dict:
+    """``attngeom <argv>`` in this process, its output and any traceback written to ``log``; returns
+    ``{"status": ..., "reason": ...}`` (no reason when ok)."""
+    from ..cli import main
+
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(stderr):
+            code = main(argv)
+    except SystemExit as exit_:  # argparse refused the arguments the rule built: our defect
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    except Exception as err:  # a defect of ours; the traceback goes to the log
+        log.write(stderr.getvalue())
+        traceback.print_exc(file=log)
+        first = str(err).strip().splitlines()
+        return {
+            "status": "crashed",
+            "reason": f"{type(err).__name__}: {first[0] if first else ''}".rstrip(": "),
+        }
+    text = stderr.getvalue()
+    log.write(text)
+    if code == 0:
+        return {"status": "ok"}
+    if code == 2 and PREFIX in text:
+        return {"status": "failed", "reason": one_line(text[text.rindex(PREFIX) + len(PREFIX) :])}
+    lines = text.strip().splitlines()
+    return {"status": "crashed", "reason": f"exit code {code}" + (f": {lines[-1].strip()}" if lines else "")}

@@ -1,0 +1,61 @@
+"""Random-initialised controls: ``AutoConfig.for_model(model_type, **settings)`` saved as safetensors.
+
+Random matrices score about 0, so these are the pipeline's controls. Their settings are checked against
+the transformers config class when the DAG is built: a typo such as ``num_hidden_layer`` would otherwise
+be stored as an unused attribute and silently build a model of the default depth.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+
+from ..errors import InputError
+from ..files import atomic_dir
+
+
+def _config_class(model_type: str):
+    from transformers import CONFIG_MAPPING
+
+    if model_type not in CONFIG_MAPPING:
+        near = difflib.get_close_matches(model_type, list(CONFIG_MAPPING.keys()), n=3)
+        hint = f"; did you mean {', '.join(near)}?" if near else ""
+        raise InputError(f"model_type {model_type!r} is not a transformers model type{hint}")
+    return CONFIG_MAPPING[model_type]
+
+
+def check_settings(model_type: str, settings: dict) -> None:
+    """Every key of ``settings`` is a setting of ``model_type``'s config class, else an error naming the
+    valid names nearest to it."""
+    config_class = _config_class(model_type)
+    valid = set(config_class().to_dict()) | set(getattr(config_class, "attribute_map", {}))
+    for key in settings:
+        if key not in valid:
+            near = difflib.get_close_matches(key, sorted(valid), n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join(near)}?" if near else f"valid: {', '.join(sorted(valid))}"
+            raise InputError(f"{key!r} is not a setting of {config_class.__name__} ({model_type}); {hint}")
+    from transformers.utils import logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()  # warnings about token ids of a tiny vocabulary are not errors
+    try:
+        config_class(**settings)  # the config class's own type checks
+    except Exception as err:  # transformers raises its own validation error classes
+        message = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        raise InputError(f"{config_class.__name__} refuses these settings: {message}") from None
+    finally:
+        logging.set_verbosity(verbosity)
+
+
+def build(model_type: str, settings: dict, seed: int, output: str | os.PathLike) -> int:
+    """The random model saved under ``output`` (safetensors, written atomically); its parameter count."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.for_model(model_type, **settings)
+    torch.manual_seed(seed)
+    model = AutoModel.from_config(config)
+    with atomic_dir(Path(output)) as folder:
+        model.save_pretrained(folder, safe_serialization=True)
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,276 @@
+"""GGUF files (llama.cpp): the header parsed once, head counts from its metadata, q/k dequantised one at a time.
+
+One parser serves local files and Hub files read by range: ``parse_header`` walks a prefix of the file
+and raises ``NeedMore`` when the metadata or tensor table runs past it, so a remote reader fetches just
+enough bytes. Values of metadata arrays (the tokenizer's vocabulary, often megabytes) are skipped; only
+their lengths are kept. Dequantisation is the ``gguf`` package's.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+from gguf.quants import dequantize, quant_shape_to_byte_shape
+from transformers import AutoConfig, PretrainedConfig
+
+from ..errors import InputError
+from .base import WeightSource, check_head_counts, one_line
+
+PROBE = 64 << 10
+"""First read of a header; grown until the metadata and tensor table fit."""
+MAX_HEADER = 1 << 30
+"""A header that claims more bytes than this is corrupted."""
+
+ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2"}
+"""GGUF ``general.architecture`` → transformers ``model_type``, for layouts with separate attn_q/attn_k."""
+
+_TENSOR_NAMES = {
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+}
+_SCALARS = {
+    GGUFValueType.UINT8: "B",
+    GGUFValueType.INT8: "b",
+    GGUFValueType.UINT16: "H",
+    GGUFValueType.INT16: "h",
+    GGUFValueType.UINT32: "I",
+    GGUFValueType.INT32: "i",
+    GGUFValueType.FLOAT32: "f",
+    GGUFValueType.BOOL: "?",
+    GGUFValueType.UINT64: "Q",
+    GGUFValueType.INT64: "q",
+    GGUFValueType.FLOAT64: "d",
+}
+
+
+class NeedMore(Exception):
+    """The header runs past the bytes given: at least ``size`` bytes of the file are needed."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor: its quantisation, its dims in GGUF order (fastest first) and its bytes [start, end)."""
+
+    name: str
+    kind: GGMLQuantizationType
+    dims: tuple[int, ...]
+    start: int
+    end: int
+
+
+@dataclass
+class Header:
+    metadata: dict[str, object] = field(default_factory=dict)
+    """Scalar and string values by key."""
+    array_lengths: dict[str, int] = field(default_factory=dict)
+    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+
+
+class _Cursor:
+    def __init__(self, prefix: bytes) -> None:
+        self.prefix = prefix
+        self.position = 0
+
+    def take(self, fmt: str) -> tuple:
+        end = self.position + struct.calcsize(fmt)
+        if end > len(self.prefix):
+            raise NeedMore(max(end, 2 * len(self.prefix)))
+        values = struct.unpack_from(fmt, self.prefix, self.position)
+        self.position = end
+        return values
+
+    def skip(self, length: int) -> bytes:
+        end = self.position + length
+        if end > len(self.prefix):
+            raise NeedMore(max(end, 2 * len(self.prefix)))
+        self.position, start = end, self.position
+        return self.prefix[start:end]
+
+    def string(self) -> str:
+        return self.skip(self.take("<Q")[0]).decode(errors="replace")
+
+
+def parse_header(prefix: bytes, where: str) -> Header:
+    """The metadata and tensor table of a little-endian GGUF v2/v3 file from its first bytes."""
+    cursor = _Cursor(prefix)
+    magic, version, n_tensors, n_kv = cursor.take("<4sIQQ")
+    if magic != b"GGUF":
+        raise InputError(f"{where}: not a GGUF file (it does not start with 'GGUF')")
+    if version not in (2, 3):
+        raise InputError(
+            f"{where}: GGUF version {version} is not supported (v2/v3, little-endian); re-convert it"
+        )
+    header = Header()
+    for _ in range(n_kv):
+        key, kind = cursor.string(), cursor.take("<I")[0]
+        if kind == GGUFValueType.ARRAY:
+            item, count = cursor.take("<IQ")
+            if item == GGUFValueType.STRING:
+                for _ in range(count):
+                    cursor.skip(cursor.take("<Q")[0])
+            elif item in _SCALARS:
+                cursor.skip(count * struct.calcsize(_SCALARS[item]))
+            else:
+                raise InputError(f"{where}: GGUF metadata {key} has an unsupported array type {item}")
+            header.array_lengths[key] = count
+        elif kind == GGUFValueType.STRING:
+            header.metadata[key] = cursor.string()
+        elif kind in _SCALARS:
+            header.metadata[key] = cursor.take("<" + _SCALARS[kind])[0]
+        else:
+            raise InputError(f"{where}: GGUF metadata {key} has an unknown type {kind}; corrupted?")
+    infos = []
+    for _ in range(n_tensors):
+        name = cursor.string()
+        (n_dims,) = cursor.take("<I")
+        if n_dims > 8:
+            raise InputError(f"{where}: GGUF tensor {name} has {n_dims} dimensions; the file is corrupted")
+        infos.append((name, cursor.take(f"<{n_dims}Q"), *cursor.take("<IQ")))
+    alignment = int(header.metadata.get("general.alignment", 32)) or 32
+    data_start = -(-cursor.position // alignment) * alignment
+    for name, dims, kind, offset in infos:
+        try:
+            quant = GGMLQuantizationType(kind)
+            block, block_bytes = GGML_QUANT_SIZES[quant]
+        except (ValueError, KeyError) as err:
+            raise InputError(f"{where}: tensor {name} has an unknown GGUF type {kind}") from err
+        start = data_start + offset
+        header.tensors[name] = TensorInfo(
+            name, quant, tuple(dims), start, start + math.prod(dims) * block_bytes // block
+        )
+    return header
+
+
+def read_local_header(path: Path) -> Header:
+    """The header of a local GGUF file, reading only as much of it as the header takes."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        prefix = handle.read(PROBE)
+        while True:
+            try:
+                return parse_header(prefix, str(path))
+            except NeedMore as more:
+                if len(prefix) >= size or more.size > MAX_HEADER:
+                    raise InputError(
+                        f"{path}: the GGUF header runs past the end of the file; it is truncated"
+                    ) from None
+                prefix += handle.read(more.size - len(prefix))
+
+
+def _count(header: Header, key: str, where: str, required: bool) -> int | None:
+    value = header.metadata.get(key)
+    if value is None:
+        if key in header.array_lengths:
+            raise InputError(f"{where}: GGUF {key} differs per layer; such models are not supported")
+        if required:
+            raise InputError(
+                f"{where}: GGUF metadata has no {key}; the file is incomplete, re-convert the model with llama.cpp"
+            )
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(f"{where}: GGUF {key} = {value!r} is not a positive integer; the file is corrupted")
+    return value
+
+
+def config_of(header: Header, where: str, name: str) -> PretrainedConfig:
+    """A transformers config from the GGUF metadata (only what the architecture map needs must be there)."""
+    arch = header.metadata.get("general.architecture")
+    if arch not in ARCHITECTURES:
+        raise InputError(
+            f"{where}: GGUF architecture {arch!r} is not supported; supported: {', '.join(ARCHITECTURES)}"
+        )
+    heads = _count(header, f"{arch}.attention.head_count", where, required=True)
+    settings = {
+        "hidden_size": _count(header, f"{arch}.embedding_length", where, required=True),
+        "num_hidden_layers": _count(header, f"{arch}.block_count", where, required=True),
+        "num_attention_heads": heads,
+        "num_key_value_heads": _count(header, f"{arch}.attention.head_count_kv", where, False) or heads,
+        "head_dim": _count(header, f"{arch}.attention.key_length", where, required=False),
+        "intermediate_size": _count(header, f"{arch}.feed_forward_length", where, required=False),
+        "vocab_size": _count(header, f"{arch}.vocab_size", where, required=False) or _vocabulary(header),
+    }
+    settings = {key: value for key, value in settings.items() if value is not None}
+    config = AutoConfig.for_model(
+        ARCHITECTURES[arch], name_or_path=str(header.metadata.get("general.name", name)), **settings
+    )
+    check_head_counts(config, settings, where)
+    return config
+
+
+def _vocabulary(header: Header) -> int | None:
+    """The vocabulary size where the metadata leaves it out: the token embedding's rows, or the token list."""
+    embedding = header.tensors.get("token_embd.weight")
+    if embedding is not None and len(embedding.dims) == 2:
+        return int(embedding.dims[1])
+    return header.array_lengths.get("tokenizer.ggml.tokens")
+
+
+def qk_tensors(header: Header) -> dict[str, TensorInfo]:
+    """The q/k tensors under the transformers names the architecture map asks for."""
+    tensors = {}
+    for name, info in header.tensors.items():
+        block, _, rest = name.partition(".")
+        index, _, kind = rest.partition(".")
+        if block == "blk" and kind in _TENSOR_NAMES:
+            tensors[f"model.layers.{index}.{_TENSOR_NAMES[kind]}"] = info
+    return tensors
+
+
+def decode(raw: np.ndarray, info: TensorInfo, where: str) -> torch.Tensor:
+    """A tensor's raw bytes (uint8) dequantised to float32, in transformers' (rows, columns) order."""
+    shape = tuple(reversed(info.dims))
+    try:
+        data = raw.reshape(quant_shape_to_byte_shape(shape, info.kind))
+        return torch.from_numpy(np.array(dequantize(data, info.kind), dtype=np.float32))  # a writable copy
+    except (ValueError, NotImplementedError) as err:
+        raise InputError(f"{where}: cannot dequantise a {info.kind.name} tensor ({one_line(err)})") from err
+
+
+def gguf_weights(
+    header: Header,
+    read: Callable[[TensorInfo], np.ndarray],
+    *,
+    model_id: str,
+    description: str,
+    revision: str | None = None,
+) -> WeightSource:
+    """A source over a parsed header; ``read(info)`` gives a tensor's raw bytes (from disk or by range)."""
+    config = config_of(header, description, model_id)
+    tensors = qk_tensors(header)
+    return WeightSource(
+        model_id=model_id,
+        description=description,
+        config=config,
+        names=tensors,
+        load=lambda name: decode(read(tensors[name]), tensors[name], description),
+        revision=revision,
+        n_params=sum(math.prod(info.dims) for info in header.tensors.values()),
+    )
+
+
+def from_gguf(path: Path) -> WeightSource:
+    """A local GGUF file; each q/k tensor's bytes are read from the file when asked for."""
+    header = read_local_header(path)
+    size = path.stat().st_size
+    if any(info.end > size for info in header.tensors.values()):
+        raise InputError(f"{path}: GGUF tensor data runs past the end of the file; it is truncated")
+
+    def read(info: TensorInfo) -> np.ndarray:
+        with open(path, "rb") as handle:
+            handle.seek(info.start)
+            return np.frombuffer(handle.read(info.end - info.start), dtype=np.uint8)
+
+    return gguf_weights(header, read, model_id=path.name, description=str(path))

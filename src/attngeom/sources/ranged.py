@@ -1,0 +1,298 @@
+"""One file read by HTTP range: its header, then the bytes of single tensors, each cached on disk.
+
+A safetensors file starts with an 8-byte length and a JSON header giving every tensor's byte range
+(parsed by huggingface_hub); a GGUF file with its metadata and tensor table (parsed by
+``gguf.parse_header``). Each is read with a few ranged GETs, then only the requested tensors' bytes. Each
+tensor is cached as a one-tensor safetensors file, so safetensors itself decodes it (its dtype table, its
+size checks) and a re-run transfers nothing.
+
+Connections are huggingface_hub's httpx pool (its endpoint, proxies, offline mode, timeouts); transient
+failures (dropped connections, 5xx, short bodies) are retried with back-off, resuming where the bytes
+stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import quote
+
+import httpx2
+import torch
+from huggingface_hub import constants, parse_local_safetensors_file_metadata
+from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, SafetensorsParsingError
+from huggingface_hub.utils import get_session, hf_raise_for_status
+from safetensors import SafetensorError, safe_open
+
+from .. import files
+from ..errors import InputError
+from . import gguf
+from .base import one_line
+
+TRIES = 5
+"""Attempts of one request before giving up; an attempt that delivers bytes resets the count."""
+RETRY_WAIT_S = 0.5
+"""First back-off; doubled after each failed attempt, at most 8 s."""
+CHUNK = 1 << 20
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+T = TypeVar("T")
+
+
+class Transient(Exception):
+    """A failure worth retrying: 5xx, 429, or a body that ended early."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A tensor's bytes [start, end) in its file, with the safetensors dtype and shape they decode to."""
+
+    start: int
+    end: int
+    dtype: str
+    shape: tuple[int, ...]
+
+
+class RemoteFile:
+    """One file at a fixed URL, read by byte range, its header and tensors cached under ``folder``.
+
+    ``explain`` turns an HTTP or offline error into the one-line error the user sees.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str],
+        folder: Path,
+        label: str,
+        explain: Callable[[Exception], InputError],
+        tries: int = TRIES,
+    ) -> None:
+        self.url = url
+        self.headers = {**headers, "Accept-Encoding": "identity"}
+        self.folder = folder
+        self.label = label
+        self.explain = explain
+        self.tries = tries
+        self.table: dict[str, Entry] = {}
+        self.table_ready = False
+
+    def __repr__(self) -> str:
+        return self.label
+
+    @property
+    def header_path(self) -> Path:
+        return self.folder.with_name(self.folder.name + ".header")
+
+    # --- transfers ---------------------------------------------------------------------------------
+
+    def read(self, start: int, end: int, sink: Callable[[bytes], None]) -> int:
+        """Bytes [start, end) of the file passed to ``sink`` in order; returns the file's size.
+
+        Transient failures are retried with back-off, each retry asking only for the bytes still missing.
+        """
+        position, failures = start, 0
+        while True:
+            before = position
+            try:
+                headers = {**self.headers, "Range": f"bytes={position}-{end - 1}"}
+                timeout = constants.HF_HUB_DOWNLOAD_TIMEOUT
+                with get_session().stream("GET", self.url, headers=headers, timeout=timeout) as response:
+                    size = self._check(response, position, end)
+                    end = min(end, size)
+                    if position >= end:
+                        return size
+                    for chunk in response.iter_raw(CHUNK):
+                        chunk = chunk[: end - position]
+                        sink(chunk)
+                        position += len(chunk)
+                        if position == end:
+                            return size
+                raise Transient(f"the response ended at byte {position} of {end}")
+            except (Transient, httpx2.TransportError) as err:
+                failures = 1 if position > before else failures + 1
+                if failures >= self.tries:
+                    raise InputError(
+                        f"{self}: download failed after {failures} tries ({one_line(err)}); "
+                        "check the connection and retry"
+                    ) from err
+                time.sleep(min(RETRY_WAIT_S * 2 ** (failures - 1), 8.0))
+            except (HfHubHTTPError, OfflineModeIsEnabled) as err:
+                raise self.explain(err) from err
+
+    def _check(self, response: httpx2.Response, position: int, end: int) -> int:
+        """The file size from a ranged response that starts at ``position``; anything else raises."""
+        status = response.status_code
+        if status == 206:
+            match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", response.headers.get("Content-Range", ""))
+            if not match or int(match[1]) != position:
+                raise InputError(
+                    f"{self}: asked for bytes from {position}, the server sent "
+                    f"{response.headers.get('Content-Range')!r}; use --full-download"
+                )
+            return int(match[3])
+        if status == 200:
+            length = int(response.headers.get("Content-Length", -1))
+            if position == 0 and 0 <= length <= end:  # the whole file was no more than we asked for
+                return length
+            raise InputError(
+                f"{self}: the server ignores HTTP Range requests (it sent the whole file); "
+                "rerun with --full-download (full_download=True)"
+            )
+        if status in TRANSIENT_STATUS:
+            raise Transient(f"HTTP {status}")
+        if status == 416:
+            raise InputError(
+                f"{self}: bytes {position}-{end - 1} lie past the end of the file; it is corrupted"
+            )
+        response.read()
+        hf_raise_for_status(response)
+        raise InputError(f"{self}: unexpected HTTP {status} to a range request")
+
+    def header(self, parse: Callable[[bytes, int], T], probe: int) -> T:
+        """``parse(prefix, file_size)`` of the file's first bytes, as many as ``parse`` asks for
+        (``gguf.NeedMore``); the prefix is cached (as it is in the file) beside the tensors."""
+        cached = self.header_path
+        size_file = cached.with_name(cached.name + ".size")
+        if cached.is_file() and size_file.is_file():
+            with contextlib.suppress(gguf.NeedMore, InputError, ValueError):
+                return parse(cached.read_bytes(), int(size_file.read_text()))
+        parts: list[bytes] = []
+        size = self.read(0, probe, parts.append)
+        prefix = b"".join(parts)
+        while True:
+            try:
+                result = parse(prefix, size)
+                break
+            except gguf.NeedMore as more:
+                if len(prefix) >= size or more.size > gguf.MAX_HEADER:
+                    raise InputError(
+                        f"{self}: the header runs past the end of the file; it is truncated"
+                    ) from None
+                parts = [prefix]
+                self.read(len(prefix), min(more.size, size), parts.append)
+                prefix = b"".join(parts)
+        files.write_text(size_file, str(size))
+        files.write_bytes(cached, prefix)
+        return result
+
+    # --- tensor cache ------------------------------------------------------------------------------
+
+    def entry_path(self, name: str) -> Path:
+        return self.folder / (quote(name, safe="") + ".safetensors")
+
+    def cached(self, name: str) -> bool:
+        return self.entry_path(name).is_file()
+
+    def fetch(self, names: list[str]) -> None:
+        """Tensors that lie back to back in the file: one request, each into its own cache entry.
+
+        Entries appear complete or not at all (each is written beside its place and renamed into it).
+        """
+        with contextlib.ExitStack() as stack:
+            outputs: deque[list] = deque()
+            for name in names:
+                entry = self.table[name]
+                temporary = stack.enter_context(files.atomic_path(self.entry_path(name)))
+                handle = stack.enter_context(open(temporary, "wb"))
+                handle.write(_entry_header(name, entry))
+                outputs.append([handle, entry.end - entry.start])
+
+            def sink(data: bytes) -> None:
+                while data:
+                    while not outputs[0][1]:
+                        outputs.popleft()
+                    part = data[: outputs[0][1]]
+                    outputs[0][0].write(part)
+                    outputs[0][1] -= len(part)
+                    data = data[len(part) :]
+
+            start, end = self.table[names[0]].start, self.table[names[-1]].end
+            if end > start:
+                self.read(start, end, sink)
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """A cached tensor, decoded by safetensors; an unreadable entry is removed and named."""
+        path = self.entry_path(name)
+        try:
+            with safe_open(path, framework="pt") as handle:
+                return handle.get_tensor(name)
+        except (SafetensorError, OSError) as err:
+            path.unlink(missing_ok=True)
+            raise InputError(
+                f"{self}: tensor {name} does not decode as its header says ({one_line(err)}); "
+                "corrupted upload? use --full-download"
+            ) from err
+
+
+def _entry_header(name: str, entry: Entry) -> bytes:
+    """The header of a one-tensor safetensors file holding ``entry``'s bytes (padded to 8 bytes)."""
+    info = {"dtype": entry.dtype, "shape": list(entry.shape), "data_offsets": [0, entry.end - entry.start]}
+    text = json.dumps({name: info}).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text
+
+
+# --- safetensors -----------------------------------------------------------------------------------
+
+
+def read_safetensors_table(file: RemoteFile) -> None:
+    """The tensor table of a remote safetensors file, from its header (read by range, parsed by
+    huggingface_hub)."""
+
+    def header_length(prefix: bytes, size: int) -> int:
+        if len(prefix) < 8:
+            raise gguf.NeedMore(8)
+        length = int.from_bytes(prefix[:8], "little")
+        if length > constants.SAFETENSORS_MAX_HEADER_LENGTH or 8 + length > size:
+            raise InputError(f"{file}: not a safetensors file (header length {length} of a {size}-byte file)")
+        if len(prefix) < 8 + length:
+            raise gguf.NeedMore(8 + length)
+        return length
+
+    def make() -> dict[str, Entry]:
+        length = file.header(header_length, 8)
+        try:
+            metadata = parse_local_safetensors_file_metadata(file.header_path)
+        except SafetensorsParsingError as err:
+            raise InputError(
+                f"{file}: corrupted safetensors header ({one_line(err)}); use --full-download"
+            ) from err
+        table = {}
+        for name, info in metadata.tensors.items():
+            begin, end = (8 + length + int(offset) for offset in info.data_offsets)
+            table[name] = Entry(begin, end, info.dtype, tuple(info.shape))
+        if any(not 8 + length <= e.start <= e.end for e in table.values()):
+            raise InputError(f"{file}: safetensors header gives impossible byte ranges; corrupted upload?")
+        return table
+
+    if not file.table_ready:
+        file.table, file.table_ready = make(), True
+
+
+# --- GGUF ------------------------------------------------------------------------------------------
+
+
+def read_gguf_table(file: RemoteFile) -> gguf.Header:
+    """The header of a remote GGUF file (parsed once); its tensors' raw bytes become the file's table."""
+
+    def parse(prefix: bytes, size: int) -> gguf.Header:
+        header = gguf.parse_header(prefix, str(file))
+        if any(info.end > size for info in header.tensors.values()):
+            raise InputError(f"{file}: GGUF tensor table points past the end of the file; corrupted upload?")
+        return header
+
+    header = file.header(parse, gguf.PROBE)
+    file.table = {
+        name: Entry(info.start, info.end, "U8", (info.end - info.start,))
+        for name, info in header.tensors.items()
+    }
+    file.table_ready = True
+    return header

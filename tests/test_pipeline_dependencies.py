@@ -1,0 +1,67 @@
+"""The conda environment of the rules (envs/attngeom.yaml) installs what pyproject.toml declares, so a
+run with `--software-deployment-method conda` has every import the rules make; the base install holds
+the library, the `pipeline` extra the workflow."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import yaml
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[1]
+CONDA_NAMES = {"torch": "pytorch", "matplotlib": "matplotlib-base"}
+"""PyPI name → conda-forge name, where they differ."""
+RUN_THE_WORKFLOW = {"snakemake", "snakemake-executor-plugin-slurm"}
+"""Needed where Snakemake runs, not inside a rule's environment."""
+
+
+def project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def conda_environment() -> tuple[dict[str, str], dict[str, str]]:
+    """(conda package → version bound, pip package → version bound) of envs/attngeom.yaml."""
+    conda, pip = {}, {}
+    for item in yaml.safe_load((ROOT / "envs" / "attngeom.yaml").read_text())["dependencies"]:
+        if isinstance(item, dict):
+            pip.update({(r := Requirement(line)).name.lower(): str(r.specifier) for line in item["pip"]})
+        else:
+            name, _, bound = item.partition(" ")
+            conda[name.lower()] = bound.replace(" ", "")
+    return conda, pip
+
+
+def test_the_rules_environment_has_every_runtime_dependency_with_the_same_bound():
+    requirements = [
+        Requirement(r) for r in project()["dependencies"] + project()["optional-dependencies"]["pipeline"]
+    ]
+    conda, pip = conda_environment()
+    expected = {
+        CONDA_NAMES.get(r.name.lower(), r.name.lower()): str(r.specifier)
+        for r in requirements
+        if r.name.lower() not in RUN_THE_WORKFLOW
+    }
+    found = {name: conda.get(name, pip.get(name)) for name in expected}
+    assert found == expected
+    assert set(conda) - set(expected) == {"python", "pip"}, (
+        "envs/attngeom.yaml lists a package pyproject.toml does not"
+    )
+    assert set(pip) <= set(expected)
+
+
+def test_the_library_does_not_depend_on_the_workflow_engine():
+    base = {Requirement(r).name.lower() for r in project()["dependencies"]}
+    pipeline = {Requirement(r).name.lower() for r in project()["optional-dependencies"]["pipeline"]}
+    assert RUN_THE_WORKFLOW <= pipeline and not base & (RUN_THE_WORKFLOW | {"matplotlib"})
+    assert "pipeline" in (ROOT / "Makefile").read_text().split('-e ".[')[1].split("]")[0].split(",")
+
+
+def test_matplotlib_is_imported_only_by_the_figure_modules():
+    importers = {
+        str(path.relative_to(ROOT / "src"))
+        for path in (ROOT / "src").rglob("*.py")
+        if "import matplotlib" in path.read_text()
+    }
+    assert importers <= {"attngeom/figures.py", "attngeom/training/figures.py"}
