@@ -21,16 +21,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..figures import save
+from .official import METRICS, nearest_official, official_medians, official_note, ours_medians
 from .runs import RunInfo, twins
 from .speedup import CLAIM_RULE, smoothed
 
 COLOURS = {"encoder": "tab:blue", "decoder": "tab:purple", "random": "lightskyblue", "symmetric": "navy"}
 STYLES = {"random": "--", "symmetric": "-"}
-METRICS = ("symmetry", "directionality")
 LAYER_FORM = "layer form Σ_h M_h"
 LAYER_FORM_STYLE = ":"
-NEAREST_DATASET = "jigsaw"
-"""The authors' dataset drawn when none of theirs is ours: short documents, like the offline corpus."""
 
 
 def load_runs(runs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -211,72 +209,11 @@ def symmetric_init_figure(
     return fig
 
 
-def official_medians(official: pd.DataFrame) -> pd.DataFrame:
-    """The authors' per-layer evolution → median over layers per (layers, objective, dataset, step)."""
-    frame = official.assign(layers=official["model"].str.extract(r"\((\d+) layers\)")[0].astype(int))
-    return frame.groupby(["layers", "objective", "dataset", "step"])[list(METRICS)].median().reset_index()
-
-
-def ours_medians(scores: pd.DataFrame) -> pd.DataFrame:
-    """Our random-init, unregularised runs → median over layers per (run, layers, objective, dataset, step)."""
-    rows = scores[scores["head"].isna() & (scores["init"] == "random") & (scores["reg_weight"] == 0)]
-    keys = ["run", "layers", "objective", "dataset", "step"]
-    return rows.groupby(keys)[list(METRICS)].median().reset_index()
-
-
-def compare_official(scores: pd.DataFrame, official: pd.DataFrame) -> pd.DataFrame:
-    """Our medians next to the authors' at the same step, for runs whose depth, objective and dataset
-    match one of theirs (empty when none does: ``official_note`` says what is nearest)."""
-    keys = ["layers", "objective", "dataset", "step"]
-    merged = ours_medians(scores).merge(official_medians(official), on=keys, suffixes=("", "_authors"))
-    return merged[["run", *keys, "symmetry", "symmetry_authors", "directionality", "directionality_authors"]]
-
-
-def nearest_official(scores: pd.DataFrame, official: pd.DataFrame) -> pd.DataFrame:
-    """For each (layers, objective, dataset) of our runs, the authors' run drawn beside it: the same one
-    if they published it, else the same objective at the nearest depth, on our dataset if they trained
-    on it, else on ``NEAREST_DATASET``. Columns: ours_*, layers/objective/dataset (theirs), exact."""
-    theirs = official_medians(official)[["layers", "objective", "dataset"]].drop_duplicates()
-    ours = ours_medians(scores)[["layers", "objective", "dataset"]].drop_duplicates()
-    rows = []
-    for mine in ours.itertuples(index=False):
-        same = theirs[theirs["objective"] == mine.objective]
-        if same.empty:
-            continue
-        depth = min(same["layers"], key=lambda n: (abs(n - mine.layers), n))
-        at_depth = same[same["layers"] == depth]
-        dataset = mine.dataset if mine.dataset in set(at_depth["dataset"]) else NEAREST_DATASET
-        exact = depth == mine.layers and dataset == mine.dataset
-        rows.append(
-            {
-                "ours_layers": mine.layers,
-                "ours_dataset": mine.dataset,
-                "objective": mine.objective,
-                "layers": depth,
-                "dataset": dataset,
-                "exact": exact,
-            }
-        )
-    columns = ["ours_layers", "ours_dataset", "objective", "layers", "dataset", "exact"]
-    return pd.DataFrame(rows, columns=columns)
-
-
-def official_note(scores: pd.DataFrame, official: pd.DataFrame) -> str:
-    """One sentence per run group without a published counterpart, naming what is drawn instead."""
-    nearest = nearest_official(scores, official)
-    sentences = [
-        f"The authors published no {r.ours_layers}-layer {r.objective} run on {r.ours_dataset}; the nearest, "
-        f"their {r.layers}-layer {r.objective} on {r.dataset}, is drawn beside ours (not compared step by step)."
-        for r in nearest[~nearest["exact"]].itertuples(index=False)
-    ]
-    return " ".join(sentences)
-
-
 def official_figure(scores: pd.DataFrame, official: pd.DataFrame, stem: Path) -> Figure:
     """Our runs (solid) over the authors' published evolution (dashed), per objective: the same depth,
     objective and dataset where they published it, else the nearest (``nearest_official``), labelled so."""
     ours, theirs = ours_medians(scores), official_medians(official)
-    nearest = nearest_official(scores, official)
+    nearest = nearest_official(ours, official)
     fig, axes = plt.subplots(2, 2, figsize=(11, 8), constrained_layout=True, sharex=True)
     for col, objective in enumerate(("encoder", "decoder")):
         drawn = nearest[nearest["objective"] == objective].drop_duplicates(["layers", "dataset"])
@@ -307,7 +244,7 @@ def official_figure(scores: pd.DataFrame, official: pd.DataFrame, stem: Path) ->
                 ylabel=metric,
             )
             ax.legend(fontsize="x-small")
-    note = official_note(scores, official)
+    note = official_note(ours, official)
     if note:
         fig.suptitle(note, fontsize="small", wrap=True)
     save(fig, stem)
