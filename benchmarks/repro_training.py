@@ -43,7 +43,7 @@ from attngeom.training.config import make_config, parse_overrides
 from attngeom.training.data import load_corpus
 from attngeom.training.figures import evolution_figure, load_runs, official_figure, symmetric_init_figure
 from attngeom.training.runs import RunInfo
-from attngeom.training.speedup import TABLE1_CAPTION, pair_speedups, table1, table1_display
+from attngeom.training.speedup import pair_speedups, table1, write_table1
 
 CACHE = Path(__file__).parent / ".cache" / "training"
 OFFICIAL = Path(__file__).parents[1] / "config" / "reference" / "official_training_evolution.csv"
@@ -164,7 +164,7 @@ def launch(runs: list[Run], gpus: int, per_gpu: int, deadline: float, threads: i
 def render(runs: list[Path], out: Path, staging: Path) -> list[Path]:
     """Table 1 into ``out``; the figures into ``staging`` (PDF and PNG); returns the figure stems."""
     table = table1(runs)
-    tables.write_table(table1_display(table), out / "table_1", TABLE1_CAPTION, csv=table)
+    write_table1(table, out / "table_1")
     scores, losses = load_runs(runs)
     info = RunInfo.read(runs[0]).labels()
     dataset, layers = info["dataset"], info["layers"]

@@ -9,18 +9,12 @@ import pandas as pd
 from attngeom import tables
 from attngeom.training.figures import load_runs
 from attngeom.training.official import compare_official, official_note, ours_medians
-from attngeom.training.speedup import TABLE1_CAPTION, table1, table1_display
+from attngeom.training.speedup import table1, write_table1
 
 runs = [Path(final).parent for final in snakemake.input.finals]
-table = table1(runs, pd.read_csv(snakemake.input.paper))
-shown = table1_display(table)
-blocks = [
-    tables.Block(rows.drop(columns="depth"), f"{depth} models")
-    for depth, rows in shown.groupby("depth", sort=False)
-]
-title = "Table 1: final loss and speed-up of symmetric over random initialisation, over seeds"
-stem = Path(snakemake.output.table_1[0]).with_suffix("")
-tables.write_table(blocks, stem, title, csv=table, caption=TABLE1_CAPTION.removeprefix("Table 1: "))
+write_table1(
+    table1(runs, pd.read_csv(snakemake.input.paper)), Path(snakemake.output.table_1[0]).with_suffix("")
+)
 scores, _ = load_runs(runs)
 official = pd.read_csv(snakemake.input.official)
 comparison = compare_official(scores, official)

@@ -37,6 +37,7 @@ from attngeom.training.speedup import (
     summarise,
     table1,
     table1_display,
+    write_table1,
 )
 
 
@@ -177,7 +178,7 @@ def test_table1_with_one_seed_gives_no_interval_and_no_verdict():
     assert "±" not in " ".join(shown.astype(str).to_numpy().ravel())
 
 
-def test_table1_groups_by_depth_then_dataset_and_keeps_random_vs_random_out_of_the_speedups():
+def test_table1_groups_by_depth_then_dataset_and_keeps_random_vs_random_out_of_the_speedups(tmp_path):
     losses, configs = seeded_logs(2, better=0.5, dataset="wikipedia")
     more, more_configs = seeded_logs(2, better=0.5, dataset="jigsaw")
     losses |= {f"j-{k}": v for k, v in more.items()}
@@ -198,6 +199,16 @@ def test_table1_groups_by_depth_then_dataset_and_keeps_random_vs_random_out_of_t
         ("random-0", "random-1"), ("random-1", "random-0"), ("j-random-0", "j-random-1"), ("j-random-1", "j-random-0")
     }  # fmt: skip
     assert (null["reference_seed"] != null["candidate_seed"]).all()
+    write_table1(table, tmp_path / "table_1")
+    markdown = (tmp_path / "table_1.md").read_text()
+    assert markdown.index("## 4-layer models") < markdown.index(
+        "## 12-layer models"
+    )  # as the paper prints it
+    assert (
+        "95% Student-t interval over seeds" in markdown and "not distinguishable from seed noise" in markdown
+    )
+    assert pd.read_csv(tmp_path / "table_1.csv")["speedup_robust_low"].notna().sum() == 2
+    assert (tmp_path / "table_1.tex").read_text().count(r"\begin{tabular}") == 2
 
 
 def student_t_cdf(x: float, df: int) -> float:

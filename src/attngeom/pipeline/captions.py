@@ -7,12 +7,15 @@ a run of this size can show it at all.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 
 import pandas as pd
 
+from .. import tables
 from ..training.official import official_note
+from .paper_config import model_entry
 from .registry import Model
 from .training_runs import TrainingRun
 
@@ -40,6 +43,8 @@ def models_scope(models: Iterable[Model], group: str) -> str:
     parts += [f"{controls} random-initialised control(s)"] if controls else []
     parts += [f"{trained} model(s) trained here"] if trained else []
     text = f"This run has {'; '.join(parts)} in it."
+    if not pretrained:
+        return text + " It cannot show what the paper shows here (config/paper.yaml has the paper's models)."
     if group in ("table_s2", "table_s3", "figure_2"):
         both = pretrained["encoder-only"] and pretrained["decoder-only"]
         if not both:
@@ -107,3 +112,44 @@ def official_scope(runs: dict[str, TrainingRun], official: pd.DataFrame) -> str:
     if ours.empty:
         return "This run has no unregularised random-init run to compare with the authors' evolution."
     return official_note(ours, official) or "Every run here has a published counterpart of the same setting."
+
+
+def nearest_published(models: pd.DataFrame, reference: pd.DataFrame) -> str:
+    """For each scored pretrained model of the run that the published per-layer scores do not hold, the
+    published model of the same modality and objective nearest in parameter count, with its published
+    medians: a sentence that says what the comparison could have been, for orientation only."""
+    published = pd.DataFrame(
+        [
+            {
+                **model_entry(model_id, rows),
+                "symmetry": rows["symmetry"].median(),
+                "dir": rows["directionality"].median(),
+            }
+            for model_id, rows in reference.groupby("model_id", sort=False)
+        ]
+    )
+    ours = models[
+        (models["role"] == "pretrained") & (models["status"] == "ok") & ~models["model"].isin(published["id"])
+    ]
+    parts = []
+    for model in ours.itertuples(index=False):
+        same = published[
+            (published["modality"] == model.modality) & (published["objective"] == model.objective)
+        ]
+        same = same[same["n_params"].notna()]
+        if same.empty or pd.isna(model.n_params):
+            continue
+        gap = (same["n_params"].astype(float).map(math.log) - math.log(float(model.n_params))).abs()
+        near = same.loc[gap.idxmin()]
+        parts.append(
+            f"{model.display} ({tables.parameters(model.n_params)}): {near['id']} "
+            f"({tables.parameters(near['n_params'])}; published median symmetry {near['symmetry']:.2f}, "
+            f"directionality {near['dir']:.2f})"
+        )
+    if not parts:
+        return ""
+    return (
+        "Nearest published models of the same kind, for orientation (other weights, so not a check): "
+        + "; ".join(parts)
+        + "."
+    )

@@ -26,6 +26,7 @@ distinguishable from seed noise". Final losses are likewise a mean ± interval o
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -34,6 +35,7 @@ import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .. import tables
 from .config import TrainConfig
 from .intervals import Interval, mean_interval
 from .runs import RunInfo, comparison_key, dataset_label, seed_pairs, twins
@@ -43,6 +45,7 @@ __all__ = [
     "RULES",
     "SMOOTHING_FRACTION",
     "TABLE1_CAPTION",
+    "TABLE1_TITLE",
     "dataset_label",
     "pair_speedups",
     "smoothed",
@@ -50,6 +53,7 @@ __all__ = [
     "summarise",
     "table1",
     "table1_display",
+    "write_table1",
 ]
 """``dataset_label`` lives in ``runs``; the pipeline still imports it from here."""
 
@@ -63,8 +67,9 @@ NOISE = "not distinguishable from seed noise"
 SYMMETRIC_VS_RANDOM = "symmetric vs random (same seed)"
 NULL = "null: random vs random (other seed)"
 
+TABLE1_TITLE = "Table 1: final loss and speed-up of symmetric over random initialisation, over seeds"
 TABLE1_CAPTION = (
-    "Table 1: final loss (smoothed: trailing mean over 2% of the log) and speed-up of symmetric over "
+    "Final loss (smoothed: trailing mean over 2% of the log) and speed-up of symmetric over "
     "random initialisation, per depth, dataset and objective. Speed-up (%) = (t_random − t_symmetric) / "
     "total steps, t = when the run's smoothed loss reaches the random run's final loss: 'paper' = the first "
     "step at or below it (the paper's definition), 'robust' = the first step after which it stays at or "
@@ -272,3 +277,16 @@ def table1_display(table: pd.DataFrame) -> pd.DataFrame:
         if column in table:
             shown[title] = table[column].map(lambda v, d=digits: "" if pd.isna(v) else f"{v:.{d}f}")
     return shown
+
+
+def write_table1(table: pd.DataFrame, stem: str | os.PathLike) -> None:
+    """Table 1 (``summarise``) as ``stem``.csv (every number), .md and .tex (``table1_display``, a block
+    per depth as the paper prints it, with the caption)."""
+    shown = table1_display(table)
+    blocks = [
+        tables.Block(rows.drop(columns="depth"), f"{depth} models")
+        for depth, rows in shown.groupby("depth", sort=False)
+    ]
+    tables.write_table(
+        blocks, stem, TABLE1_TITLE, csv=table, caption=TABLE1_CAPTION, empty="No training run."
+    )
