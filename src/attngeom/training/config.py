@@ -67,6 +67,9 @@ class TrainConfig:
     intermediate_size: int | None = None
     """``None`` takes the size from the preset for ``n_layers`` (4, 12 or 24)."""
     dropout: float = 0.1
+    document_mask: bool = True
+    """Each document of a packed row attends only to itself, at positions counted from its own start, as
+    if it were alone in a padded row; ``false``: the documents packed into a row see each other."""
     objective: str = "encoder"
     decoder_loss: str = "causal"
     """``causal``: next-token loss at every position. ``masked``: the authors' variant, a causal model fed
@@ -87,7 +90,10 @@ class TrainConfig:
     grad_clip: float = 1.0
     precision: str = "auto"
     device: str = "auto"
-    compile: bool = False
+    compile: bool | None = None
+    """torch.compile the loss (on one GPU also as CUDA graphs). ``None``: on for CUDA (measured 1.6× eager
+    on BERT-base, 3.4× on BERT-mini, H100) unless ``deterministic``; off on the CPU, where compiling costs
+    more than it saves on the small models run there."""
     deterministic: bool = False
     """Deterministic GPU kernels (slower): needed for a resumed GPU run to repeat the loss log bit for bit."""
     # bookkeeping
@@ -126,6 +132,12 @@ class TrainConfig:
     @property
     def intermediate(self) -> int:
         return self.intermediate_size or PRESETS[self.n_layers][2]
+
+    def compiles_on(self, device_type: str) -> bool:
+        """Whether the loss is compiled on this kind of device (``compile``, or its default)."""
+        if self.compile is not None:
+            return self.compile
+        return device_type == "cuda" and not self.deterministic
 
     @property
     def uses_masking(self) -> bool:

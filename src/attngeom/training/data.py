@@ -16,7 +16,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +27,13 @@ from tqdm.auto import tqdm
 from ..files import atomic_dir, cache_dir
 from ..packaged import packaged_model_path
 from .config import ConfigError, TrainConfig
+from .document_mask import crosses_documents, document_ids
 from .documents import documents, local_path
 
 CACHE_VERSION = 2
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+IGNORED = -100
+"""Target of a loss position that carries no loss (cross-entropy's ``ignore_index``)."""
 TOKENIZER_TRAIN_DOCS = 100_000
 """A trained WordPiece vocabulary is learnt from at most this many documents of the corpus."""
 
@@ -225,20 +228,29 @@ def _tokenise_into(folder: Path, config: TrainConfig, progress: bool) -> None:
 
 @dataclass(frozen=True)
 class MicroBatch:
-    """Model input and where the loss is taken: ``hidden[positions]`` must predict ``targets``."""
+    """Model input and where the loss is taken: ``hidden[positions]`` must predict ``targets``
+    (``IGNORED`` targets carry no loss); ``documents``: each token's document, when documents are masked."""
 
     input_ids: torch.Tensor  # (B, L)
     positions: torch.Tensor  # (B, P)
     targets: torch.Tensor  # (B, P)
+    documents: torch.Tensor | None = None  # (B, L)
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """The tensors the loss takes, in the order of ``LanguageModelLoss.forward``."""
+        return tuple(
+            t for t in (self.input_ids, self.positions, self.targets, self.documents) if t is not None
+        )
 
     def to(self, device: torch.device | str) -> MicroBatch:
-        return MicroBatch(
-            *(t.to(device, non_blocking=True) for t in (self.input_ids, self.positions, self.targets))
-        )
+        return MicroBatch(*(t.to(device, non_blocking=True) for t in self.tensors()))
 
 
 class PackedBatches:
-    """Micro-batch ``i`` of a run: rows drawn without replacement, reshuffled every pass over the corpus."""
+    """Micro-batch ``i`` of a run: rows drawn without replacement, reshuffled every pass over the corpus.
+
+    With ``document_mask``, each batch also says which document every token belongs to.
+    """
 
     def __init__(self, corpus: Corpus, config: TrainConfig):
         self.corpus = corpus
@@ -265,21 +277,29 @@ class PackedBatches:
     def rows(self, index: int) -> torch.Tensor:
         """The (B, L) token rows of micro-batch ``index``, before any masking."""
         size = self.config.batch_size
+        samples = torch.arange(index * size, (index + 1) * size)
+        epochs = samples // self.n_rows
+        rows = torch.cat([self._order(int(e))[samples[epochs == e] % self.n_rows] for e in epochs.unique()])
+        starts = rows.numpy()[:, None] * self.width + np.arange(self.width)
         out = torch.empty(size, self.config.seq_len, dtype=torch.long)
         out[:, 0] = self.cls
-        for i, sample in enumerate(range(index * size, (index + 1) * size)):
-            row = int(self._order(sample // self.n_rows)[sample % self.n_rows])
-            out[i, 1:] = torch.from_numpy(
-                self.corpus.tokens[row * self.width : (row + 1) * self.width].astype(np.int64)
-            )
+        out[:, 1:] = torch.from_numpy(self.corpus.tokens[starts].astype(np.int64))
         return out
 
     def __getitem__(self, index: int) -> MicroBatch:
         rows = self.rows(index)
-        if not self.config.uses_masking:
-            positions = torch.arange(rows.shape[1] - 1).expand(rows.shape[0], -1)
-            return MicroBatch(rows, positions, rows[:, 1:])
-        return self._mask(rows, _generator(self.config.seed, 2, index))
+        if self.config.uses_masking:
+            batch = self._mask(rows, _generator(self.config.seed, 2, index))
+        else:
+            positions = torch.arange(rows.shape[1] - 1).repeat(rows.shape[0], 1)  # own memory: pinnable
+            batch = MicroBatch(rows, positions, rows[:, 1:])
+        if not self.config.document_mask:
+            return batch
+        owner = document_ids(rows, self.sep)
+        targets = batch.targets
+        if self.config.objective == "decoder":  # a document cannot see the next one's first token
+            targets = targets.masked_fill(crosses_documents(owner, batch.positions, 1), IGNORED)
+        return replace(batch, targets=targets, documents=owner)
 
     def _mask(self, rows: torch.Tensor, gen: torch.Generator) -> MicroBatch:
         """BERT's corruption of exactly ``n_masked`` non-special positions per row (80% [MASK], 10% random,

@@ -11,7 +11,6 @@ its own micro-batches, rank 0 writes.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import time
 from collections.abc import Callable
@@ -29,8 +28,9 @@ from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ConfigError, TrainConfig
 from .data import Corpus, PackedBatches, load_corpus
-from .model import LanguageModelLoss, build_model
+from .model import build_model
 from .runs import Restart, RunFolder
+from .step import TrainStep, feed, grouped, micro_batch_indices
 
 
 @dataclass(frozen=True)
@@ -132,11 +132,10 @@ def train(
     corpus = _load_corpus_rank0_first(config, rt, progress)
     batches = PackedBatches(corpus, config)
 
-    # model, loss (LM cross-entropy + γ·L_c) and optimiser, from the seed
+    # model and optimiser, from the seed
     torch.manual_seed(config.seed)
     model = build_model(config, corpus.vocab_size).to(rt.device)
     model.train()
-    objective: torch.nn.Module = LanguageModelLoss(model, config.reg_weight, config.reg_target)
     optimizer = make_optimizer(model, config, rt.device)
 
     # the run folder: a new run records its settings and data, a resumed one must have the same
@@ -148,11 +147,8 @@ def train(
     if folder.checkpoint.exists():
         start, elapsed = load_checkpoint(folder.checkpoint, model, optimizer, rt.device)
 
-    # compile and DDP wrap the loss module, so they see the whole forward pass
-    if config.compile:
-        objective = torch.compile(objective)
-    if rt.world > 1:
-        objective = torch.nn.parallel.DistributedDataParallel(objective)
+    # one optimizer step: the loss (LM cross-entropy + γ·L_c; compiled, DDP-wrapped), clipping, AdamW
+    train_step = TrainStep(model, optimizer, config, rt.device, rt.autocast, rt.world)
 
     # logs keep their rows up to the checkpoint; the scores at the starting step are taken (again) here
     end = config.steps if stop_at is None else min(stop_at, config.steps)
@@ -162,6 +158,10 @@ def train(
     scores = ParquetLog(folder.scores, keep_through=start - 1)
     if rt.main and when.score(start):
         scores.append(score_live(model, folder.path.name, start))
+
+    # micro-batches, built ahead on a background thread and copied to the device without blocking
+    indices = micro_batch_indices(config, range(start, end), rt.rank, rt.world)
+    micro_batches = grouped(feed(batches, indices, rt.device), config.grad_accum)
     clock = _stopwatch(elapsed)
     bar = tqdm(
         range(start, end),
@@ -171,38 +171,15 @@ def train(
         disable=not (progress and rt.main),
     )
     for step in bar:
-        # learning rate of this step: warm-up, then linear decay
+        # forward and backward over grad_accum micro-batches, clip, step, at this step's learning rate
         lr = learning_rate(config, step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-
-        # forward and backward over grad_accum micro-batches; DDP syncs gradients on the last one only
-        loss = torch.zeros((), device=rt.device)
-        lm_loss = torch.zeros((), device=rt.device)
-        for micro in range(config.grad_accum):
-            batch = batches[(step * config.grad_accum + micro) * rt.world + rt.rank].to(rt.device)
-            last = micro == config.grad_accum - 1
-            sync = contextlib.nullcontext() if last or rt.world == 1 else objective.no_sync()
-            with sync, rt.autocast():
-                micro_loss, micro_lm_loss = objective(batch.input_ids, batch.positions, batch.targets)
-                (micro_loss / config.grad_accum).backward()
-            loss += micro_loss.detach() / config.grad_accum
-            lm_loss += micro_lm_loss.detach() / config.grad_accum
-        if rt.world > 1:  # log the mean over ranks, not rank 0's share
-            for value in (loss, lm_loss):
-                dist.all_reduce(value)
-                value /= rt.world
-
-        # clip, step, zero the gradients
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        result = train_step(next(micro_batches), lr)
         done = step + 1
         if not rt.main:
             continue
 
         # log, score and checkpoint (rank 0 only), each on its own schedule
-        losses.record(StepRecord(done, loss, lm_loss, grad_norm, lr, clock()))
+        losses.record(StepRecord(done, result.loss, result.lm_loss, result.grad_norm, lr, clock()))
         if when.log(done):
             bar.set_postfix(loss=f"{losses.flush(clock):.3f}")
         if when.score(done):

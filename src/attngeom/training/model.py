@@ -1,7 +1,8 @@
 """The BERT models the paper trains, its attention initialisations, the regulariser γ·L_c, and the loss.
 
-Encoder: ``BertForMaskedLM`` (bidirectional, no mask). Decoder: ``BertLMHeadModel`` with
-``is_decoder=True`` (causal mask). Both use PyTorch SDPA attention.
+Encoder: ``BertForMaskedLM`` (bidirectional). Decoder: ``BertLMHeadModel`` with ``is_decoder=True``
+(causal mask). Both use PyTorch SDPA attention; given the document of every token, attention stays inside
+each document and positions restart per document (``document_mask.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, PreTraine
 
 from ..scores import Form
 from .config import TrainConfig
+from .document_mask import document_attention_mask, document_positions
 
 
 def build_model(config: TrainConfig, vocab_size: int) -> PreTrainedModel:
@@ -88,10 +90,43 @@ def symmetry_penalty(model: PreTrainedModel, target: str) -> torch.Tensor:
     return (2.0 / (1.0 + sign * s).clamp_min(1e-6)).mean()
 
 
+def hidden_states(
+    model: PreTrainedModel, input_ids: torch.Tensor, documents: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The encoder's last hidden states (B, L, d); with ``documents`` (B, L), each document of a packed row
+    sees only itself, at positions counted from its own start."""
+    if documents is None:
+        return model.bert(input_ids=input_ids).last_hidden_state
+    mask = document_attention_mask(documents, causal=model.config.is_decoder)
+    return model.bert(
+        input_ids=input_ids, attention_mask=mask, position_ids=document_positions(documents)
+    ).last_hidden_state
+
+
+VOCABULARY_MULTIPLE = 64
+"""The LM head's vocabulary is padded to a multiple of this for its matrix products (values unchanged)."""
+
+
+def head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    """The LM head's logits for these hidden states, as ``model.cls`` computes them.
+
+    The vocabulary matrix is zero-padded to a multiple of 64 rows for the product and the padding cut from
+    the result: BERT's 30,522 words would put the head's three matrix products (forward, both gradients)
+    on slow misaligned kernels.
+    """
+    head = model.cls.predictions
+    x = head.transform(hidden)
+    weight, bias = head.decoder.weight, head.decoder.bias
+    words = weight.shape[0]
+    logits = F.linear(x, F.pad(weight, (0, 0, 0, -words % VOCABULARY_MULTIPLE)))[..., :words]
+    return logits + bias.to(logits.dtype)
+
+
 class LanguageModelLoss(nn.Module):
     """Cross-entropy of the LM head at the loss positions only (masked positions for MLM), plus γ·L_c.
 
-    Wrapping the model in one module lets DDP and torch.compile see the whole step.
+    Targets of -100 carry no loss. Wrapping the model in one module lets DDP and torch.compile see the
+    whole step.
     """
 
     def __init__(self, model: PreTrainedModel, reg_weight: float = 0.0, reg_target: str = "symmetric"):
@@ -101,12 +136,16 @@ class LanguageModelLoss(nn.Module):
         self.reg_target = reg_target
 
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        targets: torch.Tensor,
+        documents: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(total loss, LM loss) for one micro-batch."""
-        hidden = self.model.bert(input_ids=input_ids).last_hidden_state
+        hidden = hidden_states(self.model, input_ids, documents)
         picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-        logits = self.model.cls(picked)
+        logits = head_logits(self.model, picked)
         lm_loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         if not self.reg_weight:
             return lm_loss, lm_loss

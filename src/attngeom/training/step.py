@@ -1,0 +1,130 @@
+"""One optimizer step, and the micro-batches that feed it, kept off the GPU's critical path.
+
+The step: forward and backward over ``grad_accum`` micro-batches (DDP syncs gradients on the last one only),
+clip, fused AdamW. Compiled (``TrainConfig.compiles_on``), the loss (model, gather at the loss positions, cross-entropy) is one
+torch.compile graph; on a single CUDA GPU its forward and backward also run as CUDA graphs
+(``reduce-overhead``), so a small model is not bound by Python launching its kernels.
+
+The feed: micro-batch ``i`` is still a pure function of (seed, i), but it is built on a background thread a
+few batches ahead, in pinned memory, and copied to the GPU without blocking, so the GPU never waits for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .config import TrainConfig
+from .data import MicroBatch, PackedBatches
+from .model import LanguageModelLoss
+
+FEED_AHEAD = 4
+"""Micro-batches built ahead of the one the step is using."""
+
+
+@dataclass(frozen=True)
+class StepLosses:
+    """One optimizer step's mean loss, LM loss (over micro-batches and ranks) and gradient norm, on device."""
+
+    loss: torch.Tensor
+    lm_loss: torch.Tensor
+    grad_norm: torch.Tensor
+
+
+def compile_mode(device: torch.device, world: int) -> str:
+    """CUDA graphs where they are safe and pay: one process on a CUDA GPU."""
+    return "reduce-overhead" if device.type == "cuda" and world == 1 else "default"
+
+
+class TrainStep:
+    """Forward/backward over the micro-batches of one step, gradient clipping and the optimizer update."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        config: TrainConfig,
+        device: torch.device,
+        autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+        world: int = 1,
+        mode: str | None = None,
+    ):
+        """``autocast``: the mixed-precision context of a forward pass; ``mode``: torch.compile's mode
+        when compiling (``None`` = ``compile_mode(device, world)``)."""
+        self.model, self.optimizer, self.config = model, optimizer, config
+        self.device, self.autocast, self.world = device, autocast, world
+        objective: torch.nn.Module = LanguageModelLoss(model, config.reg_weight, config.reg_target)
+        # DDP inside torch.compile, not around it: the compiler then splits the graph at DDP's gradient
+        # buckets, so each bucket's all-reduce overlaps the rest of the backward pass.
+        self.ddp = None
+        if world > 1:
+            objective = self.ddp = torch.nn.parallel.DistributedDataParallel(
+                objective, gradient_as_bucket_view=True
+            )
+        if config.compiles_on(device.type):
+            objective = torch.compile(objective, mode=mode or compile_mode(device, world))
+        self.objective = objective
+
+    def __call__(self, micro_batches: Iterable[MicroBatch], lr: float) -> StepLosses:
+        accum = self.config.grad_accum
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss = torch.zeros((), device=self.device)
+        lm_loss = torch.zeros((), device=self.device)
+        for micro, batch in enumerate(micro_batches):
+            last = micro == accum - 1
+            sync = contextlib.nullcontext() if last or self.ddp is None else self.ddp.no_sync()
+            with sync, self.autocast():
+                micro_loss, micro_lm_loss = self.objective(*batch.tensors())
+                (micro_loss / accum).backward()
+            loss += micro_loss.detach() / accum
+            lm_loss += micro_lm_loss.detach() / accum
+        if self.world > 1:  # the mean over ranks, not rank 0's share
+            for value in (loss, lm_loss):
+                dist.all_reduce(value)
+                value /= self.world
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip or math.inf)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepLosses(loss, lm_loss, grad_norm)
+
+
+def micro_batch_indices(config: TrainConfig, steps: range, rank: int, world: int) -> Iterator[int]:
+    """Indices of the micro-batches a rank uses in ``steps``: ranks interleave, micro-batches follow on."""
+    for step in steps:
+        for micro in range(config.grad_accum):
+            yield (step * config.grad_accum + micro) * world + rank
+
+
+def feed(
+    batches: PackedBatches, indices: Iterable[int], device: torch.device, ahead: int = FEED_AHEAD
+) -> Iterator[MicroBatch]:
+    """``batches[i]`` for each index on ``device``, built ``ahead`` batches in advance on one thread."""
+    pin = device.type == "cuda"
+
+    def build(index: int) -> MicroBatch:
+        batch = batches[index]
+        return MicroBatch(*(t.pin_memory() for t in batch.tensors())) if pin else batch
+
+    pending: deque = deque()
+    order = iter(indices)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attngeom-feed") as pool:
+        for index in order:
+            pending.append(pool.submit(build, index))
+            if len(pending) > ahead:
+                yield pending.popleft().result().to(device)
+        while pending:
+            yield pending.popleft().result().to(device)
+
+
+def grouped(items: Iterator[MicroBatch], size: int) -> Iterator[Sequence[MicroBatch]]:
+    """Consecutive groups of ``size`` (the micro-batches of one optimizer step)."""
+    while group := [batch for _, batch in zip(range(size), items, strict=False)]:
+        yield group

@@ -1,0 +1,102 @@
+"""The training step and its feed: same batches in the same order, same numbers compiled or not (CPU)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from attngeom.training.config import make_config
+from attngeom.training.data import PackedBatches, load_corpus
+from attngeom.training.loop import learning_rate, make_optimizer
+from attngeom.training.model import build_model, head_logits
+from attngeom.training.step import TrainStep, feed, grouped, micro_batch_indices
+
+TINY = dict(n_layers=2, hidden_size=32, n_heads=4, intermediate_size=64, seq_len=48, vocab_size=301)
+WORDS = "the a nation people congress state war peace law union free trade tax year work we our".split()
+
+
+@pytest.fixture
+def config(tmp_path):
+    rng = random.Random(1)
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(" ".join(rng.choices(WORDS, k=rng.randint(2, 25))) for _ in range(300)) + "\n")
+    settings = dict(TINY, dataset=str(path), cache_dir=str(tmp_path / "cache"), batch_size=3, grad_accum=2)
+    return make_config(settings, {"dropout": 0.0, "steps": 4, "warmup_steps": 1, "lr": 1e-3})
+
+
+@pytest.mark.parametrize("ahead", [1, 4, 50])
+def test_feed_gives_each_indexed_batch_in_order(config, ahead):
+    batches = PackedBatches(load_corpus(config, progress=False), config)
+    indices = [5, 0, 9, 9, 2, 7]
+    fed = list(feed(batches, indices, torch.device("cpu"), ahead=ahead))
+    assert len(fed) == len(indices)
+    for index, batch in zip(indices, fed, strict=True):
+        for got, expected in zip(batch.tensors(), batches[index].tensors(), strict=True):
+            assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize(
+    "objective,decoder_loss,document_mask",
+    [
+        ("encoder", "causal", True),
+        ("decoder", "causal", True),
+        ("decoder", "causal", False),
+        ("decoder", "masked", True),
+    ],
+)
+def test_every_batch_tensor_owns_its_memory_so_it_can_be_pinned(
+    config, objective, decoder_loss, document_mask
+):
+    """pin_memory (the CUDA feed) refuses a tensor whose elements share memory (an ``expand``ed view)."""
+    config = make_config(
+        config.to_dict(),
+        {"objective": objective, "decoder_loss": decoder_loss, "document_mask": document_mask},
+    )
+    batch = PackedBatches(load_corpus(config, progress=False), config)[0]
+    for tensor in batch.tensors():
+        assert 0 not in tensor.stride() or tensor.numel() <= 1
+
+
+def test_feed_can_stop_early_and_groups_follow_the_steps(config):
+    batches = PackedBatches(load_corpus(config, progress=False), config)
+    stream = feed(batches, range(1000), torch.device("cpu"))
+    first = next(stream)
+    stream.close()  # the loop left early (stop_at): the background thread ends with it
+    assert torch.equal(first.input_ids, batches[0].input_ids)
+    assert [len(g) for g in grouped(iter(range(7)), 3)] == [3, 3, 1]
+    assert list(micro_batch_indices(config, range(1, 3), rank=1, world=2)) == [5, 7, 9, 11]
+
+
+def test_head_logits_match_the_models_own_head_on_an_unaligned_vocabulary():
+    torch.manual_seed(0)
+    model = build_model(make_config(TINY), vocab_size=301)  # 301 is not a multiple of 64
+    with torch.no_grad():
+        model.cls.predictions.decoder.bias.normal_()
+    hidden = torch.randn(2, 7, 32)
+    torch.testing.assert_close(head_logits(model, hidden), model.cls(hidden), rtol=1e-6, atol=1e-6)
+
+
+def run_steps(config, compile: bool) -> list[tuple[float, float]]:
+    config = make_config(config.to_dict(), {"compile": compile})
+    batches = PackedBatches(load_corpus(config, progress=False), config)
+    torch.manual_seed(0)
+    model = build_model(config, batches.corpus.vocab_size)
+    cpu = torch.device("cpu")
+    step = TrainStep(model, make_optimizer(model, config, cpu), config, cpu)
+    fed = feed(batches, micro_batch_indices(config, range(config.steps), 0, 1), cpu)
+    out = []
+    for number, group in enumerate(grouped(fed, config.grad_accum)):
+        losses = step(group, learning_rate(config, number))
+        out.append((float(losses.loss), float(losses.grad_norm)))
+    return out
+
+
+@pytest.mark.slow
+def test_compiled_step_trains_like_the_eager_step(config):
+    """torch.compile of the whole loss (documents, gather, padded head, cross-entropy), float32, no dropout."""
+    eager, compiled = run_steps(config, compile=False), run_steps(config, compile=True)
+    assert len(eager) == config.steps
+    assert eager[-1][0] < eager[0][0]  # it learns
+    torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=1e-4, atol=1e-5)
