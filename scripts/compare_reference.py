@@ -1,17 +1,18 @@
-"""Rule reference_comparison: this run vs the paper's published per-layer scores, with known defects."""
+"""Rule reference_comparison: this run vs the paper's published per-layer scores, with known defects; when
+no model of the run was published, a sentence says so and names the nearest published models."""
 
 from pathlib import Path
 
 import pandas as pd
 
 from attngeom import tables
+from attngeom.pipeline.captions import nearest_published
 from attngeom.records import read_scores
 
+models = tables.read_table(snakemake.input.models)
+reference = pd.read_csv(snakemake.input.reference)
 per_layer, per_model = tables.compare_with_reference(
-    read_scores(snakemake.input.scores),
-    tables.read_table(snakemake.input.models),
-    pd.read_csv(snakemake.input.reference),
-    tables.known_defects(snakemake.input.defects),
+    read_scores(snakemake.input.scores), models, reference, tables.known_defects(snakemake.input.defects)
 )
 tables.write_csv(per_layer, snakemake.output.layers)
 tables.write_table(
@@ -19,5 +20,5 @@ tables.write_table(
     Path(snakemake.output.table[0]).with_suffix(""),
     "This run vs the paper's published per-layer scores (medians over layers, largest layer difference)",
     csv=per_model,
-    empty=tables.NOTHING_TO_COMPARE,
+    empty=" ".join(filter(None, [tables.NOTHING_TO_COMPARE, nearest_published(models, reference)])),
 )

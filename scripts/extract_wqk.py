@@ -1,23 +1,36 @@
 """Rule heatmap_matrix: the dense W_qk = W_q W_kᵀ of one small layer, for a heatmap panel of Figure 2.
 
-The only place the d × d matrix is formed (scoring never does); refused above ``max_dim``. A model
-that cannot be read records the reason instead, as the score rule does.
+The layer is the config's, or else the model's most representative one (``figures.representative_layer``
+on its scores: symmetry for the encoder panel, directionality for the decoder panel, as Figure 2's rows
+a and b). The only place the d × d matrix is formed (scoring never does); refused above ``max_dim``. A
+model that cannot be read records the reason instead, as the score rule does.
 """
+
+import json
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from attngeom import figures
 from attngeom.architectures import architecture_for
 from attngeom.errors import InputError
 from attngeom.files import atomic_path
 from attngeom.pipeline.outcome import portable
+from attngeom.records import read_scores
 from attngeom.sources import open_source
 
+METRIC = {"encoder": "symmetry", "decoder": "directionality"}
+"""The score a panel's layer is chosen by: Figure 2 shows symmetry in row a, directionality in row b."""
 
-def layer_matrix(location: str, revision: str | None, layer: int, max_dim: int) -> np.ndarray:
+
+def layer_matrix(
+    location: str, revision: str | None, stack: str | None, layer: int, max_dim: int
+) -> np.ndarray:
+    """W_qk of self-attention layer ``layer`` of ``stack`` (None: the first stack that has it)."""
     source = open_source(location, revision=revision)
     for item in architecture_for(source.config).layers(source.config, source):
-        if item.layer == layer and "cross" not in item.stack:
+        if item.layer == layer and "cross" not in item.stack and stack in (None, item.stack):
             d = item.w_q.shape[0]
             if d > max_dim:
                 raise InputError(f"d = {d} is above heatmap_max_dim = {max_dim}; pick a smaller layer")
@@ -28,12 +41,27 @@ def layer_matrix(location: str, revision: str | None, layer: int, max_dim: int) 
     raise InputError(f"no self-attention layer {layer}")
 
 
+def chosen_layer(p, role: str) -> tuple[str | None, int, str]:
+    """(stack, layer, panel title): the config's layer, else the model's most representative one."""
+    if p.layer is not None:
+        return None, p.layer, f"{p.display}, layer {p.layer} (set in the config)"
+    status = json.loads(Path(snakemake.input.status).read_text())
+    if status["status"] != "ok":
+        raise InputError(f"not scored: {status['reason']}")
+    metric = METRIC[role]
+    stack, layer, value, median = figures.representative_layer(read_scores(snakemake.input.scores), metric)
+    title = f"{p.display}, {stack} layer {layer}: the most representative layer\n({metric} {value:.2f}; median over layers {median:.2f})"
+    return stack, layer, title
+
+
 p = snakemake.params
+title = p.display
 with open(snakemake.log[0], "w") as log:
     try:
-        matrix, reason = layer_matrix(p.location, p.revision, p.layer, p.max_dim), ""
+        stack, layer, title = chosen_layer(p, snakemake.wildcards.role)
+        matrix, reason = layer_matrix(p.location, p.revision, stack, layer, p.max_dim), ""
     except InputError as err:
         matrix, reason = np.zeros((0, 0)), portable(str(err), {p.location: p.model})
         log.write(f"attngeom: error: {reason}\n")
 with atomic_path(snakemake.output[0]) as temporary:
-    np.savez_compressed(temporary, matrix=matrix, reason=np.array(reason), title=np.array(p.title))
+    np.savez_compressed(temporary, matrix=matrix, reason=np.array(reason), title=np.array(title))

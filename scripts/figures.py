@@ -1,10 +1,13 @@
-"""Rules figure_2, figure_s1, figure_s2: the paper's scatter figures from the summary table."""
+"""Rules figure_2, figure_s1, figure_s2: the paper's scatter figures from the summary table; the models
+trained here marked by their initialisation, read from each run folder's config.yaml."""
 
 from pathlib import Path
 
 import numpy as np
 
 from attngeom import figures, tables
+from attngeom.pipeline.training_runs import trained_model_id
+from attngeom.training.runs import RunInfo
 
 
 def heatmap_panel(path: str) -> tuple[str, np.ndarray | None, str]:
@@ -14,11 +17,13 @@ def heatmap_panel(path: str) -> tuple[str, np.ndarray | None, str]:
 
 
 summary = tables.read_table(snakemake.input.summary)
+runs = [RunInfo.read(Path(final).parent) for final in snakemake.input.runs]
+inits = {trained_model_id(run.name): run.config.init for run in runs}
 stem = Path(snakemake.output[0]).with_suffix("")
 if snakemake.rule == "figure_2":
-    figures.figure_2(summary, [heatmap_panel(path) for path in snakemake.input.heatmaps], stem)
+    figures.figure_2(summary, [heatmap_panel(path) for path in snakemake.input.heatmaps], stem, inits)
 elif snakemake.rule == "figure_s1":
-    figures.figure_groups(summary, "figure_s1", "objective", "Vision and audio models", stem)
+    figures.figure_groups(summary, "figure_s1", "objective", "Vision and audio models", stem, inits)
 else:
     title = "Encoder-decoder models: encoder vs decoder stack"
-    figures.figure_groups(summary, "figure_s2", "stack", title, stem)
+    figures.figure_groups(summary, "figure_s2", "stack", title, stem, inits)

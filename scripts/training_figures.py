@@ -1,18 +1,21 @@
-"""Rules evolution_figure (Figures 3 / S3 / S4), symmetric_init_figure (S5) and official_figure (ours vs
-the authors' published evolution), from the run folders of the rule's input."""
+"""Rules evolution_figure (Figures 3 / S3 / S4), symmetric_init_figure (S5, with Table 1's speed-up, null
+and verdict of its runs) and official_figure (ours vs the authors' published evolution, or the nearest
+published run), from the run folders of the rule's input."""
 
 from pathlib import Path
 
 import pandas as pd
 
 from attngeom.training import figures
+from attngeom.training.speedup import table1
 
-scores, losses = figures.load_runs([Path(final).parent for final in snakemake.input.finals])
+runs = [Path(final).parent for final in snakemake.input.finals]
+scores, losses = figures.load_runs(runs)
 stem = Path(snakemake.output[0]).with_suffix("")
 w = snakemake.wildcards
 if snakemake.rule == "evolution_figure":
     figures.evolution_figure(scores, w.dataset, int(w.layers), stem)
 elif snakemake.rule == "symmetric_init_figure":
-    figures.symmetric_init_figure(scores, losses, w.dataset, int(w.layers), w.objective, stem)
+    figures.symmetric_init_figure(scores, losses, w.dataset, int(w.layers), w.objective, stem, table1(runs))
 else:
     figures.official_figure(scores, pd.read_csv(snakemake.input.official), stem)

@@ -1,24 +1,23 @@
-"""Rule training_tables: Table 1 (final loss, symmetric-init speed-up, the paper's numbers beside ours)
-and our symmetry/directionality medians next to the authors' published evolution where a run matches."""
+"""Rule training_tables: Table 1 (final loss and symmetric-init speed-up over seeds, with the null and the
+paper's numbers, grouped by depth as the paper prints it) and our symmetry/directionality medians next
+to the authors' published evolution where a run matches (else a sentence naming the nearest)."""
 
 from pathlib import Path
 
 import pandas as pd
 
 from attngeom import tables
-from attngeom.training.figures import compare_official, load_runs
-from attngeom.training.speedup import table1
+from attngeom.training.figures import load_runs
+from attngeom.training.official import compare_official, official_note, ours_medians
+from attngeom.training.speedup import table1, write_table1
 
 runs = [Path(final).parent for final in snakemake.input.finals]
-table = table1(runs, pd.read_csv(snakemake.input.paper))
-tables.write_table(
-    table.round(3).astype(object).where(table.notna(), ""),
-    Path(snakemake.output.table_1[0]).with_suffix(""),
-    "Table 1: final loss (smoothed) and speed-up (%) of symmetric over random initialisation",
-    csv=table,
+write_table1(
+    table1(runs, pd.read_csv(snakemake.input.paper)), Path(snakemake.output.table_1[0]).with_suffix("")
 )
 scores, _ = load_runs(runs)
-comparison = compare_official(scores, pd.read_csv(snakemake.input.official))
+official = pd.read_csv(snakemake.input.official)
+comparison = compare_official(scores, official)
 tables.write_table(
     comparison.round(3),
     Path(snakemake.output.official[0]).with_suffix(""),
@@ -26,6 +25,7 @@ tables.write_table(
     csv=comparison,
     empty=(
         "No run here has the depth, objective and dataset of a run in the authors' published evolution "
-        "(config/reference/official_training_evolution.csv), so there is nothing to compare."
+        "(config/reference/official_training_evolution.csv), so there is nothing to compare step by step. "
+        + official_note(ours_medians(scores), official)
     ),
 )

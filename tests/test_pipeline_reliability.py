@@ -150,6 +150,9 @@ def test_a_heatmap_of_a_model_not_in_the_config_is_an_error():
     }
     with pytest.raises(InputError, match="'x/y' is not in models"):
         registry.heatmaps({"heatmap": {"decoder": {"model": "x/y"}}}, models)
+    assert registry.heatmaps({"heatmap": {"decoder": {"model": "a/b"}}}, models) == {
+        "decoder": (models["a--b"], None)  # no layer: the model's most representative, from its scores
+    }
 
 
 # ---------------------------------------------------------------- a model that cannot be scored

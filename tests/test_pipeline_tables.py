@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attngeom import tables
+from attngeom import paper_tables, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,10 +69,12 @@ def test_summary_is_median_and_interquartile_distances_of_layer_rows_only():
     assert list(summary.loc[summary["model"] == "s2s", "stack"]) == ["encoder", "decoder"]  # no cross
     bad = summary[summary["model"] == "bad"].iloc[0]
     assert pd.isna(bad["symmetry_median"]) and bad["reason"] == "gated"
-    display = tables.paper_table(summary, "symmetry", "table_s2")
-    assert list(display["Model"]) == ["ENC", "S2S (encoder)", "S2S (decoder)", "BAD"]
-    assert display["Interquartile range"].iloc[0] == "± [0.20, 0.10]"  # sorted 0.1 0.2 0.4 0.5 0.9
-    assert display["Note"].iloc[3] == "not scored: gated"
+    side_by_side, other = paper_tables.blocks(paper_tables.long_table(summary, "symmetry"), "symmetry")
+    assert list(side_by_side.table["Encoder-only model"]) == ["ENC"]
+    assert list(side_by_side.table["Decoder-only model"]) == ["BAD"]
+    assert side_by_side.table["Interquartile range"].iloc[0, 0] == "± [0.20, 0.10]"  # 0.1 0.2 0.4 0.5 0.9
+    assert side_by_side.notes == ("BAD: not scored: gated",)
+    assert list(other.table["Model"]) == ["S2S (encoder)", "S2S (decoder)"]
 
 
 def test_markdown_and_latex_escape_their_special_characters():
@@ -224,5 +226,66 @@ def test_when_no_model_could_be_scored_the_tables_still_list_every_model_and_why
     write_scores(scores, tmp_path / "all.parquet")
     summary = tables.summarise(read_scores(tmp_path / "all.parquet"), table)
     assert list(summary["reason"]) == ["why a", "why b"] and summary["symmetry_median"].isna().all()
-    display = tables.paper_table(summary, "symmetry", "table_s2")
-    assert list(display["Note"]) == ["not scored: why a", "not scored: why b"]
+    summary = summary.assign(objective="bidirectional", role="pretrained", modality="language")
+    (block,) = paper_tables.blocks(paper_tables.long_table(summary, "symmetry"), "symmetry")
+    assert block.notes == ("a: not scored: why a", "b: not scored: why b")
+    assert list(block.table["Median"].iloc[:, 0]) == ["not scored", "not scored"]  # the encoder side
+
+
+def summary_row(model: str, objective: str, role: str, modality: str = "language", stack: str = "encoder"):
+    return {
+        "model": model,
+        "display": model,
+        "modality": modality,
+        "objective": objective,
+        "role": role,
+        "groups": ["table_s2", "table_s3"],
+        "n_params": 1e8,
+        "status": "ok",
+        "reason": "",
+        "stack": stack,
+        "n_layers": 2,
+        **{
+            f"{m}_{w}": v
+            for m in ("symmetry", "directionality")
+            for w, v in (("median", 0.5), ("minus", 0.1), ("plus", 0.2))
+        },
+    }
+
+
+def test_tables_s2_s3_put_each_kind_and_role_in_its_own_block_as_the_paper_does(tmp_path):
+    summary = pd.DataFrame(
+        [
+            summary_row("trained/encoder-symmetric-s0", "bidirectional", "trained"),
+            summary_row("bert", "bidirectional", "pretrained"),
+            summary_row("random/gpt2", "autoregressive", "random"),
+            summary_row("gpt2", "autoregressive", "pretrained"),
+            summary_row("llama", "autoregressive", "pretrained"),
+            summary_row("t5", "encoder-decoder", "pretrained", stack="encoder"),
+            summary_row("t5", "encoder-decoder", "pretrained", stack="decoder"),
+            summary_row("vit", "bidirectional", "pretrained", modality="vision"),
+        ]
+    )
+    paper_tables.write(summary, "directionality", ["excess"], tmp_path / "table_s3")
+    long = pd.read_csv(tmp_path / "table_s3.csv")
+    assert list(long["block"].drop_duplicates()) == [
+        paper_tables.SIDE_BY_SIDE,
+        "Other pretrained models: language, encoder-decoder",
+        "Other pretrained models: vision, encoder-only",
+        paper_tables.CONTROLS,
+        paper_tables.TRAINED,
+    ]
+    roles = dict(zip(long["model"], long["role"], strict=True))
+    assert roles["bert"] == "pretrained" and roles["random/gpt2"] == "random control"
+    assert roles["trained/encoder-symmetric-s0"] == "trained here"
+    side = paper_tables.blocks(paper_tables.long_table(summary, "directionality"), "directionality")[0].table
+    assert list(side["Encoder-only model"]) == ["bert", ""]  # padded: two decoders beside one encoder
+    assert list(side["Decoder-only model"]) == ["gpt2", "llama"]
+    markdown = (tmp_path / "table_s3.md").read_text()
+    assert "excess of each row (column) norm over μ + 2σ" in markdown
+    assert "± [a, b] the interquartile distances over layers" in markdown
+    assert markdown.index("## Pretrained language models") < markdown.index("## Random-initialised controls")
+    latex = (tmp_path / "table_s3.tex").read_text()
+    assert latex.count(r"\begin{tabular}") == 5 and "excess of each row" in latex
+    assert "variant" not in paper_tables.caption("symmetry", ["excess"])
+    assert "Eq. 17" in paper_tables.caption("directionality", ["eq17"])

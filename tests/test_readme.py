@@ -62,9 +62,11 @@ def make_dry_run(target: str) -> str:
 
 
 def exercise_make_run(command: str, tmp_path: Path) -> None:
-    """`make -n run` prints the pipeline command; that command is then dry-run."""
-    (line,) = [line for line in make_dry_run("run").splitlines() if "snakemake " in line]
-    snakemake_dry_run("snakemake " + line.split("/snakemake ", 1)[1], tmp_path)
+    """`make -n run` prints the pipeline command, then the report command: the first is dry-run (the
+    report needs a finished run: test_readme_report_command_runs_after_a_run)."""
+    run_line, report_line = [line for line in make_dry_run("run").splitlines() if "snakemake " in line]
+    assert "--report results/report.html" in report_line
+    snakemake_dry_run("snakemake " + run_line.split("/snakemake ", 1)[1], tmp_path)
 
 
 def exercise_make_test(command: str, tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,15 +11,34 @@ import yaml
 
 from attngeom.training.config import make_config
 from attngeom.training.figures import (
-    compare_official,
+    COLOURS,
     evolution_figure,
     load_runs,
     official_figure,
     symmetric_init_figure,
 )
+from attngeom.training.intervals import mean_interval, t_975
 from attngeom.training.loop import train
-from attngeom.training.runs import RunInfo, Twin, dataset_label, twins
-from attngeom.training.speedup import smoothed, speedup, table1
+from attngeom.training.official import compare_official, nearest_official, official_note, ours_medians
+from attngeom.training.runs import (
+    RunInfo,
+    SeedPair,
+    Twin,
+    comparison_key,
+    dataset_label,
+    seed_pairs,
+    twins,
+)
+from attngeom.training.speedup import (
+    RULES,
+    pair_speedups,
+    smoothed,
+    speedup,
+    summarise,
+    table1,
+    table1_display,
+    write_table1,
+)
 
 
 def curve(values) -> pd.DataFrame:
@@ -48,15 +69,187 @@ def test_dataset_labels():
     assert dataset_label("hf:org/my-set:en") == "my-set"
 
 
-def fake_run(folder, dataset, init, losses, objective="encoder"):
+def plateau(seed: int, better: float = 0.0, n: int = 300) -> pd.DataFrame:
+    """A realistic loss log: fast descent, then a plateau with noise σ = 0.05; ``better`` lowers the
+    descent's tail (a run that gets there sooner)."""
+    steps = np.arange(1, n + 1) * 10
+    mean = 2 + 6 * np.exp(-steps / 300) - better * np.exp(-steps / 1500)
+    return pd.DataFrame({"step": steps, "loss": mean + np.random.default_rng(seed).normal(0, 0.05, n)})
+
+
+def test_a_run_against_itself_is_no_speedup_on_a_noisy_plateau():
+    log = plateau(0)
+    smooth = smoothed(log)
+    literal = 3000 - smooth.loc[smooth["loss"] <= smooth["loss"].iloc[-1], "step"].iloc[0]
+    assert 100 * literal / 3000 > 30  # the paper's formula, taken literally, times the first noisy dip
+    for rule in RULES:
+        assert speedup(log, log, rule=rule) == 0.0
+
+
+def test_the_robust_rule_ignores_a_stretch_that_dips_below_and_comes_back():
+    random = curve(np.linspace(10, 2, 100))
+    dip = np.linspace(10, 2, 100)
+    dip[20:30] = 1.0  # ten lucky steps, then back on the random run's curve
+    assert speedup(random, curve(dip), window=1, rule="paper") == pytest.approx(79.0)
+    assert speedup(random, curve(dip), window=1, rule="robust") == 0.0
+    faster = curve(np.concatenate([np.linspace(10, 2, 40), np.full(60, 1.5)]))
+    assert speedup(random, faster, window=1, rule="robust") == pytest.approx(60.0)
+
+
+def test_a_slower_run_gets_a_negative_speedup_and_logs_are_compared_up_to_their_common_step():
+    random = curve(np.concatenate([np.linspace(10, 2, 50), np.full(50, 2.0)]))  # reaches 2 at step 50
+    slower = curve(np.linspace(10, 2, 100))  # reaches 2 only at step 100
+    assert speedup(random, slower, window=1, rule="robust") == pytest.approx(-50.0)
+    assert speedup(random, curve(np.full(100, 3.0)), window=1) == pytest.approx(-50.0)  # never: at most this
+    stopped = curve(np.linspace(10, 2, 100)[:60])  # stopped at step 60 (a deadline), loss still 5.2
+    assert speedup(random, stopped, window=1, rule="paper") == pytest.approx(100 * (50 - 60) / 60)
+
+
+def config(**settings):
+    return make_config({"dataset": "sotu", "n_layers": 4}, settings)
+
+
+def test_seed_pairs_are_the_null_random_runs_of_other_seeds_in_the_same_setting():
+    configs = {
+        **{f"r{s}": config(seed=s) for s in (0, 1, 2)},
+        "r-lr0": config(lr=1e-3, seed=0),
+        "r-lr1": config(lr=1e-3, seed=1),
+        "r-alone": config(objective="decoder"),
+        "s0": config(seed=0, init="symmetric"),
+        "r-reg": config(seed=3, reg_weight=0.1),
+    }
+    assert seed_pairs(configs) == [
+        SeedPair("r-lr0", "r-lr1", 0, 1),  # two seeds: both orders
+        SeedPair("r-lr1", "r-lr0", 1, 0),
+        SeedPair("r0", "r1", 0, 1),  # three seeds: each run once reference, once the other
+        SeedPair("r1", "r2", 1, 2),
+        SeedPair("r2", "r0", 2, 0),
+    ]
+    assert comparison_key(configs["r0"]) == comparison_key(configs["s0"])
+    assert comparison_key(configs["r0"]) != comparison_key(configs["r-lr0"])
+
+
+def seeded_logs(n_seeds: int, better: float, dataset: str = "jigsaw"):
+    """Loss logs and configs of random and symmetric runs over ``n_seeds`` seeds; the symmetric runs
+    are ``better`` (0: the same curve, other noise)."""
+    losses, configs = {}, {}
+    for seed in range(n_seeds):
+        for init in ("random", "symmetric"):
+            name = f"{init}-{seed}"
+            losses[name] = plateau(2 * seed + (init == "symmetric"), better if init == "symmetric" else 0)
+            configs[name] = config(init=init, seed=seed, dataset=dataset)
+    return losses, configs
+
+
+def test_table1_reports_a_clear_speedup_with_its_interval_above_the_null():
+    paper = pd.read_csv("config/reference/paper_table1_symmetric_init.csv")
+    table = summarise(*seeded_logs(3, better=0.5), paper).set_index("init")
+    sym = table.loc["symmetric"]
+    assert sym["seeds"] == 3 and sym["seed_pairs"] == 3 and sym["null_pairs"] == 3
+    assert sym["run"] == "symmetric-0, symmetric-1, symmetric-2"
+    assert sym["speedup_robust_low"] > sym["null_robust_high"]
+    assert sym["verdict"] == "faster than seed noise"
+    assert sym["speedup_robust_low"] < sym["speedup_robust"] < sym["speedup_robust_high"]
+    assert sym["paper_speedup_percent"] == 26  # 4-layer jigsaw (+ symm) in the paper
+    assert np.isnan(table.loc["random", "speedup_robust"]) and table.loc["random", "verdict"] == ""
+    finals = [float(smoothed(plateau(2 * s))["loss"].iloc[-1]) for s in range(3)]
+    assert table.loc["random", "final_loss"] == pytest.approx(np.mean(finals))
+    half = 4.3027 * np.std(finals, ddof=1) / np.sqrt(3)
+    assert table.loc["random", "final_loss_high"] == pytest.approx(np.mean(finals) + half)
+
+
+def test_table1_labels_a_speedup_that_overlaps_the_null_as_seed_noise():
+    table = summarise(*seeded_logs(3, better=0.0)).set_index("init")
+    assert table.loc["symmetric", "verdict"] == "not distinguishable from seed noise"
+    shown = table1_display(table.reset_index())
+    assert "not distinguishable from seed noise" in shown["verdict"].tolist()
+    assert list(shown.columns[:6]) == ["depth", "dataset", "objective", "init", "seeds", "steps"]
+
+
+def test_table1_with_one_seed_gives_no_interval_and_no_verdict():
+    losses, configs = seeded_logs(1, better=0.5)
+    table = summarise(losses, configs).set_index("init")
+    assert np.isnan(table.loc["symmetric", "final_loss_low"]) and np.isnan(
+        table.loc["symmetric", "speedup_robust_low"]
+    )
+    assert table.loc["symmetric", "verdict"] == "one seed: no interval, no verdict"
+    shown = table1_display(table.reset_index()).set_index("init")
+    assert shown.loc["random", "final loss"].endswith("(one seed: no interval)")
+    assert "±" not in " ".join(shown.astype(str).to_numpy().ravel())
+
+
+def test_table1_groups_by_depth_then_dataset_and_keeps_random_vs_random_out_of_the_speedups(tmp_path):
+    losses, configs = seeded_logs(2, better=0.5, dataset="wikipedia")
+    more, more_configs = seeded_logs(2, better=0.5, dataset="jigsaw")
+    losses |= {f"j-{k}": v for k, v in more.items()}
+    configs |= {f"j-{k}": v for k, v in more_configs.items()}
+    deep = config(n_layers=12, seed=0)
+    losses["deep"], configs["deep"] = plateau(9), deep
+    table = summarise(losses, configs)
+    assert table[["layers", "dataset", "init"]].values.tolist() == [
+        [4, "jigsaw", "random"],
+        [4, "jigsaw", "symmetric"],
+        [4, "wikipedia", "random"],
+        [4, "wikipedia", "symmetric"],
+        [12, "sotu", "random"],
+    ]
+    pairs = pair_speedups(losses, configs)
+    null = pairs[pairs["comparison"].str.startswith("null")]
+    assert set(zip(null["reference"], null["candidate"], strict=True)) == {
+        ("random-0", "random-1"), ("random-1", "random-0"), ("j-random-0", "j-random-1"), ("j-random-1", "j-random-0")
+    }  # fmt: skip
+    assert (null["reference_seed"] != null["candidate_seed"]).all()
+    write_table1(table, tmp_path / "table_1")
+    markdown = (tmp_path / "table_1.md").read_text()
+    assert markdown.index("## 4-layer models") < markdown.index(
+        "## 12-layer models"
+    )  # as the paper prints it
+    assert (
+        "95% Student-t interval over seeds" in markdown and "not distinguishable from seed noise" in markdown
+    )
+    assert pd.read_csv(tmp_path / "table_1.csv")["speedup_robust_low"].notna().sum() == 2
+    assert (tmp_path / "table_1.tex").read_text().count(r"\begin{tabular}") == 2
+
+
+def student_t_cdf(x: float, df: int) -> float:
+    """P(T ≤ x) by integrating Student's t density numerically (no scipy in the environment)."""
+    t = np.linspace(0, x, 200_001)
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    density = np.exp(log_c - (df + 1) / 2 * np.log1p(t**2 / df))
+    return 0.5 + float(np.sum((density[1:] + density[:-1]) / 2) * (t[1] - t[0]))
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 5, 10, 29, 30, 31, 60, 500])
+def test_the_t_quantile_is_the_975_quantile(df):
+    assert student_t_cdf(t_975(df), df) == pytest.approx(0.975, abs=2e-5)
+
+
+def test_mean_interval_is_the_t_interval_and_covers_95_percent():
+    found = mean_interval([1.0, 2.0, 3.0])
+    assert (found.mean, found.n) == (2.0, 3)
+    assert found.half_width == pytest.approx(4.3027 / math.sqrt(3))
+    single = mean_interval([5.0])
+    assert single.mean == 5.0 and not single.computable and math.isnan(single.low)
+    assert single.plus_minus(2) == "5.00 (one seed: no interval)"
+    assert found.overlaps(mean_interval([4.0, 5.0, 6.0])) and not found.overlaps(
+        mean_interval([9.0, 9.1, 9.2])
+    )
+    rng = np.random.default_rng(0)
+    covered = [mean_interval(rng.normal(1.0, 2.0, 3)) for _ in range(4000)]
+    assert np.mean([i.low <= 1.0 <= i.high for i in covered]) == pytest.approx(0.95, abs=0.01)
+    with pytest.raises(ValueError, match="non-finite"):
+        mean_interval([1.0, float("nan")])
+
+
+def fake_run(folder, dataset, init, losses, objective="encoder", seed=0):
     folder.mkdir(parents=True)
-    config = make_config({"dataset": dataset, "init": init, "objective": objective})
+    config = make_config({"dataset": dataset, "init": init, "objective": objective, "seed": seed})
     (folder / "config.yaml").write_text(yaml.safe_dump(config.to_dict()))
     curve(losses).to_parquet(folder / "loss.parquet")
     return folder
 
 
-def test_table1_pairs_symmetric_runs_with_their_random_twin_and_the_paper(tmp_path):
+def test_table1_reads_run_folders(tmp_path):
     runs = [
         fake_run(tmp_path / "r", "jigsaw", "random", np.linspace(10, 2, 100)),
         fake_run(
@@ -66,15 +259,15 @@ def test_table1_pairs_symmetric_runs_with_their_random_twin_and_the_paper(tmp_pa
     ]
     paper = pd.read_csv("config/reference/paper_table1_symmetric_init.csv")
     table = table1(runs, paper).set_index("run")
-    assert table.loc["s", "speedup_percent"] > 40
-    assert table.loc["s", "random_twin"] == "r"
-    assert np.isnan(table.loc["r", "speedup_percent"])
-    assert table.loc["s", "paper_speedup_percent"] == 26  # 4-layer jigsaw (+ symm) in the paper
+    assert table.loc["s", "speedup_paper"] > 40 and table.loc["s", "seed_pairs"] == 1
+    assert np.isnan(table.loc["r", "speedup_paper"])
+    assert table.loc["s", "paper_speedup_percent"] == 26
     assert np.isnan(table.loc["d", "paper_loss"])  # Table 1 has no decoders
 
 
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory):
+    """Real tiny runs: encoder random and symmetric init over seeds 0 and 1, one decoder."""
     root = tmp_path_factory.mktemp("runs")
     corpus = root / "corpus.txt"
     rng = np.random.default_rng(0)
@@ -83,19 +276,30 @@ def tiny_runs(tmp_path_factory):
     base = dict(
         dataset=str(corpus), cache_dir=str(root / "cache"), n_layers=2, hidden_size=32, n_heads=4,
         intermediate_size=64, seq_len=32, vocab_size=200, batch_size=4, grad_accum=1, steps=6, score_every=3,
+        log_every=1,
     )  # fmt: skip
     runs = []
-    for objective, init in (("encoder", "random"), ("encoder", "symmetric"), ("decoder", "random")):
-        config = make_config(base, {"objective": objective, "init": init})
-        runs.append(train(config, root / f"{objective}-{init}", progress=False))
+    for objective, init, seed in (
+        ("encoder", "random", 0),
+        ("encoder", "symmetric", 0),
+        ("decoder", "random", 0),
+        ("encoder", "random", 1),
+        ("encoder", "symmetric", 1),
+    ):
+        config = make_config(base, {"objective": objective, "init": init, "seed": seed})
+        runs.append(train(config, root / f"{objective}-{init}-{seed}", progress=False))
     return runs
+
+
+def titles(fig) -> list[str]:
+    return [ax.get_title() for ax in fig.axes if ax.get_title()]
 
 
 def test_figures_are_written_as_pdf_and_png(tiny_runs, tmp_path):
     scores, losses = load_runs(tiny_runs)
     assert set(scores["step"]) == {0, 3, 6}
     evolution_figure(scores, "corpus", 2, tmp_path / "evolution")
-    symmetric_init_figure(scores, losses, "corpus", 2, "encoder", tmp_path / "s5")
+    symmetric_init_figure(scores, losses, "corpus", 2, "encoder", tmp_path / "s5", table1(tiny_runs))
     official = pd.read_csv("config/reference/official_training_evolution.csv")
     official_figure(scores, official, tmp_path / "official")
     written = sorted(tmp_path.iterdir())
@@ -105,16 +309,60 @@ def test_figures_are_written_as_pdf_and_png(tiny_runs, tmp_path):
     assert all(p.stat().st_size > 1000 for p in written)
 
 
+def test_every_evolution_panel_names_its_quantity_and_per_layer_panels_overlay_the_layer_form(
+    tiny_runs, tmp_path
+):
+    scores, _ = load_runs(tiny_runs)
+    fig = evolution_figure(scores, "corpus", 2, tmp_path / "evolution")
+    panels = titles(fig)
+    assert len(panels) == 6
+    assert all("Σ_h M_h" in t for t in panels)  # the layer form: alone (a, b) or drawn over the heads
+    assert all("median over layers" in t for t in panels[:2])
+    assert all("median over heads" in t for t in panels[2:])
+    encoder_symmetry = fig.axes[2]
+    forms = [line for line in encoder_symmetry.get_lines() if line.get_linestyle() == ":"]
+    assert len(forms) == 2  # one per layer
+    layer_1 = scores[
+        (scores["run"].isin(["encoder-random-0", "encoder-random-1"]))
+        & scores["head"].isna()
+        & (scores["layer"] == 1)
+    ]
+    expected = layer_1.groupby("step")["symmetry"].median()
+    assert np.allclose(forms[1].get_ydata(), expected.to_numpy())
+    encoder = [line for line in fig.axes[0].get_lines() if line.get_color() == COLOURS["encoder"]]
+    decoder = [line for line in fig.axes[0].get_lines() if line.get_color() == COLOURS["decoder"]]
+    assert sorted(line.get_linewidth() < 1 for line in encoder) == [False, True, True]  # + 2 seeds
+    assert len(decoder) == 1  # one seed: no thin line
+
+
+def test_symmetric_init_figure_tells_random_from_symmetric_and_states_the_verdict(tiny_runs, tmp_path):
+    scores, losses = load_runs(tiny_runs)
+    table = table1(tiny_runs)
+    fig = symmetric_init_figure(scores, losses, "corpus", 2, "encoder", tmp_path / "s5", table)
+    loss_panel = fig.axes[0]
+    lines = loss_panel.get_lines()
+    assert len(lines) == 4  # two seeds × two inits
+    styles = {(line.get_color(), line.get_linestyle()) for line in lines}
+    assert len(styles) == 2  # random and symmetric each one colour and one line style, unlike each other
+    verdict = table.set_index("init").loc["symmetric", "verdict"]
+    assert verdict and verdict in fig.get_suptitle()
+    assert "Σ_h M_h" in fig.axes[1].get_title() and "median over layers" in fig.axes[1].get_title()
+    assert all("median over heads" in t for t in titles(fig)[2:])
+
+
 def test_runs_are_tagged_from_their_config_yaml_and_twins_marked(tiny_runs):
     scores, losses = load_runs(tiny_runs)
     assert {"training_objective"}.isdisjoint(scores.columns)
     tags = scores.drop_duplicates("run").set_index("run")
-    assert tags.loc["encoder-symmetric", "init"] == "symmetric"
-    assert tags.loc["decoder-random", "objective"] == "decoder"
+    assert tags.loc["encoder-symmetric-0", "init"] == "symmetric"
+    assert tags.loc["decoder-random-0", "objective"] == "decoder"
+    assert tags.loc["encoder-random-1", "seed"] == 1
     assert tags["twin"].to_dict() == {
-        "encoder-random": "encoder-symmetric",
-        "encoder-symmetric": "encoder-symmetric",
-        "decoder-random": None,
+        "encoder-random-0": "encoder-symmetric-0",
+        "encoder-symmetric-0": "encoder-symmetric-0",
+        "decoder-random-0": None,
+        "encoder-random-1": "encoder-symmetric-1",
+        "encoder-symmetric-1": "encoder-symmetric-1",
     }
     assert RunInfo.read(tiny_runs[1]).labels()["init"] == "symmetric"
 
@@ -138,8 +386,26 @@ def test_comparison_with_the_authors_matches_depth_objective_dataset_and_step(ti
     assert got == pytest.approx(expected)
 
 
-def config(**settings):
-    return make_config({"dataset": "sotu", "n_layers": 4}, settings)
+def test_without_a_published_match_the_nearest_authors_run_is_named_and_drawn(tiny_runs, tmp_path):
+    scores, _ = load_runs(tiny_runs)
+    official = pd.read_csv("config/reference/official_training_evolution.csv")
+    nearest = nearest_official(ours_medians(scores), official).set_index("objective")
+    assert nearest[["layers", "dataset", "exact"]].to_dict("index") == {
+        "encoder": {"layers": 4, "dataset": "jigsaw", "exact": False},
+        "decoder": {"layers": 4, "dataset": "jigsaw", "exact": False},
+    }
+    note = official_note(ours_medians(scores), official)
+    assert "no 2-layer encoder run on corpus" in note and "their 4-layer encoder on jigsaw" in note
+    fig = official_figure(scores, official, tmp_path / "official")
+    labels = [text.get_text() for ax in fig.axes if ax.get_legend() for text in ax.get_legend().get_texts()]
+    assert "authors: 4L jigsaw (nearest published, not our setting)" in labels
+    assert note in fig.get_suptitle()
+    relabelled = official.assign(
+        model=official["model"].str.replace("4 layers", "2 layers"),
+        dataset=official["dataset"].replace("wikipedia", "corpus"),
+    )
+    ours = ours_medians(scores)
+    assert nearest_official(ours, relabelled)["exact"].all() and official_note(ours, relabelled) == ""
 
 
 def test_twins_pair_runs_that_differ_only_in_init_from_configs_alone():

@@ -1,8 +1,12 @@
 """The paper's Figures 2, S1 and S2 from the summary table, and a per-head view of every model.
 
-Each point is a model (or a stack of an encoder-decoder model): the median over layers with the
-interquartile range as error bars, against the total number of parameters. Random-initialised
-controls are drawn hollow, trained models as stars, so they read apart from pretrained ones.
+Each point of the main panels is a pretrained model (or a stack of an encoder-decoder model): the median
+over layers with the interquartile range as error bars, against the total number of parameters. Random-
+initialised controls and models trained here go to a panel of their own, one position per model, so
+they neither share an x position nor stretch the main panels' scale: hollow circles for controls,
+triangles for runs trained from a random initialisation, stars for a symmetric one. A heatmap shows
+W_qk of one layer: by default the model's most representative layer (its score closest to the
+model's median), with the colour scale clipped at a stated percentile.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from .errors import InputError  # noqa: E402
 from .files import atomic_path  # noqa: E402
-from .tables import in_group  # noqa: E402
+from .tables import in_group, layer_rows  # noqa: E402
 
 COLOURS = {
     "bidirectional": "#1f77b4",  # encoder-only: blue, as in the paper
@@ -34,6 +39,12 @@ LABELS = {
     "decoder": "decoder stack",
 }
 MARKERS = {"language": "o", "vision": "s", "audio": "^", "multimodal": "D"}
+CONTROL_ROLES = ("random", "trained")
+TRAINED_MARKERS = {"random": "^", "symmetric": "*", "skew": "X"}
+"""Marker of a model trained here, by its initialisation."""
+HEATMAP_CLIP_PERCENTILE = 99.0
+"""The heatmaps' colour scale ends at this percentile of |value|, so a few large entries do not wash
+out the structure."""
 MIN_SPAN = 0.2
 """Smallest y range of a scatter panel."""
 METRIC_LABELS = {"symmetry": "median symmetry score", "directionality": "median directionality score"}
@@ -61,25 +72,20 @@ def _failed_note(rows: pd.DataFrame) -> str:
 
 
 def scatter(ax: plt.Axes, rows: pd.DataFrame, metric: str, hue: str) -> None:
-    """Median ± interquartile distances vs parameters; colour by ``hue`` column, marker by modality."""
-    rows = rows[(rows["status"] == "ok") & rows[f"{metric}_median"].notna()]
+    """Median ± interquartile distances vs parameters of the pretrained models; colour by ``hue``
+    column, marker by modality."""
+    rows = rows[(rows["status"] == "ok") & rows[f"{metric}_median"].notna() & (rows["role"] == "pretrained")]
     seen = set()
     for row in rows.itertuples(index=False):
         key = getattr(row, hue)
-        colour = COLOURS.get(key, "grey")
-        marker = "*" if row.role == "trained" else MARKERS.get(row.modality, "o")
-        hollow = row.role == "random"
         label = ("" if row.modality == "language" else f"{row.modality}, ") + LABELS.get(key, key)
-        label += " (random init)" if hollow else " (trained)" if row.role == "trained" else ""
-        x = row.n_params if pd.notna(row.n_params) else np.nan
         ax.errorbar(
-            x,
+            row.n_params if pd.notna(row.n_params) else np.nan,
             getattr(row, f"{metric}_median"),
             yerr=[[getattr(row, f"{metric}_minus")], [getattr(row, f"{metric}_plus")]],
-            fmt=marker,
-            color=colour,
-            mfc="white" if hollow else colour,
-            ms=7 if marker == "*" else 5,
+            fmt=MARKERS.get(row.modality, "o"),
+            color=COLOURS.get(key, "grey"),
+            ms=5,
             elinewidth=0.8,
             capsize=2,
             label=None if label in seen else label,
@@ -88,19 +94,69 @@ def scatter(ax: plt.Axes, rows: pd.DataFrame, metric: str, hue: str) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("number of parameters")
     ax.set_ylabel(METRIC_LABELS[metric])
+    _zero_line_and_span(ax)
+    if rows.empty:
+        ax.text(
+            0.5, 0.5, "no pretrained model in this group", ha="center", va="center", transform=ax.transAxes
+        )
+    elif seen:
+        ax.legend(frameon=False, fontsize=7)
+
+
+def _zero_line_and_span(ax: plt.Axes) -> None:
     ax.axhline(0, color="0.8", lw=0.6, zorder=0)
     low, high = ax.get_ylim()
     if high - low < MIN_SPAN:  # so that a score of about 0 reads as about 0
         middle = (low + high) / 2
         ax.set_ylim(middle - MIN_SPAN / 2, middle + MIN_SPAN / 2)
-    if rows.empty:
-        ax.text(0.5, 0.5, "no scored models in this group", ha="center", va="center", transform=ax.transAxes)
-    elif seen:
-        ax.legend(frameon=False, fontsize=7)
+
+
+def controls(ax: plt.Axes, rows: pd.DataFrame, metric: str, hue: str, inits: dict[str, str]) -> None:
+    """The random-initialised controls and the models trained here, one x position each (controls
+    first, then the trained models by name): median ± interquartile distances; colour by ``hue``,
+    marker by role and, for a trained model, by its initialisation (``inits``: model id → init)."""
+    rows = rows[
+        (rows["status"] == "ok") & rows[f"{metric}_median"].notna() & rows["role"].isin(CONTROL_ROLES)
+    ]
+    rows = rows.assign(order=rows["role"].map({"random": 0, "trained": 1})).sort_values(["order", "display"])
+    seen = set()
+    for x, row in enumerate(rows.itertuples(index=False)):
+        key = getattr(row, hue)
+        colour = COLOURS.get(key, "grey")
+        kind = (
+            "random-init control"
+            if row.role == "random"
+            else f"trained here, {inits.get(row.model, '?')} init"
+        )
+        marker = "o" if row.role == "random" else TRAINED_MARKERS.get(inits.get(row.model, ""), "D")
+        label = f"{LABELS.get(key, key)}: {kind}"
+        ax.errorbar(
+            x,
+            getattr(row, f"{metric}_median"),
+            yerr=[[getattr(row, f"{metric}_minus")], [getattr(row, f"{metric}_plus")]],
+            fmt=marker,
+            color=colour,
+            mfc="white" if row.role == "random" else colour,
+            ms=8 if marker == "*" else 5,
+            elinewidth=0.8,
+            capsize=2,
+            label=None if label in seen else label,
+        )
+        seen.add(label)
+    labels = [
+        f"{r.display} ({r.stack})" if r.objective == "encoder-decoder" else r.display
+        for r in rows.itertuples()
+    ]
+    ax.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=6)
+    ax.set_xlim(-0.7, max(len(rows), 1) - 0.3)
+    ax.set_ylabel(METRIC_LABELS[metric])
+    _zero_line_and_span(ax)
+    if seen:
+        ax.legend(frameon=False, fontsize=6)
 
 
 def heatmap(ax: plt.Axes, matrix: np.ndarray | None, title: str, note: str = "") -> None:
-    """W_qk of one layer, colour scale symmetric around 0 and clipped at the 99th |value| percentile."""
+    """W_qk of one layer, colour scale symmetric around 0 and clipped at ``HEATMAP_CLIP_PERCENTILE``."""
     ax.set_title(title, fontsize=8)
     if matrix is None:
         ax.text(
@@ -108,11 +164,26 @@ def heatmap(ax: plt.Axes, matrix: np.ndarray | None, title: str, note: str = "")
         )
         ax.set_axis_off()
         return
-    limit = float(np.percentile(np.abs(matrix), 99)) or 1.0
+    limit = float(np.percentile(np.abs(matrix), HEATMAP_CLIP_PERCENTILE)) or 1.0
     image = ax.imshow(matrix, cmap="RdBu_r", vmin=-limit, vmax=limit, interpolation="nearest")
     ax.set_xlabel("key dimension j")
     ax.set_ylabel("query dimension i")
-    plt.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=r"$(W_{qk})_{ij}$")
+    label = rf"$(W_{{qk}})_{{ij}}$, clipped at the {HEATMAP_CLIP_PERCENTILE:g}th percentile of |value|"
+    plt.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=label)
+
+
+def representative_layer(scores: pd.DataFrame, metric: str) -> tuple[str, int, float, float]:
+    """(stack, layer, its score, the model's median): among the layer forms of the model's first
+    self-attention stack, the layer whose ``metric`` is closest to the median over its layers (the
+    lower layer on a tie), so a heatmap shows a typical layer, not an outlier."""
+    layers = layer_rows(scores)
+    if layers.empty:
+        raise InputError("no scored self-attention layer to choose a heatmap layer from")
+    stack = layers["stack"].iloc[0]
+    rows = layers[layers["stack"] == stack].sort_values("layer")
+    median = float(rows[metric].median())
+    best = (rows[metric] - median).abs().to_numpy().argmin()
+    return stack, int(rows["layer"].iloc[best]), float(rows[metric].iloc[best]), median
 
 
 def _caption(fig: Figure, rows: pd.DataFrame) -> None:
@@ -122,36 +193,59 @@ def _caption(fig: Figure, rows: pd.DataFrame) -> None:
 
 
 def figure_2(
-    summary: pd.DataFrame, panels: list[tuple[str, np.ndarray | None, str]], stem: str | os.PathLike
-) -> None:
-    """Left: median symmetry (a) and directionality (b) vs parameters, encoder- vs decoder-only
-    language models. Right: the W_qk heatmap of one encoder layer (a) and one decoder layer (b)."""
+    summary: pd.DataFrame,
+    panels: list[tuple[str, np.ndarray | None, str]],
+    stem: str | os.PathLike,
+    inits: dict[str, str] | None = None,
+) -> Figure:
+    """Left: median symmetry (a) and directionality (b) vs parameters, pretrained encoder- vs
+    decoder-only language models. Middle, when the group has any: the random controls and the models
+    trained here (``controls``; ``inits``: trained model id → its initialisation). Right: the W_qk
+    heatmap of one encoder layer (a) and one decoder layer (b)."""
     rows = in_group(summary, "figure_2")
-    with_heatmaps = bool(panels)
-    fig, axes = plt.subplots(
-        2, 2 if with_heatmaps else 1, figsize=(9 if with_heatmaps else 5, 7), squeeze=False
-    )
+    columns = ["scatter"] + (["controls"] if rows["role"].isin(CONTROL_ROLES).any() else [])
+    columns += ["heatmap"] if panels else []
+    fig, axes = plt.subplots(2, len(columns), figsize=(4.5 * len(columns), 7.5), squeeze=False)
     for i, metric in enumerate(("symmetry", "directionality")):
         scatter(axes[i, 0], rows, metric, "objective")
-        axes[i, 0].set_title(f"{'ab'[i]}) {metric}", loc="left", fontweight="bold")
+        axes[i, 0].set_title(f"{'ab'[i]}) {metric}: pretrained models", loc="left", fontweight="bold")
+        if "controls" in columns:
+            controls(axes[i, 1], rows, metric, "objective", inits or {})
+            axes[i, 1].set_title("random controls and models trained here", loc="left", fontsize=8)
     for i, (title, matrix, note) in enumerate(panels[:2]):
-        heatmap(axes[i, 1], matrix, title, note)
+        heatmap(axes[i, columns.index("heatmap")], matrix, title, note)
     _caption(fig, rows)
     fig.tight_layout()
     save(fig, stem)
+    return fig
 
 
-def figure_groups(summary: pd.DataFrame, group: str, hue: str, title: str, stem: str | os.PathLike) -> None:
-    """Figure S1 (``hue="objective"``, vision and audio) or S2 (``hue="stack"``, encoder-decoder models)."""
+def figure_groups(
+    summary: pd.DataFrame,
+    group: str,
+    hue: str,
+    title: str,
+    stem: str | os.PathLike,
+    inits: dict | None = None,
+) -> Figure:
+    """Figure S1 (``hue="objective"``, vision and audio) or S2 (``hue="stack"``, encoder-decoder models):
+    pretrained models vs parameters; below, when the group has any, the controls and trained models."""
     rows = in_group(summary, group)
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
-    for ax, metric, letter in zip(axes, ("symmetry", "directionality"), "ab", strict=True):
-        scatter(ax, rows, metric, hue)
-        ax.set_title(f"{letter}) {metric}", loc="left", fontweight="bold")
+    with_controls = bool(rows["role"].isin(CONTROL_ROLES).any())
+    fig, axes = plt.subplots(
+        2 if with_controls else 1, 2, figsize=(9, 7.6 if with_controls else 3.8), squeeze=False
+    )
+    for j, (metric, letter) in enumerate(zip(("symmetry", "directionality"), "ab", strict=True)):
+        scatter(axes[0, j], rows, metric, hue)
+        axes[0, j].set_title(f"{letter}) {metric}: pretrained models", loc="left", fontweight="bold")
+        if with_controls:
+            controls(axes[1, j], rows, metric, hue, inits or {})
+            axes[1, j].set_title(f"{metric}: random controls and models trained here", loc="left", fontsize=8)
     fig.suptitle(title)
     _caption(fig, rows)
     fig.tight_layout()
     save(fig, stem)
+    return fig
 
 
 def heads_figure(scores: pd.DataFrame, title: str, stem: str | os.PathLike, reason: str = "") -> None:

@@ -12,6 +12,7 @@ import json
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -161,11 +162,13 @@ def summarise(scores: pd.DataFrame, models: pd.DataFrame) -> pd.DataFrame:
     return summary.reset_index(drop=True)
 
 
-def _fmt(value: float, digits: int = 2) -> str:
+def number(value: float, digits: int = 2) -> str:
+    """``value`` with ``digits`` decimals; '' when missing."""
     return "" if pd.isna(value) else f"{value:.{digits}f}"
 
 
-def _params(value: float) -> str:
+def parameters(value: float) -> str:
+    """A parameter count as people write it: 22.7M, 1.24B; '' when unknown."""
     if pd.isna(value):
         return ""
     for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
@@ -174,38 +177,31 @@ def _params(value: float) -> str:
     return f"{value:.0f}"
 
 
-def _model_label(row: pd.Series) -> str:
-    return f"{row['display']} ({row['stack']})" if row["objective"] == "encoder-decoder" else row["display"]
+@dataclass(frozen=True)
+class Block:
+    """One grid of a table file, under its own heading (empty: none), with notes printed below it."""
+
+    table: pd.DataFrame
+    heading: str = ""
+    notes: tuple[str, ...] = ()
 
 
-def paper_table(summary: pd.DataFrame, metric: str, group: str | None = None) -> pd.DataFrame:
-    """Table S2 (symmetry) or S3 (directionality) as display strings, like the paper's layout."""
-    rows = summary if group is None else in_group(summary, group)
-    return pd.DataFrame(
-        {
-            "Model": rows.apply(_model_label, axis=1),
-            "Parameters": rows["n_params"].map(_params),
-            "Median": rows[f"{metric}_median"].map(_fmt),
-            "Interquartile range": [
-                "" if pd.isna(lo) else f"± [{lo:.2f}, {hi:.2f}]"
-                for lo, hi in zip(rows[f"{metric}_minus"], rows[f"{metric}_plus"], strict=True)
-            ],
-            "Note": [
-                "" if status == "ok" else f"not scored: {reason}"
-                for status, reason in zip(rows["status"], rows["reason"], strict=True)
-            ],
-        }
-    )
-
-
-def to_markdown(table: pd.DataFrame, title: str) -> str:
-    """A GitHub Markdown table with a heading."""
+def _markdown_grid(table: pd.DataFrame) -> list[str]:
     cells = table.astype(str).apply(lambda col: col.str.replace("|", "\\|", regex=False))
     header = [str(c).replace("|", "\\|") for c in table.columns]
-    lines = [f"# {title}", "", "| " + " | ".join(header) + " |"]
-    lines.append("|" + "|".join("---" for _ in table.columns) + "|")
-    lines += ["| " + " | ".join(row) + " |" for row in cells.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in table.columns) + "|"]
+    return lines + ["| " + " | ".join(row) + " |" for row in cells.itertuples(index=False)]
+
+
+def to_markdown(table: pd.DataFrame | list[Block], title: str, caption: str = "") -> str:
+    """A GitHub Markdown heading, the caption, then the table (or each block under its own heading)."""
+    blocks = table if isinstance(table, list) else [Block(table)]
+    lines = [f"# {title}", ""] + ([caption, ""] if caption else [])
+    for block in blocks:
+        lines += [f"## {block.heading}", ""] if block.heading else []
+        lines += [*_markdown_grid(block.table), ""]
+        lines += [*(f"- {note}" for note in block.notes), ""] if block.notes else []
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 _LATEX_SPECIALS = {c: "\\" + c for c in "&%$#_{}"} | {
@@ -219,45 +215,60 @@ def _latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIALS.get(c, c) for c in text).replace("±", r"$\pm$")
 
 
-def to_latex(table: pd.DataFrame, caption: str) -> str:
-    """A booktabs ``table`` environment."""
-    header = " & ".join(_latex_escape(c) for c in table.columns) + r" \\"
+def _latex_grid(table: pd.DataFrame) -> list[str]:
+    header = " & ".join(_latex_escape(str(c)) for c in table.columns) + r" \\"
     body = [" & ".join(_latex_escape(str(v)) for v in row) + r" \\" for row in table.itertuples(index=False)]
-    return "\n".join(
-        [
-            r"\begin{table}[ht]",
-            r"\centering",
-            rf"\caption{{{_latex_escape(caption)}}}",
-            r"\begin{tabular}{" + "l" * len(table.columns) + "}",
-            r"\toprule",
-            header,
-            r"\midrule",
-            *body,
-            r"\bottomrule",
-            r"\end{tabular}",
-            r"\end{table}",
-            "",
-        ]
-    )
+    return [
+        r"\begin{tabular}{" + "l" * len(table.columns) + "}",
+        r"\toprule",
+        header,
+        r"\midrule",
+        *body,
+        r"\bottomrule",
+        r"\end{tabular}",
+    ]
+
+
+def to_latex(table: pd.DataFrame | list[Block], title: str, caption: str = "") -> str:
+    """A booktabs ``table`` environment captioned with the title and caption; blocks one tabular each,
+    under a bold heading, their notes below."""
+    blocks = table if isinstance(table, list) else [Block(table)]
+    lines = [
+        r"\begin{table}[ht]",
+        r"\centering",
+        rf"\caption{{{_latex_escape(f'{title}. {caption}' if caption else title)}}}",
+    ]
+    for i, block in enumerate(blocks):
+        lines += [r"\medskip"] if i else []
+        lines += [rf"\textbf{{{_latex_escape(block.heading)}}}\\[2pt]"] if block.heading else []
+        lines += _latex_grid(block.table)
+        lines += [rf"\\[2pt]{{\footnotesize {_latex_escape(note)}}}" for note in block.notes]
+    return "\n".join([*lines, r"\end{table}", ""])
 
 
 def write_table(
-    table: pd.DataFrame,
+    table: pd.DataFrame | list[Block],
     stem: str | os.PathLike,
     title: str,
     csv: pd.DataFrame | None = None,
     empty: str = "This table has no rows.",
+    caption: str = "",
 ) -> None:
-    """``stem``.csv (``csv`` if given: full precision), ``stem``.md and ``stem``.tex. A table without rows
-    is still a CSV with its header, and the MD/TeX say ``empty`` (one sentence: why) instead of a grid."""
+    """``stem``.csv (``csv`` if given: full precision), ``stem``.md and ``stem``.tex: the title, the
+    caption (what the table shows, what its ± means), then the table, or each of its blocks under its
+    heading. A table without rows is still a CSV with its header, and the MD/TeX say ``empty`` (one
+    sentence: why) instead of a grid."""
     stem = str(stem)
+    if csv is None and isinstance(table, list):
+        raise ValueError("a table in blocks needs its full-precision csv")
     write_csv(table if csv is None else csv, stem + ".csv")
-    if table.empty:
-        write_text(stem + ".md", f"# {title}\n\n{empty}\n")
-        write_text(stem + ".tex", f"% {_latex_escape(title)}\n{_latex_escape(empty)}\n")
+    blocks = [b for b in (table if isinstance(table, list) else [Block(table)]) if not b.table.empty]
+    if not blocks:
+        write_text(stem + ".md", f"# {title}\n\n{empty}\n" + (f"\n{caption}\n" if caption else ""))
+        write_text(stem + ".tex", f"% {_latex_escape(title)}\n{_latex_escape(' '.join([empty, caption]))}\n")
         return
-    write_text(stem + ".md", to_markdown(table, title))
-    write_text(stem + ".tex", to_latex(table, title))
+    write_text(stem + ".md", to_markdown(blocks, title, caption))
+    write_text(stem + ".tex", to_latex(blocks, title, caption))
 
 
 def known_defects(path: str | os.PathLike) -> list[tuple[re.Pattern, str]]:
@@ -361,12 +372,12 @@ def comparison_display(per_model: pd.DataFrame) -> pd.DataFrame:
                 f"{a}/{b}"
                 for a, b in zip(per_model["n_layers_ours"], per_model["n_layers_paper"], strict=True)
             ],
-            "Symmetry ours": per_model["symmetry_median_ours"].map(_fmt),
-            "Symmetry paper": per_model["symmetry_median_paper"].map(_fmt),
-            "Max |Δ| sym.": per_model["symmetry_max_abs_diff"].map(lambda v: _fmt(v, 3)),
-            "Dir. ours": per_model["directionality_median_ours"].map(_fmt),
-            "Dir. paper": per_model["directionality_median_paper"].map(_fmt),
-            "Max |Δ| dir.": per_model["directionality_max_abs_diff"].map(lambda v: _fmt(v, 3)),
+            "Symmetry ours": per_model["symmetry_median_ours"].map(number),
+            "Symmetry paper": per_model["symmetry_median_paper"].map(number),
+            "Max |Δ| sym.": per_model["symmetry_max_abs_diff"].map(lambda v: number(v, 3)),
+            "Dir. ours": per_model["directionality_median_ours"].map(number),
+            "Dir. paper": per_model["directionality_median_paper"].map(number),
+            "Max |Δ| dir.": per_model["directionality_max_abs_diff"].map(lambda v: number(v, 3)),
             "Note": notes,
         }
     )

@@ -40,6 +40,9 @@ rule tables:
         ),
     log:
         f"{R}/logs/tables.log",
+    params:
+        s2_scope=SCOPE["table_s2"],
+        s3_scope=SCOPE["table_s3"],
     threads: 1
     resources:
         mem_mb=AGGREGATE_MEM_MB,

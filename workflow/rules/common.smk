@@ -2,6 +2,9 @@
 import re
 from pathlib import Path
 
+import pandas as pd
+
+from attngeom.pipeline.captions import models_scope, official_scope, training_scope
 from attngeom.pipeline.registry import build_registry, heatmaps, score_resources
 from attngeom.pipeline.training_runs import (
     evolution_groups,
@@ -28,6 +31,12 @@ SYMMETRIC_GROUPS = symmetric_groups(TRAINING_RUNS)
 MODELS = build_registry(list(config["models"]) + training_models(TRAINING_RUNS, TR), R)
 HEATMAPS = heatmaps(config["figures"], MODELS)
 
+# What this run can show, for the report's captions (workflow/report/*.rst read them as params.scope).
+GROUPS = ("table_s2", "table_s3", "figure_2", "figure_s1", "figure_s2")
+SCOPE = {group: models_scope(MODELS.values(), group) for group in GROUPS}
+TRAINING_SCOPE = training_scope(TRAINING_RUNS)
+OFFICIAL_SCOPE = official_scope(TRAINING_RUNS, pd.read_csv(REFERENCE / "official_training_evolution.csv"))
+
 
 wildcard_constraints:
     slug="|".join(re.escape(s) for s in MODELS),
@@ -53,6 +62,12 @@ def score_device(wildcards):
 def run_finals(keep=lambda run: True):
     """The final-model folders of the runs ``keep`` selects (the inputs of the tables and figures)."""
     return expand(rules.train.output.final, run=[name for name, run in TRAINING_RUNS.items() if keep(run)])
+
+
+def trained_finals():
+    """The final-model folders of every training run (none without training): the figures read each
+    run's config.yaml beside it."""
+    return run_finals() if TRAINING_RUNS else []
 
 
 def training_targets():

@@ -3,7 +3,9 @@
 
 rule heatmap_matrix:
     input:
-        lambda wildcards: weights_input(HEATMAPS[wildcards.role][0]),
+        weights=lambda wildcards: weights_input(HEATMAPS[wildcards.role][0]),
+        scores=lambda wildcards: expand(rules.score.output.scores, slug=HEATMAPS[wildcards.role][0].slug)[0],
+        status=lambda wildcards: expand(rules.score.output.status, slug=HEATMAPS[wildcards.role][0].slug)[0],
     output:
         f"{R}/heatmaps/{{role}}.npz",
     log:
@@ -12,10 +14,10 @@ rule heatmap_matrix:
         role="|".join(HEATMAPS) or "(?!)",
     params:
         model=lambda wildcards: HEATMAPS[wildcards.role][0].id,
+        display=lambda wildcards: HEATMAPS[wildcards.role][0].display,
         location=lambda wildcards: HEATMAPS[wildcards.role][0].location,
         revision=lambda wildcards: HEATMAPS[wildcards.role][0].revision,
         layer=lambda wildcards: HEATMAPS[wildcards.role][1],
-        title=lambda wildcards: f"{HEATMAPS[wildcards.role][0].display}, layer {HEATMAPS[wildcards.role][1]}",
         max_dim=config["figures"]["heatmap_max_dim"],
     resources:
         mem_mb=4096,
@@ -30,6 +32,7 @@ rule figure_2:
     input:
         summary=rules.tables.output.summary,
         heatmaps=expand(rules.heatmap_matrix.output, role=[r for r in ("encoder", "decoder") if r in HEATMAPS]),
+        runs=trained_finals(),
     output:
         report(
             multiext(f"{R}/figures/figure_2", ".pdf", ".png"),
@@ -38,6 +41,8 @@ rule figure_2:
         ),
     log:
         f"{R}/logs/figure_2.log",
+    params:
+        scope=SCOPE["figure_2"],
     threads: 1
     resources:
         mem_mb=AGGREGATE_MEM_MB,
@@ -51,6 +56,7 @@ rule figure_2:
 use rule figure_2 as figure_s1 with:
     input:
         summary=rules.tables.output.summary,
+        runs=trained_finals(),
     output:
         report(
             multiext(f"{R}/figures/figure_s1", ".pdf", ".png"),
@@ -59,11 +65,14 @@ use rule figure_2 as figure_s1 with:
         ),
     log:
         f"{R}/logs/figure_s1.log",
+    params:
+        scope=SCOPE["figure_s1"],
 
 
 use rule figure_2 as figure_s2 with:
     input:
         summary=rules.tables.output.summary,
+        runs=trained_finals(),
     output:
         report(
             multiext(f"{R}/figures/figure_s2", ".pdf", ".png"),
@@ -72,6 +81,8 @@ use rule figure_2 as figure_s2 with:
         ),
     log:
         f"{R}/logs/figure_s2.log",
+    params:
+        scope=SCOPE["figure_s2"],
 
 
 rule figure_heads:

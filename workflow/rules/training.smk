@@ -8,6 +8,7 @@
 #
 #   training:
 #     defaults: {tokenizer: bert-uncased, device: cuda, compile: true, gpus: 1, runtime: 2880, mem_mb: 64000}
+#     seeds: 3
 #     grid:
 #       dataset: [wikipedia, jigsaw, red_pajama]
 #       n_layers: [4, 12]
@@ -15,7 +16,7 @@
 #       init: [random, symmetric]
 #
 #   results/training/<run>/{config.yaml, loss.parquet, scores.parquet, checkpoint/, final/}
-#   results/training/tables/{table_1,official_comparison}.{csv,md,tex}
+#   results/training/tables/{table_1,official_comparison}.{csv,md,tex}   (Table 1 over seeds, with the null)
 #   results/training/figures/{evolution_*,symmetric_init_*,official_comparison}.{pdf,png}
 #
 # A killed job resumes from its checkpoint when re-run (checkpoint/ is not a declared output, so
@@ -51,10 +52,21 @@ if TRAINING_RUNS:
             paper=REFERENCE / "paper_table1_symmetric_init.csv",
             official=REFERENCE / "official_training_evolution.csv",
         output:
-            table_1=multiext(f"{TR}/tables/table_1", ".csv", ".md", ".tex"),
-            official=multiext(f"{TR}/tables/official_comparison", ".csv", ".md", ".tex"),
+            table_1=report(
+                multiext(f"{TR}/tables/table_1", ".csv", ".md", ".tex"),
+                category="Training",
+                caption="../report/table_1.rst",
+            ),
+            official=report(
+                multiext(f"{TR}/tables/official_comparison", ".csv", ".md", ".tex"),
+                category="Training",
+                caption="../report/official_comparison.rst",
+            ),
         log:
             f"{TR}/logs/training_tables.log",
+        params:
+            scope=TRAINING_SCOPE,
+            official_scope=OFFICIAL_SCOPE,
         threads: 1
         resources:
             mem_mb=2000,
@@ -73,9 +85,16 @@ if EVOLUTION_GROUPS:
                 lambda run: (run.dataset, str(run.layers)) == (wildcards.dataset, wildcards.layers)
             ),
         output:
-            multiext(f"{TR}/figures/evolution_{{dataset}}_{{layers}}L", ".pdf", ".png"),
+            report(
+                multiext(f"{TR}/figures/evolution_{{dataset}}_{{layers}}L", ".pdf", ".png"),
+                category="Training",
+                caption="../report/evolution.rst",
+            ),
         log:
             f"{TR}/logs/evolution_figure/{{dataset}}_{{layers}}L.log",
+        params:
+            scope=TRAINING_SCOPE,
+            official_scope=OFFICIAL_SCOPE,
         wildcard_constraints:
             dataset="|".join(re.escape(d) for d, _ in EVOLUTION_GROUPS),
             layers=r"\d+",
@@ -96,7 +115,11 @@ if EVOLUTION_GROUPS:
                 == (wildcards.dataset, wildcards.layers, wildcards.objective)
             ),
         output:
-            multiext(f"{TR}/figures/symmetric_init_{{dataset}}_{{layers}}L_{{objective}}", ".pdf", ".png"),
+            report(
+                multiext(f"{TR}/figures/symmetric_init_{{dataset}}_{{layers}}L_{{objective}}", ".pdf", ".png"),
+                category="Training",
+                caption="../report/symmetric_init.rst",
+            ),
         log:
             f"{TR}/logs/symmetric_init_figure/{{dataset}}_{{layers}}L_{{objective}}.log",
 
@@ -105,6 +128,10 @@ if EVOLUTION_GROUPS:
             finals=run_finals(),
             official=REFERENCE / "official_training_evolution.csv",
         output:
-            multiext(f"{TR}/figures/official_comparison", ".pdf", ".png"),
+            report(
+                multiext(f"{TR}/figures/official_comparison", ".pdf", ".png"),
+                category="Training",
+                caption="../report/official_comparison.rst",
+            ),
         log:
             f"{TR}/logs/official_figure.log",

@@ -105,9 +105,10 @@ def build_registry(entries: list[dict], results: str) -> dict[str, Model]:
     return models
 
 
-def heatmaps(figures: dict, models: dict[str, Model]) -> dict[str, tuple[Model, int]]:
-    """The heatmap panels of Figure 2 (role → model and layer); a panel naming no model of the config is
-    an error, not a panel silently left out."""
+def heatmaps(figures: dict, models: dict[str, Model]) -> dict[str, tuple[Model, int | None]]:
+    """The heatmap panels of Figure 2 (role → model and layer; None: the model's most representative
+    layer, chosen from its scores); a panel naming no model of the config is an error, not a panel
+    silently left out."""
     panels = {}
     for role, ref in (figures.get("heatmap") or {}).items():
         model = models.get(slug(ref["model"]))
@@ -116,7 +117,8 @@ def heatmaps(figures: dict, models: dict[str, Model]) -> dict[str, tuple[Model, 
             raise InputError(
                 f"config: figures: heatmap: {role}: model {ref['model']!r} is not in models ({known})"
             )
-        panels[role] = (model, int(ref.get("layer", 0)))
+        layer = ref.get("layer")
+        panels[role] = (model, None if layer is None else int(layer))
     return panels
 
 

@@ -121,11 +121,16 @@ def symmetric_groups(runs: dict[str, TrainingRun]) -> list[tuple[str, int, str]]
     )
 
 
+def trained_model_id(run: str) -> str:
+    """The id under which the final model of training run ``run`` is scored (tables, figures)."""
+    return f"trained/{run}"
+
+
 def training_models(runs: dict[str, TrainingRun], results: str) -> list[dict]:
     """The trained models as registry entries, so the scoring rules score them like any other model."""
     return [
         {
-            "id": f"trained/{run.name}",
+            "id": trained_model_id(run.name),
             "display": run.name,
             "training_dir": f"{results}/{run.name}/final",
             "objective": "bidirectional" if run.objective == "encoder" else "autoregressive",

@@ -1,9 +1,14 @@
 """Figures 3 / S3 / S4 (symmetry and directionality over training, encoder vs decoder, per layer), Figure S5
 (random vs symmetric init) and the comparison with the authors' published evolution, as PDF + PNG.
 
-Medians and interquartile bands are over layers (the layer matrix, as the paper's tables) for the
-whole-model curves, and over the heads of one layer for the per-layer curves (as Figure S5 states).
+Two quantities, named in every panel title because they differ (0.014 vs 0.24 for the same layer and
+step is possible): the **layer form** M = Σ_h M_h (what the paper's tables score), summarised by its
+median over layers, and the **heads** M_h of one layer, summarised by their median over heads (what the
+paper's per-layer panels and Figure S5 show). The per-layer panels draw the layer form over the head
+median. Bands are interquartile ranges pooled over every seed; with more than one seed each seed's median
+is also drawn as a thin line. Random init is light blue and dashed, symmetric init dark blue and solid.
 What each run trained comes from its folder's config.yaml (``runs.RunInfo``), never from the logs.
+Each figure function saves its figure and returns it (closed), so what it drew can be inspected.
 """
 
 from __future__ import annotations
@@ -12,18 +17,24 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from ..figures import save
+from .official import METRICS, nearest_official, official_medians, official_note, ours_medians
 from .runs import RunInfo, twins
-from .speedup import smoothed
+from .speedup import CLAIM_RULE, smoothed
 
 COLOURS = {"encoder": "tab:blue", "decoder": "tab:purple", "random": "lightskyblue", "symmetric": "navy"}
-METRICS = ("symmetry", "directionality")
+STYLES = {"random": "--", "symmetric": "-"}
+LAYER_FORM = "layer form Σ_h M_h"
+LAYER_FORM_STYLE = ":"
 
 
 def load_runs(runs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(scores, losses) of the run folders, each row tagged with what its run trained (``RunInfo.labels``)
-    and, for the runs of a random-vs-symmetric pair (``runs.twins``), ``twin``: the pair's symmetric run."""
+    and, for the runs of a random-vs-symmetric pair (``runs.twins``), ``twin``: the pair's symmetric run.
+    Losses are smoothed as Table 1 smooths them."""
     infos = [RunInfo.read(run) for run in runs]
     pair = {}
     for twin in twins({info.name: info.config for info in infos}):
@@ -37,40 +48,70 @@ def load_runs(runs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.concat(scores, ignore_index=True), pd.concat(losses, ignore_index=True)
 
 
-def _band(ax, frame: pd.DataFrame, metric: str, by: str, colour: str, label: str, style: str = "-") -> None:
-    """Median line and interquartile band of ``metric`` over the rows of each step."""
-    stats = frame.groupby(by)[metric].quantile([0.25, 0.5, 0.75]).unstack()
+def _seeds(frame: pd.DataFrame) -> int:
+    return frame["seed"].nunique() if len(frame) else 0
+
+
+def _band(
+    ax, frame: pd.DataFrame, metric: str, colour, label: str, style: str = "-", thin: bool = True
+) -> None:
+    """Median line and interquartile band of ``metric`` over the rows of each step (pooled over seeds),
+    and with several seeds and ``thin``, each seed's median as a thin line."""
+    stats = frame.groupby("step")[metric].quantile([0.25, 0.5, 0.75]).unstack()
     ax.plot(stats.index, stats[0.5], style, color=colour, label=label)
     ax.fill_between(stats.index, stats[0.25], stats[0.75], color=colour, alpha=0.2, linewidth=0)
+    if thin and _seeds(frame) > 1:
+        for _, seed in frame.groupby("seed"):
+            median = seed.groupby("step")[metric].median()
+            ax.plot(median.index, median.values, style, color=colour, linewidth=0.6, alpha=0.6)
+
+
+def _layer_median(ax, frame: pd.DataFrame, metric: str, label: str, colour: str, style: str = "-") -> None:
+    """The layer form's median and IQR over layers, per step."""
+    _band(ax, frame[frame["head"].isna()], metric, colour, label, style)
+
+
+def _layer_title(panel: str, metric: str, seeds: int) -> str:
+    thin = "; thin: each seed" if seeds > 1 else ""
+    return f"{panel}) {metric} of the {LAYER_FORM}, median over layers\n(line; band: IQR over layers{thin})"
 
 
 def _per_layer(ax, frame: pd.DataFrame, metric: str, title: str) -> None:
-    heads = frame[frame["head"].notna()]
+    """Per layer: the median and IQR of ``metric`` over the layer's heads, and the layer form's own
+    score (median over seeds) drawn over it."""
+    heads, forms = frame[frame["head"].notna()], frame[frame["head"].isna()]
     layers = sorted(heads["layer"].unique())
     cmap = plt.get_cmap("viridis", max(2, len(layers)))
     for i, layer in enumerate(layers):
-        _band(ax, heads[heads["layer"] == layer], metric, "step", cmap(i), f"layer {layer}")
-    ax.set(title=title, xlabel="training step", ylabel=f"median {metric} (heads)")
-    ax.legend(fontsize="x-small", ncol=2)
+        _band(ax, heads[heads["layer"] == layer], metric, cmap(i), f"layer {layer}", thin=False)
+        form = forms[forms["layer"] == layer].groupby("step")[metric].median()
+        ax.plot(form.index, form.values, LAYER_FORM_STYLE, color=cmap(i), linewidth=1.5)
+    seeds = _seeds(frame)
+    ax.set(
+        title=f"{title}, median over heads\n(line; band: IQR over heads{' and seeds' if seeds > 1 else ''}; "
+        f"dotted: {LAYER_FORM})",
+        xlabel="training step",
+        ylabel=metric,
+    )
+    handles, _ = ax.get_legend_handles_labels()
+    handles.append(Line2D([], [], linestyle=LAYER_FORM_STYLE, color="black", label=LAYER_FORM))
+    ax.legend(handles=handles, fontsize="x-small", ncol=2)
 
 
-def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path) -> None:
+def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path) -> Figure:
     """Figure 3 / S3 / S4 for one dataset and depth: random-init runs, encoder vs decoder."""
     runs = scores[
-        (scores["dataset"] == dataset) & (scores["layers"] == layers) & (scores["init"] == "random")
+        (scores["dataset"] == dataset)
+        & (scores["layers"] == layers)
+        & (scores["init"] == "random")
+        & (scores["reg_weight"] == 0)
     ]
-    runs = runs[runs["reg_weight"] == 0]
-    fig, axes = plt.subplots(3, 2, figsize=(10, 11), constrained_layout=True)
-    layer_rows = runs[runs["head"].isna()]
+    fig, axes = plt.subplots(3, 2, figsize=(11, 13), constrained_layout=True)
     for ax, metric, panel in zip(axes[0], METRICS, "ab", strict=True):
-        for objective, group in layer_rows.groupby("objective"):
-            _band(ax, group, metric, "step", COLOURS[objective], f"{objective}-only")
+        for objective, group in runs.groupby("objective"):
+            _layer_median(ax, group, metric, f"{objective}-only", COLOURS[objective])
         ax.axhline(0, color="grey", linewidth=0.5)
-        ax.set(
-            title=f"{panel}) median {metric}",
-            xlabel="training step",
-            ylabel=f"{metric} (median, IQR over layers)",
-        )
+        ax.set(title=_layer_title(panel, metric, _seeds(runs)), xlabel="training step", ylabel=metric)
         ax.legend()
     for row, metric, panel in ((1, "symmetry", "c"), (2, "directionality", "d")):
         for ax, objective in zip(axes[row], ("encoder", "decoder"), strict=True):
@@ -79,16 +120,57 @@ def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path
                 ax.set_axis_off()
                 continue
             _per_layer(ax, group, metric, f"{panel}) {objective}-only: {metric} per layer")
-    fig.suptitle(f"{layers}-layer models trained on {dataset}")
+    fig.suptitle(f"{layers}-layer models trained on {dataset}, random init ({_seeds(runs)} seed(s))")
     save(fig, stem)
+    return fig
+
+
+def speedup_note(table: pd.DataFrame | None, dataset: str, layers: int, objective: str) -> str:
+    """One line per unregularised symmetric row of Table 1 (``speedup.summarise``) in this group: the
+    speed-up by the rule claims use, its interval, the null's, and the verdict."""
+    if table is None:
+        return ""
+    rows = table[
+        (table["dataset"] == dataset)
+        & (table["layers"] == layers)
+        & (table["objective"] == objective)
+        & (table["init"] == "symmetric")
+        & (table["reg_weight"] == 0)
+        & (table["seed_pairs"] > 0)
+    ]
+    lines = []
+    for row in rows.itertuples(index=False):
+        speed, null = f"speedup_{CLAIM_RULE}", f"null_{CLAIM_RULE}"
+        interval = (
+            f" [{getattr(row, speed + '_low'):.1f}, {getattr(row, speed + '_high'):.1f}]"
+            if row.seed_pairs > 1
+            else ""
+        )
+        null_text = (
+            f"; null {getattr(row, null):.1f} [{getattr(row, null + '_low'):.1f}, "
+            f"{getattr(row, null + '_high'):.1f}] %"
+            if row.null_pairs > 1
+            else ""
+        )
+        lines.append(
+            f"speed-up ({CLAIM_RULE}) {getattr(row, speed):.1f}{interval} % over {row.seed_pairs} seed "
+            f"pair(s){null_text}: {row.verdict}"
+        )
+    return "\n".join(lines)
 
 
 def symmetric_init_figure(
-    scores: pd.DataFrame, losses: pd.DataFrame, dataset: str, layers: int, objective: str, stem: Path
-) -> None:
+    scores: pd.DataFrame,
+    losses: pd.DataFrame,
+    dataset: str,
+    layers: int,
+    objective: str,
+    stem: Path,
+    table: pd.DataFrame | None = None,
+) -> Figure:
     """Figure S5: loss, median symmetry and per-layer symmetry, random vs symmetric initialisation, for
-    the twin runs (``load_runs``' ``twin`` column) of one dataset, depth and objective; the bands pool
-    the layers of every pair of the group (one pair per seed)."""
+    the twin runs (``load_runs``' ``twin`` column) of one dataset, depth and objective, every seed; with
+    Table 1 (``speedup.summarise``) given, its speed-up, null and verdict are written under the title."""
 
     def select(frame: pd.DataFrame) -> pd.DataFrame:
         group = (
@@ -97,16 +179,20 @@ def symmetric_init_figure(
         return frame[group & frame["twin"].notna()]
 
     sc, lo = select(scores), select(losses)
-    fig, axes = plt.subplots(2, 2, figsize=(10, 8), constrained_layout=True)
-    for (init, run), group in lo.groupby(["init", "run"]):
-        axes[0, 0].plot(group["step"], group["loss"], color=COLOURS[init], label=f"{init} init ({run})")
-    axes[0, 0].set(title="a) training loss (smoothed)", xlabel="training step", ylabel="loss")
-    axes[0, 0].legend()
-    for init, group in sc[sc["head"].isna()].groupby("init"):
-        _band(axes[0, 1], group, "symmetry", "step", COLOURS[init], f"{init} init")
-    axes[0, 1].set(
-        title="b) median symmetry", xlabel="training step", ylabel="symmetry (median, IQR over layers)"
+    fig, axes = plt.subplots(2, 2, figsize=(11, 9), constrained_layout=True)
+    for init, group in lo.groupby("init"):
+        for i, (_, run) in enumerate(group.groupby("run")):
+            label = f"{init} init ({_seeds(group)} seed(s))" if i == 0 else None
+            axes[0, 0].plot(
+                run["step"], run["loss"], STYLES[init], color=COLOURS[init], linewidth=1, label=label
+            )
+    axes[0, 0].set(
+        title="a) training loss (smoothed), each seed a line", xlabel="training step", ylabel="loss"
     )
+    axes[0, 0].legend()
+    for init, group in sc.groupby("init"):
+        _layer_median(axes[0, 1], group, "symmetry", f"{init} init", COLOURS[init], STYLES[init])
+    axes[0, 1].set(title=_layer_title("b", "symmetry", _seeds(sc)), xlabel="training step", ylabel="symmetry")
     axes[0, 1].legend()
     for ax, init in zip(axes[1], ("random", "symmetric"), strict=True):
         group = sc[sc["init"] == init]
@@ -114,43 +200,34 @@ def symmetric_init_figure(
             ax.set_axis_off()
             continue
         _per_layer(ax, group, "symmetry", f"c) {init} init: symmetry per layer")
-    fig.suptitle(f"{layers}-layer {objective} on {dataset}: random vs symmetric initialisation")
+    note = speedup_note(table, dataset, layers, objective)
+    fig.suptitle(
+        f"{layers}-layer {objective} on {dataset}: random vs symmetric initialisation"
+        + (f"\n{note}" if note else "")
+    )
     save(fig, stem)
+    return fig
 
 
-def official_medians(official: pd.DataFrame) -> pd.DataFrame:
-    """The authors' per-layer evolution → median over layers per (layers, objective, dataset, step)."""
-    frame = official.assign(layers=official["model"].str.extract(r"\((\d+) layers\)")[0].astype(int))
-    return frame.groupby(["layers", "objective", "dataset", "step"])[list(METRICS)].median().reset_index()
-
-
-def ours_medians(scores: pd.DataFrame) -> pd.DataFrame:
-    """Our random-init, unregularised runs → median over layers per (run, layers, objective, dataset, step)."""
-    rows = scores[scores["head"].isna() & (scores["init"] == "random") & (scores["reg_weight"] == 0)]
-    keys = ["run", "layers", "objective", "dataset", "step"]
-    return rows.groupby(keys)[list(METRICS)].median().reset_index()
-
-
-def compare_official(scores: pd.DataFrame, official: pd.DataFrame) -> pd.DataFrame:
-    """Our medians next to the authors' at the same step, for runs whose depth, objective and dataset
-    match one of theirs (empty when none does)."""
-    keys = ["layers", "objective", "dataset", "step"]
-    merged = ours_medians(scores).merge(official_medians(official), on=keys, suffixes=("", "_authors"))
-    return merged[["run", *keys, "symmetry", "symmetry_authors", "directionality", "directionality_authors"]]
-
-
-def official_figure(scores: pd.DataFrame, official: pd.DataFrame, stem: Path) -> None:
-    """Our runs (solid) over the authors' published evolution at the same depths (dashed), per objective."""
+def official_figure(scores: pd.DataFrame, official: pd.DataFrame, stem: Path) -> Figure:
+    """Our runs (solid) over the authors' published evolution (dashed), per objective: the same depth,
+    objective and dataset where they published it, else the nearest (``nearest_official``), labelled so."""
     ours, theirs = ours_medians(scores), official_medians(official)
-    theirs = theirs[theirs["layers"].isin(ours["layers"].unique())]
+    nearest = nearest_official(ours, official)
     fig, axes = plt.subplots(2, 2, figsize=(11, 8), constrained_layout=True, sharex=True)
     for col, objective in enumerate(("encoder", "decoder")):
+        drawn = nearest[nearest["objective"] == objective].drop_duplicates(["layers", "dataset"])
         for row, metric in enumerate(METRICS):
             ax = axes[row, col]
-            for (layers, dataset), group in theirs[theirs["objective"] == objective].groupby(
-                ["layers", "dataset"]
-            ):
-                ax.plot(group["step"], group[metric], "--", alpha=0.7, label=f"authors: {layers}L {dataset}")
+            for ref in drawn.itertuples(index=False):
+                group = theirs[
+                    (theirs["objective"] == objective)
+                    & (theirs["layers"] == ref.layers)
+                    & (theirs["dataset"] == ref.dataset)
+                ]
+                kind = "same setting" if ref.exact else "nearest published, not our setting"
+                label = f"authors: {ref.layers}L {ref.dataset} ({kind})"
+                ax.plot(group["step"], group[metric], "--", alpha=0.8, label=label)
             for (run, dataset), group in ours[ours["objective"] == objective].groupby(["run", "dataset"]):
                 ax.plot(
                     group["step"].clip(lower=1),
@@ -162,9 +239,13 @@ def official_figure(scores: pd.DataFrame, official: pd.DataFrame, stem: Path) ->
             ax.set_xscale("log")
             ax.axhline(0, color="grey", linewidth=0.5)
             ax.set(
-                title=f"{objective}-only: {metric}",
+                title=f"{objective}-only: {metric} of the {LAYER_FORM}, median over layers",
                 xlabel="training step",
-                ylabel=f"median {metric} over layers",
+                ylabel=metric,
             )
             ax.legend(fontsize="x-small")
+    note = official_note(ours, official)
+    if note:
+        fig.suptitle(note, fontsize="small", wrap=True)
     save(fig, stem)
+    return fig

@@ -179,6 +179,20 @@ BOOKKEEPING = frozenset(
 """Settings that change how a run is carried out or recorded, not what it learns."""
 
 
+def learnt(config: TrainConfig, apart_from: tuple[str, ...] = ("init",)) -> dict:
+    """What a run learns from, apart from the settings named and the bookkeeping ones."""
+    return {k: v for k, v in config.to_dict().items() if k not in apart_from and k not in BOOKKEEPING}
+
+
+def comparison_key(config: TrainConfig) -> tuple:
+    """Runs with the same key differ only in ``init``, ``seed`` and bookkeeping: one row of Table 1."""
+    return tuple(sorted(learnt(config, ("init", "seed")).items()))
+
+
+def _plain(config: TrainConfig, init: str) -> bool:
+    return config.init == init and config.reg_weight == 0
+
+
 @dataclass(frozen=True)
 class Twin:
     """A symmetric-init run and the random-init run it is compared with (Table 1, Figure S5)."""
@@ -196,20 +210,44 @@ def twins(configs: Mapping[str, TrainConfig]) -> list[Twin]:
     only in ``init`` (so the same dataset, depth, objective and seed) and in bookkeeping settings; when
     several qualify, the first by name. Works on configs alone, so the pipeline can call it before
     any run exists."""
-
-    def learnt(config: TrainConfig) -> dict:
-        """What the run learns from, apart from its initialisation."""
-        return {k: v for k, v in config.to_dict().items() if k != "init" and k not in BOOKKEEPING}
-
-    randoms = {
-        name: learnt(c) for name, c in sorted(configs.items()) if c.init == "random" and c.reg_weight == 0
-    }
+    randoms = {name: learnt(c) for name, c in sorted(configs.items()) if _plain(c, "random")}
     pairs = []
     for name, config in sorted(configs.items()):
-        if config.init != "symmetric" or config.reg_weight != 0:
+        if not _plain(config, "symmetric"):
             continue
         match = next((r for r, learnt_r in randoms.items() if learnt_r == learnt(config)), None)
         if match is not None:
             label = dataset_label(config.dataset)
             pairs.append(Twin(match, name, label, config.n_layers, config.objective, config.seed))
+    return pairs
+
+
+@dataclass(frozen=True)
+class SeedPair:
+    """Two unregularised random-init runs that differ only in ``seed``: the null of Table 1, what the
+    speed-up statistic gives when nothing but the seed changes."""
+
+    reference: str
+    other: str
+    reference_seed: int
+    other_seed: int
+
+
+def seed_pairs(configs: Mapping[str, TrainConfig]) -> list[SeedPair]:
+    """Within each set of random-init runs that differ only in ``seed`` (one run per seed, the first by
+    name), in seed order: every run paired with the next one, the last with the first (for two seeds:
+    both orders). So the null has as many pairs as there are seeds, each run once the reference and once
+    the other, like the symmetric-vs-random pairs it is compared with."""
+    groups: dict[tuple, dict[int, str]] = {}
+    for name, config in sorted(configs.items()):
+        if _plain(config, "random"):
+            groups.setdefault(comparison_key(config), {}).setdefault(config.seed, name)
+    pairs = []
+    for by_seed in groups.values():
+        seeds = sorted(by_seed)
+        if len(seeds) < 2:
+            continue
+        for i, seed in enumerate(seeds):
+            other = seeds[(i + 1) % len(seeds)]
+            pairs.append(SeedPair(by_seed[seed], by_seed[other], seed, other))
     return pairs

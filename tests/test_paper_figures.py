@@ -1,0 +1,101 @@
+"""Figures 2 / S1 / S2: pretrained models in the main panels, controls and trained runs in their own panel
+(random vs symmetric init told apart), the heatmap's representative layer and its stated colour clip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attngeom import figures
+from attngeom.errors import InputError
+
+
+def summary_row(model: str, objective: str, role: str, median: float, groups=("figure_2",), **extra) -> dict:
+    return {
+        "model": model,
+        "display": model.rsplit("/", 1)[-1],
+        "modality": "language",
+        "objective": objective,
+        "role": role,
+        "groups": list(groups),
+        "n_params": 1e8,
+        "status": "ok",
+        "reason": "",
+        "stack": "encoder" if objective == "bidirectional" else "decoder",
+        **{f"symmetry_{w}": v for w, v in (("median", median), ("minus", 0.05), ("plus", 0.05))},
+        **{f"directionality_{w}": v for w, v in (("median", -median), ("minus", 0.05), ("plus", 0.05))},
+        **extra,
+    }
+
+
+SUMMARY = pd.DataFrame(
+    [
+        summary_row("bert", "bidirectional", "pretrained", 0.6),
+        summary_row("gpt2", "autoregressive", "pretrained", 0.1, n_params=1.2e8),
+        summary_row("random/bert", "bidirectional", "random", 0.0),
+        summary_row("trained/enc-random-s0", "bidirectional", "trained", 0.9),
+        summary_row("trained/enc-symmetric-s0", "bidirectional", "trained", 1.0),
+    ]
+)
+INITS = {"trained/enc-random-s0": "random", "trained/enc-symmetric-s0": "symmetric"}
+
+
+def points(ax) -> list[tuple[float, float, str, str]]:
+    """(x, y, marker, marker face colour) of every error-bar point of an axis."""
+    found = []
+    for container in ax.containers:
+        line = container.lines[0]
+        found.append(
+            (line.get_xdata()[0], line.get_ydata()[0], line.get_marker(), line.get_markerfacecolor())
+        )
+    return found
+
+
+def test_figure_2_main_panels_hold_only_pretrained_models_and_controls_get_their_own(tmp_path):
+    matrix = np.arange(16.0).reshape(4, 4) - 8
+    panels = [("enc, layer 1", matrix, ""), ("dec, layer 0", None, "not available: gated")]
+    fig = figures.figure_2(SUMMARY, panels, tmp_path / "figure_2", INITS)
+    main, controls, heatmap = fig.axes[0], fig.axes[1], fig.axes[2]
+    assert sorted(y for _, y, _, _ in points(main)) == [0.1, 0.6]  # pretrained only
+    found = points(controls)
+    assert [x for x, *_ in found] == [0, 1, 2]  # one position each: the control first
+    markers = {y: (marker, face) for _, y, marker, face in found}
+    assert markers[0.0][0] == "o" and markers[0.0][1] == "white"  # hollow: random-initialised control
+    assert markers[0.9][0] == "^" and markers[1.0][0] == "*"  # trained: random vs symmetric init
+    assert [t.get_text() for t in controls.get_xticklabels()] == ["bert", "enc-random-s0", "enc-symmetric-s0"]
+    assert "99th percentile" in fig.axes[-1].get_ylabel()  # the heatmap's colour bar states its clip
+    assert heatmap.get_title() == "enc, layer 1"
+    assert (tmp_path / "figure_2.png").stat().st_size > 0
+
+
+def test_without_controls_figure_2_has_no_controls_panel(tmp_path):
+    pretrained = SUMMARY[SUMMARY["role"] == "pretrained"]
+    fig = figures.figure_2(pretrained, [], tmp_path / "figure_2")
+    assert len(fig.axes) == 2
+
+
+def test_figure_s1_with_only_controls_says_it_has_no_pretrained_model(tmp_path):
+    rows = SUMMARY[SUMMARY["role"] != "pretrained"].assign(groups=[["figure_s1"]] * 3)
+    fig = figures.figure_groups(rows, "figure_s1", "objective", "S1", tmp_path / "s1", INITS)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts == ["no pretrained model in this group"]
+    assert len(points(fig.axes[2])) == 3
+
+
+def layer_scores(values: list[float], stack: str = "encoder") -> list[dict]:
+    return [
+        {"model_id": "m", "stack": stack, "layer": i, "head": pd.NA, "symmetry": v, "directionality": -v}
+        for i, v in enumerate(values)
+    ]
+
+
+def test_the_representative_layer_is_the_one_closest_to_the_models_median():
+    scores = pd.DataFrame(layer_scores([0.9, 0.1, 0.5, 0.44, 0.2]) + layer_scores([0.4, 0.4], "cross"))
+    scores["head"] = scores["head"].astype("Int64")
+    assert figures.representative_layer(scores, "symmetry") == ("encoder", 3, 0.44, 0.44)
+    tie = pd.DataFrame(layer_scores([0.0, 1.0]))
+    tie["head"] = tie["head"].astype("Int64")
+    assert figures.representative_layer(tie, "directionality")[:2] == ("encoder", 0)  # the lower on a tie
+    with pytest.raises(InputError, match="no scored self-attention layer"):
+        figures.representative_layer(tie.iloc[0:0], "symmetry")
