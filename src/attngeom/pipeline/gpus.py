@@ -5,7 +5,8 @@ Snakefile, run locally, finds this machine's GPUs (``machine_gpus``), makes the 
 number and hands the list and a lock folder to its jobs through the environment (``SLOTS_VARIABLE``,
 ``LOCKS_VARIABLE``). A job that needs k GPUs takes k of them (``job_gpus``): one lock file per GPU,
 held with ``flock``, which the kernel releases when the job's process ends, however it ends; then it
-sets ``CUDA_VISIBLE_DEVICES`` before anything in the job initialises CUDA. A job that needs none sees
+sets ``CUDA_VISIBLE_DEVICES`` before anything in the job initialises CUDA (and ``CUDA_DEVICE_ORDER``, if
+unset, to nvidia-smi's order, so GPU 1 is the GPU nvidia-smi calls 1). A job that needs none sees
 none. Under SLURM nothing is handed out: the scheduler pins each job's GPUs itself.
 """
 
@@ -140,6 +141,7 @@ def job_gpus(count: int, log: TextIO, environ: dict[str, str] = os.environ) -> I
     gpus = device_list(environ[SLOTS_VARIABLE])
     with hold_gpus(count, gpus, Path(environ[LOCKS_VARIABLE]), log) as held:
         environ["CUDA_VISIBLE_DEVICES"] = ",".join(held)
+        environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # ids as nvidia-smi numbers the GPUs
         _record(log, held=held, of=gpus, pid=os.getpid())
         try:
             yield held
