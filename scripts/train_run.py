@@ -41,7 +41,7 @@ with (
         refuse(f"asks for {nodes} nodes: run it through SLURM (snakemake --profile profiles/slurm)")
     if held is not None and len(held) < gpus:
         refuse(
-            f"needs {gpus} GPUs and this machine offers {len(held)} (CUDA_VISIBLE_DEVICES, nvidia-smi, "
+            f"asks for gpus: {gpus} and this machine offers {len(held)} (CUDA_VISIBLE_DEVICES, nvidia-smi, "
             "--resources gpu): lower its gpus, or run it where there are more"
         )
     if nodes > 1:
