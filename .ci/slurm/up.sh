@@ -179,6 +179,7 @@ restart() { # restart PIDFILE: stop the daemon of PIDFILE, if running, so that i
 }
 if ((changed)); then
     for node in "${NODES[@]}"; do restart "$RUN/slurmd-$node.pid"; done
+    restart "$RUN/slurmd.pid" # the single slurmd of an earlier up.sh
     restart "$RUN/slurmctld.pid"
 fi
 if ! alive "$RUN/slurmctld.pid"; then slurmctld || die "slurmctld failed to start" "$LOG/slurmctld.log"; fi
