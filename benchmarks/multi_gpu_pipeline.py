@@ -10,7 +10,7 @@ on), and checks: never two jobs on one GPU, every GPU used, all of them busy at 
     python benchmarks/multi_gpu_pipeline.py OUT [--workdir DIR] [--configfile CONFIG]
 
 OUT gets ``placement.md`` (the summary, also printed), ``jobs.csv``, ``nvidia-smi.csv`` (utilisation and
-memory of every GPU, every 0.5 s), ``nvidia-smi-apps.csv`` (the processes on each GPU), ``snakemake.log``
+memory of every GPU, every 0.5 s), ``nvidia-smi-apps.csv`` (the processes on each GPU, as often), ``snakemake.log``
 and ``logs/`` (every job's log). The run itself (models, checkpoints) goes to DIR, by default a fresh
 temporary folder. Exit code 1 if the pipeline failed or a check did not hold.
 """
@@ -87,8 +87,8 @@ def seen_on(apps_csv: Path, uuid_to_index: dict[str, str]) -> dict[int, set[str]
     seen: dict[int, set[str]] = {}
     rows = list(csv.reader(apps_csv.open()))[1:]
     for row in rows:
-        if len(row) >= 3 and row[2].strip().isdigit():
-            seen.setdefault(int(row[2]), set()).add(uuid_to_index.get(row[1].strip(), row[1].strip()))
+        if len(row) >= 2 and row[1].strip().isdigit():
+            seen.setdefault(int(row[1]), set()).add(uuid_to_index.get(row[0].strip(), row[0].strip()))
     return seen
 
 
@@ -151,9 +151,7 @@ def main() -> int:
     gpus = [row[0] for row in inventory]
     samplers = [
         start_sampler("--query-gpu", "timestamp,index,utilization.gpu,memory.used", out / "nvidia-smi.csv"),
-        start_sampler(
-            "--query-compute-apps", "timestamp,gpu_uuid,pid,used_memory", out / "nvidia-smi-apps.csv"
-        ),
+        start_sampler("--query-compute-apps", "gpu_uuid,pid,used_memory", out / "nvidia-smi-apps.csv"),
     ]
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile")]
     command += ["--directory", str(workdir), "--profile", str(ROOT / "profiles" / "local")]
@@ -176,6 +174,12 @@ def main() -> int:
     for row in rows:
         row["nvidia_smi_saw_pid_on"] = ",".join(sorted(seen.get(row["pid"], set()))) or "not seen"
     results = [(f"snakemake exit code {code}", code == 0), *checks(rows, gpus)]
+    seen_rows = [row for row in rows if row["nvidia_smi_saw_pid_on"] != "not seen"]
+    if seen_rows:  # nvidia-smi may not list processes (a container's own pid namespace)
+        same = all(row["nvidia_smi_saw_pid_on"] == row["gpus"] for row in seen_rows)
+        results.append(
+            (f"nvidia-smi saw each job's process on its own GPU ({len(seen_rows)} jobs seen)", same)
+        )
     fields = list(rows[0])
     table = ["| " + " | ".join(fields) + " |", "|" + "---|" * len(fields)]
     table += [
