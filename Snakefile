@@ -22,6 +22,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 report: "workflow/report/workflow.rst"
 
 
+include: "workflow/rules/gpus.smk"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/training.smk"
 include: "workflow/rules/models.smk"

@@ -1,5 +1,6 @@
 """Rule score: ``attngeom score`` of one model, in this process, with the config's id as its ``model_id``.
 
+Run locally, the job holds GPUs of its own while it scores (attngeom.pipeline.gpus: none for a CPU job).
 Whatever happens the job writes its status (ok, failed or crashed, and why; attngeom.pipeline.outcome)
 and a Parquet file (empty when not scored), so the other models' tables and figures are made.
 """
@@ -11,6 +12,7 @@ import time
 import pandas as pd
 
 from attngeom.files import atomic_path, write_text
+from attngeom.pipeline.gpus import job_gpus
 from attngeom.pipeline.outcome import portable, run_cli
 
 p = snakemake.params
@@ -19,7 +21,7 @@ argv = ["score", p.location, "--model-id", p.model, "-o", out.scores, "--device"
 argv += ["--dtype", p.dtype, "--variant", p.variant, "--quiet"]
 argv += (["--revision", p.revision] if p.revision else []) + (["--full-download"] if p.full_download else [])
 start = time.monotonic()
-with open(snakemake.log[0], "w") as log:
+with open(snakemake.log[0], "w") as log, job_gpus(int(snakemake.resources.get("gpu", 0)), log):
     log.write(f"attngeom {shlex.join(argv)}\n")
     outcome = run_cli(argv, log)
 record = {"model": p.model, "seconds": round(time.monotonic() - start, 3), **outcome}

@@ -1,30 +1,66 @@
-"""Rule train: train (or resume) one run, on torchrun when it has several GPUs; a run whose settings
-changed since its folder was written is trained again from scratch (the old run moved aside)."""
+"""Rule train: train (or resume) one run; a run whose settings changed since its folder was written is
+trained again from scratch (the old run moved aside).
+
+One process per GPU through torchrun when the run has several; on several SLURM nodes, one torchrun per
+node, started with srun (attngeom.training.launch). Run locally, the job first takes GPUs of its own
+(attngeom.pipeline.gpus) so that no other job shares them; torch is imported only then, because CUDA
+reads CUDA_VISIBLE_DEVICES once, when it starts.
+"""
 
 import contextlib
 import os
+import shlex
 import subprocess
+import sys
 
-import torch
+from attngeom.pipeline.gpus import job_gpus
+from attngeom.training.launch import srun_per_node, torchrun_here
 
-from attngeom.training.config import make_config
-from attngeom.training.loop import train
-
+run = snakemake.wildcards.run
 settings = snakemake.params.settings
 out = snakemake.params.out
-gpus = int(snakemake.params.gpus)
+gpus = int(snakemake.params.gpus)  # per node
+nodes = int(snakemake.resources.get("nodes", 1))
+processes = max(1, gpus)  # per node: one per GPU, else one CPU process
 threads = snakemake.threads
-with open(snakemake.log[0], "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-    if gpus > 1:  # one process per GPU; rank 0 writes the run folder
-        command = ["torchrun", "--standalone", f"--nproc_per_node={gpus}", "-m", "attngeom.cli", "train"]
-        subprocess.run(
-            [*command, "--out", out, "--quiet", *(f"{k}={v}" for k, v in settings.items())],
-            check=True,
-            stdout=log,
-            stderr=log,
-            env=dict(os.environ, OMP_NUM_THREADS=str(max(1, threads // gpus))),
+train_args = ["--out", out, "--quiet", *(f"{k}={v}" for k, v in settings.items())]
+
+
+def refuse(message: str) -> None:
+    print(f"attngeom: error: training run {run} {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+with (
+    open(snakemake.log[0], "w") as log,
+    contextlib.redirect_stdout(log),
+    contextlib.redirect_stderr(log),
+    job_gpus(int(snakemake.resources.get("gpu", 0)), log) as held,
+):
+    if held is not None and nodes > 1:
+        refuse(f"asks for {nodes} nodes: run it through SLURM (snakemake --profile profiles/slurm)")
+    if held is not None and len(held) < gpus:
+        refuse(
+            f"asks for gpus: {gpus} and this machine offers {len(held)} (CUDA_VISIBLE_DEVICES, nvidia-smi, "
+            "--resources gpu): lower its gpus, or run it where there are more"
         )
+    if nodes > 1:
+        command = [*srun_per_node(shlex.split(snakemake.resources.mpi), nodes, processes, threads, gpus)]
+    elif processes > 1:
+        command = [*torchrun_here(processes), "-m", "attngeom.cli", "train"]
     else:
+        command = None
+    if command:
+        print(shlex.join(command + train_args), flush=True)
+        threads_each = str(max(1, threads // processes))
+        env = dict(os.environ, OMP_NUM_THREADS=threads_each)
+        subprocess.run(command + train_args, check=True, stdout=log, stderr=log, env=env)
+    else:
+        import torch
+
+        from attngeom.training.config import make_config
+        from attngeom.training.loop import train
+
         torch.set_num_threads(max(1, threads))
         train(make_config(settings), out, progress=False, restart="if-changed")
     print(f"run folder: {out}")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from pipeline_support import ROOT
+from pipeline_support import ROOT, planned_jobs
 
 from attngeom.files import slug
 
@@ -108,6 +108,16 @@ def exercise_snakemake(command: str, tmp_path: Path) -> None:
     assert "This was a dry-run" in snakemake_dry_run(command, tmp_path)
 
 
+def exercise_gpu_choice(command: str, tmp_path: Path) -> None:
+    """As written, in a shell, dry: score jobs asking for 4 GPUs get what the command allows (2 GPUs named,
+    or a limit of 1), whatever GPUs this machine has."""
+    allowed = 2 if command.startswith("CUDA_VISIBLE_DEVICES=2,3 ") else 1
+    extra = f"--set-resources score:gpu=4 -n --snakefile {ROOT / 'Snakefile'} --directory {tmp_path}"
+    out = run(["bash", "-c", f"{command} {extra}"], cwd=ROOT).stdout
+    score_jobs = [resources for rule, _, resources in planned_jobs(out) if rule == "score"]
+    assert score_jobs and all(resources.endswith(f"gpu={allowed}") for resources in score_jobs), out[-2000:]
+
+
 def exercise_report(command: str, tmp_path: Path) -> None:
     """Needs finished results: run by test_readme_report_command_runs_after_a_run on the tiny run."""
 
@@ -150,6 +160,8 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "snakemake --profile profiles/slurm all --configfile config/paper.yaml": exercise_snakemake,
     "snakemake --profile profiles/local results/scores/<slug>.parquet": exercise_snakemake,
     "snakemake -n all --configfile config/paper.yaml": exercise_snakemake,
+    "CUDA_VISIBLE_DEVICES=2,3 snakemake --profile profiles/local all": exercise_gpu_choice,
+    "snakemake --profile profiles/local all --resources gpu=1": exercise_gpu_choice,
     "snakemake --report results/report.html": exercise_report,
     "attngeom train --out runs/enc-sym steps=2000 n_layers=4 objective=encoder init=symmetric dataset=sotu": (
         exercise_training

@@ -1,5 +1,5 @@
-"""The SLURM path, run for real: workflows go through ``--profile profiles/slurm`` on the single-node
-cluster that .ci/slurm/up.sh starts, and sacct is asked what SLURM actually ran.
+"""The SLURM path, run for real: workflows go through ``--profile profiles/slurm`` on the cluster that
+.ci/slurm/up.sh starts (two nodes, both this machine), and sacct is asked what SLURM actually ran.
 
 Needs that cluster and ATTNGEOM_SLURM=1 (.ci/run does both); skipped otherwise.
 """
@@ -156,11 +156,14 @@ def check_every_job_went_through_sbatch(log: str, workdir: Path) -> pd.DataFrame
         assert job["WorkDir"] == str(workdir)
         assert job["Partition"] == ci["ATTNGEOM_SLURM_PARTITION"]
         assert job["Account"] == ci["ATTNGEOM_SLURM_ACCOUNT"]
-        assert megabytes(job["ReqMem"]) == int(s.resources["mem_mb"]), s
-        assert int(job["ReqCPUS"]) == s.threads, s
+        nodes = int(s.resources.get("nodes", 1))  # a multi-node job's threads, memory and gres are per node
+        assert megabytes(job["ReqMem"]) == int(s.resources["mem_mb"]) * nodes, s
+        assert int(job["ReqCPUS"]) == s.threads * int(s.resources.get("tasks", 1)), s
         assert job["Timelimit"] == slurm_time(int(s.resources["runtime"])), s
         gpus = re.search(r"gres/gpu=(\d+)", job["ReqTRES"])
-        assert (int(gpus[1]) if gpus else 0) == int(s.resources.get("gpu", 0)), s
+        per_node = re.fullmatch(r"gpu(?::\w+)?:(\d+)", s.resources.get("gres", "gpu:0"))
+        expected = int(s.resources.get("gpu", 0)) or int(per_node[1]) * nodes
+        assert (int(gpus[1]) if gpus else 0) == expected, s
     return jobs.reset_index()
 
 
@@ -378,3 +381,59 @@ def test_an_interrupted_training_job_resumes_from_its_checkpoint(training_refere
     # timings included (a restart would have re-measured them)
     first = settings["checkpoint_every"]
     pd.testing.assert_frame_equal(after[after["step"] <= first], before[before["step"] <= first])
+
+
+def test_a_training_run_on_two_nodes_is_one_ddp_run_across_them(tmp_path):
+    """A run with ``nodes: 2`` through the profile: one sbatch job of two nodes, in which srun starts one
+    torchrun per node; they meet at the first node and train as two DDP ranks (gloo, on the CPU), so the
+    loss log is that of one process accumulating the same two micro-batches per step."""
+    from pipeline_support import TINY_MODELS, write_config
+
+    settings = {**TRAIN_SETTINGS, "steps": 8, "checkpoint_every": 4, "score_every": 8, "dropout": 0.0}
+    settings["cache_dir"] = str(tmp_path / "cache")
+    reference = tmp_path / "one-process"
+    subprocess.run(
+        ["attngeom", "train", "--quiet", "--out", str(reference)]
+        + [f"{key}={value}" for key, value in {**settings, "grad_accum": 2}.items()],
+        env=job_env(),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    config = write_config(tmp_path / "tiny.yaml", TINY_MODELS)
+    data = yaml.safe_load(config.read_text())
+    two_nodes = {"nodes": 2, "gpus": 1, "threads": 1, "mem_mb": 1000, "runtime": 10}
+    data["training"] = {"defaults": settings, "runs": [{"name": "ddp", **two_nodes}]}
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    run = run_snakemake(
+        ROOT / "Snakefile", tmp_path, "results/training/ddp/final", "--configfile", str(config), timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+
+    jobs = check_every_job_went_through_sbatch(run.stderr, tmp_path)  # 2 nodes, 1 CPU and 1 GPU each
+    (job,) = jobs.loc[jobs["rule"] == "train", "JobIDRaw"]
+    steps = subprocess.run(
+        ["sacct", "-P", "-n", "-j", job, "-o", "JobID,NNodes,NTasks,NodeList,State"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (launch,) = [
+        line.split("|") for line in steps.splitlines() if re.fullmatch(rf"{job}\.\d+", line.split("|")[0])
+    ]
+    nodes = subprocess.run(
+        ["scontrol", "show", "hostnames", launch[3]], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert launch[1:3] == ["2", "2"] and len(set(nodes)) == 2 and launch[4] == "COMPLETED", steps
+    log = (tmp_path / "results" / "training" / "logs" / "train" / "ddp.log").read_text()
+    launchers = re.findall(
+        r"^node (\S+), task (\d) of 2: .*--nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d", log, re.M
+    )
+    assert sorted(launchers) == sorted(zip(nodes, ["0", "1"], strict=True)), log[-3000:]
+
+    two = pd.read_parquet(tmp_path / "results" / "training" / "ddp" / "loss.parquet")
+    one = pd.read_parquet(reference / "loss.parquet")
+    assert list(two["step"]) == list(range(1, settings["steps"] + 1))
+    pd.testing.assert_frame_equal(
+        two.drop(columns="elapsed_s"), one.drop(columns="elapsed_s"), rtol=1e-5, atol=1e-6
+    )

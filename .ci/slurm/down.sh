@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stop the single-node SLURM that .ci/slurm/up.sh started: cancel every job, then stop slurmd, slurmctld,
+# Stop the SLURM that .ci/slurm/up.sh started: cancel every job, then stop every slurmd, slurmctld,
 # slurmdbd, MariaDB and munged through their pid files. Idempotent; exits non-zero if a daemon survives.
 # Packages, configuration and the accounting database stay, so the next up.sh is quick.
 set -uo pipefail
@@ -32,14 +32,14 @@ if alive "$RUN/slurmctld.pid" && command -v scancel >/dev/null; then
     done
 fi
 
-stop slurmd "$RUN/slurmd.pid"
+for pidfile in "$RUN"/slurmd*.pid; do stop "slurmd ($(basename "$pidfile" .pid))" "$pidfile"; done
 stop slurmctld "$RUN/slurmctld.pid"
 stop slurmdbd "$RUN/slurmdbd.pid"
 stop mariadbd /run/mysqld/mysqld.pid
 stop munged /run/munge/munged.pid
 
 status=0
-for pidfile in "$RUN/slurmd.pid" "$RUN/slurmctld.pid" "$RUN/slurmdbd.pid" /run/mysqld/mysqld.pid \
+for pidfile in "$RUN"/slurmd*.pid "$RUN/slurmctld.pid" "$RUN/slurmdbd.pid" /run/mysqld/mysqld.pid \
     /run/munge/munged.pid; do
     if alive "$pidfile"; then
         echo "down.sh: error: process $(cat "$pidfile") from $pidfile is still running" >&2

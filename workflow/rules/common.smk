@@ -55,6 +55,11 @@ def resource(name):
     return lambda wildcards: getattr(score_resources(model_of(wildcards), SCORING), name)
 
 
+def train_resource(name):
+    """A scheduler resource of the train job of run ``wildcards.run``; None (unset) if it has none."""
+    return lambda wildcards: TRAINING_RUNS[wildcards.run].resources().get(name)
+
+
 def score_device(wildcards):
     return "cuda" if resource("gpu")(wildcards) else "cpu"
 

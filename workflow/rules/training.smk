@@ -1,7 +1,9 @@
 # Training: one job per run, then Table 1, Figures 3/S3/S4/S5 and the comparison with the authors'
 # published evolution. Every setting of a run is `training: defaults:` overridden by the run's own keys
 # (attngeom.training.config.TrainConfig; its defaults are the paper's hyper-parameters); a run may also
-# set the scheduler resources gpus, threads, mem_mb and runtime (minutes). Runs come from
+# set the scheduler resources gpus, threads and mem_mb (per node), runtime (minutes) and nodes (several:
+# DDP across SLURM nodes, profiles/slurm/README.md). Locally each job gets GPUs of its own
+# (workflow/rules/gpus.smk). Runs come from
 # `training: runs:` (a list of {name, overrides}) and/or `training: grid:` (setting → list of values, one
 # run per combination, named by its values); `training: seeds:` repeats every run once per seed
 # (<name>-s<seed>). The paper's grid:
@@ -38,9 +40,15 @@ if TRAINING_RUNS:
             out=lambda wildcards: f"{TR}/{wildcards.run}",
         threads: lambda wildcards: TRAINING_RUNS[wildcards.run].threads
         resources:
-            mem_mb=lambda wildcards: TRAINING_RUNS[wildcards.run].mem_mb,
-            runtime=lambda wildcards: TRAINING_RUNS[wildcards.run].runtime,
-            gpu=lambda wildcards: TRAINING_RUNS[wildcards.run].gpus,
+            mem_mb=train_resource("mem_mb"),
+            runtime=train_resource("runtime"),
+            gpu=train_resource("gpu"),
+            # a run on several SLURM nodes (TrainingRun.resources); unset otherwise
+            nodes=train_resource("nodes"),
+            tasks=train_resource("tasks"),
+            tasks_per_gpu=train_resource("tasks_per_gpu"),
+            mpi=train_resource("mpi"),
+            gres=train_resource("gres"),
         conda:
             ENV
         script:

@@ -24,14 +24,29 @@ class TrainingRun:
     name: str
     settings: dict
     gpus: int
+    """GPUs per node; the run has ``max(1, gpus)`` DDP processes on each of its ``nodes``."""
     threads: int
+    """CPUs per node."""
     mem_mb: int
+    """Memory per node."""
     runtime: int
     dataset: str
     layers: int
     objective: str
     init: str
     regularised: bool
+    nodes: int = 1
+
+    def resources(self) -> dict[str, int | str]:
+        """The train job's scheduler resources. One node: ``gpu`` (the local profile's GPU slots, SLURM's
+        ``--gpus``). Several nodes (SLURM only): one launcher task per node started by the job itself
+        through ``mpi`` (srun), and the GPUs per node as ``gres`` (``--gpus`` would count the whole job)."""
+        common = {"mem_mb": self.mem_mb, "runtime": self.runtime}
+        if self.nodes == 1:
+            return {**common, "gpu": self.gpus}
+        # tasks_per_gpu 0: the SLURM plugin would otherwise ask for --ntasks-per-gpu=<tasks>
+        multi = {"nodes": self.nodes, "tasks": self.nodes, "mpi": "srun", "tasks_per_gpu": 0}
+        return {**common, **multi, **({"gres": f"gpu:{self.gpus}"} if self.gpus else {})}
 
 
 def grid_runs(grid: dict) -> list[dict]:
@@ -103,6 +118,7 @@ def training_runs(training: dict, results: str) -> dict[str, TrainingRun]:
             objective=cfg.objective,
             init=cfg.init,
             regularised=cfg.reg_weight != 0,
+            nodes=int(merged.get("nodes", 1)),
         )
     return runs
 

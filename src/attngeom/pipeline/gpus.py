@@ -1,0 +1,170 @@
+"""Which GPU each pipeline job runs on, when the jobs run on this machine.
+
+Snakemake counts GPUs (the global resource ``gpu``) but never says which GPU a job gets. So the
+Snakefile, run locally, finds this machine's GPUs (``machine_gpus``), makes the ``gpu`` resource their
+number and hands the list and a lock folder to its jobs through the environment (``SLOTS_VARIABLE``,
+``LOCKS_VARIABLE``). A job that needs k GPUs takes k of them (``job_gpus``): one lock file per GPU,
+held with ``flock``, which the kernel releases when the job's process ends, however it ends; then it
+sets ``CUDA_VISIBLE_DEVICES`` before anything in the job initialises CUDA (and ``CUDA_DEVICE_ORDER``, if
+unset, to nvidia-smi's order, so GPU 1 is the GPU nvidia-smi calls 1). A job that needs none sees
+none. Under SLURM nothing is handed out: the scheduler pins each job's GPUs itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TextIO
+from urllib.parse import quote
+
+from ..errors import InputError
+
+SLOTS_VARIABLE = "ATTNGEOM_GPU_SLOTS"
+"""The GPUs a local pipeline's jobs share, comma-separated ids as ``CUDA_VISIBLE_DEVICES`` takes them."""
+LOCKS_VARIABLE = "ATTNGEOM_GPU_LOCKS"
+"""The folder of their lock files (one per GPU)."""
+RECORD = "gpu slots: "
+"""Prefix of the two lines a job logs: the GPUs it holds from when, and when it gave them back."""
+POLL_SECONDS = 0.5
+
+
+def device_list(value: str) -> list[str]:
+    """``CUDA_VISIBLE_DEVICES`` as CUDA reads it: ids up to the first empty or negative one."""
+    out = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item or item.startswith("-"):
+            break
+        out.append(item)
+    return out
+
+
+def machine_gpus(environ: Mapping[str, str] = os.environ) -> tuple[list[str], str | None]:
+    """The GPUs this machine offers the pipeline, and a warning when it could not tell.
+
+    ``CUDA_VISIBLE_DEVICES`` when it is set (the user's choice, or what an allocation gave), else every
+    GPU that ``nvidia-smi`` lists; none without either.
+    """
+    if "CUDA_VISIBLE_DEVICES" in environ:
+        return device_list(environ["CUDA_VISIBLE_DEVICES"]), None
+    nvidia_smi = shutil.which("nvidia-smi", path=environ.get("PATH"))
+    if nvidia_smi is None:
+        return [], None
+    command = [nvidia_smi, "--query-gpu=index", "--format=csv,noheader"]
+    try:
+        listing = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        return (
+            [],
+            f"{' '.join(command)} failed ({err}): no job gets a GPU; set CUDA_VISIBLE_DEVICES to choose them",
+        )
+    return [line.strip() for line in listing.splitlines() if line.strip()], None
+
+
+def lock_folder() -> Path:
+    """Per user and machine-local (under the temporary folder): another user's jobs are not seen."""
+    return Path(tempfile.gettempdir()) / f"attngeom-gpus-{os.getuid()}"
+
+
+def share_gpus(gpus: Sequence[str], folder: Path, environ: dict[str, str] = os.environ) -> None:
+    """Hand ``gpus`` and their lock folder to the jobs this process starts (they inherit ``environ``)."""
+    environ[SLOTS_VARIABLE] = ",".join(gpus)
+    environ[LOCKS_VARIABLE] = str(folder)
+
+
+def _own_folder(folder: Path) -> Path:
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if folder.stat().st_uid != os.getuid():
+        raise InputError(f"GPU lock folder {folder} belongs to another user; set TMPDIR to a folder of yours")
+    return folder
+
+
+@contextlib.contextmanager
+def hold_gpus(count: int, gpus: Sequence[str], folder: Path, log: TextIO) -> Iterator[list[str]]:
+    """``count`` of ``gpus``, the lowest free ones, for the duration of the block.
+
+    While fewer are free (another pipeline of this user holds them) it waits, holding none meanwhile, so
+    two jobs that each need several GPUs never wait on each other. The lock files stay empty.
+    """
+    if count > len(gpus):
+        raise InputError(
+            f"the job needs {count} GPUs and the pipeline has {len(gpus)} ({','.join(gpus) or 'none'}); "
+            "run it on a machine with more, or lower its gpus"
+        )
+    _own_folder(folder)
+    held: list[tuple[str, TextIO]] = []
+    waiting = False
+    try:
+        while True:
+            for gpu in gpus:
+                if len(held) == count:
+                    break
+                handle = open(folder / f"{quote(gpu, safe='')}.lock", "a")  # held past this loop
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    handle.close()
+                    continue
+                held.append((gpu, handle))
+            if len(held) == count:
+                break
+            for _, handle in held:
+                handle.close()
+            held = []
+            if not waiting:
+                print(f"{RECORD}waiting for {count} free of {','.join(gpus)} (locks in {folder})", file=log)
+                waiting = True
+            time.sleep(POLL_SECONDS)
+        yield [gpu for gpu, _ in held]
+    finally:
+        for _, handle in held:
+            handle.close()
+
+
+@contextlib.contextmanager
+def job_gpus(count: int, log: TextIO, environ: dict[str, str] = os.environ) -> Iterator[list[str] | None]:
+    """What a pipeline job runs under. With a local pipeline's GPUs handed out: ``count`` of them held
+    and made the only ones CUDA sees (none for ``count`` 0), their ids yielded, and both moments logged
+    (``read_records``). Otherwise (SLURM, or outside a pipeline) nothing changes and None is yielded."""
+    if SLOTS_VARIABLE not in environ:
+        yield None
+        return
+    gpus = device_list(environ[SLOTS_VARIABLE])
+    with hold_gpus(count, gpus, Path(environ[LOCKS_VARIABLE]), log) as held:
+        environ["CUDA_VISIBLE_DEVICES"] = ",".join(held)
+        environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # ids as nvidia-smi numbers the GPUs
+        _record(log, held=held, of=gpus, pid=os.getpid())
+        try:
+            yield held
+        finally:
+            _record(log, released=held)
+
+
+def _record(log: TextIO, **fields: object) -> None:
+    now = datetime.datetime.now(datetime.UTC).isoformat()
+    print(RECORD + json.dumps({**fields, "at": now}), file=log, flush=True)
+
+
+def read_records(text: str) -> list[dict]:
+    """The GPU holds a job log records: ``gpus`` (ids), ``start`` and ``end`` (datetimes; ``end`` None
+    if the job ended before it could log it), ``pid``."""
+    holds: list[dict] = []
+    for line in text.splitlines():
+        if not line.startswith(RECORD + "{"):
+            continue
+        fields = json.loads(line.removeprefix(RECORD))
+        at = datetime.datetime.fromisoformat(fields["at"])
+        if "held" in fields:
+            holds.append({"gpus": fields["held"], "start": at, "end": None, "pid": fields["pid"]})
+        elif holds and holds[-1]["end"] is None and holds[-1]["gpus"] == fields["released"]:
+            holds[-1]["end"] = at
+    return holds
