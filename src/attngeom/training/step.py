@@ -61,15 +61,10 @@ class TrainStep:
         self.model, self.optimizer, self.config = model, optimizer, config
         self.device, self.autocast, self.world = device, autocast, world
         objective: torch.nn.Module = LanguageModelLoss(model, config.reg_weight, config.reg_target)
-        # DDP inside torch.compile, not around it: the compiler then splits the graph at DDP's gradient
-        # buckets, so each bucket's all-reduce overlaps the rest of the backward pass.
-        self.ddp = None
-        if world > 1:
-            objective = self.ddp = torch.nn.parallel.DistributedDataParallel(
-                objective, gradient_as_bucket_view=True
-            )
         if config.compiles_on(device.type):
             objective = torch.compile(objective, mode=mode or compile_mode(device, world))
+        if world > 1:
+            objective = torch.nn.parallel.DistributedDataParallel(objective)
         self.objective = objective
 
     def __call__(self, micro_batches: Iterable[MicroBatch], lr: float) -> StepLosses:
@@ -80,7 +75,7 @@ class TrainStep:
         lm_loss = torch.zeros((), device=self.device)
         for micro, batch in enumerate(micro_batches):
             last = micro == accum - 1
-            sync = contextlib.nullcontext() if last or self.ddp is None else self.ddp.no_sync()
+            sync = contextlib.nullcontext() if last or self.world == 1 else self.objective.no_sync()
             with sync, self.autocast():
                 micro_loss, micro_lm_loss = self.objective(*batch.tensors())
                 (micro_loss / accum).backward()
