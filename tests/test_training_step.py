@@ -11,7 +11,7 @@ from attngeom.training.config import make_config
 from attngeom.training.data import PackedBatches, load_corpus
 from attngeom.training.loop import learning_rate, make_optimizer
 from attngeom.training.model import build_model, head_logits
-from attngeom.training.step import TrainStep, feed, grouped, micro_batch_indices
+from attngeom.training.step import TrainStep, compile_mode, feed, grouped, micro_batch_indices
 
 TINY = dict(n_layers=2, hidden_size=32, n_heads=4, intermediate_size=64, seq_len=48, vocab_size=301)
 WORDS = "the a nation people congress state war peace law union free trade tax year work we our".split()
@@ -100,3 +100,11 @@ def test_compiled_step_trains_like_the_eager_step(config):
     assert len(eager) == config.steps
     assert eager[-1][0] < eager[0][0]  # it learns
     torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=1e-4, atol=1e-5)
+
+
+def test_cuda_graphs_only_for_one_process_and_one_micro_batch_a_step():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert compile_mode(cuda, world=1, grad_accum=1) == "reduce-overhead"
+    assert compile_mode(cuda, world=1, grad_accum=8) == "default"  # accumulation across replays: refused
+    assert compile_mode(cuda, world=2, grad_accum=1) == "default"
+    assert compile_mode(cpu, world=1, grad_accum=1) == "default"

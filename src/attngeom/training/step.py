@@ -38,9 +38,15 @@ class StepLosses:
     grad_norm: torch.Tensor
 
 
-def compile_mode(device: torch.device, world: int) -> str:
-    """CUDA graphs where they are safe and pay: one process on a CUDA GPU."""
-    return "reduce-overhead" if device.type == "cuda" and world == 1 else "default"
+def compile_mode(device: torch.device, world: int, grad_accum: int) -> str:
+    """CUDA graphs where they are safe and pay: one process on a CUDA GPU, one micro-batch per step.
+
+    With several micro-batches a step, the second backward pass adds into gradients that the first one left
+    in the graphs' memory, which the next replay overwrites (torch refuses: "Gradient addition node due to
+    multiple use of tensor", seen on an H200 with BERT's tied embedding and decoder weights).
+    """
+    graphs = device.type == "cuda" and world == 1 and grad_accum == 1
+    return "reduce-overhead" if graphs else "default"
 
 
 class TrainStep:
@@ -57,12 +63,12 @@ class TrainStep:
         mode: str | None = None,
     ):
         """``autocast``: the mixed-precision context of a forward pass; ``mode``: torch.compile's mode
-        when compiling (``None`` = ``compile_mode(device, world)``)."""
+        when compiling (``None`` = ``compile_mode(device, world, grad_accum)``)."""
         self.model, self.optimizer, self.config = model, optimizer, config
         self.device, self.autocast, self.world = device, autocast, world
         objective: torch.nn.Module = LanguageModelLoss(model, config.reg_weight, config.reg_target)
         if config.compiles_on(device.type):
-            objective = torch.compile(objective, mode=mode or compile_mode(device, world))
+            objective = torch.compile(objective, mode=mode or compile_mode(device, world, config.grad_accum))
         if world > 1:
             objective = torch.nn.parallel.DistributedDataParallel(objective)
         self.objective = objective
