@@ -160,7 +160,9 @@ def _error_line(err: InputError | OSError) -> str:
     return f"attngeom: error: {where}{err.strerror or err}"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; a plug-in's module is imported only when ``argv`` names its subcommand (or names none,
+    for the help): ``score`` does not pay for the training and pipeline imports."""
     from .version import __version__
 
     parser = argparse.ArgumentParser(prog="attngeom", description=__doc__)
@@ -169,7 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     score_parser = commands.add_parser("score", help="score every head and layer of one or more models")
     _configure_score(score_parser)
     score_parser.set_defaults(run=_run_score)
-    for name, module_name in PLUGINS.items():
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    wanted = [command] if command in PLUGINS else [] if command == "score" else list(PLUGINS)
+    for name in wanted:
+        module_name = PLUGINS[name]
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as err:
@@ -190,7 +195,8 @@ busy machine spinning threads take the cores the working ones need, and a 1B mod
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         return args.run(args)
     except (InputError, OSError) as err:

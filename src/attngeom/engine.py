@@ -13,11 +13,10 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
 import torch
-from tqdm.auto import tqdm
 
 from .architectures import AttentionLayer, UnscoredLayer, architecture_for
 from .errors import InputError
@@ -25,6 +24,9 @@ from .records import to_frame, to_table
 from .scores import DIRECTIONALITY_VARIANTS, GAMMA, score_layer
 from .sources import WeightSource, open_source
 from .version import __version__
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 """The precisions the math runs in."""
@@ -114,14 +116,12 @@ def score_source(
         raise InputError(f"{source.description}: {err}") from err
     model_id = model_id or source.model_id
     pending: list[tuple[AttentionLayer, dict[str, torch.Tensor]] | UnscoredLayer] = []
-    bar = tqdm(
-        architecture.layers(config, source),
-        total=architecture.n_layers(config),
-        desc=str(model_id),
-        unit="layer",
-        disable=not progress,
-    )
-    for layer in bar:
+    layers = architecture.layers(config, source)
+    if progress:
+        from tqdm.auto import tqdm
+
+        layers = tqdm(layers, total=architecture.n_layers(config), desc=str(model_id), unit="layer")
+    for layer in layers:
         pending.append(layer if isinstance(layer, UnscoredLayer) else (layer, _layer_scores(layer, settings)))
     if not any(isinstance(item, tuple) for item in pending):
         raise InputError(f"{source.description}: the model has no attention layers to score")
