@@ -118,7 +118,7 @@ def score_source(
     except InputError as err:  # the source layer reads any model type; support is decided here
         raise InputError(f"{source.description}: {err}") from err
     model_id = model_id or source.model_id
-    pending: list[tuple[AttentionLayer, dict[str, torch.Tensor]] | UnscoredLayer] = []
+    pending: list[tuple[dict, dict[str, torch.Tensor]] | UnscoredLayer] = []
     layers = architecture.layers(config, source)
     if progress:
         from tqdm.auto import tqdm
@@ -127,7 +127,7 @@ def score_source(
     spare: Spare = {}  # the last layer's factor copies, reused
     for layer in layers:
         scored = isinstance(layer, AttentionLayer)
-        pending.append((layer, _layer_scores(layer, settings, spare)) if scored else layer)
+        pending.append((_fields(layer), _layer_scores(layer, settings, spare)) if scored else layer)
     if not any(isinstance(item, tuple) for item in pending):
         raise InputError(f"{source.description}: the model has no attention layers to score")
     common = {
@@ -142,18 +142,32 @@ def score_source(
     }
     rows: list[dict] = []
     for item in pending:
-        layer = item if isinstance(item, UnscoredLayer) else item[0]
-        shared = {
-            **common,
-            "stack": layer.stack,
-            "layer": layer.layer,
-            "modality": architecture.modality_of(layer.stack),
-        }
         if isinstance(item, UnscoredLayer):
-            rows.append({**shared, "left_out": "", "not_scored": item.reason})
+            modality = architecture.modality_of(item.stack)
+            where = {"stack": item.stack, "layer": item.layer, "modality": modality}
+            rows.append({**common, **where, "left_out": "", "not_scored": item.reason})
         else:
-            rows.extend({**shared, **row} for row in _layer_rows(*item, settings, source.description))
+            fields, scores = item
+            shared = {**common, **fields, "modality": architecture.modality_of(fields["stack"])}
+            rows.extend(
+                {**shared, **row} for row in _layer_rows(fields, scores, settings, source.description)
+            )
     return to_table(rows)
+
+
+def _fields(layer: AttentionLayer) -> dict:
+    """The record fields of a layer, all that is kept of it once scored: holding its weights until the
+    rows are written would hold every layer's (tens of GB for a 400B model)."""
+    return {
+        "stack": layer.stack,
+        "layer": layer.layer,
+        "n_heads": layer.n_heads,
+        "n_kv_heads": layer.n_kv_heads,
+        "head_dim": layer.head_dim,
+        "hidden_size": layer.w_q.shape[0],
+        "left_out": ",".join(layer.left_out),
+        "form": layer.form,
+    }
 
 
 def _canonical(w: torch.Tensor, settings: Settings, spare: Spare) -> torch.Tensor:
@@ -197,14 +211,15 @@ def _layer_scores(layer: AttentionLayer, settings: Settings, spare: Spare) -> di
 
 
 def _layer_rows(
-    layer: AttentionLayer, scores: dict[str, torch.Tensor], settings: Settings, description: str
+    fields: dict, scores: dict[str, torch.Tensor], settings: Settings, description: str
 ) -> list[dict]:
-    """One row per head and one for the layer; non-finite scores are an error naming the layer."""
+    """One row per head and one for the layer (``fields`` as ``_fields`` gives them); non-finite scores
+    are an error naming the layer."""
     values = {name: None if t is None else t.cpu().tolist() for name, t in scores.items()}
     if not all(
         math.isfinite(v) for name in ("symmetry", "directionality", "norm") for v in values[name] or ()
     ):
-        where = f"{description}: {layer.stack} layer {layer.layer}"
+        where = f"{description}: {fields['stack']} layer {fields['layer']}"
         if not values["weights_finite"]:
             raise InputError(f"{where} has NaN or infinite q/k weights")
         name = str(settings.dtype).removeprefix("torch.")
@@ -212,24 +227,16 @@ def _layer_rows(
             "score in float64 (--dtype float64)" if settings.dtype != torch.float64 else "rescale the weights"
         )
         raise InputError(f"{where}: the scores overflow {name} (q/k weights too large); {advice}")
-    shared = {
-        "n_heads": layer.n_heads,
-        "n_kv_heads": layer.n_kv_heads,
-        "head_dim": layer.head_dim,
-        "hidden_size": layer.w_q.shape[0],
-        "left_out": ",".join(layer.left_out),
-        "form": layer.form,
-    }
-    group = layer.n_heads // layer.n_kv_heads
-    symmetry = values["symmetry"] or [None] * (layer.n_heads + 1)  # undefined on a two-space form
+    n_heads = fields["n_heads"]
+    group = n_heads // fields["n_kv_heads"]
+    symmetry = values["symmetry"] or [None] * (n_heads + 1)  # undefined on a two-space form
     return [
         {
-            **shared,
-            "head": None if h == layer.n_heads else h,
-            "kv_head": None if h == layer.n_heads else h // group,
+            "head": None if h == n_heads else h,
+            "kv_head": None if h == n_heads else h // group,
             "symmetry": symmetry[h],
             "directionality": values["directionality"][h],
             "norm": values["norm"][h],
         }
-        for h in range(layer.n_heads + 1)
+        for h in range(n_heads + 1)
     ]
