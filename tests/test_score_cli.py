@@ -1,5 +1,6 @@
 """The CLI on good and bad input: one clear line, exit code 2, and no output file left behind."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -147,3 +148,18 @@ def test_hub_id_unresolvable_offline_exits_2(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("attngeom: error: someone/some-model:") and "offline" in last
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("env_threads", "expected"), [(None, 8), ("16", 16)])
+def test_score_caps_the_math_threads_unless_omp_num_threads_is_set(bert_dir, tmp_path, env_threads, expected):
+    """At most 8 threads for the math (more cost more than they give on these sizes); OMP_NUM_THREADS wins."""
+    env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
+    if env_threads:
+        env["OMP_NUM_THREADS"] = env_threads
+    code = (
+        "import torch; torch.set_num_threads(16); from attngeom.cli import main; "
+        f"code = main(['score', {str(bert_dir)!r}, '-o', {str(tmp_path / 's.parquet')!r}, '--quiet']); "
+        "print(code, torch.get_num_threads())"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert result.stdout.split() == ["0", str(expected)], result.stderr[-2000:]

@@ -254,6 +254,42 @@ def test_score_layer_in_chunks_of_kv_groups_matches_one_batch(monkeypatch) -> No
         assert_same_to_1e12(got, want)
 
 
+@FAST
+@given(seed=seeds, batch=batch_shapes, r=st.integers(1, 48), d=st.integers(1, 40), block=st.integers(1, 9))
+def test_gram_in_blocks_equals_one_product(seed: int, batch: tuple, r: int, d: int, block: int) -> None:
+    """Xᵀ X formed block by block (upper blocks multiplied, lower ones mirrored) is the one product."""
+    xt = gaussian(seed, *batch, r, d)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scores_module, "GRAM_BLOCK", block)
+        gram = scores_module._gram(xt)
+    torch.testing.assert_close(gram, xt @ xt.mT, rtol=1e-12, atol=1e-12 * d)
+
+
+@FAST
+@given(
+    seed=seeds,
+    d=st.integers(8, 64),
+    n_kv_heads=st.sampled_from([1, 2, 4]),
+    group=st.sampled_from([1, 2, 4]),
+    head_dim=st.integers(1, 12),
+    block=st.integers(1, 6),
+)
+def test_score_layer_with_gram_blocks_matches_dense(
+    seed: int, d: int, n_kv_heads: int, group: int, head_dim: int, block: int
+) -> None:
+    """The blocked Gram products (``GRAM_BLOCK``; every layer of a 1B model uses them) change no score
+    beyond 1e-12, in the engine's layout."""
+    n_heads = n_kv_heads * group
+    w_q = gaussian(seed, d, n_heads * head_dim).T.contiguous().T
+    w_k = gaussian(seed + 1, d, n_kv_heads * head_dim).T.contiguous().T
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scores_module, "GRAM_BLOCK", block)
+        per_head, per_layer = score_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
+    heads, layer = dense_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
+    assert_same_to_1e12(per_head, score_dense(heads))
+    assert_same_to_1e12(per_layer, score_dense(layer))
+
+
 def test_layer_pairs_query_head_with_kv_head_h_div_group() -> None:
     """Only the kv head h // (H/H_kv) is non-zero for query head h: any other pairing scores the zero matrix."""
     d, n_heads, n_kv_heads, head_dim = 16, 8, 2, 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -79,11 +80,22 @@ def _local(model: str) -> list[Path]:
     return [path] if path.exists() else []
 
 
+MATH_THREADS = 8
+"""Most threads the math of ``score`` uses unless ``OMP_NUM_THREADS`` says otherwise. A layer is a few
+products of about a GFLOP and many small ones and element-wise passes of a few MB: split over dozens of
+threads, each thread's share costs less than waking it (a 64-core host spent 34 CPU seconds on a 1B
+model that takes 5 on one core, ``benchmarks/README.md``)."""
+
+
 def _run_score(args: argparse.Namespace) -> int:
+    import torch
+
     from .engine import DTYPES, Settings
     from .files import check_folder, check_output, slug
     from .scores import GAMMA
 
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(min(torch.get_num_threads(), MATH_THREADS))
     settings = Settings.checked(args.device, DTYPES[args.dtype], args.variant, GAMMA)
     if args.model_id is not None and not args.model_id.strip():
         raise InputError("--model-id is empty; give the name the records should carry")
@@ -160,7 +172,9 @@ def _error_line(err: InputError | OSError) -> str:
     return f"attngeom: error: {where}{err.strerror or err}"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; a plug-in's module is imported only when ``argv`` names its subcommand (or names none,
+    for the help): ``score`` does not pay for the training and pipeline imports."""
     from .version import __version__
 
     parser = argparse.ArgumentParser(prog="attngeom", description=__doc__)
@@ -169,7 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     score_parser = commands.add_parser("score", help="score every head and layer of one or more models")
     _configure_score(score_parser)
     score_parser.set_defaults(run=_run_score)
-    for name, module_name in PLUGINS.items():
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    wanted = [command] if command in PLUGINS else [] if command == "score" else list(PLUGINS)
+    for name in wanted:
+        module_name = PLUGINS[name]
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as err:
@@ -189,8 +206,16 @@ busy machine spinning threads take the cores the working ones need, and a 1B mod
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` names (default: this process's arguments, as the ``attngeom`` command).
+
+    Run as the command, the process ends when this returns, so its objects are frozen out of the garbage
+    collector on the way out: its last full pass over torch's and the libraries' objects at exit took
+    0.35 s (``benchmarks/README.md``), and nothing it would collect holds anything but memory.
+    """
     os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
-    args = build_parser().parse_args(argv)
+    is_command = argv is None
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         return args.run(args)
     except (InputError, OSError) as err:
@@ -199,6 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attngeom: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if is_command:
+            gc.freeze()
 
 
 if __name__ == "__main__":

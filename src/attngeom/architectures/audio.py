@@ -15,11 +15,13 @@ Conformer self-attention has one of three position schemes (``position_embedding
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from .base import Architecture, AttentionLayer, TensorReader, separate_layers, separate_qk
 from .vision import vit_layers
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 CONFORMER_POSITIONS = {
     "relative": ("relative_position",),

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
-from transformers import PretrainedConfig
 
 from ..errors import InputError
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 class ArchitectureError(InputError):
@@ -86,7 +88,7 @@ class UnscoredLayer:
     reason: str
 
 
-LayersFn = Callable[[PretrainedConfig, TensorReader], Iterator[AttentionLayer | UnscoredLayer]]
+LayersFn = Callable[["PretrainedConfig", TensorReader], Iterator[AttentionLayer | UnscoredLayer]]
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer
 from .registry import architecture_for
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 class Scoped:

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PretrainedConfig
 
 from .base import Architecture, AttentionLayer, TensorReader, separate_qk
 from .normalised_decoders import gemma3_text_layers, llama4_text_layers
 from .registry import architecture_for
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 @dataclass(frozen=True)

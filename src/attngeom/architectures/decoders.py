@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from .base import (
     Architecture,
@@ -39,10 +38,13 @@ from .base import (
     separate_qk,
 )
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
 LLAMA_LAYOUT_REMOTE_CODE = ("mobilellm",)
 """Remote-code model types whose config.json is read as a LlamaConfig (trust_remote_code stays off)."""
 
-LayerTerms = Callable[[PretrainedConfig, int], tuple[str, ...]]
+LayerTerms = Callable[["PretrainedConfig", int], tuple[str, ...]]
 """What layer i's form leaves out of the raw score, besides the biases."""
 
 

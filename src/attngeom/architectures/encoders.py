@@ -7,8 +7,7 @@ out of the raw attention score (biases, the 1/√d_h scale, position terms) is r
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from .base import (
     Architecture,
@@ -21,6 +20,9 @@ from .base import (
     separate_layers,
     separate_qk,
 )
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 def _position_terms(config: PretrainedConfig) -> tuple[str, ...]:

@@ -16,9 +16,9 @@ forward pass splits it (checked against that forward pass in tests/test_arch_gpt
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PretrainedConfig
 
 from .base import (
     Architecture,
@@ -29,6 +29,9 @@ from .base import (
     linear,
     separate_layers,
 )
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 STACK = "decoder"
 

@@ -15,11 +15,14 @@ The two parts carry different per-token scalars, so they are scored as separate 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PretrainedConfig
 
 from .base import Architecture, AttentionLayer, TensorReader, linear
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 CONTENT_FORM = "mla_content: W_qa diag(g_q) W_qb,nope,h (W_kva diag(g_kv) W_kvb,k,h)ᵀ up to per-token scalars"
 ROPE_FORM = "mla_rope: W_qa diag(g_q) W_qb,rope,h W_kva,ropeᵀ up to per-token scalars, one shared rope key"

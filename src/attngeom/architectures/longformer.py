@@ -9,10 +9,12 @@ and are attended by, every token. A global token's own row uses separate project
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from .base import Architecture, AttentionLayer, TensorReader, separate_qk
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 GLOBAL_STACK = "encoder_global"
 

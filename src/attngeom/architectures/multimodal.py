@@ -9,13 +9,16 @@ under stack ``text``. The connector (projector, pixel shuffle) has no attention.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PretrainedConfig
 
 from .base import Architecture, AttentionLayer, TensorReader, linear
 from .composite import Tower, composite
 from .vision import qk_block
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 LANGUAGE_MODEL = ("language_model.model.", "language_model.")
 """On disk transformers saves ``language_model.model.layers``; in memory ``model.language_model.layers``."""

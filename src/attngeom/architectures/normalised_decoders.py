@@ -19,13 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PretrainedConfig
 
 from . import gpt_lineage
 from .base import Architecture, AttentionLayer, TensorReader
 from .decoders import heads_of, llama_layers, rotary_terms, uses_rope, window
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 QK_NORM_WHOLE = "qk_norm over all heads: W_q diag(g_q) (W_k diag(g_k))ᵀ, up to per-token scalars"
 QK_NORM_PER_HEAD = "qk_norm per head: W_q diag(g_q) (W_k diag(g_k))ᵀ, up to per-token-and-head scalars"

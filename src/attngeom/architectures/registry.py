@@ -7,10 +7,12 @@ without importing the families that import it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from .base import Architecture, ArchitectureError
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 REGISTRY: dict[str, Architecture] = {}
 

@@ -9,10 +9,12 @@ form's query bias b_q. The position and segment terms are left out (``relative_p
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from .base import Architecture, AttentionLayer, TensorReader, linear
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 LEFT_OUT = ("scale", "relative_position", "segment_bias")
 

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from .base import Architecture, AttentionLayer, TensorReader
 from .seq2seq import CROSS_FORM, Projections, Stack, stack_layer
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 BART_LEFT_OUT = ("bias", "scale", "absolute_position_embeddings")
 CONFORMER = Projections("speech_encoder.encoder.layers.{i}.self_attn", q="linear_q", k="linear_k")

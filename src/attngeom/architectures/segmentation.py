@@ -7,12 +7,14 @@ position-augmented forms; token ↔ image attentions are cross stacks.
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, fused_qkv, linear
 from .vision import qk_block, vision_architecture
 from .vision_stages import swin_layers
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 POSITION_FORM = "position_augmented: (x + p) W_q W_kᵀ (x + p)ᵀ, p the position embedding added to q/k inputs"
 POSITION_CROSS_FORM = "position_augmented cross: (x + p) W_q W_kᵀ (y + p_y)ᵀ, another sequence's keys"

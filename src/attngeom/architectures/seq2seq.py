@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from .base import Architecture, AttentionLayer, TensorReader, separate_qk
 from .longformer import GLOBAL_STACK, longformer_stacks
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 CROSS_FORM = "cross: decoder x W_q W_kᵀ encoder xᵀ (two spaces)"
 POSITION_FORM = "position_augmented: (x + p) W_q W_kᵀ (x + p)ᵀ, p the position embedding added to q/k inputs"
@@ -59,7 +61,7 @@ class Stack:
         return f"{self.spec.prefix.format(i=0)}.{self.spec.q}.weight"
 
 
-StacksFn = Callable[[PretrainedConfig], list[Stack]]
+StacksFn = Callable[["PretrainedConfig"], list[Stack]]
 
 
 def stack_layer(reader: TensorReader, stack: Stack, index: int) -> AttentionLayer:

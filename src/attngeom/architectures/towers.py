@@ -9,13 +9,15 @@ towers through these maps (see ``composite``). Every map names its main stack af
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from . import decoders, encoders
 from .base import Architecture, AttentionLayer, TensorReader, UnscoredLayer, fused_qkv, head_dim_of
 from .vision import VIT_LEFT_OUT, qk_block
 from .vision_stages import swin_stages
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 CROSS_IMAGE_FORM = "cross: x W_q W_kᵀ yᵀ, y the image features (two spaces)"
 POOLING_REASON = "attention pooling: the query is a learned probe, not the input, so q·k is linear in x, not a bilinear form"

@@ -9,13 +9,16 @@ position embeddings to the input (part of x); TimeSformer's divided attention ha
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PretrainedConfig
 
 from . import gpt_lineage
 from .base import Architecture, AttentionLayer, TensorReader, fused_qkv, linear
 from .composite import Tower, tower_layers
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 VIT_LEFT_OUT = ("bias", "scale", "absolute_position_embeddings")
 

@@ -6,11 +6,13 @@ Layers are numbered across stages; each layer row carries its own width and head
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from .base import AttentionLayer, TensorReader
 from .vision import qk_block, vision_architecture
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 COSINE_FORM = (
     "cosine: W_q,h W_k,hᵀ up to per-token, per-head normalisation of q and k (scaled cosine attention)"

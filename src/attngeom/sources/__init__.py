@@ -2,7 +2,8 @@
 
 Every source (a Hub id, a Hub GGUF file, a local directory or ``.gguf`` file, an in-memory module)
 becomes a ``WeightSource``: the model's config, its tensor names and a loader. The modules import in one
-direction: ``base`` ← ``local``, ``gguf`` ← ``ranged`` (HTTP ranges) ← ``hub`` ← this one.
+direction: ``base`` ← ``config`` (config.json) ← ``local``, ``gguf`` ← ``ranged`` (HTTP ranges) ←
+``hub`` ← this one; the Hub and GGUF modules are imported only when a model needs them.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import torch
 
 from ..errors import InputError
 from .base import WeightSource
-from .gguf import from_gguf
-from .hub import from_hub, gguf_from_hub
 from .local import from_directory, from_module
 
 __all__ = ["WeightSource", "open_source"]
@@ -46,10 +45,14 @@ def open_source(
         return from_directory(path)
     if path.is_file():
         if path.suffix == ".gguf":
+            from .gguf import from_gguf
+
             return from_gguf(path)
         raise InputError(
             f"{text}: not a model directory or a .gguf file; pass the directory holding config.json"
         )
+    from .hub import from_hub, gguf_from_hub
+
     if text.endswith(".gguf") and not text.startswith(("/", ".", "~")) and text.count("/") >= 2:
         return gguf_from_hub(text, revision=revision, token=token, full_download=full_download)
     if _looks_like_path(text):

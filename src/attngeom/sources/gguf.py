@@ -13,15 +13,19 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from gguf.quants import dequantize, quant_shape_to_byte_shape
-from transformers import AutoConfig, PretrainedConfig
 
 from ..errors import InputError
-from .base import WeightSource, check_head_counts, one_line
+from .base import WeightSource, one_line
+from .config import check_head_counts
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 PROBE = 64 << 10
 """First read of a header; grown until the metadata and tensor table fit."""
@@ -187,6 +191,8 @@ def _count(header: Header, key: str, where: str, required: bool) -> int | None:
 
 def config_of(header: Header, where: str, name: str) -> PretrainedConfig:
     """A transformers config from the GGUF metadata (only what the architecture map needs must be there)."""
+    from transformers import AutoConfig
+
     arch = header.metadata.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise InputError(

@@ -39,7 +39,6 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.utils import build_hf_headers, validate_repo_id
-from transformers import PretrainedConfig
 
 from .. import files
 from ..errors import InputError
@@ -50,12 +49,13 @@ from .base import (
     BIN_SINGLE,
     SAFETENSORS_INDEX,
     SAFETENSORS_SINGLE,
+    ModelConfig,
     WeightSource,
     index_parameter_count,
-    load_config,
     one_line,
     read_index,
 )
+from .config import load_config
 from .gguf import from_gguf
 from .local import bin_source, load_bin, safetensors_names, safetensors_source
 
@@ -280,7 +280,7 @@ def _commit_of(snapshot_file: Path) -> str | None:
     return parent.name if parent.parent.name == "snapshots" else None
 
 
-def _by_range(repo: Repo, config: PretrainedConfig, index: Path | None) -> WeightSource | None:
+def _by_range(repo: Repo, config: ModelConfig, index: Path | None) -> WeightSource | None:
     """The checkpoint's safetensors read by range; None when there are none, or when the Hub cannot be
     reached and no range was ever cached (then huggingface_hub's cache may still hold whole files)."""
     common = {"model_id": repo.repo_id, "revision": repo.commit}

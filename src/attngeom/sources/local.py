@@ -16,18 +16,18 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from transformers import PretrainedConfig
 
 from ..errors import InputError
 from .base import (
     BIN_INDEX,
     BIN_SINGLE,
     SAFETENSORS_INDEX,
+    ModelConfig,
     WeightSource,
-    load_config,
     one_line,
     read_index,
 )
+from .config import load_config
 
 
 def from_directory(path: Path) -> WeightSource:
@@ -78,7 +78,7 @@ def _parameter_count(file: Path) -> int:
 
 def safetensors_source(
     description: str,
-    config: PretrainedConfig,
+    config: ModelConfig,
     weight_map: dict[str, str],
     *,
     locate: Callable[[str], Path],
@@ -129,7 +129,7 @@ def load_bin(file: Path) -> dict[str, torch.Tensor]:
 
 def bin_source(
     description: str,
-    config: PretrainedConfig,
+    config: ModelConfig,
     weight_map: dict[str, str],
     *,
     locate: Callable[[str], Path],
@@ -173,6 +173,8 @@ def from_module(module: torch.nn.Module) -> WeightSource:
     A parameter shared by several modules (layers that share one attention module, a key weight tied to
     its query weight) is listed under every name it has, so each layer it serves is scored.
     """
+    from transformers import PretrainedConfig
+
     kind = type(module).__name__
     config = getattr(module, "config", None)
     if not isinstance(config, PretrainedConfig):

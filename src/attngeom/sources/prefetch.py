@@ -19,11 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import PretrainedConfig
 
 from ..errors import InputError
 from . import gguf
-from .base import WeightSource
+from .base import ModelConfig, WeightSource
 from .ranged import RemoteFile, read_gguf_table, read_safetensors_table
 
 WORKERS = 8
@@ -168,7 +167,7 @@ def read_safetensors_tables(todo: Iterable[RemoteFile]) -> None:
 def safetensors_source(
     files_of: dict[str, RemoteFile],
     weight_map: dict[str, str],
-    config: PretrainedConfig,
+    config: ModelConfig,
     *,
     model_id: str,
     revision: str,
