@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -361,6 +362,7 @@ def _listed(zoo: Zoo) -> list[dict]:
 
     where = f"the Hub at {constants.ENDPOINT}"
     try:
+        _reachable()
         return list_models(zoo.query)
     except OfflineModeIsEnabled:
         raise InputError(f"zoo {zoo.name!r}: HF_HUB_OFFLINE is set; listing models needs {where}") from None
@@ -372,3 +374,26 @@ def _listed(zoo: Zoo) -> list[dict]:
         status = getattr(err.response, "status_code", "?")
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise InputError(f"zoo {zoo.name!r}: {where} refused the listing (HTTP {status}): {first}") from None
+
+
+def _reachable() -> None:
+    """One page of one model asked with the sources' quick tries, so an unreachable Hub is reported in
+    seconds (``list_models`` itself retries for half a minute, right for a blip in a long listing)."""
+    from httpx2 import Timeout, TransportError
+    from huggingface_hub import constants
+    from huggingface_hub.errors import OfflineModeIsEnabled
+    from huggingface_hub.utils import get_session
+
+    from ..sources.hub import CONNECT_TIMEOUT_S, CONNECT_TRIES, CONNECT_WAIT_S
+
+    if constants.is_offline_mode():
+        raise OfflineModeIsEnabled("HF_HUB_OFFLINE is set")
+    timeout = Timeout(constants.HF_HUB_ETAG_TIMEOUT, connect=CONNECT_TIMEOUT_S)
+    for attempt in range(CONNECT_TRIES):
+        try:
+            get_session().get(f"{constants.ENDPOINT}/api/models", params={"limit": 1}, timeout=timeout)
+            return
+        except TransportError:
+            if attempt + 1 == CONNECT_TRIES:
+                raise
+            time.sleep(CONNECT_WAIT_S)
