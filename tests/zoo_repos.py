@@ -66,6 +66,8 @@ class Zoo:
     infos: dict[str, dict] = field(default_factory=dict)
     commits: dict[str, str] = field(default_factory=dict)
     outcomes: dict[str, Kind] = field(default_factory=dict)
+    templates: dict[str, Path] = field(default_factory=dict)
+    """The folder each repository's files are hard links to."""
 
     @property
     def gated(self) -> frozenset:
@@ -232,4 +234,5 @@ def make_zoo(root: Path, n: int, seed: int = 0) -> Zoo:
         }
         zoo.commits[repo] = hashlib.sha1(f"{repo}@0".encode()).hexdigest()
         zoo.outcomes[repo] = kind
+        zoo.templates[repo] = template
     return zoo
