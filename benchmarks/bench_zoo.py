@@ -71,7 +71,8 @@ def timed(command: list[str], cwd: Path, env: dict, log: Path) -> float:
     with open(log, "w") as out:
         code = subprocess.call(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
     if code:
-        raise SystemExit(f"{' '.join(command)} failed (exit {code}); see {log}")
+        tail = "\n".join(log.read_text().splitlines()[-40:])
+        raise SystemExit(f"{' '.join(command)} failed (exit {code}); the end of its log:\n{tail}")
     return time.monotonic() - start
 
 
