@@ -49,11 +49,12 @@ def qk_bytes(folder: Path) -> int:
     """Bytes of the q/k tensors as stored in a repository's files: what a ranged read must fetch."""
     files = sorted(folder.iterdir())
     gguf_files = [f for f in files if f.suffix == ".gguf"]
-    source = open_source(gguf_files[0] if gguf_files else folder)
+    if gguf_files:  # llama's q and k in GGUF's names (the source reports them in transformers' names)
+        tensors = gguf.GGUFReader(gguf_files[0]).tensors
+        return sum(int(t.n_bytes) for t in tensors if ".attn_q." in t.name or ".attn_k." in t.name)
+    source = open_source(folder)
     list(architecture_for(source.config).layers(source.config, source))
     names = set(source.loaded)
-    if gguf_files:
-        return sum(int(t.n_bytes) for t in gguf.GGUFReader(gguf_files[0]).tensors if t.name in names)
     total = 0
     for path in files:
         if path.suffix == ".safetensors":
