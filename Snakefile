@@ -39,6 +39,6 @@ rule all:
         rules.figure_2.output,
         rules.figure_s1.output,
         rules.figure_s2.output,
-        expand(rules.figure_heads.output, slug=list(MODELS)),
+        expand(rules.figure_heads.output, slug=HEADS_FIGURES),
         training_targets(),
     default_target: True

@@ -5,29 +5,13 @@ Whatever happens the job writes its status (ok, failed or crashed, and why; attn
 and a Parquet file (empty when not scored), so the other models' tables and figures are made.
 """
 
-import json
-import shlex
-import time
+import torch
 
-import pandas as pd
-
-from attngeom.files import atomic_path, write_text
-from attngeom.pipeline.gpus import job_gpus
-from attngeom.pipeline.outcome import portable, run_cli
+from attngeom.pipeline.outcome import ScoreJob, score_and_record, score_options
 
 p = snakemake.params
 out = snakemake.output
-argv = ["score", p.location, "--model-id", p.model, "-o", out.scores, "--device", p.device]
-argv += ["--dtype", p.dtype, "--variant", p.variant, "--quiet"]
-argv += (["--revision", p.revision] if p.revision else []) + (["--full-download"] if p.full_download else [])
-start = time.monotonic()
-with open(snakemake.log[0], "w") as log, job_gpus(int(snakemake.resources.get("gpu", 0)), log):
-    log.write(f"attngeom {shlex.join(argv)}\n")
-    outcome = run_cli(argv, log)
-record = {"model": p.model, "seconds": round(time.monotonic() - start, 3), **outcome}
-if "reason" in record:
-    record["reason"] = portable(record["reason"], {p.location: p.model})
-if record["status"] != "ok":
-    with atomic_path(out.scores) as temporary:
-        pd.DataFrame().to_parquet(temporary)
-write_text(out.status, json.dumps(record, indent=1) + "\n")
+torch.set_num_threads(snakemake.threads)
+job = ScoreJob(p.model, p.location, p.revision, out.scores, out.status, snakemake.log[0])
+options = score_options(p.device, p.dtype, p.variant, p.full_download)
+score_and_record(job, options, gpus=int(snakemake.resources.get("gpu", 0)))

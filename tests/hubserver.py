@@ -16,11 +16,21 @@ port (another origin) that needs no token; ``cdn_auth_seen`` counts requests tha
 
 A simulated link for benchmarks: ``latency`` seconds before each answer, ``rate`` bytes/s shared by all
 connections.
+
+The Hub's model listing, for zoo queries: ``GET /api/models`` answers what ``huggingface_hub.list_models``
+sends (``search``, ``author``, ``filter`` tags, ``pipeline_tag``, ``gated``, ``num_parameters``, ``sort``
+descending, ``limit``, ``expand``/``full``/``config``), ``page_size`` models a page, the next page in a
+``Link`` header as on the Hub. Each repository's listing fields come from ``infos[repo]`` (downloads,
+tags, config, ...); ``sha`` and ``siblings`` from the served folder. Every repository starts at
+``commit``, or its own sha in ``commits``; ``add_revision`` moves a repository's main to a new folder and
+commit, and the old commit stays readable by its sha. With ``gated_repos`` only those repositories are
+gated (they need ``token``; without one nobody gets in); without it, ``token`` gates them all.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import socket
@@ -30,8 +40,19 @@ from collections import Counter, defaultdict, deque
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 CHUNK = 1 << 20
+SORT_FIELDS = {
+    "downloads": "downloads",
+    "likes": "likes",
+    "createdAt": "createdAt",
+    "lastModified": "lastModified",
+    "trendingScore": "trendingScore",
+}
+"""``sort`` values of ``/api/models`` and the listing field each sorts by (descending, as the Hub)."""
+DEFAULT_FIELDS = ("id", "likes", "downloads", "tags", "pipeline_tag", "library_name", "createdAt")
+SCALE = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
 
 
 def _sha256(path: Path) -> str:
@@ -49,13 +70,25 @@ class HubServer:
         token: str | None = None,
         cdn: bool = False,
         no_access: frozenset = frozenset(),
+        infos: dict[str, dict] | None = None,
+        commits: dict[str, str] | None = None,
+        gated_repos: frozenset | None = None,
+        page_size: int = 100,
     ) -> None:
         self.repos = repos
         self.token = token
         self.no_access = set(no_access)
         self.cdn_auth_seen = 0
         self.commit = hashlib.sha1(b"attngeom-test").hexdigest()
+        self.infos = infos or {}
+        self.heads = dict(commits or {})
+        """Each repository's main commit where it is not ``commit``."""
+        self.old_revisions: dict[tuple[str, str], Path] = {}
+        self.gated_repos = gated_repos
+        self.page_size = page_size
         self.bytes_sent: Counter[str] = Counter()
+        self.repo_bytes: Counter[str] = Counter()
+        """Bytes of file bodies sent, per repository."""
         self.requests: list[tuple[str, str]] = []
         self.ranges: list[tuple[str, int, int]] = []
         """(file name, first byte, last byte) of every ranged GET answered with a body."""
@@ -81,15 +114,93 @@ class HubServer:
         host, port = self._servers[1].server_address[:2]
         return f"http://{host}:{port}"
 
+    def head(self, repo: str) -> str:
+        return self.heads.get(repo, self.commit)
+
+    def tree(self, repo: str, revision: str) -> Path | None:
+        """The folder served for ``repo`` at ``revision`` (``main`` or a commit sha), or None."""
+        if revision in ("main", self.head(repo)):
+            return self.repos[repo]
+        return self.old_revisions.get((repo, revision))
+
+    def add_revision(self, repo: str, folder: Path) -> str:
+        """A new commit on ``repo``'s main serving ``folder``; the previous one stays readable by its sha."""
+        self.old_revisions[(repo, self.head(repo))] = self.repos[repo]
+        self.repos[repo] = folder
+        self.heads[repo] = hashlib.sha1(f"{repo}@{len(self.old_revisions)}".encode()).hexdigest()
+        return self.heads[repo]
+
+    def gated(self, repo: str) -> bool:
+        return repo in self.gated_repos if self.gated_repos is not None else self.token is not None
+
+    def listing_item(self, repo: str, fields: set[str] | None) -> dict:
+        """One model as ``/api/models`` shows it: ``fields`` of it (None: every field)."""
+        info = self.infos.get(repo, {})
+        folder = self.repos[repo]
+        everything = {
+            "_id": hashlib.sha1(repo.encode()).hexdigest()[:24],
+            "id": repo,
+            "sha": self.head(repo),
+            "gated": info.get("gated", False),
+            "siblings": [
+                {"rfilename": str(path.relative_to(folder))}
+                for path in sorted(folder.rglob("*"))
+                if path.is_file()
+            ],
+            **{k: v for k, v in info.items() if k != "gated"},
+        }
+        return {k: v for k, v in everything.items() if fields is None or k in fields or k in ("_id", "id")}
+
+    def listing(self, query: dict[str, list[str]]) -> tuple[list[dict], int | None]:
+        """One page of ``GET /api/models`` for the parsed ``query``, and the offset of the next page."""
+
+        def one(name: str) -> str | None:
+            return query[name][-1] if name in query else None
+
+        def params_of(repo: str) -> float:
+            info = self.infos.get(repo, {})
+            return float((info.get("safetensors") or info.get("gguf") or {}).get("total") or 0)
+
+        repos = list(self.repos)
+        if search := one("search"):
+            repos = [r for r in repos if search.lower() in r.lower()]
+        if author := one("author"):
+            repos = [r for r in repos if r.split("/")[0] == author]
+        for tag in query.get("filter", []):
+            repos = [r for r in repos if tag in self.infos.get(r, {}).get("tags", ())]
+        if pipeline_tag := one("pipeline_tag"):
+            repos = [r for r in repos if self.infos.get(r, {}).get("pipeline_tag") == pipeline_tag]
+        if (gated := one("gated")) is not None:
+            wanted = gated.lower() in ("true", "1")
+            repos = [r for r in repos if bool(self.infos.get(r, {}).get("gated")) == wanted]
+        if bounds := one("num_parameters"):
+            for kind, number, unit in re.findall(r"(min|max):([\d.]+)([KMBT]?)", bounds):
+                bound = float(number) * SCALE[unit]
+                repos = [r for r in repos if (params_of(r) - bound) * (1 if kind == "min" else -1) >= 0]
+        if sort := one("sort"):
+            field = SORT_FIELDS[sort]
+            repos.sort(key=lambda r: (-(self.infos.get(r, {}).get(field) or 0), r))
+        if (one("full") or "").lower() in ("true", "1"):
+            fields = None
+        else:
+            fields = set(query.get("expand", []) + query.get("expand[]", [])) or set(DEFAULT_FIELDS)
+            if (one("config") or "").lower() in ("true", "1"):
+                fields.add("config")
+        start = int(one("cursor") or 0)
+        size = min(int(one("limit") or self.page_size), self.page_size)
+        page = [self.listing_item(r, fields) for r in repos[start : start + size]]
+        return page, (start + size if start + size < len(repos) else None)
+
     def etag(self, path: Path) -> str:
         with self._lock:
             if path not in self._etags:
                 self._etags[path] = _sha256(path)
             return self._etags[path]
 
-    def _count(self, name: str, sent: int) -> None:
+    def _count(self, name: str, sent: int, repo: str = "") -> None:
         with self._lock:
             self.bytes_sent[name] += sent
+            self.repo_bytes[repo] += sent
             if self.rate:  # the link is busy until the bytes sent so far have drained at ``rate``
                 now = time.monotonic()
                 self._free_at = max(now, self._free_at) + sent / self.rate
@@ -105,48 +216,69 @@ class HubServer:
             def log_message(self, *args) -> None:  # keep test output quiet
                 pass
 
-            def _resolve(self) -> Path | None:
-                cdn = re.fullmatch(r"/cdn/(?P<repo>[^/]+/[^/]+)/(?P<file>.+)", self.path)
+            def _resolve(self) -> tuple[str, str, Path] | None:
+                """(repository, commit, file) the request names, or None once a failure was answered."""
+                cdn = re.fullmatch(
+                    r"/cdn/(?P<repo>[^/]+/[^/]+)/(?P<rev>[0-9a-f]{40})/(?P<file>.+)", self.path
+                )
                 if cdn:
                     hub.cdn_auth_seen += "Authorization" in self.headers
-                    return hub.repos[cdn["repo"]] / cdn["file"]
+                    return cdn["repo"], cdn["rev"], hub.tree(cdn["repo"], cdn["rev"]) / cdn["file"]
                 match = re.fullmatch(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)", self.path)
                 if not match or match["repo"] not in hub.repos:
                     self._fail(404, "RepoNotFound" if match else "EntryNotFound")
                     return None
-                if match["rev"] not in ("main", hub.commit):
+                repo = match["repo"]
+                tree = hub.tree(repo, match["rev"])
+                if tree is None:
                     self._fail(404, "RevisionNotFound")
                     return None
+                commit = hub.head(repo) if match["rev"] == "main" else match["rev"]
                 sent = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
-                if hub.token and sent != hub.token:
+                if hub.gated(repo) and (hub.token is None or sent != hub.token):
                     if sent in hub.no_access:
                         self._fail(403, "GatedRepo")
                     else:
                         self._fail(401, None if sent else "GatedRepo")
                     return None
-                path = hub.repos[match["repo"]] / match["file"]
+                path = tree / match["file"]
                 if not path.is_file():
-                    self._fail(404, "EntryNotFound")
+                    self._fail(404, "EntryNotFound", commit)
                     return None
                 if hub.cdn_url and path.suffix in (".safetensors", ".gguf", ".bin"):
                     self.send_response(302)  # the metadata a HEAD needs rides on the redirect, as on the Hub
-                    self.send_header("Location", f"{hub.cdn_url}/cdn/{match['repo']}/{match['file']}")
-                    self.send_header("X-Repo-Commit", hub.commit)
+                    self.send_header("Location", f"{hub.cdn_url}/cdn/{repo}/{commit}/{match['file']}")
+                    self.send_header("X-Repo-Commit", commit)
                     self.send_header("X-Linked-Etag", f'"{hub.etag(path)}"')
                     self.send_header("X-Linked-Size", str(path.stat().st_size))
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return None
-                return path
+                return repo, commit, path
 
-            def _fail(self, status: int, code: str | None) -> None:
+            def _fail(self, status: int, code: str | None, commit: str | None = None) -> None:
                 self.send_response(status)
                 if code:
                     self.send_header("X-Error-Code", code)
                 if code == "EntryNotFound":  # as on the Hub: the client caches that the file does not exist
-                    self.send_header("X-Repo-Commit", hub.commit)
+                    self.send_header("X-Repo-Commit", commit or hub.commit)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+
+            def _list_models(self) -> None:
+                url = urlsplit(self.path)
+                query = parse_qs(url.query)
+                page, following = hub.listing(query)
+                body = json.dumps(page).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                if following is not None:
+                    rest = [(k, v) for k, values in query.items() if k != "cursor" for v in values]
+                    link = f"{hub.url}/api/models?{urlencode([*rest, ('cursor', following)])}"
+                    self.send_header("Link", f'<{link}>; rel="next"')
+                self.end_headers()
+                self.wfile.write(body)
 
             def _fault(self, path: Path) -> str | None:
                 with hub._lock:
@@ -156,9 +288,13 @@ class HubServer:
             def _serve(self, with_body: bool) -> None:
                 hub.requests.append((self.command, self.path))
                 time.sleep(hub.latency)
-                path = self._resolve()
-                if path is None:
+                if self.command == "GET" and urlsplit(self.path).path == "/api/models":
+                    self._list_models()
                     return
+                resolved = self._resolve()
+                if resolved is None:
+                    return
+                repo, commit, path = resolved
                 size = path.stat().st_size
                 start, end = 0, size - 1
                 ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
@@ -171,10 +307,13 @@ class HubServer:
                 if ranged:
                     start = int(ranged[1])
                     end = min(int(ranged[2]) if ranged[2] else end, end)
+                    if start >= size:  # as S3 and the Hub's CDN: nothing of the range exists
+                        self._fail(416, None)
+                        return
                     if fault == "truncate":
                         end = start + (end - start) // 2
                 self.send_response(206 if ranged else 200)
-                self.send_header("X-Repo-Commit", hub.commit)
+                self.send_header("X-Repo-Commit", commit)
                 self.send_header("ETag", f'"{hub.etag(path)}"')
                 self.send_header("Accept-Ranges", "bytes")
                 self.send_header("Content-Length", str(end - start + 1))
@@ -193,7 +332,7 @@ class HubServer:
                     while position < stop:
                         block = handle.read(min(CHUNK, stop - position))
                         self.wfile.write(block)
-                        hub._count(path.name, len(block))
+                        hub._count(path.name, len(block), repo)
                         position += len(block)
                 if fault == "drop":
                     self.wfile.flush()

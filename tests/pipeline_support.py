@@ -92,16 +92,14 @@ def run_snakemake(*args: str, cwd: Path, check: bool = True) -> subprocess.Compl
 
 
 def planned_jobs(output: str) -> list[tuple[str, str, str]]:
-    """(rule, wildcards, resources) of every job in a dry-run's output."""
+    """(rule, wildcards, resources) of every job in a dry-run's output (a group's jobs are indented)."""
     jobs: list[list[str]] = []
     for line in output.splitlines():
-        match = re.match(r"^(?:local)?rule (\w+):$", line)
+        match = re.match(r"^(?: {4})?(?:local)?rule (\w+):$", line)
         if match:
             jobs.append([match.group(1), "", ""])
-        elif jobs and line.startswith("    wildcards: "):
-            jobs[-1][1] = line.removeprefix("    wildcards: ")
-        elif jobs and line.startswith("    resources: "):
-            jobs[-1][2] = line.removeprefix("    resources: ")
+        elif jobs and (match := re.match(r"^ {4}(?: {4})?(wildcards|resources): (.*)$", line)):
+            jobs[-1][1 if match[1] == "wildcards" else 2] = match[2]
     return [tuple(job) for job in jobs]
 
 

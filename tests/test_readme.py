@@ -147,6 +147,46 @@ def covered_by_training(command: str, tmp_path: Path) -> None:
     """Run, in order, by exercise_training (the commands share one run folder)."""
 
 
+def exercise_zoo(command: str, tmp_path: Path) -> None:
+    """The zoo commands in order in one folder (config/zoo.yaml copied there) against the hub-like server
+    serving emulated repositories: resolve pins what the query matches, --update lists again, then the
+    Snakemake commands dry-run on the pinned list."""
+    from hubserver import HubServer
+    from zoo_repos import make_zoo
+
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "zoo.yaml").write_text((ROOT / "config" / "zoo.yaml").read_text())
+    zoo = make_zoo(tmp_path / "hub", 60)
+    server = HubServer(zoo.repos, infos=zoo.infos, commits=zoo.commits, gated_repos=zoo.gated)
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", HF_HOME=str(tmp_path / "hf"))
+    with server.running():
+        for line in [c for c in readme_commands() if c.startswith("attngeom zoo ")]:
+            resolved = subprocess.run(
+                shlex.split(line),
+                cwd=tmp_path,
+                env=dict(env, HF_ENDPOINT=server.url, HF_HUB_DISABLE_XET="1"),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert resolved.returncode == 0, f"{line}:\n{resolved.stderr[-3000:]}"
+    pinned = yaml.safe_load((tmp_path / "config" / "zoo" / "textgen.yaml").read_text())["models"]
+    wanted = [
+        repo
+        for repo, info in zoo.infos.items()
+        if info["pipeline_tag"] == "text-generation"
+        and "transformers" in info["tags"]
+        and info["downloads"] >= 10000
+    ]
+    assert sorted(m["id"] for m in pinned) == sorted(wanted) and wanted
+    for line in [c for c in readme_commands() if c.startswith("snakemake ") and "config/zoo.yaml" in c]:
+        assert "This was a dry-run" in snakemake_dry_run(line, tmp_path)
+
+
+def covered_by_zoo(command: str, tmp_path: Path) -> None:
+    """Run, in order, by exercise_zoo (the commands share one folder and its pinned list)."""
+
+
 COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "make run": exercise_make_run,
     "make test": exercise_make_test,
@@ -171,6 +211,10 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "attngeom train --out runs/x --config config/config.yaml --run decoder-random": covered_by_training,
     "attngeom score runs/enc-sym/final": covered_by_training,
     "export ATTNGEOM_SLURM_PARTITION=gpu ATTNGEOM_SLURM_ACCOUNT=myproject": exercise_slurm,
+    "attngeom zoo resolve config/zoo.yaml": exercise_zoo,
+    "attngeom zoo resolve config/zoo.yaml --update": covered_by_zoo,
+    "snakemake --profile profiles/local all --configfile config/zoo.yaml": covered_by_zoo,
+    "snakemake --profile profiles/slurm all --configfile config/zoo.yaml": covered_by_zoo,
 }
 
 

@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +24,8 @@ PROFILE = ROOT / "profiles" / "slurm"
 TEST_WORKFLOW = ROOT / "tests" / "slurm" / "Snakefile"
 SACCT_FIELDS = ("JobIDRaw", "Comment", "State", "Partition", "Account", "WorkDir")
 SACCT_FIELDS += ("ReqMem", "ReqCPUS", "ReqTRES", "Timelimit")
+CORES = str(os.cpu_count())
+"""The CI node's CPUs, passed as --cores: a group job is no wider (the profile's 8 suit a real node)."""
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED")
 
 pytestmark = [
@@ -60,6 +62,8 @@ def snakemake_command(snakefile: Path, workdir: Path, *args: str) -> list[str]:
         str(workdir),
         "--profile",
         str(PROFILE),
+        "--cores",
+        CORES,
         "--slurm-init-seconds-before-status-checks",
         "2",
         "--latency-wait",
@@ -101,31 +105,53 @@ def sacct_jobs(log: str) -> pd.DataFrame:
 
 @dataclass
 class Submitted:
-    rule: str
+    rule: str  # for a group job "group <name>"
     threads: int
     resources: dict[str, str]
     slurm_id: str
+    members: list[tuple[str, int, dict[str, str]]] = field(default_factory=list)
+    """A group job's jobs: (rule, threads, resources) each; empty for a job of its own."""
 
 
 def submissions(log: str) -> list[Submitted]:
-    """Each sbatch submission in a Snakemake log, with the threads and resources Snakemake gave the job."""
+    """Each sbatch submission in a Snakemake log, with the threads and resources Snakemake gave the job
+    (of a group job: those of each of its jobs, which the log prints indented under "Group job ...")."""
     declared: dict[str, tuple[str, int, dict[str, str]]] = {}
+    groups: list[tuple[str, list]] = []  # group jobs printed and not yet submitted, in order
     out = []
-    rule = jobid = None
+    rule = jobid = group = None
     threads, resources = 1, {}
     for line in log.splitlines():
-        if m := re.match(r"^(local)?rule (\w+):$", line):
-            rule, jobid, threads, resources = (None if m[1] else m[2]), None, 1, {}
+        if m := re.search(r"\] Group job (\S+) \(jobs in lexicogr\. order\):$", line):
+            group = (m[1], [])
+            groups.append(group)
+        elif m := re.match(r"^( {4})?(local)?rule (\w+):$", line):
+            rule, jobid, threads, resources = (None if m[2] else m[3]), None, 1, {}
+            group = group if m[1] else None
         elif m := re.match(r"^\s+jobid: (\d+)$", line):
             jobid = m[1]
         elif m := re.match(r"^\s+threads: (\d+)$", line):
             threads = int(m[1])
         elif (m := re.match(r"^\s+resources: (.*)$", line)) and rule and jobid:
             resources = dict(item.split("=", 1) for item in m[1].split(", "))
-            declared[jobid] = (rule, threads, resources)
-        elif m := re.match(r"^Job (\d+) has been submitted with SLURM jobid (\d+)", line):
-            out.append(Submitted(*declared[m[1]], slurm_id=m[2]))
+            if group:
+                group[1].append((rule, threads, resources))
+            else:
+                declared[jobid] = (rule, threads, resources)
+        elif m := re.match(r"^Job (\S+) has been submitted with SLURM jobid (\d+)", line):
+            if m[1].isdigit():
+                out.append(Submitted(*declared[m[1]], slurm_id=m[2]))
+            else:
+                name, members = groups.pop(0)
+                out.append(Submitted(f"group {name}", 0, {}, slurm_id=m[2], members=members))
     return out
+
+
+def minutes(time_limit: str) -> int:
+    """sacct's time limit ([D-]HH:MM:SS) in minutes."""
+    days, _, clock = time_limit.rpartition("-")
+    hours, mins, _ = map(int, clock.split(":"))
+    return int(days or 0) * 24 * 60 + hours * 60 + mins
 
 
 def slurm_time(minutes: int) -> str:
@@ -142,20 +168,28 @@ def megabytes(req_mem: str) -> float:
 
 
 def check_every_job_went_through_sbatch(log: str, workdir: Path) -> pd.DataFrame:
-    """Every non-local job Snakemake ran was an sbatch job that requested what the rule declared, in the
-    CI partition and account; returns the sacct rows."""
+    """Every non-local job Snakemake ran was an sbatch job (of its own, or with its group) that requested
+    what the rule declared (a group job: at least what its largest job declared, at most CORES wide), in
+    the CI partition and account; returns the sacct rows."""
     submitted = submissions(log)
-    executed = re.findall(r"^rule (\w+):$", log, flags=re.M)
-    assert len(submitted) == len(executed) > 0, "a non-local job did not go through sbatch"
+    executed = re.findall(r"^(?: {4})?rule (\w+):$", log, flags=re.M)
+    ran = [rule for s in submitted for rule in ([m[0] for m in s.members] or [s.rule])]
+    assert sorted(ran) == sorted(executed) and ran, "a non-local job did not go through sbatch"
     jobs = sacct_jobs(log).set_index("JobIDRaw")
     assert sorted(jobs.index) == sorted(s.slurm_id for s in submitted), "sacct and Snakemake disagree"
     ci = ci_settings()
     for s in submitted:
         job = jobs.loc[s.slurm_id]
-        assert job["rule"] == s.rule
         assert job["WorkDir"] == str(workdir)
         assert job["Partition"] == ci["ATTNGEOM_SLURM_PARTITION"]
         assert job["Account"] == ci["ATTNGEOM_SLURM_ACCOUNT"]
+        if s.members:
+            assert job["Comment"].startswith(f"rule_{s.rule.removeprefix('group ')}_"), (job, s)
+            assert megabytes(job["ReqMem"]) >= max(int(r["mem_mb"]) for _, _, r in s.members), s
+            assert max(t for _, t, _ in s.members) <= int(job["ReqCPUS"]) <= int(CORES), s
+            assert minutes(job["Timelimit"]) >= max(int(r["runtime"]) for _, _, r in s.members), s
+            continue
+        assert job["rule"] == s.rule
         nodes = int(s.resources.get("nodes", 1))  # a multi-node job's threads, memory and gres are per node
         assert megabytes(job["ReqMem"]) == int(s.resources["mem_mb"]) * nodes, s
         assert int(job["ReqCPUS"]) == s.threads * int(s.resources.get("tasks", 1)), s
@@ -262,7 +296,13 @@ def test_the_tiny_pipeline_runs_through_sbatch_and_matches_the_local_run(tmp_pat
 
     jobs = check_every_job_went_through_sbatch(logs["slurm"], tmp_path / "slurm")
     assert (jobs["State"] == "COMPLETED").all(), jobs
-    assert {"random_model", "score", "aggregate", "tables"} <= set(jobs["rule"])
+    groups = {s.rule: {m[0] for m in s.members} for s in submissions(logs["slurm"])}
+    # grouped by the profile: the per-model jobs in one sbatch job, the aggregates in another
+    assert groups == {
+        "group score": {"random_model", "score", "figure_heads"},
+        "group summary": {"aggregate", "tables", "reference_comparison", "heatmap_matrix"}
+        | {"figure_2", "figure_s1", "figure_s2"},
+    }
     local, slurm = (read_results(tmp_path / where / "results") for where in ("local", "slurm"))
     assert sorted(slurm) == sorted(local) and len(local) > 5
     for name, frame in local.items():

@@ -23,6 +23,7 @@ PLUGINS = {
     "train": "attngeom.training.cli",
     "paper-config": "attngeom.pipeline.paper_config",
     "support-table": "attngeom.support_table",
+    "zoo": "attngeom.pipeline.zoo",
 }
 """Subcommand → module exposing ``configure_parser(parser)`` and ``run(args) -> int``."""
 

@@ -71,7 +71,8 @@ def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) 
 
     ``models`` are registry rows (``Model.table_row()``, in config order); each status JSON names its
     model and says ``ok``, ``failed`` (bad input) or ``crashed`` (a defect), with the reason. The model
-    table gets ``status``, ``reason`` and, where the config gave none, ``n_params`` from the scores.
+    table gets ``status``, ``reason`` and, where the config gave none, ``n_params`` from the scores (and
+    ``modality``/``objective`` where the registry says "unknown").
     """
     status_of = {}
     for path in statuses:
@@ -97,6 +98,9 @@ def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) 
             known = frames[model_id]["n_params"].dropna()
             if not row["n_params"] and len(known):
                 row["n_params"] = int(known.iloc[0])
+            for key in ("modality", "objective"):  # a zoo model the Hub listed without its model_type
+                if row[key] == "unknown":
+                    row[key] = frames[model_id][key].iloc[0]
         rows.append(row)
     table = pd.DataFrame(rows, columns=[*MODEL_COLUMNS, "status", "reason"])
     table["n_params"] = pd.to_numeric(table["n_params"]).astype("Int64")

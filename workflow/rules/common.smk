@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from attngeom.files import slug
+from attngeom.pipeline.batches import plan_batches
 from attngeom.pipeline.captions import models_scope, official_scope, training_scope
 from attngeom.pipeline.registry import build_registry, heatmaps, score_resources
 from attngeom.pipeline.training_runs import (
@@ -12,11 +14,11 @@ from attngeom.pipeline.training_runs import (
     training_models,
     training_runs,
 )
+from attngeom.pipeline.zoo import Zoo, with_zoo
 
 R = config["results"]
 SCORING = config["scoring"]
 ENV = "../../envs/attngeom.yaml"
-AGGREGATE_MEM_MB = 2048 + 16 * len(config["models"])  # every model's rows are read at once
 REFERENCE = Path(workflow.basedir, "config", "reference")
 
 
@@ -27,9 +29,18 @@ for _run in TRAINING_RUNS.values():  # a grid value or seed is checked like a `r
 EVOLUTION_GROUPS = evolution_groups(TRAINING_RUNS)
 SYMMETRIC_GROUPS = symmetric_groups(TRAINING_RUNS)
 
-# The models of the config, plus those the training rules produce.
-MODELS = build_registry(list(config["models"]) + training_models(TRAINING_RUNS, TR), R)
+# The models of the config, those the training rules produce, and the zoo's pinned models (a model the
+# config lists too is the config's). Per-head figures of zoo models only when the zoo asks for them.
+ZOO = Zoo.from_config(config["zoo"]) if "zoo" in config else None
+ENTRIES, ZOO_IDS = with_zoo(list(config.get("models", [])) + training_models(TRAINING_RUNS, TR), ZOO)
+MODELS = build_registry(ENTRIES, R)
 HEATMAPS = heatmaps(config["figures"], MODELS)
+# Every model's rows are read at once: about 400 bytes a row in memory, 0.4 MB for a 7B model's 1,056
+# rows, 2 MB for a 70B model's; 4 MB a model leaves room for the copies pandas makes.
+AGGREGATE_MEM_MB = 2048 + 4 * len(MODELS)
+HEADS_FIGURES = [s for s, model in MODELS.items() if model.id not in ZOO_IDS or ZOO.heads_figures]
+ZOO_BATCHES = plan_batches([MODELS[slug(i)] for i in ZOO_IDS], SCORING, ZOO.batch_size) if ZOO else []
+BATCHED = {s for batch in ZOO_BATCHES for s in batch.slugs}
 
 # What this run can show, for the report's captions (workflow/report/*.rst read them as params.scope).
 GROUPS = ("table_s2", "table_s3", "figure_2", "figure_s1", "figure_s2")
@@ -62,6 +73,12 @@ def train_resource(name):
 
 def score_device(wildcards):
     return "cuda" if resource("gpu")(wildcards) else "cpu"
+
+
+def score_group(wildcards):
+    """Scoring jobs on CPU form group "score": on a cluster, profiles/slurm submits them in batches
+    (group-components); a GPU job goes alone, since the GPUs of a group's parallel jobs add up."""
+    return None if resource("gpu")(wildcards) else "score"
 
 
 def run_finals(keep=lambda run: True):

@@ -1,4 +1,6 @@
 # Score one model: results/scores/<slug>.parquet and a status file (ok, failed or crashed, and why).
+# A zoo's models are scored in batches instead (rules score_zoo_*, attngeom.pipeline.batches): one job
+# and one process for up to `zoo: batch_size` models, each model's files as rule score writes them.
 
 
 rule score:
@@ -9,6 +11,8 @@ rule score:
         status=f"{R}/scores/{{slug}}.status.json",
     log:
         f"{R}/logs/score/{{slug}}.log",
+    wildcard_constraints:
+        slug="|".join(re.escape(s) for s in MODELS if s not in BATCHED) or "(?!)",
     params:
         model=lambda wildcards: model_of(wildcards).id,
         location=lambda wildcards: model_of(wildcards).location,
@@ -18,6 +22,8 @@ rule score:
         variant=SCORING["variant"],
         full_download=SCORING["full_download"],
     threads: resource("threads")
+    group:
+        score_group
     resources:
         mem_mb=resource("mem_mb"),
         runtime=resource("runtime"),
@@ -27,3 +33,33 @@ rule score:
         ENV
     script:
         "../../scripts/score_model.py"
+
+
+for _batch in ZOO_BATCHES:
+
+    rule:
+        name:
+            f"score_zoo_{_batch.name}"
+        output:
+            scores=expand(rules.score.output.scores, slug=_batch.slugs),
+            status=expand(rules.score.output.status, slug=_batch.slugs),
+        log:
+            expand(f"{R}/logs/score/{{slug}}.log", slug=_batch.slugs),
+        params:
+            models=[MODELS[s].id for s in _batch.slugs],
+            locations=[MODELS[s].location for s in _batch.slugs],
+            revisions=[MODELS[s].revision or "" for s in _batch.slugs],
+            device="cuda" if _batch.resources.gpu else "cpu",
+            dtype=SCORING["dtype"],
+            variant=SCORING["variant"],
+            full_download=SCORING["full_download"],
+        threads: _batch.resources.threads
+        resources:
+            mem_mb=_batch.resources.mem_mb,
+            runtime=_batch.resources.runtime,
+            disk_mb=_batch.resources.disk_mb,
+            gpu=_batch.resources.gpu,
+        conda:
+            ENV
+        script:
+            "../../scripts/score_batch.py"

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
+import re
+import shlex
 import sys
+import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -33,6 +38,14 @@ def portable(text: str, names: dict[str, str] | None = None) -> str:
         if os.path.isabs(path) and path not in (os.sep, ""):
             text = text.replace(path, replacements[path])
     return text
+
+
+def reason_kind(reason: str) -> str:
+    """What a failure reason says without the model, file or address it names, so the reasons of many
+    models can be counted (``gated repository (HTTP 401)``, ``unsupported model_type 'mamba'``)."""
+    text = re.sub(r"^\S+: ", "", reason.strip()).split(";")[0]
+    text = re.sub(r"https?://\S+", "<url>", text)
+    return re.sub(r"\b\d{4,}\b", "N", text).strip()
 
 
 def one_line(text: str) -> str:
@@ -66,3 +79,55 @@ def run_cli(argv: list[str], log: TextIO) -> dict:
         return {"status": "failed", "reason": one_line(text[text.rindex(PREFIX) + len(PREFIX) :])}
     lines = text.strip().splitlines()
     return {"status": "crashed", "reason": f"exit code {code}" + (f": {lines[-1].strip()}" if lines else "")}
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    """One model to score and the three files its job writes (Parquet, status JSON, log)."""
+
+    model: str  # the config's id: the records' model_id and the status's model
+    location: str  # what `attngeom score` reads: a hub id (or org/name/file.gguf) or a local path
+    revision: str  # "" for none
+    scores: str
+    status: str
+    log: str
+
+
+def score_options(device: str, dtype: str, variant: str, full_download: bool) -> list[str]:
+    """The `attngeom score` options of the workflow's scoring settings."""
+    return ["--device", device, "--dtype", dtype, "--variant", variant] + ["--full-download"] * full_download
+
+
+def score_and_record(job: ScoreJob, options: list[str], gpus: int = 0) -> dict:
+    """``attngeom score`` of ``job`` in this process with ``options`` (--device, --dtype, ...), holding
+    ``gpus`` GPUs of a local pipeline's (attngeom.pipeline.gpus): its Parquet file (empty when not scored),
+    its status with the seconds taken, its log. Returns the status."""
+    from .gpus import job_gpus
+
+    argv = ["score", job.location, "--model-id", job.model, "-o", job.scores, *options, "--quiet"]
+    argv += ["--revision", job.revision] if job.revision else []
+    start = time.monotonic()
+    with open(job.log, "w") as log, job_gpus(gpus, log):
+        log.write(f"attngeom {shlex.join(argv)}\n")
+        outcome = run_cli(argv, log)
+    return _record(job, {"seconds": round(time.monotonic() - start, 3), **outcome})
+
+
+def record_lost(job: ScoreJob, reason: str) -> dict:
+    """The status of a model whose scoring process died before it could write one (``crashed``)."""
+    return _record(job, {"status": "crashed", "reason": reason})
+
+
+def _record(job: ScoreJob, outcome: dict) -> dict:
+    import pandas as pd
+
+    from ..files import atomic_path, write_text
+
+    record = {"model": job.model, **outcome}
+    if "reason" in record:
+        record["reason"] = portable(record["reason"], {job.location: job.model})
+    if record["status"] != "ok":
+        with atomic_path(job.scores) as temporary:
+            pd.DataFrame().to_parquet(temporary)
+    write_text(job.status, json.dumps(record, indent=1) + "\n")
+    return record

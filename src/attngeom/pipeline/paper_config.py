@@ -73,6 +73,19 @@ HEADER = """\
 """
 
 
+GROUPS = ("table_s2", "table_s3", "figure_2", "figure_s1", "figure_s2")
+
+
+def paper_groups(modality: str, objective: str) -> tuple[str, ...]:
+    """The paper's tables and figures a model of this kind belongs to: encoder-decoder models in Figure
+    S2, other language models in Tables S2/S3 and Figure 2, the rest (vision, audio) in Figure S1."""
+    if objective == "encoder-decoder":
+        return ("figure_s2",)
+    if modality == "language":
+        return ("table_s2", "table_s3", "figure_2")
+    return ("figure_s1",)
+
+
 def model_entry(model_id: str, rows: pd.DataFrame) -> dict:
     label = rows["source_file"].iloc[0]
     modality = rows["modality"].iloc[0]
@@ -84,19 +97,13 @@ def model_entry(model_id: str, rows: pd.DataFrame) -> dict:
         raise InputError(
             f"{model_id}: family label {label!r} is not in attngeom.pipeline.paper_config.FAMILIES"
         )
-    if objective == "encoder-decoder":
-        groups = ["figure_s2"]
-    elif modality == "language":
-        groups = ["table_s2", "table_s3", "figure_2"]
-    else:
-        groups = ["figure_s1"]
     entry = {
         "id": model_id,
         "display": model_id.rsplit("/", 1)[-1],
         "modality": modality,
         "objective": objective,
         "family": family,
-        "groups": groups,
+        "groups": list(paper_groups(modality, objective)),
     }
     n_params = rows["n_params"].dropna()
     if len(n_params):
