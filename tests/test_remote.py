@@ -19,6 +19,7 @@ from conformance import build, tiny_config
 from hubserver import HubServer, pointed_at
 from huggingface_hub import constants
 from safetensors.torch import load_file
+from zoo_repos import write_llama_gguf
 
 import attngeom
 from attngeom import cli
@@ -54,29 +55,7 @@ def _bin(path):
 
 def _write_gguf(path) -> None:
     """A llama GGUF with Q8_0 q/k and float32 everything else, so most of the file is not q/k."""
-    rng = np.random.default_rng(0)
-    d, heads, kv_heads, layers = 64, 4, 2, 3
-    writer = gguf.GGUFWriter(path, "llama")
-    writer.add_block_count(layers)
-    writer.add_embedding_length(d)
-    writer.add_feed_forward_length(128)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv_heads)
-    writer.add_vocab_size(256)
-    writer.add_tensor("token_embd.weight", rng.standard_normal((256, d), dtype=np.float32))
-    for i in range(layers):
-        for short, rows in (("q", d), ("k", d * kv_heads // heads)):
-            data = rng.standard_normal((rows, d), dtype=np.float32)
-            writer.add_tensor(
-                f"blk.{i}.attn_{short}.weight",
-                gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0),
-                raw_dtype=gguf.GGMLQuantizationType.Q8_0,
-            )
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", rng.standard_normal((128, d), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_llama_gguf(path, np.random.default_rng(0), d=64, layers=3, vocab=256, ffn_tensors=True)
 
 
 @pytest.fixture(scope="module")

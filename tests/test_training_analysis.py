@@ -319,6 +319,7 @@ def test_every_evolution_panel_names_its_quantity_and_per_layer_panels_overlay_t
     assert all("Σ_h M_h" in t for t in panels)  # the layer form: alone (a, b) or drawn over the heads
     assert all("median over layers" in t for t in panels[:2])
     assert all("median over heads" in t for t in panels[2:])
+    assert [t[:2] for t in panels] == ["a)", "b)", "c)", "c)", "d)", "d)"]  # c/d: encoder and decoder
     encoder_symmetry = fig.axes[2]
     forms = [line for line in encoder_symmetry.get_lines() if line.get_linestyle() == ":"]
     assert len(forms) == 2  # one per layer
@@ -348,6 +349,7 @@ def test_symmetric_init_figure_tells_random_from_symmetric_and_states_the_verdic
     assert verdict and verdict in fig.get_suptitle()
     assert "Σ_h M_h" in fig.axes[1].get_title() and "median over layers" in fig.axes[1].get_title()
     assert all("median over heads" in t for t in titles(fig)[2:])
+    assert [t[:2] for t in titles(fig)] == ["a)", "b)", "c)", "d)"]  # every panel its own letter
 
 
 def test_runs_are_tagged_from_their_config_yaml_and_twins_marked(tiny_runs):

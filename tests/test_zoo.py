@@ -312,10 +312,10 @@ def test_a_model_that_kills_its_process_is_recorded_and_the_batch_goes_on(
     jobs = jobs_for(emulated, repos, tmp_path)
     real = outcome.score_and_record
 
-    def killed_on_the_second(job, options):  # runs in the forked child
+    def killed_on_the_second(job, options, gpus):  # runs in the forked child
         if job.model == repos[1]:
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(job, options)
+        return real(job, options, gpus)
 
     monkeypatch.setattr(batches, "score_and_record", killed_on_the_second)
     statuses = batches.score_batch(jobs, ["--device", "cpu"], threads=1)

@@ -96,16 +96,23 @@ def _transformers(model_type: str, folder: Path, seed: int, sizes: dict, **save)
 def _gguf(folder: Path, seed: int) -> None:
     """A llama GGUF (Q8_0 q/k, float32 else), as a GGUF-only repository holds."""
     folder.mkdir(parents=True)
-    rng = np.random.default_rng(seed)
-    d, heads, kv_heads, layers = 32, 4, 2, 2
-    writer = gguf.GGUFWriter(folder / "tiny.Q8_0.gguf", "llama")
+    write_llama_gguf(folder / "tiny.Q8_0.gguf", np.random.default_rng(seed), d=32, layers=2, vocab=64)
+
+
+def write_llama_gguf(
+    path: Path, rng: np.random.Generator, *, d: int, layers: int, vocab: int, ffn_tensors: bool = False
+) -> None:
+    """A llama GGUF of 4 query / 2 kv heads, its q/k in Q8_0 and the embedding (and, with
+    ``ffn_tensors``, each layer's up projection) in float32."""
+    heads, kv_heads, ffn = 4, 2, 2 * d
+    writer = gguf.GGUFWriter(path, "llama")
     writer.add_block_count(layers)
     writer.add_embedding_length(d)
-    writer.add_feed_forward_length(64)
+    writer.add_feed_forward_length(ffn)
     writer.add_head_count(heads)
     writer.add_head_count_kv(kv_heads)
-    writer.add_vocab_size(64)
-    writer.add_tensor("token_embd.weight", rng.standard_normal((64, d), dtype=np.float32))
+    writer.add_vocab_size(vocab)
+    writer.add_tensor("token_embd.weight", rng.standard_normal((vocab, d), dtype=np.float32))
     for i in range(layers):
         for short, rows in (("q", d), ("k", d * kv_heads // heads)):
             data = rng.standard_normal((rows, d), dtype=np.float32)
@@ -114,6 +121,8 @@ def _gguf(folder: Path, seed: int) -> None:
                 gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0),
                 raw_dtype=gguf.GGMLQuantizationType.Q8_0,
             )
+        if ffn_tensors:
+            writer.add_tensor(f"blk.{i}.ffn_up.weight", rng.standard_normal((ffn, d), dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

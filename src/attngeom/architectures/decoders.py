@@ -171,40 +171,48 @@ def _jamba_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[At
         )
 
 
-def _decoder(model_types: tuple[str, ...], layers: LayersFn, notes: str = "") -> Architecture:
+def decoder_architecture(
+    model_types: tuple[str, ...],
+    layers: LayersFn,
+    notes: str = "",
+    n_layers: Callable[[PretrainedConfig], int] = lambda c: c.num_hidden_layers,
+) -> Architecture:
+    """A decoder-only language model: one ``decoder`` stack of ``n_layers`` layers."""
     return Architecture(
         model_types=model_types,
         modality="language",
         objective="autoregressive",
         layers=layers,
-        n_layers=lambda c: c.num_hidden_layers,
+        n_layers=n_layers,
         notes=notes,
         stacks=("decoder",),
     )
 
 
-LLAMA = _decoder(
+LLAMA = decoder_architecture(
     ("llama", "mistral", "mixtral", "qwen2", "gemma") + LLAMA_LAYOUT_REMOTE_CODE,
     llama_layers,
     "q_proj/k_proj; GQA; head_dim from the config (Gemma MQA)",
 )
-LLAMA_LAYOUT = _decoder(
+LLAMA_LAYOUT = decoder_architecture(
     ("starcoder2", "nemotron", "glm", "glm4", "helium", "smollm3"),
     llama_layers,
     "Llama layout; partial rotary, local windows and NoPE layers as the config sets them",
 )
-LLAMA_LAYOUT_MOE = _decoder(
+LLAMA_LAYOUT_MOE = decoder_architecture(
     ("qwen2_moe", "phimoe"), llama_layers, "MoE feed-forward; attention in Llama's layout"
 )
-GRANITE = _decoder(
+GRANITE = decoder_architecture(
     ("granite", "granitemoe"), _granite_layers, "Llama layout; attention_multiplier replaces 1/√d_h"
 )
-COHERE2 = _decoder(("cohere2",), _cohere2_layers, "Llama layout; global layers are NoPE, local layers rotary")
-GEMMA2 = _decoder(
+COHERE2 = decoder_architecture(
+    ("cohere2",), _cohere2_layers, "Llama layout; global layers are NoPE, local layers rotary"
+)
+GEMMA2 = decoder_architecture(
     ("gemma2",), _gemma2_layers, "Llama layout; query_pre_attn_scalar and soft-capping left out"
 )
-OLMO = _decoder(("olmo",), _olmo_layers, "Llama layout; clip_qkv left out")
-PHI3 = _decoder(("phi3",), _phi3_layers, "fused qkv_proj [q|k|v]")
+OLMO = decoder_architecture(("olmo",), _olmo_layers, "Llama layout; clip_qkv left out")
+PHI3 = decoder_architecture(("phi3",), _phi3_layers, "fused qkv_proj [q|k|v]")
 JAMBA = Architecture(
     model_types=("jamba",),
     modality="language",

@@ -29,6 +29,7 @@ from .base import (
     linear,
     separate_layers,
 )
+from .decoders import decoder_architecture
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -281,34 +282,30 @@ def _dbrx_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Att
     )
 
 
-def _decoder(model_type: str, layers, notes: str, n_layers=lambda c: c.num_hidden_layers) -> Architecture:
-    return Architecture(
-        model_types=(model_type,),
-        modality="language",
-        objective="autoregressive",
-        layers=layers,
-        n_layers=n_layers,
-        notes=notes,
-        stacks=(STACK,),
-    )
-
-
 ARCHITECTURES: list[Architecture] = [
-    _decoder("openai-gpt", _openai_gpt_layers, "GPT-1: Conv1D c_attn, columns [q | k | v]"),
-    _decoder("gpt2", _gpt2_layers, "GPT-2, distilgpt2: Conv1D c_attn, columns [q | k | v]"),
-    _decoder("gpt_neo", _gpt_neo_layers, "GPT-Neo: no bias, no 1/√d_h scale; local layers use a window"),
-    _decoder("gptj", _gptj_layers, "GPT-J: no bias; rotary on the first rotary_dim dims of each head"),
-    _decoder(
-        "gpt_neox", _gpt_neox_layers, "GPT-NeoX, Pythia: fused rows per head [q_h k_h v_h]; partial rotary"
+    decoder_architecture(("openai-gpt",), _openai_gpt_layers, "GPT-1: Conv1D c_attn, columns [q | k | v]"),
+    decoder_architecture(("gpt2",), _gpt2_layers, "GPT-2, distilgpt2: Conv1D c_attn, columns [q | k | v]"),
+    decoder_architecture(
+        ("gpt_neo",), _gpt_neo_layers, "GPT-Neo: no bias, no 1/√d_h scale; local layers use a window"
     ),
-    _decoder("bloom", _bloom_layers, "BLOOM: fused rows per head [q_h k_h v_h]; ALiBi"),
-    _decoder("falcon", _falcon_layers, "Falcon: per-head, per-kv-group (new arch) or multi-query fused rows"),
-    _decoder("opt", _opt_layers, "OPT: separate q/k/v with biases; q scaled after projection"),
-    _decoder(
-        "gpt_bigcode",
+    decoder_architecture(
+        ("gptj",), _gptj_layers, "GPT-J: no bias; rotary on the first rotary_dim dims of each head"
+    ),
+    decoder_architecture(
+        ("gpt_neox",), _gpt_neox_layers, "GPT-NeoX, Pythia: fused rows per head [q_h k_h v_h]; partial rotary"
+    ),
+    decoder_architecture(("bloom",), _bloom_layers, "BLOOM: fused rows per head [q_h k_h v_h]; ALiBi"),
+    decoder_architecture(
+        ("falcon",), _falcon_layers, "Falcon: per-head, per-kv-group (new arch) or multi-query fused rows"
+    ),
+    decoder_architecture(("opt",), _opt_layers, "OPT: separate q/k/v with biases; q scaled after projection"),
+    decoder_architecture(
+        ("gpt_bigcode",),
         _gpt_bigcode_layers,
         "SantaCoder, StarCoder 1: nn.Linear c_attn, multi-query rows [q | k | v] or per head",
     ),
-    _decoder("mpt", _mpt_layers, "MPT: Wqkv rows [q | k | v]; ALiBi", lambda c: c.n_layers),
-    _decoder("dbrx", _dbrx_layers, "DBRX: Wqkv rows [q | k | v] with GQA; clip_qkv", lambda c: c.n_layers),
+    decoder_architecture(("mpt",), _mpt_layers, "MPT: Wqkv rows [q | k | v]; ALiBi", lambda c: c.n_layers),
+    decoder_architecture(
+        ("dbrx",), _dbrx_layers, "DBRX: Wqkv rows [q | k | v] with GQA; clip_qkv", lambda c: c.n_layers
+    ),
 ]

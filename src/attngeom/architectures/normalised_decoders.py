@@ -25,7 +25,7 @@ import torch
 
 from . import gpt_lineage
 from .base import Architecture, AttentionLayer, TensorReader
-from .decoders import heads_of, llama_layers, rotary_terms, uses_rope, window
+from .decoders import decoder_architecture, heads_of, llama_layers, rotary_terms, uses_rope, window
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -217,47 +217,35 @@ def _persimmon_layers(config: PretrainedConfig, reader: TensorReader) -> Iterato
         yield layer
 
 
-def _normalised_decoder(model_types: tuple[str, ...], layers, notes: str) -> Architecture:
-    return Architecture(
-        model_types=model_types,
-        modality="language",
-        objective="autoregressive",
-        layers=layers,
-        n_layers=lambda c: c.num_hidden_layers,
-        notes=notes,
-        stacks=("decoder",),
-    )
-
-
 ARCHITECTURES: list[Architecture] = [
-    _normalised_decoder(
+    decoder_architecture(
         ("olmo2", "qwen3", "olmoe", "qwen3_moe"),
         _qk_norm_layers,
         "q/k RMSNorm gains folded (non-standard form); MoE variants share the dense attention",
     ),
-    _normalised_decoder(
+    decoder_architecture(
         ("exaone4",), _exaone4_layers, "per-head q/k RMSNorm folded; global layers NoPE when windowed"
     ),
-    _normalised_decoder(
+    decoder_architecture(
         ("gemma3_text",),
         gemma3_text_layers,
         "per-head q/k RMSNorm (gain 1 + w) folded; local layers windowed; query_pre_attn_scalar",
     ),
-    _normalised_decoder(
+    decoder_architecture(
         ("llama4_text",),
         llama4_text_layers,
         "rotary layers: chunked, q/k L2-normalised per head; NoPE layers: temperature-scaled q",
     ),
-    _normalised_decoder(
+    decoder_architecture(
         ("phi",), _phi_layers, "biased q_proj/k_proj; qk_layernorm folded (non-standard form)"
     ),
-    _normalised_decoder(
+    decoder_architecture(
         ("cohere",), _cohere_layers, "Llama layout; per-head q/k LayerNorm folded (use_qk_norm)"
     ),
-    _normalised_decoder(
+    decoder_architecture(
         ("stablelm",), _stablelm_layers, "partial rotary; per-head q/k LayerNorm folded (qk_layernorm)"
     ),
-    _normalised_decoder(
+    decoder_architecture(
         ("persimmon",),
         _persimmon_layers,
         "fused rows per head [q_h k_h v_h]; q/k LayerNorm folded, its bias left out",

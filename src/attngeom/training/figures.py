@@ -194,12 +194,12 @@ def symmetric_init_figure(
         _layer_median(axes[0, 1], group, "symmetry", f"{init} init", COLOURS[init], STYLES[init])
     axes[0, 1].set(title=_layer_title("b", "symmetry", _seeds(sc)), xlabel="training step", ylabel="symmetry")
     axes[0, 1].legend()
-    for ax, init in zip(axes[1], ("random", "symmetric"), strict=True):
+    for ax, init, panel in zip(axes[1], ("random", "symmetric"), "cd", strict=True):
         group = sc[sc["init"] == init]
         if group.empty:
             ax.set_axis_off()
             continue
-        _per_layer(ax, group, "symmetry", f"c) {init} init: symmetry per layer")
+        _per_layer(ax, group, "symmetry", f"{panel}) {init} init: symmetry per layer")
     note = speedup_note(table, dataset, layers, objective)
     fig.suptitle(
         f"{layers}-layer {objective} on {dataset}: random vs symmetric initialisation"
