@@ -4,8 +4,9 @@
     python benchmarks/ddp_scaling.py OUT [--grad-accum 8] [--layers 12] [--steps 30]   # on the GPU host
 
 Micro-batch 32 × 512 per GPU, compiled, bf16. Tokens/s from each run's own loss log, between the
-first third of the steps and the last (compilation excluded). The 1- and 2-GPU runs go side by side on
-GPUs 0 and 2–3, then the 4-GPU run; OUT gets each run's loss log and ``ddp.json``.
+first third of the steps and the last (compilation excluded). On 4 GPUs the 1- and 2-GPU runs go side
+by side on GPUs 0 and 2–3, then the 4-GPU run; on 2 GPUs the 1-GPU run, then the 2-GPU run. OUT gets
+each run's loss log and ``ddp.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 DATA = Path(__file__).parent / ".cache" / "training"
 
@@ -31,6 +33,16 @@ def start(gpus: int, devices: str, out: Path, settings: list[str], log: Path) ->
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}"]
     command = [*launcher, "-m", "attngeom.cli", "train", "--quiet", "--out", str(out), *settings]
     return subprocess.Popen(command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def waves(gpus: int) -> list[list[tuple[int, str, str]]]:
+    """Runs of (GPUs, CUDA_VISIBLE_DEVICES, tag) started together: on 4 GPUs 1 and 2 GPUs side by side,
+    then 4; on 2 or 3 GPUs, 1 GPU then 2."""
+    if gpus >= 4:
+        return [[(1, "0", "1gpu"), (2, "2,3", "2gpu")], [(4, "0,1,2,3", "4gpu")]]
+    if gpus >= 2:
+        return [[(1, "0", "1gpu")], [(2, "0,1", "2gpu")]]
+    raise SystemExit(f"ddp_scaling: needs 2 or more GPUs, this host has {gpus}")
 
 
 def tokens_per_second(loss: Path, first: int, last: int) -> float:
@@ -63,7 +75,7 @@ def main() -> None:
     ]
     work = Path(tempfile.mkdtemp(prefix="attngeom-ddp-"))
     settings.append(f"cache_dir={work / 'tokens'}")
-    plan = [[(1, "0", "1gpu"), (2, "2,3", "2gpu")], [(4, "0,1,2,3", "4gpu")]]
+    plan = waves(torch.cuda.device_count())
     result: dict[str, float | str] = {}
     for wave in plan:
         running = [(tag, start(n, d, work / tag, settings, args.out / f"{tag}.log")) for n, d, tag in wave]
