@@ -23,6 +23,7 @@ import argparse
 import io
 import json
 import math
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -236,8 +237,11 @@ def main() -> None:
             for i, loss in enumerate(r["losses"])
         ]
     )
+    settings = config_for(args.cache, args.objectives[0], 0, args.steps).to_dict()
+    for key in ("dataset", "cache_dir"):  # no path of this machine in a result file
+        settings[key] = os.path.relpath(settings[key])
     summary = {
-        "settings": config_for(args.cache, args.objectives[0], 0, args.steps).to_dict(),
+        "settings": settings,
         "final_loss": f"mean of the last {LAST} steps' LM losses",
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
