@@ -112,7 +112,7 @@ def _side_by_side(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
         )
         sides.append(side.reset_index(drop=True))
     length = max(len(side) for side in sides)
-    return pd.concat([side.reindex(range(length)).fillna("") for side in sides], axis=1)
+    return pd.concat([side.reindex(range(length)).astype(object).fillna("") for side in sides], axis=1)
 
 
 def blocks(long: pd.DataFrame, metric: str) -> list[tables.Block]:
