@@ -38,7 +38,7 @@ from hubserver import HubServer  # noqa: E402
 from zoo_repos import make_zoo  # noqa: E402
 
 from attngeom.architectures import architecture_for  # noqa: E402
-from attngeom.pipeline.outcome import reason_kind  # noqa: E402
+from attngeom.errors import reason_kind  # noqa: E402
 from attngeom.pipeline.registry import slug  # noqa: E402
 from attngeom.sources import open_source  # noqa: E402
 

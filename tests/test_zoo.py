@@ -19,7 +19,7 @@ from pipeline_support import ROOT
 from zoo_repos import KINDS, make_zoo
 
 from attngeom.cli import main
-from attngeom.errors import InputError
+from attngeom.errors import InputError, reason_kind
 from attngeom.pipeline import batches, outcome, zoo
 from attngeom.pipeline.registry import build_registry, score_resources
 from attngeom.records import read_scores
@@ -350,6 +350,6 @@ def test_a_reason_without_the_model_it_names_counts_alike_across_models():
         "org-3/c/model.safetensors@1a2b3c4d: bytes 10240-20479 lie past the end of the file; it is corrupted",
         "org-4/d/model.safetensors@5e6f7a8b: bytes 40960-51199 lie past the end of the file; it is corrupted",
     ]
-    kinds = [outcome.reason_kind(r) for r in reasons]
+    kinds = [reason_kind(r) for r in reasons]
     assert kinds[0] == kinds[1] == "gated repository (HTTP 401)"
     assert kinds[2] == kinds[3] == "bytes N-N lie past the end of the file"

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .pipeline.outcome import reason_kind
+from .errors import reason_kind
 
 CROWDED = 300
 """More models than this in a panel: draw them as a crowd."""

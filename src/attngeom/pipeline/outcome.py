@@ -12,7 +12,6 @@ import contextlib
 import io
 import json
 import os
-import re
 import shlex
 import sys
 import time
@@ -38,14 +37,6 @@ def portable(text: str, names: dict[str, str] | None = None) -> str:
         if os.path.isabs(path) and path not in (os.sep, ""):
             text = text.replace(path, replacements[path])
     return text
-
-
-def reason_kind(reason: str) -> str:
-    """What a failure reason says without the model, file or address it names, so the reasons of many
-    models can be counted (``gated repository (HTTP 401)``, ``unsupported model_type 'mamba'``)."""
-    text = re.sub(r"^\S+: ", "", reason.strip()).split(";")[0]
-    text = re.sub(r"https?://\S+", "<url>", text)
-    return re.sub(r"\b\d{4,}\b", "N", text).strip()
 
 
 def one_line(text: str) -> str:
