@@ -26,7 +26,9 @@ def zoo_summary(n: int, families: int, failed: int) -> pd.DataFrame:
         )
     for i in range(failed):
         row = summary_row(f"gated/m-{i}", "autoregressive", "pretrained", np.nan, family="llama")
-        rows.append({**row, "status": "failed", "reason": f"gated/m-{i}: gated repository (HTTP 401); log in"})
+        rows.append(
+            {**row, "status": "failed", "reason": f"gated/m-{i}: gated repository (HTTP 401); log in"}
+        )
     return pd.DataFrame(rows)
 
 
