@@ -172,7 +172,7 @@ def main() -> int:
         for repo, template in zoo.templates.items():
             if zoo.outcomes[repo].outcome == "ok" and template not in QK:
                 QK[template] = qk_bytes(template)
-        server = HubServer(zoo.repos, infos=zoo.infos, commits=zoo.commits, gated_repos=zoo.gated)
+        server = zoo.server()
         for folder in zoo.repos.values():
             for file in folder.iterdir():
                 server.etag(file)  # hashed now, not while timed

@@ -134,3 +134,4 @@ def test_slug_is_reversible_and_filesystem_safe(parts):
 def test_slug_of_hub_ids_reads_naturally():
     assert slug("meta-llama/Llama-3.1-8B") == "meta-llama--Llama-3.1-8B"
     assert slug("m.gguf") == "m.gguf"
+    assert slug("gpt2") == "gpt2"

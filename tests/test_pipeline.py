@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import json
-import re
 import time
 from pathlib import Path
 
@@ -12,13 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from hypothesis import given
-from hypothesis import strategies as st
 from pipeline_support import ROOT, TINY_MODELS, planned_jobs, run_snakemake, write_config
 from safetensors.torch import load_file
 
 from attngeom.errors import InputError
-from attngeom.files import slug, unslug
+from attngeom.files import slug
 from attngeom.pipeline import registry
 
 
@@ -204,25 +201,6 @@ def test_paper_config_is_generated_from_the_reference(tmp_path):
 def test_lint_has_no_findings(tmp_path):
     result = run_snakemake("--lint", cwd=ROOT)
     assert "Lints for" not in result.stdout + result.stderr
-
-
-@given(
-    st.lists(
-        st.text(st.characters(exclude_characters="/", exclude_categories=("Cs",)), min_size=1),
-        min_size=1,
-        max_size=4,
-    )
-)
-def test_slug_is_reversible_and_filesystem_safe(parts):
-    model_id = "/".join(parts)
-    name = slug(model_id)
-    assert unslug(name) == model_id
-    assert re.fullmatch(r"[A-Za-z0-9._%-]+", name) and not name.startswith((".", "-"))
-
-
-def test_slug_of_hub_ids_reads_naturally():
-    assert slug("meta-llama/Llama-3.1-8B") == "meta-llama--Llama-3.1-8B"
-    assert slug("gpt2") == "gpt2"
 
 
 def test_registry_resolves_packaged_models_without_importing_them():

@@ -151,13 +151,12 @@ def exercise_zoo(command: str, tmp_path: Path) -> None:
     """The zoo commands in order in one folder (config/zoo.yaml copied there) against the hub-like server
     serving emulated repositories: resolve pins what the query matches, --update lists again, then the
     Snakemake commands dry-run on the pinned list."""
-    from hubserver import HubServer
     from zoo_repos import make_zoo
 
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "zoo.yaml").write_text((ROOT / "config" / "zoo.yaml").read_text())
     zoo = make_zoo(tmp_path / "hub", 60)
-    server = HubServer(zoo.repos, infos=zoo.infos, commits=zoo.commits, gated_repos=zoo.gated)
+    server = zoo.server()
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", HF_HOME=str(tmp_path / "hf"))
     with server.running():
         for line in [c for c in readme_commands() if c.startswith("attngeom zoo ")]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from hubserver import HubServer, pointed_at
+from hubserver import pointed_at
 from pipeline_support import ROOT
 from zoo_repos import KINDS, make_zoo
 
@@ -35,13 +35,7 @@ def emulated(tmp_path_factory):
 
 @pytest.fixture
 def hub(emulated, tmp_path):
-    server = HubServer(
-        dict(emulated.repos),
-        infos=emulated.infos,
-        commits=emulated.commits,
-        gated_repos=emulated.gated,
-        page_size=7,  # several pages for every query
-    )
+    server = emulated.server(page_size=7)  # several pages for every query
     with server.running(), pointed_at(server, tmp_path):
         yield server
 

@@ -19,7 +19,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from hubserver import HubServer
 from pipeline_support import ROOT, planned_jobs, run_snakemake
 from zoo_repos import make_zoo
 
@@ -44,9 +43,7 @@ def zoo_run(tmp_path_factory):
     work.mkdir()
     entry = {"name": "tiny", "limit": N, "batch_size": BATCH}
     (work / "zoo.yaml").write_text(yaml.safe_dump({"scoring": {"device": "cpu"}, "zoo": entry}))
-    server = HubServer(
-        emulated.repos, infos=emulated.infos, commits=emulated.commits, gated_repos=emulated.gated
-    )
+    server = emulated.server()
     with server.running():
         env = {
             **os.environ,

@@ -13,7 +13,6 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-from hubserver import HubServer
 from pipeline_support import ROOT
 from test_slurm import check_every_job_went_through_sbatch, job_env, snakemake_command, submissions
 from zoo_repos import make_zoo
@@ -35,9 +34,7 @@ def test_a_zoo_goes_through_sbatch_in_a_twentieth_as_many_jobs_as_models(tmp_pat
     work = tmp_path / "work"
     work.mkdir()
     (work / "zoo.yaml").write_text(yaml.safe_dump({"zoo": {"name": "ci", "limit": N}}))
-    server = HubServer(
-        emulated.repos, infos=emulated.infos, commits=emulated.commits, gated_repos=emulated.gated
-    )
+    server = emulated.server()
     with server.running():
         env = {
             **job_env(),

@@ -21,6 +21,7 @@ import gguf
 import numpy as np
 import torch
 import transformers
+from hubserver import HubServer
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModel
 
@@ -72,6 +73,12 @@ class Zoo:
     @property
     def gated(self) -> frozenset:
         return frozenset(repo for repo, kind in self.outcomes.items() if kind.gated)
+
+    def server(self, **options) -> HubServer:
+        """The tests' hub-like server over these repositories: their listing fields, commits and gating."""
+        return HubServer(
+            dict(self.repos), infos=self.infos, commits=self.commits, gated_repos=self.gated, **options
+        )
 
 
 def _symmetric_keys(model: torch.nn.Module, mix: float) -> None:
