@@ -35,12 +35,13 @@ class Batch:
 def plan_batches(models: list[Model], scoring: dict, size: int) -> list[Batch]:
     """``models`` in batches of at most ``size``: CPU models first, then GPU ones, each by size."""
     batches: list[Batch] = []
+    needs = {m.slug: score_resources(m, scoring) for m in models}
     for gpu in (0, 1):
-        chosen = [m for m in models if score_resources(m, scoring).gpu == gpu]
+        chosen = [m for m in models if needs[m.slug].gpu == gpu]
         chosen.sort(key=lambda m: (weight_bytes(m), m.id))
         for start in range(0, len(chosen), size):
             part = chosen[start : start + size]
-            each = [score_resources(m, scoring) for m in part]
+            each = [needs[m.slug] for m in part]
             resources = Resources(
                 threads=max(r.threads for r in each),
                 mem_mb=max(r.mem_mb for r in each) + PARENT_MB,
