@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 
 def snakemake(*args: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), *args]
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "workflow" / "Snakefile"), *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
 
 

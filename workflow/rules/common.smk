@@ -2,8 +2,6 @@
 import re
 from pathlib import Path
 
-import pandas as pd
-
 from attngeom.files import slug
 from attngeom.pipeline.batches import plan_batches
 from attngeom.pipeline.captions import models_scope, official_scope, training_scope
@@ -15,11 +13,15 @@ from attngeom.pipeline.training_runs import (
     training_runs,
 )
 from attngeom.pipeline.zoo import Zoo, with_zoo
+from attngeom.provenance import code_hash
+from attngeom.training.official import published_settings
 
 R = config["results"]
 SCORING = config["scoring"]
 ENV = "../../envs/attngeom.yaml"
-REFERENCE = Path(workflow.basedir, "config", "reference")
+# This workflow's own files (WORKFLOW_DIR: workflow/Snakefile), not an importing workflow's.
+REFERENCE = WORKFLOW_DIR.parent / "config" / "reference"
+SCRIPTS = WORKFLOW_DIR.parent / "scripts"
 
 
 TR = f"{R}/training"
@@ -46,7 +48,7 @@ BATCHED = {s for batch in ZOO_BATCHES for s in batch.slugs}
 GROUPS = ("table_s2", "table_s3", "figure_2", "figure_s1", "figure_s2")
 SCOPE = {group: models_scope(MODELS.values(), group) for group in GROUPS}
 TRAINING_SCOPE = training_scope(TRAINING_RUNS)
-OFFICIAL_SCOPE = official_scope(TRAINING_RUNS, pd.read_csv(REFERENCE / "official_training_evolution.csv"))
+OFFICIAL_SCOPE = official_scope(TRAINING_RUNS, published_settings(REFERENCE / "official_training_evolution.csv"))
 
 
 wildcard_constraints:

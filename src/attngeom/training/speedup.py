@@ -38,7 +38,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .. import tables
 from .config import TrainConfig
 from .intervals import Interval, mean_interval
-from .runs import RunInfo, comparison_key, dataset_label, seed_pairs, twins
+from .runs import RunInfo, comparison_key, seed_pairs, twins
 
 __all__ = [
     "CLAIM_RULE",
@@ -46,7 +46,6 @@ __all__ = [
     "SMOOTHING_FRACTION",
     "TABLE1_CAPTION",
     "TABLE1_TITLE",
-    "dataset_label",
     "pair_speedups",
     "smoothed",
     "speedup",
@@ -55,7 +54,6 @@ __all__ = [
     "table1_display",
     "write_table1",
 ]
-"""``dataset_label`` lives in ``runs``; the pipeline still imports it from here."""
 
 SMOOTHING_FRACTION = 0.02
 Rule = Literal["paper", "robust"]
