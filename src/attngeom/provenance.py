@@ -21,6 +21,7 @@ PARTS = {
 """Each part's entry modules: what rule score/score_zoo_* and rule train run."""
 
 
+@functools.cache
 def _modules(package_dir: Path) -> dict[str, Path]:
     names = {}
     for path in sorted(package_dir.rglob("*.py")):
@@ -31,6 +32,11 @@ def _modules(package_dir: Path) -> dict[str, Path]:
 
 def _imports(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The package modules ``module`` imports anywhere in its code, and the packages above them."""
+    return _imports_cached(module, path, frozenset(modules))
+
+
+@functools.cache
+def _imports_cached(module: str, path: Path, modules: frozenset[str]) -> set[str]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
@@ -47,11 +53,9 @@ def _imports(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return {name for name in with_parents if name in modules}
 
 
-def part_modules(part: str, package_dir: Path = PACKAGE_DIR) -> list[str]:
-    """The modules of ``part``: its entry modules and everything they import, sorted."""
-    modules = _modules(package_dir)
+def _closure(entries: set[str], modules: dict[str, Path]) -> list[str]:
     seen: set[str] = set()
-    todo = list(PARTS[part])
+    todo = list(entries)
     while todo:
         name = todo.pop()
         if name not in seen:
@@ -60,11 +64,29 @@ def part_modules(part: str, package_dir: Path = PACKAGE_DIR) -> list[str]:
     return sorted(seen)
 
 
-@functools.cache
-def code_hash(part: str, package_dir: Path = PACKAGE_DIR) -> str:
-    """SHA-256 (16 hex digits) of the paths and bytes of the modules of ``part`` ("scores", "training")."""
-    modules = _modules(package_dir)
-    digest = hashlib.sha256()
-    for name in part_modules(part, package_dir):
+def _digest(names: list[str], modules: dict[str, Path], head: bytes = b"") -> str:
+    digest = hashlib.sha256(head)
+    for name in names:
         digest.update(f"{name}\0".encode() + modules[name].read_bytes() + b"\0")
     return digest.hexdigest()[:16]
+
+
+def part_modules(part: str, package_dir: Path = PACKAGE_DIR) -> list[str]:
+    """The modules of ``part``: its entry modules and everything they import, sorted."""
+    return _closure(set(PARTS[part]), _modules(package_dir))
+
+
+@functools.cache
+def code_hash(part: str, package_dir: Path = PACKAGE_DIR) -> str:
+    """SHA-256 (16 hex digits) of the names and bytes of the modules of ``part`` ("scores", "training"):
+    what the records carry."""
+    return _digest(part_modules(part, package_dir), _modules(package_dir))
+
+
+@functools.cache
+def script_hash(script: Path, package_dir: Path = PACKAGE_DIR) -> str:
+    """SHA-256 (16 hex digits) of a rule's script and of the package modules it can run (those it
+    imports, and theirs): a rule's ``code`` parameter, so the rule reruns when any of them changes."""
+    modules = _modules(package_dir)
+    entries = _imports("", script, modules)
+    return _digest(_closure(entries, modules), modules, head=script.read_bytes() + b"\0")

@@ -9,11 +9,12 @@ from attngeom.pipeline.registry import build_registry, heatmaps, score_resources
 from attngeom.pipeline.training_runs import (
     evolution_groups,
     symmetric_groups,
+    trained_model_id,
     training_models,
     training_runs,
 )
 from attngeom.pipeline.zoo import Zoo, with_zoo
-from attngeom.provenance import code_hash
+from attngeom.provenance import script_hash
 from attngeom.training.official import published_settings
 
 R = config["results"]
@@ -48,11 +49,32 @@ BATCHED = {s for batch in ZOO_BATCHES for s in batch.slugs}
 GROUPS = ("table_s2", "table_s3", "figure_2", "figure_s1", "figure_s2")
 SCOPE = {group: models_scope(MODELS.values(), group) for group in GROUPS}
 TRAINING_SCOPE = training_scope(TRAINING_RUNS)
-OFFICIAL_SCOPE = official_scope(TRAINING_RUNS, published_settings(REFERENCE / "official_training_evolution.csv"))
+OFFICIAL_SCOPE = official_scope(
+    TRAINING_RUNS, published_settings(REFERENCE / "official_training_evolution.csv")
+)
 
 
 wildcard_constraints:
     slug="|".join(re.escape(s) for s in MODELS),
+
+
+def code_of(script):
+    """A rule's `code` param: its script and the package modules the script can run, by content
+    (attngeom.provenance.script_hash). workflow/profiles/default leaves Snakemake's `code` rerun trigger
+    out (for a script rule it compares timestamps): a changed module reruns the rule, a touched file not."""
+    return script_hash(SCRIPTS / script)
+
+
+def group_slugs(group):
+    """The models of a table or figure group."""
+    return [s for s, model in MODELS.items() if group in model.groups]
+
+
+def group_finals(group):
+    """The final-model folders of the runs whose trained model is in ``group`` (their init marks them
+    in the figure); none for a figure of pretrained models, so it never waits for training."""
+    trained = {MODELS[s].id for s in group_slugs(group) if MODELS[s].role == "trained"}
+    return run_finals(lambda run: trained_model_id(run.name) in trained) if trained else []
 
 
 def model_of(wildcards):
@@ -103,6 +125,8 @@ def training_targets():
         datasets, layers = zip(*EVOLUTION_GROUPS)
         targets += expand(rules.evolution_figure.output, zip, dataset=datasets, layers=layers)
         for dataset, n, objective in SYMMETRIC_GROUPS:
-            targets += expand(rules.symmetric_init_figure.output, dataset=dataset, layers=n, objective=objective)
+            targets += expand(
+                rules.symmetric_init_figure.output, dataset=dataset, layers=n, objective=objective
+            )
         targets += rules.official_figure.output
     return targets

@@ -54,7 +54,8 @@ def _walk(value: object, schema: dict, root: dict, folder: Path, where: str) -> 
         elif _closed(schema) and known:
             near = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
             hint = f"did you mean {near[0]!r}?" if near else f"valid keys: {', '.join(known)}"
-            return f"config{' ' + where if where else ''}: unknown key {key!r} ({hint}); config/README.md explains every key"
+            place = f"config: {where}:" if where else "config:"
+            return f"{place} unknown key {key!r} ({hint}); config/README.md explains every key"
     return None
 
 
