@@ -59,9 +59,10 @@ wildcard_constraints:
 
 
 def code_of(script):
-    """A rule's `code` param: its script and the package modules the script can run, by content
-    (attngeom.provenance.script_hash). workflow/profiles/default leaves Snakemake's `code` rerun trigger
-    out (for a script rule it compares timestamps): a changed module reruns the rule, a touched file not."""
+    """The `code` param of every rule: its script and the package modules the script can run, by
+    content (attngeom.provenance.script_hash). workflow/profiles/default leaves Snakemake's `code` rerun
+    trigger out, which compares a script's timestamp; so a changed module reruns the jobs, a touched
+    file does not."""
     return script_hash(SCRIPTS / script)
 
 
