@@ -62,7 +62,11 @@ def check_in_child(controls: dict[str, dict]) -> None:
     if not controls or find_spec("transformers") is None:
         return
     child = [sys.executable, "-m", __name__]
-    done = subprocess.run(child, input=json.dumps(controls), capture_output=True, text=True, check=False)
+    source = str(Path(__file__).resolve().parents[2])  # this attngeom, installed or not
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")])))
+    done = subprocess.run(
+        child, input=json.dumps(controls), capture_output=True, text=True, env=env, check=False
+    )
     if done.returncode:
         lines = done.stderr.strip().splitlines()
         raise InputError(lines[-1].removeprefix(PREFIX) if lines else f"exit code {done.returncode}")
