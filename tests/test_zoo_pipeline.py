@@ -159,7 +159,10 @@ def test_a_thousand_pinned_models_are_twenty_scoring_jobs_and_one_of_each_aggreg
 @pytest.mark.parametrize(
     "change,expected",
     [
-        (lambda c: c["zoo"].update(pipeline="text-generation"), "'pipeline' was unexpected"),
+        (
+            lambda c: c["zoo"].update(pipeline="text-generation"),
+            "config: zoo: unknown key 'pipeline' (did you mean 'pipeline_tag'?)",
+        ),
         (lambda c: c["zoo"].update(limit=5), "was resolved for another query (differs in limit)"),
         (
             lambda c: c["zoo"].update(name="other"),
