@@ -341,7 +341,9 @@ def table1_display(table: pd.DataFrame) -> pd.DataFrame:
             "signed speed-up %": cells("signed", "seed_pairs", 1, "bracketed"),
             "p": numbers("p_value", "{:.3f}"),
             "MDE % (80% power)": numbers("mde", "{:.1f}"),
-            "null (signed) %": cells("null", "null_pairs", 1, "bracketed"),
+            "null (signed) %": [
+                c.replace("one seed", "one pair") for c in cells("null", "null_pairs", 1, "bracketed")
+            ],
             "verdict": table["verdict"],
         }
     )
