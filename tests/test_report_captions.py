@@ -95,3 +95,35 @@ def test_an_empty_reference_comparison_names_the_nearest_published_model_of_the_
     assert f"median symmetry {published['symmetry'].median():.2f}" in text
     assert "control" not in text  # a random control is not compared with a pretrained model
     assert nearest_published(models.assign(role="random"), reference) == ""
+
+
+class _Anything:
+    """Stands for a rule's params and wildcards when a caption template is rendered: every name is a
+    plain sentence, as the captions module's are."""
+
+    def __getattr__(self, name: str) -> str:
+        return f"The run's {name}: 3 models, 4-layer on sotu."
+
+
+def test_every_caption_renders_without_a_docutils_system_message():
+    """Snakemake renders each caption with Jinja, then as reStructuredText: an undefined substitution
+    (``|value|``) or a broken inline markup shows as an error block in the report."""
+    import io
+
+    import jinja2
+    from docutils.core import publish_doctree
+
+    def messages(text: str) -> str:
+        stream = io.StringIO()
+        publish_doctree(
+            text, settings_overrides={"warning_stream": stream, "report_level": 2, "halt_level": 5}
+        )
+        return stream.getvalue()
+
+    captions = sorted((ROOT / "workflow" / "report").glob("*.rst"))
+    assert len(captions) >= 10
+    snakemake = type("Job", (), {"params": _Anything(), "wildcards": _Anything(), "config": {}})()
+    for caption in captions:
+        text = jinja2.Template(caption.read_text()).render(snakemake=snakemake)
+        assert messages(text) == "", caption.name
+    assert "Undefined substitution" in messages("percentile of |value|.")  # the check sees what it guards
