@@ -9,6 +9,7 @@ import pandas as pd
 import yaml
 
 from attngeom.pipeline.captions import (
+    PLATEAU_EXITS,
     PLATEAU_STEPS,
     models_scope,
     nearest_published,
@@ -36,6 +37,7 @@ def test_short_runs_are_called_a_test_of_the_machinery_not_evidence():
     text = training_scope(runs(seeds=2, steps=300))
     assert "2 seed(s) per setting" in text and "2-layer on sotu, 300 steps" in text
     assert "too short to show the effect" in text and "not as evidence" in text
+    assert f"plateau at steps {PLATEAU_EXITS[0]:,}–{PLATEAU_EXITS[1]:,}" in text
     assert seeds_per_setting(runs(seeds=3, steps=300).values()) == 3
 
 
@@ -43,7 +45,7 @@ def test_long_runs_with_one_seed_cannot_tell_an_effect_from_noise_and_with_seeds
     one = training_scope(runs(steps=PLATEAU_STEPS * 2))
     assert "one seed per setting no interval can be computed" in one
     several = training_scope(runs(seeds=3, steps=PLATEAU_STEPS * 2))
-    assert "Table 1's verdict says whether the effect shows" in several and "too short" not in several
+    assert "whether and when it left the masked-LM plateau" in several and "too short" not in several
     assert training_scope({}) == "This run trains no model."
 
 
@@ -127,3 +129,15 @@ def test_every_caption_renders_without_a_docutils_system_message():
         text = jinja2.Template(caption.read_text()).render(snakemake=snakemake)
         assert messages(text) == "", caption.name
     assert "Undefined substitution" in messages("percentile of |value|.")  # the check sees what it guards
+
+
+def test_the_quoted_plateau_exits_are_those_of_the_committed_gpu_encoders_logs():
+    from attngeom.training.plateau import plateau_exit
+
+    runs = ROOT / "benchmarks" / "results" / "training_repro_seeds" / "runs"
+    exits = [plateau_exit(pd.read_parquet(runs / f"encoder-random-s{s}" / "loss.parquet")) for s in range(3)]
+    assert (min(exits), max(exits)) == PLATEAU_EXITS
+    still = ROOT / "benchmarks" / "results" / "training_repro_3k" / "encoder-random" / "loss.parquet"
+    assert plateau_exit(pd.read_parquet(still)) is None  # lr 5e-4, 3,000 steps: never left it
+    flat = pd.DataFrame({"step": range(1, 101), "loss": [6.0] * 100})
+    assert plateau_exit(flat) is None

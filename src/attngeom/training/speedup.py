@@ -36,13 +36,14 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from numpy.lib.stride_tricks import sliding_window_view
 
 from .. import tables
 from .config import TrainConfig
 from .intervals import Interval, mean_interval
+from .plateau import plateau_exit
 from .runs import RunInfo, comparison_key, dataset_label, seed_pairs, twins
 from .significance import ALPHA, minimum_detectable_effect, t_test
+from .smoothing import SMOOTHING_FRACTION, smoothed
 
 __all__ = [
     "CLAIM_RULE",
@@ -61,9 +62,8 @@ __all__ = [
     "table1_display",
     "write_table1",
 ]
-"""``dataset_label`` lives in ``runs``; the pipeline still imports it from here."""
+"""``dataset_label`` lives in ``runs``, ``smoothed`` in ``smoothing``; callers still import them from here."""
 
-SMOOTHING_FRACTION = 0.02
 Rule = Literal["first", "robust"]
 RULES: tuple[Rule, ...] = ("first", "robust")
 CLAIM_RULE: Rule = "robust"
@@ -87,20 +87,11 @@ TABLE1_CAPTION = (
     "difference, and a slower symmetric run counts as such although censored); p its p-value; MDE the "
     "smallest mean signed speed-up it detects with 80% power given the seeds' spread. Null = the signed "
     "speed-up of random-vs-random pairs of different seeds (disjoint pairs; 3 seeds give one), the spread "
-    "seed noise alone makes. ± and [low, high]: 95% Student-t interval over seeds; with one seed no "
+    "seed noise alone makes. Leaves plateau: the step at which each run's loss has fallen a quarter of "
+    "the way from its plateau to its final value (from its own log; earliest–latest over seeds). "
+    "± and [low, high]: 95% Student-t interval over seeds; with one seed no "
     "interval and no test."
 )
-
-
-def smoothed(loss: pd.DataFrame, window: int | None = None) -> pd.DataFrame:
-    """The loss log sorted by step, ``loss`` replaced by its trailing mean over ``window`` rows (default
-    2% of the log; fewer at the start). Each mean is summed on its own, in the same order for every log,
-    so a log that is nowhere higher than another is nowhere higher once smoothed, to the last bit."""
-    frame = loss.sort_values("step", kind="stable").reset_index(drop=True)
-    window = window or max(1, round(SMOOTHING_FRACTION * len(frame)))
-    values = np.concatenate([np.zeros(window - 1), frame["loss"].to_numpy(dtype=float)])
-    sums = sliding_window_view(values, window).sum(axis=1)
-    return frame.assign(loss=sums / np.minimum(np.arange(1, len(frame) + 1), window))
 
 
 def reaches(smooth: pd.DataFrame, target: float, rule: Rule) -> int | None:
@@ -254,6 +245,17 @@ def _speedup_columns(twinned: pd.DataFrame, null: pd.DataFrame) -> dict[str, obj
     }
 
 
+def _plateau_columns(logs: list[pd.DataFrame]) -> dict[str, float]:
+    """When the runs left the loss plateau (``plateau.plateau_exit``, each from its own log): the
+    earliest and latest step over seeds, and how many left it."""
+    exits = [e for e in map(plateau_exit, logs) if e is not None]
+    return {
+        "plateau_exit_low": min(exits, default=np.nan),
+        "plateau_exit_high": max(exits, default=np.nan),
+        "plateau_left": len(exits),
+    }
+
+
 def summarise(
     losses: Mapping[str, pd.DataFrame], configs: Mapping[str, TrainConfig], paper: pd.DataFrame | None = None
 ) -> pd.DataFrame:
@@ -276,6 +278,7 @@ def summarise(
             "seeds": len(names),
             "steps": min(int(losses[n]["step"].max()) for n in names),
             **_interval_columns("final_loss", mean_interval(final_loss(losses[n]) for n in names)),
+            **_plateau_columns([losses[n] for n in names]),
             **NO_SPEEDUP,
         }
         twinned = pairs[(pairs["comparison"] == SYMMETRIC_VS_RANDOM) & pairs["candidate"].isin(names)]
@@ -323,6 +326,18 @@ def table1_display(table: pd.DataFrame) -> pd.DataFrame:
             for _, row in table.iterrows()
         ]
 
+    def plateau() -> list[str]:
+        """ "802–862" (earliest–latest step at which the seeds left the plateau), "k of n: never"."""
+        cells = []
+        for _, row in table.iterrows():
+            left, never = int(row["plateau_left"]), int(row["seeds"] - row["plateau_left"])
+            low, high = row["plateau_exit_low"], row["plateau_exit_high"]
+            steps = (f"{low:.0f}" if low == high else f"{low:.0f}–{high:.0f}") if left else ""
+            cells.append(
+                ", ".join(filter(None, [steps, f"{never} of {row['seeds']}: never" if never else ""]))
+            )
+        return cells
+
     def numbers(column: str, text: str) -> list[str]:
         return ["" if pd.isna(v) else text.format(v) for v in table[column]]
 
@@ -335,6 +350,7 @@ def table1_display(table: pd.DataFrame) -> pd.DataFrame:
             "seeds": table["seeds"],
             "steps": table["steps"],
             "final loss": cells("final_loss", "seeds", 3, "plus_minus"),
+            "leaves plateau (step)": plateau(),
             f"speed-up % ({CLAIM_RULE})": cells(f"speedup_{CLAIM_RULE}", "seed_pairs", 1, "bracketed"),
             "censored": censoring(),
             "speed-up % (paper's formula)": cells("speedup_paper", "seed_pairs", 1, "bracketed"),
