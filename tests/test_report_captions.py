@@ -71,7 +71,9 @@ def test_model_captions_count_pretrained_models_controls_and_trained_runs_apart(
     s2 = models_scope(models, "table_s2")
     assert "1 decoder-only, 1 encoder-only pretrained model(s)" in s2
     assert "3 random-initialised control(s)" in s2 and f"{len(trained)} model(s) trained here" in s2
-    assert "not the trend over model sizes" in s2
+    assert "the trend over model sizes needs" in s2 and "It can show the contrast" not in s2
+    assert "exceeds the spread of the random controls is said under Table S2" in s2
+    assert f"{len(trained)} of the trained models are marked 'smoke test'" in s2  # the default's 300 steps
     s1 = models_scope(models, "figure_s1")
     assert "no pretrained model" in s1 and "cannot show what the paper shows" in s1
     only_encoders = [m for m in models if m.objective == "bidirectional"]

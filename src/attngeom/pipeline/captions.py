@@ -15,18 +15,14 @@ import pandas as pd
 
 from .. import tables
 from ..training.official import official_note
+from ..training.plateau import GPU_ENCODER_EXITS, SMOKE_TEST_STEPS
 from .paper_config import model_entry
 from .registry import Model
 from .training_runs import TrainingRun
 
-PLATEAU_EXITS = (802, 862)
-"""Earliest and latest step at which the committed GPU BERT-mini encoders (random init, 3 seeds, lr 1e-3,
-batch 64 × 256 tokens, document masking: benchmarks/results/training_repro_seeds/) left the masked-LM loss
-plateau, by ``training.plateau.plateau_exit`` on their own logs (tests/test_report_captions.py recomputes
-it). The captions are written before any run exists, so they quote these; each run's own exit step is in
-Table 1 ("leaves plateau")."""
-PLATEAU_STEPS = PLATEAU_EXITS[1]
-"""Runs shorter than the latest of those exits cannot show the training effects."""
+PLATEAU_EXITS = GPU_ENCODER_EXITS
+PLATEAU_STEPS = SMOKE_TEST_STEPS
+SMOKE_TEST = "smoke test"
 PAPER_MODELS = "the dozens of language models of the paper's Tables S2/S3"
 SIDES = {"bidirectional": "encoder-only", "autoregressive": "decoder-only"}
 
@@ -48,6 +44,13 @@ def models_scope(models: Iterable[Model], group: str) -> str:
     parts += [f"{controls} random-initialised control(s)"] if controls else []
     parts += [f"{trained} model(s) trained here"] if trained else []
     text = f"This run has {'; '.join(parts)} in it."
+    smoke = sum(m.role == "trained" and SMOKE_TEST in m.display for m in members)
+    if smoke:
+        text += (
+            f" {smoke} of the trained models are marked '{SMOKE_TEST}': runs shorter than "
+            f"{SMOKE_TEST_STEPS:,} steps, before a BERT-mini encoder leaves the masked-LM plateau; their "
+            "scores test the machinery and say nothing about the paper's claims."
+        )
     if not pretrained:
         return text + " It cannot show what the paper shows here (config/paper.yaml has the paper's models)."
     if group in ("table_s2", "table_s3", "figure_2"):
@@ -56,8 +59,9 @@ def models_scope(models: Iterable[Model], group: str) -> str:
             text += " Without both a pretrained encoder-only and a decoder-only model it cannot show the contrast."
         elif min(pretrained["encoder-only"], pretrained["decoder-only"]) < 5:
             text += (
-                " It can show the contrast for these models, not the trend over model sizes that "
-                f"{PAPER_MODELS} show (config/paper.yaml has them all)."
+                " Whether the encoder/decoder contrast of these few models exceeds the spread of the random "
+                "controls is said under Table S2 (computed from the scores); the trend over model sizes "
+                f"needs {PAPER_MODELS} (config/paper.yaml has them all)."
             )
     return text
 
