@@ -206,8 +206,11 @@ def test_table1_groups_by_depth_then_dataset_and_keeps_random_vs_random_out_of_t
         ("random-0", "random-1"), ("j-random-0", "j-random-1")
     }  # fmt: skip
     assert (null["reference_seed"] != null["candidate_seed"]).all()
+    notes = dict(zip(table["dataset"], table["corpus_note"], strict=False))
+    assert notes["wikipedia"].startswith("Wikipedia 20231101.en") and notes["sotu"] == ""
     write_table1(table, tmp_path / "table_1")
     markdown = (tmp_path / "table_1.md").read_text()
+    assert "for the paper's 20220301.en (script-only)" in markdown
     assert markdown.index("## 4-layer models") < markdown.index(
         "## 12-layer models"
     )  # as the paper prints it

@@ -19,6 +19,7 @@ from typing import Literal
 from ..files import write_text
 from .config import ConfigError, TrainConfig, make_config, read_config_file, write_config
 from .data import Corpus
+from .documents import SUBSTITUTES, split_revision
 
 Restart = Literal["never", "if-changed", "always"]
 RESTART_CHOICES: tuple[Restart, ...] = ("never", "if-changed", "always")
@@ -105,7 +106,9 @@ class RunFolder:
                     "changed); pass --restart to move the run aside and train afresh"
                 )
             return
-        write_text(self.corpus, json.dumps(data, indent=1) + "\n")
+        substitute = SUBSTITUTES.get(split_revision(config.dataset)[0])
+        recorded = data | ({"instead_of_the_papers_corpus": substitute} if substitute else {})
+        write_text(self.corpus, json.dumps(recorded, indent=1) + "\n")
         write_config(config, self.config)
 
     def _difference(self, config: TrainConfig) -> str:
@@ -159,6 +162,7 @@ class RunInfo:
 
 def dataset_label(dataset: str) -> str:
     """Short name of a dataset setting: a local file's stem, a Hub repo's last part, else the name."""
+    dataset = dataset.split("@")[0]  # a pinned revision is not part of the name
     if dataset.startswith("hf:"):
         return dataset[3:].split(":")[0].rsplit("/", 1)[-1]
     return Path(dataset).stem if "/" in dataset or Path(dataset).suffix else dataset

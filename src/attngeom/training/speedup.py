@@ -39,6 +39,7 @@ import pandas as pd
 
 from .. import tables
 from .config import TrainConfig
+from .documents import SUBSTITUTES, split_revision
 from .intervals import Interval, mean_interval
 from .plateau import plateau_exit
 from .runs import RunInfo, comparison_key, dataset_label, seed_pairs, twins
@@ -277,6 +278,7 @@ def summarise(
             "run": ", ".join(names),
             "seeds": len(names),
             "steps": min(int(losses[n]["step"].max()) for n in names),
+            "corpus_note": SUBSTITUTES.get(split_revision(configs[names[0]].dataset)[0], ""),
             **_interval_columns("final_loss", mean_interval(final_loss(losses[n]) for n in names)),
             **_plateau_columns([losses[n] for n in names]),
             **NO_SPEEDUP,
@@ -363,6 +365,8 @@ def table1_display(table: pd.DataFrame) -> pd.DataFrame:
             "verdict": table["verdict"],
         }
     )
+    if table["corpus_note"].astype(bool).any():
+        shown["corpus (not the paper's snapshot)"] = table["corpus_note"]
     published = (("paper_loss", "paper's loss", 3), ("paper_speedup_percent", "paper's speed-up %", 0))
     for column, title, digits in published:
         if column in table:
