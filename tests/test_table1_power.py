@@ -91,6 +91,7 @@ def test_the_minimum_detectable_effect_is_detected_80_percent_of_the_time(n):
     detected = np.mean(t_test(np.random.default_rng(n).normal(mde, 1.0, (EXPERIMENTS, n))) < ALPHA)
     assert detected == pytest.approx(0.8, abs=0.012)
     assert power(0.0, n) == pytest.approx(ALPHA, abs=1e-4)
+    assert math.isnan(minimum_detectable_effect(0.0, n))  # identical values: no spread, no effect size
 
 
 def test_the_gpu_null_uses_disjoint_pairs_and_the_seed_noise_is_a_few_percent():

@@ -113,8 +113,9 @@ def _speedup_rows(table: pd.DataFrame) -> list[dict[str, object]]:
             measured, verdict = f"speed-up {r.speedup_robust:.1f} % over one seed: no test", "not tested"
         else:
             measured = f"signed speed-up {r.signed:.1f} % over {r.seed_pairs} seeds, p = {r.p_value:.3f}, MDE {r.mde:.1f} %"
+            excluded = f" (effects ≥ {r.mde:.0f} % excluded at 80% power)" if r.mde == r.mde else ""
             verdict = {"faster than seed noise": "agrees", "slower than seed noise": "disagrees"}.get(
-                r.verdict, f"not shown (effects ≥ {r.mde:.0f} % excluded at 80% power)"
+                r.verdict, f"not shown{excluded}"
             )
         rows.append(
             _row(

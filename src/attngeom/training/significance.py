@@ -95,8 +95,8 @@ def power(effect_in_sd: float, n: int) -> float:
 
 def minimum_detectable_effect(sd: float, n: int, target: float = POWER) -> float:
     """The true mean (in the units of ``sd``) that the test detects with probability ``target`` given
-    the between-seed standard deviation ``sd`` and n seeds; NaN with fewer than 2 seeds."""
-    if n < 2 or not math.isfinite(sd):
+    the between-seed standard deviation ``sd`` and n seeds; NaN with fewer than 2 seeds or no spread."""
+    if n < 2 or not math.isfinite(sd) or sd <= 0:  # no spread measured: no effect size follows
         return math.nan
     low, high = 0.0, 1.0
     while power(high, n) < target:
