@@ -1,0 +1,247 @@
+"""GGUF architectures: llama.cpp's ``general.architecture`` as a transformers ``model_type``, its metadata as
+that type's config entries, and its tensors under transformers' names with llama.cpp's conversion undone.
+
+GGUF tensor names come from the ``gguf`` package's own table (``TENSOR_NAMES``); the transformers names
+are those the architecture maps read. What llama.cpp's ``convert_hf_to_gguf`` changes, undone here:
+
+- Llama-family rotary (``llama``, ``granite``, ``olmo``): q/k rows permuted within each head from
+  transformers' half-split rotary order to interleaved pairs; the permutation is inverted;
+- Gemma 3: q/k RMSNorm gains stored as 1 + w; w = stored − 1, in float64 (exact for float32 values);
+- StableLM: the per-head q/k LayerNorms stacked into one (H, d_h) tensor; split back per head;
+- DeepSeek-V2/V3 (MLA): ``kv_b_proj`` split into ``attn_k_b`` (transposed per head) and ``attn_v_b`` by
+  newer converters, with ``head_count_kv`` = 1 and ``key_length`` the latent's; joined back, the head
+  sizes read from ``key_length_mla`` / ``value_length_mla``.
+
+Everything else (Qwen, Gemma 1/2, Phi-3's fused qkv, OLMo2, Command-R, Cohere2, StarCoder2, gpt-oss)
+is stored as transformers holds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+
+import torch
+from gguf import MODEL_TENSOR as T
+from gguf import TENSOR_NAMES, ExpertGatingFuncType
+
+from ..errors import InputError
+
+Metadata = Mapping[str, object]
+Build = Callable[[list[torch.Tensor]], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One transformers tensor: the GGUF tensors it is made of, and how."""
+
+    sources: tuple[str, ...]
+    build: Build = lambda tensors: tensors[0]
+
+
+@dataclass(frozen=True)
+class GGUFArchitecture:
+    """How one GGUF architecture reads as a transformers model_type."""
+
+    model_type: str
+    layer_tensors: Mapping[str, T]
+    """Per-layer transformers module name (under ``model.layers.{i}.``) → GGUF tensor kind."""
+    permuted: bool = False
+    """q/k rows permuted by llama.cpp for its interleaved rotary (``LlamaModel.permute``)."""
+    norm_shift: float = 0.0
+    """Stored q/k norm gain = transformers weight + ``norm_shift``."""
+    settings: Callable[[str, Metadata, Collection[str]], dict] = field(default=lambda arch, meta, names: {})
+    """Config entries beyond the head counts and sizes: (arch, metadata, GGUF tensor names) → entries."""
+    key_length_is_head_dim: bool = True
+    """False for MLA, whose ``key_length`` is the latent's (or d_nope + d_rope), not a head width."""
+    choose_type: Callable[[Metadata, Collection[str]], str] | None = None
+    """Where one GGUF architecture stands for several model_types: which one this file is."""
+
+    def model_type_of(self, meta: Metadata, names: Collection[str]) -> str:
+        return self.choose_type(meta, names) if self.choose_type else self.model_type
+
+
+QK = {"self_attn.q_proj": T.ATTN_Q, "self_attn.k_proj": T.ATTN_K}
+QK_NORM = QK | {"self_attn.q_norm": T.ATTN_Q_NORM, "self_attn.k_norm": T.ATTN_K_NORM}
+MLA = {
+    "self_attn.q_proj": T.ATTN_Q,
+    "self_attn.q_a_proj": T.ATTN_Q_A,
+    "self_attn.q_a_layernorm": T.ATTN_Q_A_NORM,
+    "self_attn.q_b_proj": T.ATTN_Q_B,
+    "self_attn.kv_a_proj_with_mqa": T.ATTN_KV_A_MQA,
+    "self_attn.kv_a_layernorm": T.ATTN_KV_A_NORM,
+    "self_attn.kv_b_proj": T.ATTN_KV_B,
+}
+
+
+def gguf_name(kind: T, layer: int, suffix: str = "weight") -> str:
+    """The GGUF name of layer ``layer``'s tensor of ``kind`` (the ``gguf`` package's table)."""
+    return f"{TENSOR_NAMES[kind].format(bid=layer)}.{suffix}"
+
+
+def _present(names: Collection[str], kind: T) -> bool:
+    return gguf_name(kind, 0) in names
+
+
+def _window(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    """``sliding_window`` as the file states it (None where it states none: no default window)."""
+    return {"sliding_window": meta.get(f"{arch}.attention.sliding_window") or None}
+
+
+def _gemma2(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    return _window(arch, meta, names) | {
+        "attn_logit_softcapping": meta.get(f"{arch}.attn_logit_softcapping") or None
+    }
+
+
+def _gemma3(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    """Gemma 3's local layers: every layer but each ``sliding_window_pattern``-th (6 unless stated)."""
+    pattern = meta.get(f"{arch}.attention.sliding_window_pattern", 6)
+    layers = meta.get(f"{arch}.block_count")
+    if (
+        not isinstance(pattern, int)
+        or isinstance(pattern, bool)
+        or pattern <= 0
+        or not isinstance(layers, int)
+    ):
+        return _window(arch, meta, names)
+    local = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    return _window(arch, meta, names) | {"layer_types": local}
+
+
+def _olmo(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    return {"clip_qkv": meta.get(f"{arch}.attention.clamp_kqv")}
+
+
+def _granite(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    scale = meta.get(f"{arch}.attention.scale")
+    return {} if scale is None else {"attention_multiplier": scale}
+
+
+def _cohere(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    return {"use_qk_norm": _present(names, T.ATTN_Q_NORM)}
+
+
+def _starcoder2(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    return _window(arch, meta, names) | {"use_bias": gguf_name(T.ATTN_Q, 0, "bias") in names}
+
+
+def _stablelm(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    return {
+        "qk_layernorm": _present(names, T.ATTN_Q_NORM),
+        "use_qkv_bias": gguf_name(T.ATTN_Q, 0, "bias") in names,
+    }
+
+
+def _mla(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    """MLA sizes; newer files state the per-head sizes as ``*_length_mla`` (the plain ones are the latent's)."""
+    rope = meta.get(f"{arch}.rope.dimension_count")
+    qk = meta.get(f"{arch}.attention.key_length_mla") or meta.get(f"{arch}.attention.key_length")
+    v = meta.get(f"{arch}.attention.value_length_mla") or meta.get(f"{arch}.attention.value_length")
+    settings = {
+        "q_lora_rank": meta.get(f"{arch}.attention.q_lora_rank"),
+        "kv_lora_rank": meta.get(f"{arch}.attention.kv_lora_rank"),
+        "qk_rope_head_dim": rope,
+        "qk_nope_head_dim": qk - rope if isinstance(qk, int) and isinstance(rope, int) else None,
+        "v_head_dim": v,
+        "num_key_value_heads": meta.get(f"{arch}.attention.head_count"),  # MLA: one kv per query head
+    }
+    missing = [key for key, value in settings.items() if value is None and key != "q_lora_rank"]
+    if missing:
+        raise InputError(
+            f"GGUF {arch} metadata lacks {', '.join(missing)}; re-convert the model with llama.cpp"
+        )
+    return settings
+
+
+def mla_model_type(meta: Metadata, names: Collection[str]) -> str:
+    """DeepSeek-V3 (and Kimi K2) route experts by sigmoid with a score-correction bias; V2 by softmax."""
+    sigmoid = meta.get("deepseek2.expert_gating_func") == ExpertGatingFuncType.SIGMOID.value
+    return "deepseek_v3" if sigmoid or any(".exp_probs_b." in name for name in names) else "deepseek_v2"
+
+
+ARCHITECTURES: dict[str, GGUFArchitecture] = {
+    "llama": GGUFArchitecture("llama", QK, permuted=True),
+    "qwen2": GGUFArchitecture("qwen2", QK),
+    "qwen3": GGUFArchitecture("qwen3", QK_NORM),
+    "qwen3moe": GGUFArchitecture("qwen3_moe", QK_NORM),
+    "qwen2moe": GGUFArchitecture("qwen2_moe", QK),
+    "gemma3": GGUFArchitecture("gemma3_text", QK_NORM, norm_shift=1.0, settings=_gemma3),
+    "gemma2": GGUFArchitecture("gemma2", QK, settings=_gemma2),
+    "gemma": GGUFArchitecture("gemma", QK),
+    "phi3": GGUFArchitecture("phi3", {"self_attn.qkv_proj": T.ATTN_QKV}, settings=_window),
+    "deepseek2": GGUFArchitecture(
+        "deepseek_v3", MLA, settings=_mla, key_length_is_head_dim=False, choose_type=mla_model_type
+    ),
+    "gpt-oss": GGUFArchitecture("gpt_oss", QK, settings=_window),
+    "command-r": GGUFArchitecture("cohere", QK_NORM, settings=_cohere),
+    "cohere2": GGUFArchitecture("cohere2", QK, settings=_window),
+    "olmo2": GGUFArchitecture("olmo2", QK_NORM),
+    "olmo": GGUFArchitecture("olmo", QK, permuted=True, settings=_olmo),
+    "granite": GGUFArchitecture("granite", QK, permuted=True, settings=_granite),
+    "starcoder2": GGUFArchitecture("starcoder2", QK, settings=_starcoder2),
+    "stablelm": GGUFArchitecture("stablelm", QK_NORM, settings=_stablelm),
+}
+"""Most used first."""
+
+
+def architecture(arch: object, where: str) -> GGUFArchitecture:
+    """The map of GGUF architecture ``arch``, or a one-line error naming it and the supported ones."""
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
+        raise InputError(
+            f"{where}: GGUF architecture {arch!r} is not supported; supported: {', '.join(ARCHITECTURES)}"
+        )
+    return ARCHITECTURES[arch]
+
+
+def unpermute(weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """Inverse of llama.cpp's q/k row permutation: per head, interleaved pairs back to two halves."""
+    rows = weight.shape[0]
+    return (
+        weight.reshape(heads, rows // heads // 2, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+    )
+
+
+def _unshift(shift: float) -> Build:
+    return lambda tensors: tensors[0].double() - shift
+
+
+def _head_row(head: int) -> Build:
+    return lambda tensors: tensors[0][head]
+
+
+def _joined_kv_b(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``kv_b_proj`` (H·(d_nope + d_v), r) from ``attn_k_b`` (H, r, d_nope) and ``attn_v_b`` (H, d_v, r)."""
+    k_b, v_b = tensors
+    joined = torch.cat([k_b.transpose(1, 2), v_b], dim=1)
+    return joined.reshape(-1, joined.shape[-1])
+
+
+def recipes(
+    spec: GGUFArchitecture, names: Collection[str], n_layers: int, heads: int, kv_heads: int
+) -> dict[str, Recipe]:
+    """Transformers name → how to make it from the GGUF tensors ``names``, for every tensor the file has."""
+    out: dict[str, Recipe] = {}
+    for i in range(n_layers):
+        prefix = f"model.layers.{i}."
+        for module, kind in spec.layer_tensors.items():
+            for suffix in ("weight", "bias"):
+                source = gguf_name(kind, i, suffix)
+                if source not in names:
+                    continue
+                recipe = Recipe((source,))
+                if spec.permuted and kind in (T.ATTN_Q, T.ATTN_K):
+                    n = heads if kind == T.ATTN_Q else kv_heads
+                    recipe = Recipe((source,), lambda t, n=n: unpermute(t[0], n))
+                elif spec.norm_shift and kind in (T.ATTN_Q_NORM, T.ATTN_K_NORM):
+                    recipe = Recipe((source,), _unshift(spec.norm_shift))
+                elif spec.model_type == "stablelm" and kind in (T.ATTN_Q_NORM, T.ATTN_K_NORM):
+                    stem = module.replace("_norm", "_layernorm")
+                    for h in range(heads if kind == T.ATTN_Q_NORM else kv_heads):
+                        out[f"{prefix}{stem}.norms.{h}.{suffix}"] = Recipe((source,), _head_row(h))
+                    continue
+                out[f"{prefix}{module}.{suffix}"] = recipe
+        k_b, v_b = gguf_name(T.ATTN_K_B, i), gguf_name(T.ATTN_V_B, i)
+        if spec.layer_tensors is MLA and k_b in names and v_b in names:
+            out.setdefault(f"{prefix}self_attn.kv_b_proj.weight", Recipe((k_b, v_b), _joined_kv_b))
+    return out
