@@ -34,6 +34,8 @@ PROBE = 64 << 10
 """First read of a header; grown until the metadata and tensor table fit."""
 MAX_HEADER = 1 << 30
 """A header that claims more bytes than this is corrupted."""
+SMALL_ARRAY = 4096
+"""Numeric arrays up to this length (one entry per layer) keep their values; longer ones only their length."""
 
 _SCALARS = {
     GGUFValueType.UINT8: "B",
@@ -74,6 +76,8 @@ class Header:
     metadata: dict[str, object] = field(default_factory=dict)
     """Scalar and string values by key."""
     array_lengths: dict[str, int] = field(default_factory=dict)
+    arrays: dict[str, tuple] = field(default_factory=dict)
+    """Values of numeric arrays of at most ``SMALL_ARRAY`` entries (per-layer settings)."""
     tensors: dict[str, TensorInfo] = field(default_factory=dict)
 
 
@@ -120,7 +124,9 @@ def parse_header(prefix: bytes, where: str) -> Header:
                 for _ in range(count):
                     cursor.skip(cursor.take("<Q")[0])
             elif item in _SCALARS:
-                cursor.skip(count * struct.calcsize(_SCALARS[item]))
+                raw = cursor.skip(count * struct.calcsize(_SCALARS[item]))
+                if count <= SMALL_ARRAY:
+                    header.arrays[key] = struct.unpack(f"<{count}{_SCALARS[item]}", raw)
             else:
                 raise InputError(f"{where}: GGUF metadata {key} has an unsupported array type {item}")
             header.array_lengths[key] = count
@@ -170,6 +176,9 @@ def read_local_header(path: Path) -> Header:
 
 def _count(header: Header, key: str, where: str, required: bool) -> int | None:
     value = header.metadata.get(key)
+    per_layer = set(header.arrays.get(key, ()))
+    if value is None and len(per_layer) == 1:
+        value = per_layer.pop()  # one value per layer, all the same
     if value is None:
         if key in header.array_lengths:
             raise InputError(f"{where}: GGUF {key} differs per layer; such models are not supported")
@@ -201,7 +210,7 @@ def config_of(header: Header, where: str, name: str) -> PretrainedConfig:
     }
     settings = {key: value for key, value in settings.items() if value is not None}
     try:
-        settings |= spec.settings(arch, header.metadata, header.tensors.keys())
+        settings |= spec.settings(arch, header.metadata | header.arrays, header.tensors.keys())
     except InputError as err:
         raise InputError(f"{where}: {err}") from None
     if not spec.key_length_is_head_dim:

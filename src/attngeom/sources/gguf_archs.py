@@ -88,25 +88,30 @@ def _window(arch: str, meta: Metadata, names: Collection[str]) -> dict:
     return {"sliding_window": meta.get(f"{arch}.attention.sliding_window") or None}
 
 
+def _layer_types(default_pattern: int) -> Callable[[str, Metadata, Collection[str]], dict]:
+    """``sliding_window`` and which layers are local: ``sliding_window_pattern`` as one flag per layer, or
+    n (each n-th layer global; ``default_pattern`` where the file states none, as llama.cpp assumes)."""
+
+    def settings(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+        pattern = meta.get(f"{arch}.attention.sliding_window_pattern", default_pattern)
+        layers = meta.get(f"{arch}.block_count")
+        window = _window(arch, meta, names)
+        if not isinstance(layers, int):
+            return window
+        if isinstance(pattern, tuple) and len(pattern) == layers:
+            local = [bool(flag) for flag in pattern]
+        elif isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0:
+            local = [bool((i + 1) % pattern) for i in range(layers)]
+        else:
+            return window
+        return window | {"layer_types": ["sliding_attention" if x else "full_attention" for x in local]}
+
+    return settings
+
+
 def _gemma2(arch: str, meta: Metadata, names: Collection[str]) -> dict:
-    return _window(arch, meta, names) | {
-        "attn_logit_softcapping": meta.get(f"{arch}.attn_logit_softcapping") or None
-    }
-
-
-def _gemma3(arch: str, meta: Metadata, names: Collection[str]) -> dict:
-    """Gemma 3's local layers: every layer but each ``sliding_window_pattern``-th (6 unless stated)."""
-    pattern = meta.get(f"{arch}.attention.sliding_window_pattern", 6)
-    layers = meta.get(f"{arch}.block_count")
-    if (
-        not isinstance(pattern, int)
-        or isinstance(pattern, bool)
-        or pattern <= 0
-        or not isinstance(layers, int)
-    ):
-        return _window(arch, meta, names)
-    local = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
-    return _window(arch, meta, names) | {"layer_types": local}
+    softcap = {"attn_logit_softcapping": meta.get(f"{arch}.attn_logit_softcapping") or None}
+    return _layer_types(2)(arch, meta, names) | softcap
 
 
 def _olmo(arch: str, meta: Metadata, names: Collection[str]) -> dict:
@@ -166,16 +171,16 @@ ARCHITECTURES: dict[str, GGUFArchitecture] = {
     "qwen3": GGUFArchitecture("qwen3", QK_NORM),
     "qwen3moe": GGUFArchitecture("qwen3_moe", QK_NORM),
     "qwen2moe": GGUFArchitecture("qwen2_moe", QK),
-    "gemma3": GGUFArchitecture("gemma3_text", QK_NORM, norm_shift=1.0, settings=_gemma3),
+    "gemma3": GGUFArchitecture("gemma3_text", QK_NORM, norm_shift=1.0, settings=_layer_types(6)),
     "gemma2": GGUFArchitecture("gemma2", QK, settings=_gemma2),
     "gemma": GGUFArchitecture("gemma", QK),
     "phi3": GGUFArchitecture("phi3", {"self_attn.qkv_proj": T.ATTN_QKV}, settings=_window),
     "deepseek2": GGUFArchitecture(
         "deepseek_v3", MLA, settings=_mla, key_length_is_head_dim=False, choose_type=mla_model_type
     ),
-    "gpt-oss": GGUFArchitecture("gpt_oss", QK, settings=_window),
+    "gpt-oss": GGUFArchitecture("gpt_oss", QK, settings=_layer_types(2)),
     "command-r": GGUFArchitecture("cohere", QK_NORM, settings=_cohere),
-    "cohere2": GGUFArchitecture("cohere2", QK, settings=_window),
+    "cohere2": GGUFArchitecture("cohere2", QK, settings=_layer_types(4)),
     "olmo2": GGUFArchitecture("olmo2", QK_NORM),
     "olmo": GGUFArchitecture("olmo", QK, permuted=True, settings=_olmo),
     "granite": GGUFArchitecture("granite", QK, permuted=True, settings=_granite),
