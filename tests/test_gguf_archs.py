@@ -165,12 +165,9 @@ def _tensors(case: Case, config, state: dict[str, np.ndarray]) -> dict[str, np.n
         if case.arch == "deepseek2" and "kv_b_proj" in name and case.split_kv_b:
             r, nope = config.kv_lora_rank, config.qk_nope_head_dim
             kv_b = value.reshape(heads, nope + config.v_head_dim, r)
-            out[names.get_name(name.replace("kv_b_proj", "k_b_proj"), (".weight",))] = (
-                np.ascontiguousarray(kv_b[:, :nope].transpose(0, 2, 1))
-            )
-            out[names.get_name(name.replace("kv_b_proj", "v_b_proj"), (".weight",))] = (
-                np.ascontiguousarray(kv_b[:, nope:])
-            )
+            k_b, v_b = (names.get_name(name.replace("kv_b", part), (".weight",)) for part in ("k_b", "v_b"))
+            out[k_b] = np.ascontiguousarray(kv_b[:, :nope].transpose(0, 2, 1))  # per head (r, d_nope)
+            out[v_b] = np.ascontiguousarray(kv_b[:, nope:])
             continue
         base = names.get_name(name, (".weight", ".bias"))
         if base is None:
