@@ -45,6 +45,7 @@ class Case:
     sizes: dict = field(default_factory=dict)
     dtype: str = "F32"  # F32 | F16 | Q8_0 (q/k only)
     split_kv_b: bool = True  # MLA: newer converters' attn_k_b / attn_v_b, else attn_kv_b
+    kv_per_layer: bool = False  # head_count_kv written as one entry per layer
 
 
 CASES = {
@@ -70,6 +71,7 @@ CASES = {
     "gpt-oss": Case("gpt-oss", "gpt_oss", dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=8)),
     "qwen3_f16": Case("qwen3", "qwen3", dtype="F16"),
     "llama_q8_0": Case("llama", "llama", dtype="Q8_0"),
+    "qwen2_kv_per_layer": Case("qwen2", "qwen2", kv_per_layer=True),
 }
 SCORED = [pytest.param(k, marks=UNMAPPED) if c.model_type == "gpt_oss" else k for k, c in CASES.items()]
 
@@ -133,7 +135,8 @@ def _metadata(writer: gguf.GGUFWriter, case: Case, config) -> None:
         gating = {"sigmoid": gguf.ExpertGatingFuncType.SIGMOID, "softmax": gguf.ExpertGatingFuncType.SOFTMAX}
         writer.add_expert_gating_func(gating[getattr(config, "scoring_func", "softmax")])
         return
-    writer.add_head_count_kv(config.num_key_value_heads)
+    kv_heads = config.num_key_value_heads
+    writer.add_head_count_kv([kv_heads] * layers if case.kv_per_layer else kv_heads)
     if getattr(config, "head_dim", None):
         writer.add_key_length(config.head_dim)
         writer.add_value_length(config.head_dim)
@@ -280,3 +283,18 @@ def test_unknown_architecture_is_one_line(tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("attngeom: error: ") and "rwkv7" in lines[0], lines
     assert len(lines[0]) < 400 and not out.exists()
+
+
+def test_head_count_kv_differing_per_layer_is_one_line(tmp_path):
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_block_count(2)
+    writer.add_embedding_length(32)
+    writer.add_head_count(4)
+    writer.add_head_count_kv([2, 1])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(InputError, match=r"llama.attention.head_count_kv differs per layer"):
+        open_source(str(path))
