@@ -22,10 +22,10 @@ import attngeom
 from attngeom.cli import main
 from attngeom.errors import InputError
 from attngeom.sources import open_source
-from attngeom.sources.gguf_archs import ARCHITECTURES, QK, gguf_name, unpermute
+from attngeom.sources.gguf_archs import ARCHITECTURES, gguf_name, unpermute
 
 ARCH = {name: enum for enum, name in gguf.MODEL_ARCH_NAMES.items()}
-PERMUTED = {"llama", "granite", "olmo"}
+PERMUTED = {"llama", "granite", "granitemoe", "olmo", "smollm3"}
 """Architectures whose q/k rows llama.cpp permutes for its rotary (LlamaModel and its subclasses)."""
 SMALL = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2)
 SMALL |= dict(intermediate_size=64, vocab_size=64, head_dim=8)
@@ -69,6 +69,12 @@ CASES = {
     "starcoder2": Case("starcoder2", "starcoder2"),
     "stablelm": Case("stablelm", "stablelm", dict(qk_layernorm=True, use_qkv_bias=True)),
     "gpt-oss": Case("gpt-oss", "gpt_oss", dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=8)),
+    "olmoe": Case("olmoe", "olmoe", MOE | dict(clip_qkv=4.0)),
+    "phimoe": Case("phimoe", "phimoe", dict(num_local_experts=4, attention_bias=True, sliding_window=16)),
+    "granitemoe": Case("granitemoe", "granitemoe", dict(num_local_experts=4, attention_multiplier=0.5)),
+    "smollm3": Case("smollm3", "smollm3", dict(num_hidden_layers=4, pad_token_id=0)),
+    "nemotron": Case("nemotron", "nemotron"),
+    "gemma-embedding": Case("gemma-embedding", "gemma3_text", dict(use_bidirectional_attention=True)),
     "qwen3_f16": Case("qwen3", "qwen3", dtype="F16"),
     "llama_q8_0": Case("llama", "llama", dtype="Q8_0"),
     "qwen2_kv_per_layer": Case("qwen2", "qwen2", kv_per_layer=True),
@@ -140,15 +146,15 @@ def _metadata(writer: gguf.GGUFWriter, case: Case, config) -> None:
     if getattr(config, "head_dim", None):
         writer.add_key_length(config.head_dim)
         writer.add_value_length(config.head_dim)
-    if case.arch in ("gemma2", "gemma3", "phi3", "cohere2", "gpt-oss"):
+    if case.arch in ("gemma2", "gemma3", "gemma-embedding", "phi3", "phimoe", "cohere2", "gpt-oss"):
         writer.add_sliding_window(config.sliding_window)
     if case.arch == "gemma2":
         writer.add_attn_logit_softcapping(config.attn_logit_softcapping)
     if case.arch == "gemma3":
         writer.add_sliding_window_pattern([t == "sliding_attention" for t in config.layer_types])
-    if case.arch == "olmo":
+    if case.arch in ("olmo", "olmoe"):
         writer.add_clamp_kqv(config.clip_qkv)
-    if case.arch == "granite":
+    if case.arch in ("granite", "granitemoe"):
         writer.add_attention_scale(config.attention_multiplier)
 
 
@@ -179,7 +185,7 @@ def _tensors(case: Case, config, state: dict[str, np.ndarray]) -> dict[str, np.n
             value = _llama_permute(value, heads)
         if case.arch in PERMUTED and ".k_proj." in name:
             value = _llama_permute(value, kv_heads)
-        if case.arch == "gemma3" and name.endswith("norm.weight"):
+        if case.arch in ("gemma3", "gemma-embedding") and name.endswith("norm.weight"):
             value = value + np.float32(1)
         out[base] = value  # get_name keeps the .weight / .bias it matched
     for name, values in stacked.items():
@@ -253,17 +259,15 @@ def test_the_permutation_is_undone_not_just_harmless():
 
 
 def test_names_are_the_gguf_packages():
-    """Every transformers name of the map is one llama.cpp's own name map sends to the same GGUF tensor,
-    and every GGUF tensor kind is one the architecture has in the gguf package."""
+    """Every tensor kind of the map is one the gguf package lists for that architecture, and its
+    transformers name is one llama.cpp's own name map sends to the same GGUF tensor."""
     for arch, spec in ARCHITECTURES.items():
         names = gguf.get_tensor_name_map(ARCH[arch], 1)
         for module, kind in spec.layer_tensors.items():
-            assert kind in gguf.MODEL_TENSORS[ARCH[arch]] or kind not in QK.values(), (arch, kind)
-            if kind in gguf.MODEL_TENSORS[ARCH[arch]]:
-                assert names.get_name(f"model.layers.0.{module}") + ".weight" == gguf_name(kind, 0), (
-                    arch,
-                    module,
-                )
+            assert kind in gguf.MODEL_TENSORS[ARCH[arch]], (arch, kind)
+            assert names.get_name(f"model.layers.0.{module}.weight", (".weight",)) == gguf_name(kind, 0), (
+                module
+            )
 
 
 def test_unknown_architecture_is_one_line(tmp_path, capsys):

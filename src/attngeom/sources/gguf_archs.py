@@ -4,16 +4,16 @@ that type's config entries, and its tensors under transformers' names with llama
 GGUF tensor names come from the ``gguf`` package's own table (``TENSOR_NAMES``); the transformers names
 are those the architecture maps read. What llama.cpp's ``convert_hf_to_gguf`` changes, undone here:
 
-- Llama-family rotary (``llama``, ``granite``, ``olmo``): q/k rows permuted within each head from
+- Llama-family rotary (``llama``, ``granite``, ``granitemoe``, ``olmo``, ``smollm3``): q/k rows permuted within each head from
   transformers' half-split rotary order to interleaved pairs; the permutation is inverted;
-- Gemma 3: q/k RMSNorm gains stored as 1 + w; w = stored − 1, in float64 (exact for float32 values);
+- Gemma 3 and EmbeddingGemma: q/k RMSNorm gains stored as 1 + w; w = stored − 1, in float64 (exact for float32 values);
 - StableLM: the per-head q/k LayerNorms stacked into one (H, d_h) tensor; split back per head;
 - DeepSeek-V2/V3 (MLA): ``kv_b_proj`` split into ``attn_k_b`` (transposed per head) and ``attn_v_b`` by
   newer converters, with ``head_count_kv`` = 1 and ``key_length`` the latent's; joined back, the head
   sizes read from ``key_length_mla`` / ``value_length_mla``.
 
-Everything else (Qwen, Gemma 1/2, Phi-3's fused qkv, OLMo2, Command-R, Cohere2, StarCoder2, gpt-oss)
-is stored as transformers holds it.
+Everything else (Qwen, Gemma 1/2, Phi-3's fused qkv, PhiMoE, OLMo2, OLMoE, Command-R, Cohere2,
+StarCoder2, Nemotron, gpt-oss) is stored as transformers holds it (Nemotron's +1 is on norms outside q·k).
 """
 
 from __future__ import annotations
@@ -114,6 +114,11 @@ def _gemma2(arch: str, meta: Metadata, names: Collection[str]) -> dict:
     return _layer_types(2)(arch, meta, names) | softcap
 
 
+def _embedding_gemma(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    """EmbeddingGemma: Gemma 3 without the causal mask."""
+    return _layer_types(6)(arch, meta, names) | {"use_bidirectional_attention": True}
+
+
 def _olmo(arch: str, meta: Metadata, names: Collection[str]) -> dict:
     return {"clip_qkv": meta.get(f"{arch}.attention.clamp_kqv")}
 
@@ -186,6 +191,12 @@ ARCHITECTURES: dict[str, GGUFArchitecture] = {
     "granite": GGUFArchitecture("granite", QK, permuted=True, settings=_granite),
     "starcoder2": GGUFArchitecture("starcoder2", QK, settings=_starcoder2),
     "stablelm": GGUFArchitecture("stablelm", QK_NORM, settings=_stablelm),
+    "olmoe": GGUFArchitecture("olmoe", QK_NORM, settings=_olmo),
+    "phimoe": GGUFArchitecture("phimoe", QK, settings=_window),
+    "granitemoe": GGUFArchitecture("granitemoe", QK, permuted=True, settings=_granite),
+    "smollm3": GGUFArchitecture("smollm3", QK, permuted=True),
+    "nemotron": GGUFArchitecture("nemotron", QK),
+    "gemma-embedding": GGUFArchitecture("gemma3_text", QK_NORM, norm_shift=1.0, settings=_embedding_gemma),
 }
 """Most used first."""
 
