@@ -47,6 +47,12 @@ class Case:
     split_kv_b: bool = True  # MLA: newer converters' attn_k_b / attn_v_b, else attn_kv_b
     kv_per_layer: bool = False  # head_count_kv written as one entry per layer
 
+    @property
+    def config_sizes(self) -> dict:
+        """The tiny sizes (Falcon's config derives head_dim and names its kv heads num_kv_heads)."""
+        falcon = ("head_dim", "num_key_value_heads") if self.arch == "falcon" else ()
+        return {k: v for k, v in (SMALL | self.sizes).items() if k not in falcon}
+
 
 CASES = {
     "llama": Case("llama", "llama"),
@@ -75,6 +81,8 @@ CASES = {
     "smollm3": Case("smollm3", "smollm3", dict(num_hidden_layers=4, pad_token_id=0)),
     "nemotron": Case("nemotron", "nemotron"),
     "gemma-embedding": Case("gemma-embedding", "gemma3_text", dict(use_bidirectional_attention=True)),
+    "falcon_40b": Case("falcon", "falcon", dict(new_decoder_architecture=True, num_kv_heads=2)),
+    "falcon_7b": Case("falcon", "falcon", dict(multi_query=True, new_decoder_architecture=False, bias=True)),
     "qwen3_f16": Case("qwen3", "qwen3", dtype="F16"),
     "llama_q8_0": Case("llama", "llama", dtype="Q8_0"),
     "qwen2_kv_per_layer": Case("qwen2", "qwen2", kv_per_layer=True),
@@ -98,7 +106,7 @@ def _llama_permute(weight: np.ndarray, heads: int) -> np.ndarray:
 def _model(case: Case, folder):
     """The tiny random model, its norms' gains random too (they enter the folded forms), saved."""
     torch.manual_seed(0)
-    config = AutoConfig.for_model(case.model_type, **(SMALL | case.sizes))
+    config = AutoConfig.for_model(case.model_type, **case.config_sizes)
     model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -113,6 +121,12 @@ def _model(case: Case, folder):
         model = model.half()
     model.save_pretrained(folder)
     return config, {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+
+
+def _falcon_kv_heads(config) -> int:
+    if config.new_decoder_architecture:
+        return config.num_kv_heads
+    return 1 if config.multi_query else config.num_attention_heads
 
 
 def _metadata(writer: gguf.GGUFWriter, case: Case, config) -> None:
@@ -141,7 +155,7 @@ def _metadata(writer: gguf.GGUFWriter, case: Case, config) -> None:
         gating = {"sigmoid": gguf.ExpertGatingFuncType.SIGMOID, "softmax": gguf.ExpertGatingFuncType.SOFTMAX}
         writer.add_expert_gating_func(gating[getattr(config, "scoring_func", "softmax")])
         return
-    kv_heads = config.num_key_value_heads
+    kv_heads = _falcon_kv_heads(config) if case.arch == "falcon" else config.num_key_value_heads
     writer.add_head_count_kv([kv_heads] * layers if case.kv_per_layer else kv_heads)
     if getattr(config, "head_dim", None):
         writer.add_key_length(config.head_dim)
@@ -163,10 +177,12 @@ def _tensors(case: Case, config, state: dict[str, np.ndarray]) -> dict[str, np.n
     names = gguf.get_tensor_name_map(ARCH[case.arch], config.num_hidden_layers)
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", heads)
-    out = {"token_embd.weight": state["model.embed_tokens.weight"]}
+    out = {}
     stacked: dict[str, list[np.ndarray]] = {}
     for name, value in state.items():
-        if ".self_attn." not in name:
+        if names.get_name(name, (".weight",)) == "token_embd.weight":
+            out["token_embd.weight"] = value
+        if ".self_attn." not in name and ".self_attention." not in name:
             continue
         if case.arch == "stablelm" and "layernorm.norms." in name:  # one (H, d_h) tensor per layer
             stacked.setdefault(name.split(".norms.")[0], []).append(value)
@@ -181,6 +197,15 @@ def _tensors(case: Case, config, state: dict[str, np.ndarray]) -> dict[str, np.n
         base = names.get_name(name, (".weight", ".bias"))
         if base is None:
             continue
+        if case.arch == "falcon" and "query_key_value" in name:  # kv groups → [all q | all k | all v]
+            kv = (
+                config.num_kv_heads if config.new_decoder_architecture else 1 if config.multi_query else heads
+            )
+            groups = value.reshape(kv, heads // kv + 2, -1, *value.shape[1:])
+            flat = [
+                part.reshape(-1, *value.shape[1:]) for part in (groups[:, :-2], groups[:, -2], groups[:, -1])
+            ]
+            value = np.concatenate(flat)
         if case.arch in PERMUTED and ".q_proj." in name:
             value = _llama_permute(value, heads)
         if case.arch in PERMUTED and ".k_proj." in name:
@@ -224,11 +249,14 @@ def test_config_and_tensors_match_the_safetensors_model(written):
     source = open_source(str(path))
     config = source.config
     assert config.model_type == case.model_type
-    expected = AutoConfig.for_model(case.model_type, **(SMALL | case.sizes))
-    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads"):
+    expected = AutoConfig.for_model(case.model_type, **case.config_sizes)
+    kv = ("new_decoder_architecture",) if case.arch == "falcon" else ("num_key_value_heads",)
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", *kv):
         assert getattr(config, key) == getattr(expected, key), key
     assert source.names and all(name in state for name in source.names)
-    q_or_kv = {n for n in source.names if "q_proj" in n or "kv_a_proj" in n or "qkv_proj" in n}
+    q_or_kv = {
+        n for n in source.names if any(p in n for p in ("q_proj", "kv_a_proj", "qkv_proj", "query_key"))
+    }
     assert len(q_or_kv) >= config.num_hidden_layers
     for name in source.names:
         torch.testing.assert_close(
@@ -265,9 +293,8 @@ def test_names_are_the_gguf_packages():
         names = gguf.get_tensor_name_map(ARCH[arch], 1)
         for module, kind in spec.layer_tensors.items():
             assert kind in gguf.MODEL_TENSORS[ARCH[arch]], (arch, kind)
-            assert names.get_name(f"model.layers.0.{module}.weight", (".weight",)) == gguf_name(kind, 0), (
-                module
-            )
+            hf_name = spec.layer_prefix.format(i=0) + module + ".weight"
+            assert names.get_name(hf_name, (".weight",)) == gguf_name(kind, 0), (arch, module)
 
 
 def test_unknown_architecture_is_one_line(tmp_path, capsys):

@@ -8,6 +8,8 @@ are those the architecture maps read. What llama.cpp's ``convert_hf_to_gguf`` ch
   transformers' half-split rotary order to interleaved pairs; the permutation is inverted;
 - Gemma 3 and EmbeddingGemma: q/k RMSNorm gains stored as 1 + w; w = stored − 1, in float64 (exact for float32 values);
 - StableLM: the per-head q/k LayerNorms stacked into one (H, d_h) tensor; split back per head;
+- Falcon: the fused qkv rows regrouped from transformers' kv groups to [all q | all k | all v]; regrouped
+  back;
 - DeepSeek-V2/V3 (MLA): ``kv_b_proj`` split into ``attn_k_b`` (transposed per head) and ``attn_v_b`` by
   newer converters, with ``head_count_kv`` = 1 and ``key_length`` the latent's; joined back, the head
   sizes read from ``key_length_mla`` / ``value_length_mla``.
@@ -46,6 +48,8 @@ class GGUFArchitecture:
     model_type: str
     layer_tensors: Mapping[str, T]
     """Per-layer transformers module name (under ``model.layers.{i}.``) → GGUF tensor kind."""
+    layer_prefix: str = "model.layers.{i}."
+    """Where layer i's modules are in the transformers checkpoint."""
     permuted: bool = False
     """q/k rows permuted by llama.cpp for its interleaved rotary (``LlamaModel.permute``)."""
     norm_shift: float = 0.0
@@ -53,7 +57,8 @@ class GGUFArchitecture:
     settings: Callable[[str, Metadata, Collection[str]], dict] = field(default=lambda arch, meta, names: {})
     """Config entries beyond the head counts and sizes: (arch, metadata, GGUF tensor names) → entries."""
     key_length_is_head_dim: bool = True
-    """False for MLA, whose ``key_length`` is the latent's (or d_nope + d_rope), not a head width."""
+    """False for MLA, whose ``key_length`` is the latent's (or d_nope + d_rope), and for Falcon, whose
+    config derives its head width."""
     choose_type: Callable[[Metadata, Collection[str]], str] | None = None
     """Where one GGUF architecture stands for several model_types: which one this file is."""
 
@@ -164,6 +169,20 @@ def _mla(arch: str, meta: Metadata, names: Collection[str]) -> dict:
     return settings
 
 
+def _falcon(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    """Falcon's layout from its kv heads: one (Falcon-7B: multi-query), or groups (40B/180B: new layout)."""
+    kv_heads = meta.get(f"{arch}.attention.head_count_kv") or meta.get(f"{arch}.attention.head_count")
+    if not isinstance(kv_heads, int):
+        return {}
+    return {
+        "num_kv_heads": kv_heads,
+        "multi_query": kv_heads == 1,
+        "new_decoder_architecture": kv_heads > 1,
+        "bias": gguf_name(T.ATTN_QKV, 0, "bias") in names,
+        "alibi": False,
+    }
+
+
 def mla_model_type(meta: Metadata, names: Collection[str]) -> str:
     """DeepSeek-V3 (and Kimi K2) route experts by sigmoid with a score-correction bias; V2 by softmax."""
     sigmoid = meta.get("deepseek2.expert_gating_func") == ExpertGatingFuncType.SIGMOID.value
@@ -196,6 +215,13 @@ ARCHITECTURES: dict[str, GGUFArchitecture] = {
     "granitemoe": GGUFArchitecture("granitemoe", QK, permuted=True, settings=_granite),
     "smollm3": GGUFArchitecture("smollm3", QK, permuted=True),
     "nemotron": GGUFArchitecture("nemotron", QK),
+    "falcon": GGUFArchitecture(
+        "falcon",
+        {"self_attention.query_key_value": T.ATTN_QKV},
+        layer_prefix="transformer.h.{i}.",
+        settings=_falcon,
+        key_length_is_head_dim=False,
+    ),
     "gemma-embedding": GGUFArchitecture("gemma3_text", QK_NORM, norm_shift=1.0, settings=_embedding_gemma),
 }
 """Most used first."""
@@ -226,6 +252,25 @@ def _head_row(head: int) -> Build:
     return lambda tensors: tensors[0][head]
 
 
+def _falcon_groups(heads: int, kv_heads: int) -> Build:
+    """Falcon's fused rows from llama.cpp's [q of all heads | k | v] back to transformers' kv groups,
+    each [its query heads | its k | its v] (one group per head in the classic layout)."""
+
+    def build(tensors: list[torch.Tensor]) -> torch.Tensor:
+        fused = tensors[0]
+        head_dim = fused.shape[0] // (heads + 2 * kv_heads)
+        q, k, v = fused.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim])
+        rest = fused.shape[1:]
+        parts = [
+            q.reshape(kv_heads, -1, *rest),
+            k.reshape(kv_heads, -1, *rest),
+            v.reshape(kv_heads, -1, *rest),
+        ]
+        return torch.cat(parts, dim=1).reshape(fused.shape)
+
+    return build
+
+
 def _joined_kv_b(tensors: list[torch.Tensor]) -> torch.Tensor:
     """``kv_b_proj`` (H·(d_nope + d_v), r) from ``attn_k_b`` (H, r, d_nope) and ``attn_v_b`` (H, d_v, r)."""
     k_b, v_b = tensors
@@ -239,7 +284,7 @@ def recipes(
     """Transformers name → how to make it from the GGUF tensors ``names``, for every tensor the file has."""
     out: dict[str, Recipe] = {}
     for i in range(n_layers):
-        prefix = f"model.layers.{i}."
+        prefix = spec.layer_prefix.format(i=i)
         for module, kind in spec.layer_tensors.items():
             for suffix in ("weight", "bias"):
                 source = gguf_name(kind, i, suffix)
@@ -249,6 +294,8 @@ def recipes(
                 if spec.permuted and kind in (T.ATTN_Q, T.ATTN_K):
                     n = heads if kind == T.ATTN_Q else kv_heads
                     recipe = Recipe((source,), lambda t, n=n: unpermute(t[0], n))
+                elif spec.model_type == "falcon":
+                    recipe = Recipe((source,), _falcon_groups(heads, kv_heads))
                 elif spec.norm_shift and kind in (T.ATTN_Q_NORM, T.ATTN_K_NORM):
                     recipe = Recipe((source,), _unshift(spec.norm_shift))
                 elif spec.model_type == "stablelm" and kind in (T.ATTN_Q_NORM, T.ATTN_K_NORM):
