@@ -25,7 +25,7 @@ from attngeom.sources import open_source
 from attngeom.sources.gguf_archs import ARCHITECTURES, gguf_name, unpermute
 
 ARCH = {name: enum for enum, name in gguf.MODEL_ARCH_NAMES.items()}
-PERMUTED = {"llama", "granite", "granitemoe", "olmo", "smollm3"}
+PERMUTED = {"llama", "mistral3", "granite", "granitemoe", "olmo", "smollm3"}
 """Architectures whose q/k rows llama.cpp permutes for its rotary (LlamaModel and its subclasses)."""
 SMALL = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2)
 SMALL |= dict(intermediate_size=64, vocab_size=64, head_dim=8)
@@ -74,6 +74,7 @@ CASES = {
     "granite": Case("granite", "granite", dict(attention_multiplier=0.25)),
     "starcoder2": Case("starcoder2", "starcoder2"),
     "stablelm": Case("stablelm", "stablelm", dict(qk_layernorm=True, use_qkv_bias=True)),
+    "mistral3": Case("mistral3", "ministral3"),
     "gpt-oss": Case("gpt-oss", "gpt_oss", dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=8)),
     "olmoe": Case("olmoe", "olmoe", MOE | dict(clip_qkv=4.0)),
     "phimoe": Case("phimoe", "phimoe", dict(num_local_experts=4, attention_bias=True, sliding_window=16)),
@@ -87,7 +88,8 @@ CASES = {
     "llama_q8_0": Case("llama", "llama", dtype="Q8_0"),
     "qwen2_kv_per_layer": Case("qwen2", "qwen2", kv_per_layer=True),
 }
-SCORED = [pytest.param(k, marks=UNMAPPED) if c.model_type == "gpt_oss" else k for k, c in CASES.items()]
+NOT_MAPPED = ("gpt_oss", "ministral3")
+SCORED = [pytest.param(k, marks=UNMAPPED) if c.model_type in NOT_MAPPED else k for k, c in CASES.items()]
 
 
 def _q8_0(array: np.ndarray) -> np.ndarray:

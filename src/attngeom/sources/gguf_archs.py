@@ -4,7 +4,7 @@ that type's config entries, and its tensors under transformers' names with llama
 GGUF tensor names come from the ``gguf`` package's own table (``TENSOR_NAMES``); the transformers names
 are those the architecture maps read. What llama.cpp's ``convert_hf_to_gguf`` changes, undone here:
 
-- Llama-family rotary (``llama``, ``granite``, ``granitemoe``, ``olmo``, ``smollm3``): q/k rows permuted within each head from
+- Llama-family rotary (``llama``, ``mistral3``, ``granite``, ``granitemoe``, ``olmo``, ``smollm3``): q/k rows permuted within each head from
   transformers' half-split rotary order to interleaved pairs; the permutation is inverted;
 - Gemma 3 and EmbeddingGemma: q/k RMSNorm gains stored as 1 + w; w = stored − 1, in float64 (exact for float32 values);
 - StableLM: the per-head q/k LayerNorms stacked into one (H, d_h) tensor; split back per head;
@@ -203,6 +203,7 @@ ARCHITECTURES: dict[str, GGUFArchitecture] = {
         "deepseek_v3", MLA, settings=_mla, key_length_is_head_dim=False, choose_type=mla_model_type
     ),
     "gpt-oss": GGUFArchitecture("gpt_oss", QK, settings=_layer_types(2)),
+    "mistral3": GGUFArchitecture("ministral3", QK, permuted=True),
     "command-r": GGUFArchitecture("cohere", QK_NORM, settings=_cohere),
     "cohere2": GGUFArchitecture("cohere2", QK, settings=_layer_types(4)),
     "olmo2": GGUFArchitecture("olmo2", QK_NORM),
