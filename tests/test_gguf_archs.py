@@ -33,6 +33,7 @@ MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
 MLA = dict(num_key_value_heads=4, kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=8)
 MLA |= dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, n_group=1, topk_group=1)
 MLA |= dict(first_k_dense_replace=1, n_shared_experts=1)
+LOCAL_GLOBAL = ["sliding_attention", "full_attention"] * 2
 UNMAPPED = pytest.mark.xfail(strict=True, raises=InputError, reason="model_type not yet mapped")
 IDENTITY = ("model_id", "file_hash", "revision", "n_params")
 """Record columns that name the file rather than the weights (n_params: the GGUF holds attention only)."""
@@ -76,6 +77,12 @@ CASES = {
     "stablelm": Case("stablelm", "stablelm", dict(qk_layernorm=True, use_qkv_bias=True)),
     "mistral3": Case("mistral3", "ministral3"),
     "gpt-oss": Case("gpt-oss", "gpt_oss", dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=8)),
+    "exaone4": Case(
+        "exaone4", "exaone4", dict(num_hidden_layers=4, sliding_window=16, layer_types=LOCAL_GLOBAL)
+    ),
+    "exaone4_global": Case(
+        "exaone4", "exaone4", dict(sliding_window=None, layer_types=["full_attention"] * 2)
+    ),
     "olmoe": Case("olmoe", "olmoe", MOE | dict(clip_qkv=4.0)),
     "phimoe": Case("phimoe", "phimoe", dict(num_local_experts=4, attention_bias=True, sliding_window=16)),
     "granitemoe": Case("granitemoe", "granitemoe", dict(num_local_experts=4, attention_multiplier=0.5)),
@@ -166,7 +173,9 @@ def _metadata(writer: gguf.GGUFWriter, case: Case, config) -> None:
         writer.add_sliding_window(config.sliding_window)
     if case.arch == "gemma2":
         writer.add_attn_logit_softcapping(config.attn_logit_softcapping)
-    if case.arch == "gemma3":
+    if case.arch == "exaone4" and config.sliding_window:
+        writer.add_sliding_window(config.sliding_window)
+    if case.arch == "gemma3" or (case.arch == "exaone4" and config.sliding_window):
         writer.add_sliding_window_pattern([t == "sliding_attention" for t in config.layer_types])
     if case.arch in ("olmo", "olmoe"):
         writer.add_clamp_kqv(config.clip_qkv)

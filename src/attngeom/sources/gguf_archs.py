@@ -15,7 +15,7 @@ are those the architecture maps read. What llama.cpp's ``convert_hf_to_gguf`` ch
   sizes read from ``key_length_mla`` / ``value_length_mla``.
 
 Everything else (Qwen, Gemma 1/2, Phi-3's fused qkv, PhiMoE, OLMo2, OLMoE, Command-R, Cohere2,
-StarCoder2, Nemotron, gpt-oss) is stored as transformers holds it (Nemotron's +1 is on norms outside q·k).
+StarCoder2, Nemotron, EXAONE 4, gpt-oss) is stored as transformers holds it (Nemotron's +1 is on norms outside q·k).
 """
 
 from __future__ import annotations
@@ -124,6 +124,14 @@ def _embedding_gemma(arch: str, meta: Metadata, names: Collection[str]) -> dict:
     return _layer_types(6)(arch, meta, names) | {"use_bidirectional_attention": True}
 
 
+def _exaone4(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    """EXAONE 4: without a window every layer is global; with one, the file's pattern (llama.cpp writes it)."""
+    layers = meta.get(f"{arch}.block_count")
+    if meta.get(f"{arch}.attention.sliding_window") or not isinstance(layers, int):
+        return _layer_types(4)(arch, meta, names)
+    return {"sliding_window": None, "layer_types": ["full_attention"] * layers}
+
+
 def _olmo(arch: str, meta: Metadata, names: Collection[str]) -> dict:
     return {"clip_qkv": meta.get(f"{arch}.attention.clamp_kqv")}
 
@@ -211,6 +219,7 @@ ARCHITECTURES: dict[str, GGUFArchitecture] = {
     "granite": GGUFArchitecture("granite", QK, permuted=True, settings=_granite),
     "starcoder2": GGUFArchitecture("starcoder2", QK, settings=_starcoder2),
     "stablelm": GGUFArchitecture("stablelm", QK_NORM, settings=_stablelm),
+    "exaone4": GGUFArchitecture("exaone4", QK_NORM, settings=_exaone4),
     "olmoe": GGUFArchitecture("olmoe", QK_NORM, settings=_olmo),
     "phimoe": GGUFArchitecture("phimoe", QK, settings=_window),
     "granitemoe": GGUFArchitecture("granitemoe", QK, permuted=True, settings=_granite),
