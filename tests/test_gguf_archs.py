@@ -309,34 +309,50 @@ def test_names_are_the_gguf_packages():
 
 
 def test_unknown_architecture_is_one_line(tmp_path, capsys):
-    path = tmp_path / "m.gguf"
-    writer = gguf.GGUFWriter(path, "rwkv7")
-    writer.add_block_count(1)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    path = _header_only(tmp_path / "m.gguf", "rwkv7", [])
     with pytest.raises(
         InputError, match=r"GGUF architecture 'rwkv7' is not supported; supported: llama, qwen2"
     ):
-        open_source(str(path))
+        open_source(path)
     out = tmp_path / "s.parquet"
-    assert main(["score", str(path), "-o", str(out), "--quiet"]) == 2
+    assert main(["score", path, "-o", str(out), "--quiet"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("attngeom: error: ") and "rwkv7" in lines[0], lines
     assert len(lines[0]) < 400 and not out.exists()
 
 
-def test_head_count_kv_differing_per_layer_is_one_line(tmp_path):
-    path = tmp_path / "m.gguf"
-    writer = gguf.GGUFWriter(path, "llama")
+def _header_only(path, arch: str, entries: list[tuple[str, str, object]]) -> str:
+    """A GGUF of 2 layers, 4 heads, width 32 and no tensors, plus ``entries``: (GGUFWriter method, key
+    after the architecture, value), so an entry can have any type."""
+    writer = gguf.GGUFWriter(path, arch)
     writer.add_block_count(2)
     writer.add_embedding_length(32)
     writer.add_head_count(4)
-    writer.add_head_count_kv([2, 1])
+    for method, key, value in entries:
+        getattr(writer, method)(f"{arch}.{key}", value)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with pytest.raises(InputError, match=r"llama.attention.head_count_kv differs per layer"):
-        open_source(str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("arch", "entry", "message"),
+    [
+        ("llama", ("add_array", "attention.head_count_kv", [2, 1]), "head_count_kv differs per layer"),
+        ("deepseek2", ("add_uint32", "rope.dimension_count", 4), "lacks kv_lora_rank, qk_nope_head_dim"),
+        (
+            "gemma2",
+            ("add_int32", "attention.sliding_window", -1),
+            "sliding_window = -1 is not a non-negative",
+        ),
+        ("olmo", ("add_string", "attention.clamp_kqv", "8"), "clamp_kqv = '8' is not a number"),
+    ],
+    ids=["kv heads per layer differ", "MLA sizes missing", "negative window", "clamp not a number"],
+)
+def test_bad_metadata_is_one_error_naming_the_entry(tmp_path, arch, entry, message):
+    path = _header_only(tmp_path / "m.gguf", arch, [entry])
+    with pytest.raises(InputError, match=message) as err:
+        open_source(path)
+    assert "\n" not in str(err.value) and path in str(err.value)

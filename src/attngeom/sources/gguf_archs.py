@@ -4,9 +4,11 @@ that type's config entries, and its tensors under transformers' names with llama
 GGUF tensor names come from the ``gguf`` package's own table (``TENSOR_NAMES``); the transformers names
 are those the architecture maps read. What llama.cpp's ``convert_hf_to_gguf`` changes, undone here:
 
-- Llama-family rotary (``llama``, ``mistral3``, ``granite``, ``granitemoe``, ``olmo``, ``smollm3``): q/k rows permuted within each head from
-  transformers' half-split rotary order to interleaved pairs; the permutation is inverted;
-- Gemma 3 and EmbeddingGemma: q/k RMSNorm gains stored as 1 + w; w = stored − 1, in float64 (exact for float32 values);
+- Llama-family rotary (``llama``, ``mistral3``, ``granite``, ``granitemoe``, ``olmo``, ``smollm3``): q/k
+  rows permuted within each head from transformers' half-split rotary order to interleaved pairs; the
+  permutation is inverted;
+- Gemma 3 and EmbeddingGemma: q/k RMSNorm gains stored as 1 + w; w = stored − 1 in float64 (exact for
+  gains of ordinary size, so the map's 1 + w gives back the stored gain);
 - StableLM: the per-head q/k LayerNorms stacked into one (H, d_h) tensor; split back per head;
 - Falcon: the fused qkv rows regrouped from transformers' kv groups to [all q | all k | all v]; regrouped
   back;
@@ -15,7 +17,8 @@ are those the architecture maps read. What llama.cpp's ``convert_hf_to_gguf`` ch
   sizes read from ``key_length_mla`` / ``value_length_mla``.
 
 Everything else (Qwen, Gemma 1/2, Phi-3's fused qkv, PhiMoE, OLMo2, OLMoE, Command-R, Cohere2,
-StarCoder2, Nemotron, EXAONE 4, gpt-oss) is stored as transformers holds it (Nemotron's +1 is on norms outside q·k).
+StarCoder2, Nemotron, EXAONE 4, gpt-oss) is stored as transformers holds it (Nemotron's +1 is on norms
+outside q·k).
 """
 
 from __future__ import annotations
@@ -84,13 +87,33 @@ def gguf_name(kind: T, layer: int, suffix: str = "weight") -> str:
     return f"{TENSOR_NAMES[kind].format(bid=layer)}.{suffix}"
 
 
+def _int(meta: Metadata, key: str) -> int | None:
+    """A positive integer entry (one per layer, all equal, counts as one), None if absent; else an error."""
+    value = meta.get(key)
+    if isinstance(value, tuple) and len(set(value)) == 1:
+        value = value[0]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"GGUF {key} = {value!r} is not a non-negative integer; the file is corrupted")
+    return value
+
+
+def _number(meta: Metadata, key: str) -> float | None:
+    """A numeric entry, None if absent; else an error."""
+    value = meta.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise InputError(f"GGUF {key} = {value!r} is not a number; the file is corrupted")
+    return value
+
+
 def _present(names: Collection[str], kind: T) -> bool:
     return gguf_name(kind, 0) in names
 
 
 def _window(arch: str, meta: Metadata, names: Collection[str]) -> dict:
     """``sliding_window`` as the file states it (None where it states none: no default window)."""
-    return {"sliding_window": meta.get(f"{arch}.attention.sliding_window") or None}
+    return {"sliding_window": _int(meta, f"{arch}.attention.sliding_window") or None}
 
 
 def _layer_types(default_pattern: int) -> Callable[[str, Metadata, Collection[str]], dict]:
@@ -99,7 +122,7 @@ def _layer_types(default_pattern: int) -> Callable[[str, Metadata, Collection[st
 
     def settings(arch: str, meta: Metadata, names: Collection[str]) -> dict:
         pattern = meta.get(f"{arch}.attention.sliding_window_pattern", default_pattern)
-        layers = meta.get(f"{arch}.block_count")
+        layers = _int(meta, f"{arch}.block_count")
         window = _window(arch, meta, names)
         if not isinstance(layers, int):
             return window
@@ -115,7 +138,7 @@ def _layer_types(default_pattern: int) -> Callable[[str, Metadata, Collection[st
 
 
 def _gemma2(arch: str, meta: Metadata, names: Collection[str]) -> dict:
-    softcap = {"attn_logit_softcapping": meta.get(f"{arch}.attn_logit_softcapping") or None}
+    softcap = {"attn_logit_softcapping": _number(meta, f"{arch}.attn_logit_softcapping") or None}
     return _layer_types(2)(arch, meta, names) | softcap
 
 
@@ -126,18 +149,18 @@ def _embedding_gemma(arch: str, meta: Metadata, names: Collection[str]) -> dict:
 
 def _exaone4(arch: str, meta: Metadata, names: Collection[str]) -> dict:
     """EXAONE 4: without a window every layer is global; with one, the file's pattern (llama.cpp writes it)."""
-    layers = meta.get(f"{arch}.block_count")
-    if meta.get(f"{arch}.attention.sliding_window") or not isinstance(layers, int):
+    layers = _int(meta, f"{arch}.block_count")
+    if _int(meta, f"{arch}.attention.sliding_window") or layers is None:
         return _layer_types(4)(arch, meta, names)
     return {"sliding_window": None, "layer_types": ["full_attention"] * layers}
 
 
 def _olmo(arch: str, meta: Metadata, names: Collection[str]) -> dict:
-    return {"clip_qkv": meta.get(f"{arch}.attention.clamp_kqv")}
+    return {"clip_qkv": _number(meta, f"{arch}.attention.clamp_kqv")}
 
 
 def _granite(arch: str, meta: Metadata, names: Collection[str]) -> dict:
-    scale = meta.get(f"{arch}.attention.scale")
+    scale = _number(meta, f"{arch}.attention.scale")
     return {} if scale is None else {"attention_multiplier": scale}
 
 
@@ -158,16 +181,16 @@ def _stablelm(arch: str, meta: Metadata, names: Collection[str]) -> dict:
 
 def _mla(arch: str, meta: Metadata, names: Collection[str]) -> dict:
     """MLA sizes; newer files state the per-head sizes as ``*_length_mla`` (the plain ones are the latent's)."""
-    rope = meta.get(f"{arch}.rope.dimension_count")
-    qk = meta.get(f"{arch}.attention.key_length_mla") or meta.get(f"{arch}.attention.key_length")
-    v = meta.get(f"{arch}.attention.value_length_mla") or meta.get(f"{arch}.attention.value_length")
+    rope = _int(meta, f"{arch}.rope.dimension_count")
+    qk = _int(meta, f"{arch}.attention.key_length_mla") or _int(meta, f"{arch}.attention.key_length")
+    v = _int(meta, f"{arch}.attention.value_length_mla") or _int(meta, f"{arch}.attention.value_length")
     settings = {
-        "q_lora_rank": meta.get(f"{arch}.attention.q_lora_rank"),
-        "kv_lora_rank": meta.get(f"{arch}.attention.kv_lora_rank"),
-        "qk_rope_head_dim": rope,
-        "qk_nope_head_dim": qk - rope if isinstance(qk, int) and isinstance(rope, int) else None,
-        "v_head_dim": v,
-        "num_key_value_heads": meta.get(f"{arch}.attention.head_count"),  # MLA: one kv per query head
+        "q_lora_rank": _int(meta, f"{arch}.attention.q_lora_rank") or None,
+        "kv_lora_rank": _int(meta, f"{arch}.attention.kv_lora_rank") or None,
+        "qk_rope_head_dim": rope or None,
+        "qk_nope_head_dim": qk - rope if qk and rope and qk > rope else None,
+        "v_head_dim": v or None,
+        "num_key_value_heads": _int(meta, f"{arch}.attention.head_count"),  # MLA: one kv per query head
     }
     missing = [key for key, value in settings.items() if value is None and key != "q_lora_rank"]
     if missing:
@@ -179,8 +202,8 @@ def _mla(arch: str, meta: Metadata, names: Collection[str]) -> dict:
 
 def _falcon(arch: str, meta: Metadata, names: Collection[str]) -> dict:
     """Falcon's layout from its kv heads: one (Falcon-7B: multi-query), or groups (40B/180B: new layout)."""
-    kv_heads = meta.get(f"{arch}.attention.head_count_kv") or meta.get(f"{arch}.attention.head_count")
-    if not isinstance(kv_heads, int):
+    kv_heads = _int(meta, f"{arch}.attention.head_count_kv") or _int(meta, f"{arch}.attention.head_count")
+    if not kv_heads:
         return {}
     return {
         "num_kv_heads": kv_heads,
