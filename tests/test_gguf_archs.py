@@ -16,7 +16,7 @@ import gguf
 import numpy as np
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 import attngeom
 from attngeom.cli import main
@@ -34,6 +34,7 @@ MLA = dict(num_key_value_heads=4, kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_h
 MLA |= dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, n_group=1, topk_group=1)
 MLA |= dict(first_k_dense_replace=1, n_shared_experts=1)
 LOCAL_GLOBAL = ["sliding_attention", "full_attention"] * 2
+NO_KV_GROUPS = ("bert", "gptneox", "bloom")
 UNMAPPED = pytest.mark.xfail(strict=True, raises=InputError, reason="model_type not yet mapped")
 IDENTITY = ("model_id", "file_hash", "revision", "n_params")
 """Record columns that name the file rather than the weights (n_params: the GGUF holds attention only)."""
@@ -50,9 +51,11 @@ class Case:
 
     @property
     def config_sizes(self) -> dict:
-        """The tiny sizes (Falcon's config derives head_dim and names its kv heads num_kv_heads)."""
-        falcon = ("head_dim", "num_key_value_heads") if self.arch == "falcon" else ()
-        return {k: v for k, v in (SMALL | self.sizes).items() if k not in falcon}
+        """The tiny sizes (Falcon's config derives head_dim and names its kv heads num_kv_heads; BERT,
+        GPT-NeoX and BLOOM have one kv head per head)."""
+        drop = ("head_dim", "num_key_value_heads") if self.arch == "falcon" else ()
+        drop += ("num_key_value_heads",) if self.arch in NO_KV_GROUPS else ()
+        return {k: v for k, v in (SMALL | self.sizes).items() if k not in drop}
 
 
 CASES = {
@@ -91,6 +94,10 @@ CASES = {
     "gemma-embedding": Case("gemma-embedding", "gemma3_text", dict(use_bidirectional_attention=True)),
     "falcon_40b": Case("falcon", "falcon", dict(new_decoder_architecture=True, num_kv_heads=2)),
     "falcon_7b": Case("falcon", "falcon", dict(multi_query=True, new_decoder_architecture=False, bias=True)),
+    "bert": Case("bert", "bert"),
+    "phi2": Case("phi2", "phi"),
+    "gptneox": Case("gptneox", "gpt_neox"),
+    "bloom": Case("bloom", "bloom"),
     "qwen3_f16": Case("qwen3", "qwen3", dtype="F16"),
     "llama_q8_0": Case("llama", "llama", dtype="Q8_0"),
     "qwen2_kv_per_layer": Case("qwen2", "qwen2", kv_per_layer=True),
@@ -116,7 +123,7 @@ def _model(case: Case, folder):
     """The tiny random model, its norms' gains random too (they enter the folded forms), saved."""
     torch.manual_seed(0)
     config = AutoConfig.for_model(case.model_type, **case.config_sizes)
-    model = AutoModelForCausalLM.from_config(config)
+    model = (AutoModel if case.arch == "bert" else AutoModelForCausalLM).from_config(config)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "norm" in name:
@@ -164,7 +171,9 @@ def _metadata(writer: gguf.GGUFWriter, case: Case, config) -> None:
         gating = {"sigmoid": gguf.ExpertGatingFuncType.SIGMOID, "softmax": gguf.ExpertGatingFuncType.SOFTMAX}
         writer.add_expert_gating_func(gating[getattr(config, "scoring_func", "softmax")])
         return
-    kv_heads = _falcon_kv_heads(config) if case.arch == "falcon" else config.num_key_value_heads
+    kv_heads = (
+        _falcon_kv_heads(config) if case.arch == "falcon" else getattr(config, "num_key_value_heads", heads)
+    )
     writer.add_head_count_kv([kv_heads] * layers if case.kv_per_layer else kv_heads)
     if getattr(config, "head_dim", None):
         writer.add_key_length(config.head_dim)
@@ -193,7 +202,7 @@ def _tensors(case: Case, config, state: dict[str, np.ndarray]) -> dict[str, np.n
     for name, value in state.items():
         if names.get_name(name, (".weight",)) == "token_embd.weight":
             out["token_embd.weight"] = value
-        if ".self_attn." not in name and ".self_attention." not in name:
+        if not any(part in name for part in (".self_attn.", ".self_attention.", ".attention.")):
             continue
         if case.arch == "stablelm" and "layernorm.norms." in name:  # one (H, d_h) tensor per layer
             stacked.setdefault(name.split(".norms.")[0], []).append(value)
@@ -208,10 +217,8 @@ def _tensors(case: Case, config, state: dict[str, np.ndarray]) -> dict[str, np.n
         base = names.get_name(name, (".weight", ".bias"))
         if base is None:
             continue
-        if case.arch == "falcon" and "query_key_value" in name:  # kv groups → [all q | all k | all v]
-            kv = (
-                config.num_kv_heads if config.new_decoder_architecture else 1 if config.multi_query else heads
-            )
+        if "query_key_value" in name:  # kv groups → [all q | all k | all v]
+            kv = _falcon_kv_heads(config) if case.arch == "falcon" else heads
             groups = value.reshape(kv, heads // kv + 2, -1, *value.shape[1:])
             flat = [
                 part.reshape(-1, *value.shape[1:]) for part in (groups[:, :-2], groups[:, -2], groups[:, -1])
@@ -262,12 +269,11 @@ def test_config_and_tensors_match_the_safetensors_model(written):
     assert config.model_type == case.model_type
     expected = AutoConfig.for_model(case.model_type, **case.config_sizes)
     kv = ("new_decoder_architecture",) if case.arch == "falcon" else ("num_key_value_heads",)
+    kv = () if case.arch in NO_KV_GROUPS else kv
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", *kv):
         assert getattr(config, key) == getattr(expected, key), key
     assert source.names and all(name in state for name in source.names)
-    q_or_kv = {
-        n for n in source.names if any(p in n for p in ("q_proj", "kv_a_proj", "qkv_proj", "query_key"))
-    }
+    q_or_kv = {n for n in source.names if any(p in n for p in ("q_proj", "kv_a_proj", "qkv_proj", "query"))}
     assert len(q_or_kv) >= config.num_hidden_layers
     for name in source.names:
         torch.testing.assert_close(

@@ -10,14 +10,14 @@ are those the architecture maps read. What llama.cpp's ``convert_hf_to_gguf`` ch
 - Gemma 3 and EmbeddingGemma: q/k RMSNorm gains stored as 1 + w; w = stored − 1 in float64 (exact for
   gains of ordinary size, so the map's 1 + w gives back the stored gain);
 - StableLM: the per-head q/k LayerNorms stacked into one (H, d_h) tensor; split back per head;
-- Falcon: the fused qkv rows regrouped from transformers' kv groups to [all q | all k | all v]; regrouped
-  back;
+- Falcon, GPT-NeoX, BLOOM: the fused qkv rows regrouped from transformers' kv groups (one per head for
+  GPT-NeoX and BLOOM) to [all q | all k | all v]; regrouped back;
 - DeepSeek-V2/V3 (MLA): ``kv_b_proj`` split into ``attn_k_b`` (transposed per head) and ``attn_v_b`` by
   newer converters, with ``head_count_kv`` = 1 and ``key_length`` the latent's; joined back, the head
   sizes read from ``key_length_mla`` / ``value_length_mla``.
 
 Everything else (Qwen, Gemma 1/2, Phi-3's fused qkv, PhiMoE, OLMo2, OLMoE, Command-R, Cohere2,
-StarCoder2, Nemotron, EXAONE 4, gpt-oss) is stored as transformers holds it (Nemotron's +1 is on norms
+StarCoder2, Nemotron, EXAONE 4, BERT, Phi-2, gpt-oss) is stored as transformers holds it (Nemotron's +1 is on norms
 outside q·k).
 """
 
@@ -53,6 +53,9 @@ class GGUFArchitecture:
     """Per-layer transformers module name (under ``model.layers.{i}.``) → GGUF tensor kind."""
     layer_prefix: str = "model.layers.{i}."
     """Where layer i's modules are in the transformers checkpoint."""
+    regrouped: bool = False
+    """Fused qkv rows regrouped by llama.cpp from transformers' kv groups [q heads of g | k_g | v_g] (one
+    head per group for GPT-NeoX and BLOOM) to [all q | all k | all v]."""
     permuted: bool = False
     """q/k rows permuted by llama.cpp for its interleaved rotary (``LlamaModel.permute``)."""
     norm_shift: float = 0.0
@@ -214,6 +217,10 @@ def _falcon(arch: str, meta: Metadata, names: Collection[str]) -> dict:
     }
 
 
+def _neox(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    return {"attention_bias": gguf_name(T.ATTN_QKV, 0, "bias") in names}
+
+
 def mla_model_type(meta: Metadata, names: Collection[str]) -> str:
     """DeepSeek-V3 (and Kimi K2) route experts by sigmoid with a score-correction bias; V2 by softmax."""
     sigmoid = meta.get("deepseek2.expert_gating_func") == ExpertGatingFuncType.SIGMOID.value
@@ -252,19 +259,38 @@ ARCHITECTURES: dict[str, GGUFArchitecture] = {
         "falcon",
         {"self_attention.query_key_value": T.ATTN_QKV},
         layer_prefix="transformer.h.{i}.",
+        regrouped=True,
         settings=_falcon,
         key_length_is_head_dim=False,
+    ),
+    "bert": GGUFArchitecture(
+        "bert", {"attention.self.query": T.ATTN_Q, "attention.self.key": T.ATTN_K}, "encoder.layer.{i}."
+    ),
+    "phi2": GGUFArchitecture("phi", QK),
+    "gptneox": GGUFArchitecture(
+        "gpt_neox",
+        {"attention.query_key_value": T.ATTN_QKV},
+        "gpt_neox.layers.{i}.",
+        regrouped=True,
+        settings=_neox,
+    ),
+    "bloom": GGUFArchitecture(
+        "bloom", {"self_attention.query_key_value": T.ATTN_QKV}, "transformer.h.{i}.", regrouped=True
     ),
     "gemma-embedding": GGUFArchitecture("gemma3_text", QK_NORM, norm_shift=1.0, settings=_embedding_gemma),
 }
 """Most used first."""
+SHOWN = 10
+"""How many of them an error names."""
 
 
 def architecture(arch: object, where: str) -> GGUFArchitecture:
     """The map of GGUF architecture ``arch``, or a one-line error naming it and the supported ones."""
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
+        shown = list(ARCHITECTURES)[:SHOWN]
+        more = f" and {len(ARCHITECTURES) - SHOWN} more (README, 'Scoring one model')"
         raise InputError(
-            f"{where}: GGUF architecture {arch!r} is not supported; supported: {', '.join(ARCHITECTURES)}"
+            f"{where}: GGUF architecture {arch!r} is not supported; supported: {', '.join(shown)}{more}"
         )
     return ARCHITECTURES[arch]
 
@@ -285,9 +311,9 @@ def _head_row(head: int) -> Build:
     return lambda tensors: tensors[0][head]
 
 
-def _falcon_groups(heads: int, kv_heads: int) -> Build:
-    """Falcon's fused rows from llama.cpp's [q of all heads | k | v] back to transformers' kv groups,
-    each [its query heads | its k | its v] (one group per head in the classic layout)."""
+def _kv_groups(heads: int, kv_heads: int) -> Build:
+    """Fused rows from llama.cpp's [q of all heads | k | v] back to transformers' kv groups, each [its
+    query heads | its k | its v] (one group per head: GPT-NeoX, BLOOM, classic Falcon)."""
 
     def build(tensors: list[torch.Tensor]) -> torch.Tensor:
         fused = tensors[0]
@@ -327,8 +353,9 @@ def recipes(
                 if spec.permuted and kind in (T.ATTN_Q, T.ATTN_K):
                     n = heads if kind == T.ATTN_Q else kv_heads
                     recipe = Recipe((source,), lambda t, n=n: unpermute(t[0], n))
-                elif spec.model_type == "falcon":
-                    recipe = Recipe((source,), _falcon_groups(heads, kv_heads))
+                elif spec.regrouped:  # Falcon's groups are its kv heads; GPT-NeoX's and BLOOM's, its heads
+                    groups = kv_heads if spec.model_type == "falcon" else heads
+                    recipe = Recipe((source,), _kv_groups(heads, groups))
                 elif spec.norm_shift and kind in (T.ATTN_Q_NORM, T.ATTN_K_NORM):
                     recipe = Recipe((source,), _unshift(spec.norm_shift))
                 elif spec.model_type == "stablelm" and kind in (T.ATTN_Q_NORM, T.ATTN_K_NORM):
