@@ -362,3 +362,20 @@ def test_bad_metadata_is_one_error_naming_the_entry(tmp_path, arch, entry, messa
     with pytest.raises(InputError, match=message) as err:
         open_source(path)
     assert "\n" not in str(err.value) and path in str(err.value)
+
+
+def test_a_tensor_of_the_wrong_shape_is_one_line(tmp_path):
+    """A fused qkv whose rows do not split into the heads the metadata states: an error, not a traceback."""
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(path, "gptneox")
+    writer.add_block_count(1)
+    writer.add_embedding_length(32)
+    writer.add_head_count(4)
+    writer.add_tensor("blk.0.attn_qkv.weight", np.zeros((90, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(InputError, match=r"blk.0.attn_qkv.weight \(90, 32\) cannot make .* gpt_neox") as err:
+        attngeom.score(str(path), progress=False)
+    assert "\n" not in str(err.value)

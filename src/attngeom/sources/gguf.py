@@ -267,7 +267,15 @@ def gguf_weights(
 
     def load(name: str) -> torch.Tensor:
         recipe, infos = tensors[name]
-        return recipe.build([decode(read(info), info, description) for info in infos])
+        decoded = [decode(read(info), info, description) for info in infos]
+        try:
+            return recipe.build(decoded)
+        except (RuntimeError, ValueError, IndexError) as err:
+            shapes = ", ".join(f"{info.name} {tuple(reversed(info.dims))}" for info in infos)
+            raise InputError(
+                f"{description}: GGUF {shapes} cannot make {name} of a {config.model_type} model "
+                f"({one_line(err)}); the file is corrupted"
+            ) from err
 
     return WeightSource(
         model_id=model_id,

@@ -50,7 +50,7 @@ class GGUFArchitecture:
 
     model_type: str
     layer_tensors: Mapping[str, T]
-    """Per-layer transformers module name (under ``model.layers.{i}.``) → GGUF tensor kind."""
+    """Per-layer transformers module name (under ``layer_prefix``) → GGUF tensor kind."""
     layer_prefix: str = "model.layers.{i}."
     """Where layer i's modules are in the transformers checkpoint."""
     regrouped: bool = False
