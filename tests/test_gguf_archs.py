@@ -1,7 +1,9 @@
 """GGUF architectures beyond llama/qwen2: each a tiny random transformers model saved as safetensors and
 written again as GGUF the way llama.cpp's converter lays it out (its tensor names from the ``gguf``
-package's ``TensorNameMap``, its q/k permutation, Gemma's +1 norms, StableLM's stacked norms, MLA's
-k_b/v_b split), then both read and scored by attngeom: the tensors and the records must agree.
+package's ``TensorNameMap``, its q/k permutation, Gemma 3's +1 norms, StableLM's stacked norms, the
+regrouped fused qkv of Falcon, GPT-NeoX and BLOOM, MLA's k_b/v_b split), then both read and scored by
+attngeom: the tensors and the records must agree. Types attngeom has no map for yet (gpt_oss,
+ministral3) are checked to the tensors; their scoring is an expected failure until a map exists.
 
 Tolerance: both files hold the same numbers (F32 throughout; the F16 and Q8_0 cases save the safetensors
 model with the values the GGUF holds), so tensors agree to float rounding of the undone steps (Gemma 3's
