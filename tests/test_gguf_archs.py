@@ -3,7 +3,7 @@ written again as GGUF the way llama.cpp's converter lays it out (its tensor name
 package's ``TensorNameMap``, its q/k permutation, Gemma 3's +1 norms, StableLM's stacked norms, the
 regrouped fused qkv of Falcon, GPT-NeoX and BLOOM, MLA's k_b/v_b split), then both read and scored by
 attngeom: the tensors and the records must agree. Types attngeom has no map for yet (gpt_oss,
-ministral3) are checked to the tensors; their scoring is an expected failure until a map exists.
+ministral3, glm4_moe) are checked to the tensors; their scoring is an expected failure until a map exists.
 
 Tolerance: both files hold the same numbers (F32 throughout; the F16 and Q8_0 cases save the safetensors
 model with the values the GGUF holds), so tensors agree to float rounding of the undone steps (Gemma 3's
@@ -100,11 +100,13 @@ CASES = {
     "phi2": Case("phi2", "phi"),
     "gptneox": Case("gptneox", "gpt_neox"),
     "bloom": Case("bloom", "bloom"),
+    "glm4": Case("glm4", "glm4", dict(pad_token_id=0)),
+    "glm4moe": Case("glm4moe", "glm4_moe", dict(n_routed_experts=4, num_experts_per_tok=2, use_qk_norm=True)),
     "qwen3_f16": Case("qwen3", "qwen3", dtype="F16"),
     "llama_q8_0": Case("llama", "llama", dtype="Q8_0"),
     "qwen2_kv_per_layer": Case("qwen2", "qwen2", kv_per_layer=True),
 }
-NOT_MAPPED = ("gpt_oss", "ministral3")
+NOT_MAPPED = ("gpt_oss", "ministral3", "glm4_moe")
 SCORED = [pytest.param(k, marks=UNMAPPED) if c.model_type in NOT_MAPPED else k for k, c in CASES.items()]
 
 
@@ -150,7 +152,10 @@ def _falcon_kv_heads(config) -> int:
 def _metadata(writer: gguf.GGUFWriter, case: Case, config) -> None:
     """What llama.cpp's converter writes for this architecture (the entries attngeom may read)."""
     heads, layers = config.num_attention_heads, config.num_hidden_layers
-    writer.add_block_count(layers)
+    nextn = getattr(config, "num_nextn_predict_layers", 0) if case.arch == "glm4moe" else 0
+    writer.add_block_count(layers + nextn)  # GLM-4.5: its multi-token-prediction layers follow
+    if nextn:
+        writer.add_nextn_predict_layers(nextn)
     writer.add_embedding_length(config.hidden_size)
     writer.add_feed_forward_length(config.intermediate_size)
     writer.add_head_count(heads)
@@ -235,6 +240,10 @@ def _tensors(case: Case, config, state: dict[str, np.ndarray]) -> dict[str, np.n
         out[base] = value  # get_name keeps the .weight / .bias it matched
     for name, values in stacked.items():
         out[names.get_name(name, ()) + ".weight"] = np.stack(values)
+    if case.arch == "glm4moe":  # a multi-token-prediction layer's q/k, which are not the model's
+        layer = config.num_hidden_layers
+        out[f"blk.{layer}.attn_q.weight"] = out["blk.0.attn_q.weight"]
+        out[f"blk.{layer}.attn_k.weight"] = out["blk.0.attn_k.weight"]
     return out
 
 
@@ -356,8 +365,9 @@ def _header_only(path, arch: str, entries: list[tuple[str, str, object]]) -> str
             "sliding_window = -1 is not a non-negative",
         ),
         ("olmo", ("add_string", "attention.clamp_kqv", "8"), "clamp_kqv = '8' is not a number"),
+        ("glm4", ("add_array", "rope.dimension_sections", [2, 1, 1, 0]), "glm4 with M-RoPE .* not supported"),
     ],
-    ids=["kv heads per layer differ", "MLA sizes missing", "negative window", "clamp not a number"],
+    ids=["kv heads per layer differ", "MLA sizes missing", "negative window", "clamp not a number", "GLM-4V"],
 )
 def test_bad_metadata_is_one_error_naming_the_entry(tmp_path, arch, entry, message):
     path = _header_only(tmp_path / "m.gguf", arch, [entry])

@@ -17,7 +17,7 @@ are those the architecture maps read. What llama.cpp's ``convert_hf_to_gguf`` ch
   sizes read from ``key_length_mla`` / ``value_length_mla``.
 
 Everything else (Qwen, Gemma 1/2, Phi-3's fused qkv, PhiMoE, OLMo2, OLMoE, Command-R, Cohere2,
-StarCoder2, Nemotron, EXAONE 4, BERT, Phi-2, gpt-oss) is stored as transformers holds it (Nemotron's +1 is on norms
+StarCoder2, Nemotron, EXAONE 4, BERT, Phi-2, GLM-4, GLM-4.5, gpt-oss) is stored as transformers holds it (Nemotron's +1 is on norms
 outside q·k).
 """
 
@@ -221,6 +221,29 @@ def _neox(arch: str, meta: Metadata, names: Collection[str]) -> dict:
     return {"attention_bias": gguf_name(T.ATTN_QKV, 0, "bias") in names}
 
 
+def _bias(names: Collection[str]) -> bool:
+    return gguf_name(T.ATTN_Q, 0, "bias") in names
+
+
+def _glm4(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    """GLM-4; GLM-4V's text model (M-RoPE) is stored in the same architecture with its rotary dims
+    reordered, which is not undone: refused."""
+    if f"{arch}.rope.dimension_sections" in meta:
+        raise InputError(
+            f"GGUF {arch} with M-RoPE (GLM-4V) is not supported; score its transformers checkpoint"
+        )
+    return {"attention_bias": _bias(names)}
+
+
+def _glm4_moe(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    """GLM-4.5+: ``block_count`` counts the multi-token-prediction layers after the model's own."""
+    nextn = _int(meta, f"{arch}.nextn_predict_layers") or 0
+    layers = _int(meta, f"{arch}.block_count")
+    settings = {"num_nextn_predict_layers": nextn, "use_qk_norm": _present(names, T.ATTN_Q_NORM)}
+    settings |= {"attention_bias": _bias(names)}
+    return settings | ({"num_hidden_layers": layers - nextn} if layers and layers > nextn else {})
+
+
 def mla_model_type(meta: Metadata, names: Collection[str]) -> str:
     """DeepSeek-V3 (and Kimi K2) route experts by sigmoid with a score-correction bias; V2 by softmax."""
     sigmoid = meta.get("deepseek2.expert_gating_func") == ExpertGatingFuncType.SIGMOID.value
@@ -277,6 +300,8 @@ ARCHITECTURES: dict[str, GGUFArchitecture] = {
     "bloom": GGUFArchitecture(
         "bloom", {"self_attention.query_key_value": T.ATTN_QKV}, "transformer.h.{i}.", regrouped=True
     ),
+    "glm4": GGUFArchitecture("glm4", QK, settings=_glm4),
+    "glm4moe": GGUFArchitecture("glm4_moe", QK_NORM, settings=_glm4_moe),
     "gemma-embedding": GGUFArchitecture("gemma3_text", QK_NORM, norm_shift=1.0, settings=_embedding_gemma),
 }
 """Most used first."""
