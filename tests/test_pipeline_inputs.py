@@ -56,6 +56,12 @@ def test_a_results_folder_elsewhere_is_kept_as_written():
     ]
 
 
+def test_the_schema_refuses_an_empty_results_folder():
+    config = {"results": "", "models": [{"id": "m", "objective": "bidirectional"}]}
+    with pytest.raises(WorkflowError, match="'' should be non-empty"):
+        validate(config, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"))
+
+
 def test_results_at_the_root_stops_the_dag_before_any_job(tmp_path):
     config = yaml.safe_load(write_config(tmp_path / "c.yaml", TINY_MODELS[:1]).read_text())
     (tmp_path / "c.yaml").write_text(yaml.safe_dump({**config, "results": "/"}))
@@ -328,14 +334,21 @@ def test_a_missing_local_path_is_that_models_failure_not_a_hub_download(tmp_path
     assert "attngeom: error: local weights org/name not found" in (tmp_path / "s.log").read_text()
 
 
-def test_existing_local_weights_are_an_input_and_hub_models_have_none(tmp_path):
+def test_existing_or_rule_built_weights_are_an_input_and_hub_models_have_none(tmp_path):
     (tmp_path / "w").mkdir()
     entries = [
         {"id": "a", "path": str(tmp_path / "w"), "objective": "bidirectional"},
         {"id": "org/b", "objective": "bidirectional"},
+        {"id": "c", "random": {"model_type": "bert"}, "objective": "bidirectional"},
+        {"id": "d", "training_dir": "r/training/d/final", "objective": "autoregressive"},
     ]
     models = registry.build_registry(entries, "r")
-    assert [registry.weights_input(m) for m in models.values()] == [[str(tmp_path / "w")], []]
+    assert [registry.weights_input(m) for m in models.values()] == [
+        [str(tmp_path / "w")],
+        [],
+        ["r/models/random/c"],  # not built yet: the random_model rule makes it first
+        ["r/training/d/final"],
+    ]
 
 
 def test_a_random_control_transformers_cannot_build_is_recorded_as_failed(tmp_path):

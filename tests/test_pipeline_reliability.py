@@ -282,7 +282,7 @@ def test_a_model_pointed_at_a_missing_folder_after_a_run_is_scored_again_not_kep
     for model in config["models"]:
         if model["id"] == "local/corrupt":
             model["path"] = str(tiny_run / "moved-away")
-    (tiny_run / "moved.yaml").write_text(yaml.safe_dump(config))
+    (tiny_run / "moved.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     dry = run_snakemake("all", "-n", "--configfile", "moved.yaml", cwd=tiny_run)
     assert {w for rule, w, _ in planned_jobs(dry.stdout) if rule == "score"} == {"slug=local--corrupt"}
 

@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 
 from ..errors import InputError
-
-if TYPE_CHECKING:
-    from .zoo import Zoo
 
 SHA = re.compile(r"[0-9a-f]{40}")
 _PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
@@ -108,21 +104,20 @@ def _short(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def read_pinned(zoo: Zoo) -> list[dict]:
-    """The pinned models of ``zoo``, checked: the file exists, was resolved for this very query, and every
-    entry holds known keys with values of their kind (each id once, pinned to a commit sha)."""
-    where = f"config: zoo {zoo.name!r}: {zoo.pinned}"
-    if not zoo.pinned.is_file():
-        raise InputError(f"config: zoo {zoo.name!r}: no pinned list {zoo.pinned}; {RESOLVE}")
-    document = _load(zoo.pinned, where)
+def read_list(name: str, path: Path, query: dict) -> list[dict]:
+    """The models of zoo ``name``'s pinned list ``path``, checked: the file exists, was resolved for
+    ``query``, and every entry holds known keys with values of their kind (each id once, pinned to a
+    commit sha)."""
+    where = f"config: zoo {name!r}: {path}"
+    if not path.is_file():
+        raise InputError(f"config: zoo {name!r}: no pinned list {path}; {RESOLVE}")
+    document = _load(path, where)
     if not isinstance(document, dict) or not isinstance(document.get("models"), list):
         raise InputError(f"{where} holds no `models:` list; {RESOLVE}")
-    if document.get("query") != zoo.query:
+    if document.get("query") != query:
         pinned_query = document.get("query") if isinstance(document.get("query"), dict) else {}
         changed = sorted(
-            str(key)
-            for key in set(zoo.query) | set(pinned_query)
-            if zoo.query.get(key) != pinned_query.get(key)
+            str(key) for key in set(query) | set(pinned_query) if query.get(key) != pinned_query.get(key)
         )
         raise InputError(
             f"{where} was resolved for another query (differs in {', '.join(changed) or 'query'}); run "

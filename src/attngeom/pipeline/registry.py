@@ -137,10 +137,10 @@ def build_registry(entries: list[dict], results: str) -> dict[str, Model]:
 
 
 def weights_input(model: Model) -> list[str]:
-    """Local weights as a job's input, so a change re-runs it; none for hub models, and none for a
-    local path that does not exist: the score job records that model as failed (outcome.py) instead of
-    Snakemake refusing the whole DAG."""
-    if model.kind == "hub" or not Path(model.location).exists():
+    """Local weights as a job's input, so a change re-runs it (a folder a rule builds, so that rule runs
+    first); none for hub models, and none for a `path:` that does not exist: the score job records that
+    model as failed (outcome.py) instead of Snakemake refusing the whole DAG."""
+    if model.kind == "hub" or (model.kind == "path" and not Path(model.location).exists()):
         return []
     return [model.location]
 

@@ -23,7 +23,7 @@ import yaml
 from ..errors import InputError
 from ..files import write_text
 from .paper_config import GROUPS, paper_groups
-from .pinned import SHA, check_target, read_pinned
+from .pinned import SHA, check_target, read_list
 
 SORTS = ("downloads", "likes", "created_at", "last_modified", "trending_score")
 QUERY_DEFAULTS = {"sort": "downloads"}
@@ -235,6 +235,11 @@ def pinned_text(zoo: Zoo, models: list[dict], endpoint: str, now: datetime.datet
         "models": models,
     }
     return HEADER + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=1000)
+
+
+def read_pinned(zoo: Zoo) -> list[dict]:
+    """The pinned models of ``zoo``, each entry checked (``pinned.read_list``)."""
+    return read_list(zoo.name, zoo.pinned, zoo.query)
 
 
 def zoo_entries(zoo: Zoo) -> list[dict]:
