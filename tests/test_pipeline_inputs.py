@@ -371,3 +371,13 @@ def test_a_random_control_that_builds_leaves_no_note(tmp_path):
     assert logged.endswith("parameters") and (folder / "model.safetensors").is_file()
     assert outcome.local_problem(str(folder)) is None and not (folder / random_models.FAILED_NOTE).exists()
     assert os.path.isfile(folder / "config.json")
+
+
+def test_long_ids_get_file_names_the_filesystem_takes_when_the_registry_is_built(tmp_path):
+    ids = ["中" * 31, "中" * 31 + "文", "a" * 300]
+    entries = [{"id": i, "random": {"model_type": "bert"}, "objective": "bidirectional"} for i in ids]
+    models = registry.build_registry(entries, str(tmp_path))
+    assert [m.id for m in models.values()] == ids and len(set(models)) == 3
+    for model in models.values():
+        Path(model.location).mkdir(parents=True)  # the random control's folder, under its slug
+        (tmp_path / f".{model.slug}.status.json.0123abcd.tmp").write_text("{}")
