@@ -5,7 +5,13 @@ from pathlib import Path
 from attngeom.files import slug
 from attngeom.pipeline.batches import plan_batches
 from attngeom.pipeline.captions import models_scope, official_scope, training_scope
-from attngeom.pipeline.registry import build_registry, heatmaps, score_resources
+from attngeom.pipeline.registry import (
+    build_registry,
+    heatmaps,
+    results_folder,
+    score_resources,
+    weights_input,
+)
 from attngeom.pipeline.training_runs import (
     evolution_groups,
     symmetric_groups,
@@ -17,7 +23,7 @@ from attngeom.pipeline.zoo import Zoo, with_zoo
 from attngeom.provenance import script_hash
 from attngeom.training.official import published_settings
 
-R = config["results"]
+R = results_folder(config["results"])
 SCORING = config["scoring"]
 ENV = "../../envs/attngeom.yaml"
 # This workflow's own files (WORKFLOW_DIR: workflow/Snakefile), not an importing workflow's.
@@ -80,11 +86,6 @@ def group_finals(group):
 
 def model_of(wildcards):
     return MODELS[wildcards.slug]
-
-
-def weights_input(model):
-    """Local weights as an input (a change re-runs the job); hub models have none."""
-    return [] if model.kind == "hub" else [model.location]
 
 
 def resource(name):

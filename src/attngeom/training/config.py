@@ -269,6 +269,7 @@ def write_config(config: TrainConfig, path: Path) -> None:
 
 def dataset_label(dataset: str) -> str:
     """Short name of a dataset setting: a local file's stem, a Hub repo's last part, else the name."""
+    dataset = dataset.split("@")[0]  # a pinned revision is not part of the name
     if dataset.startswith("hf:"):
         return dataset[3:].split(":")[0].rsplit("/", 1)[-1]
     return Path(dataset).stem if "/" in dataset or Path(dataset).suffix else dataset

@@ -23,6 +23,7 @@ from ..provenance import code_hash
 from ..version import __version__
 from .config import ConfigError, TrainConfig, dataset_label, make_config, read_config_file, write_config
 from .data import Corpus
+from .documents import SUBSTITUTES, split_revision
 
 Restart = Literal["never", "if-changed", "always"]
 RESTART_CHOICES: tuple[Restart, ...] = ("never", "if-changed", "always")
@@ -116,7 +117,9 @@ class RunFolder:
                     "changed); pass --restart to move the run aside and train afresh"
                 )
             return
-        write_text(self.corpus, json.dumps(data, indent=1) + "\n")
+        substitute = SUBSTITUTES.get(split_revision(config.dataset)[0])
+        recorded = data | ({"instead_of_the_papers_corpus": substitute} if substitute else {})
+        write_text(self.corpus, json.dumps(recorded, indent=1) + "\n")
         code = {"code_hash": code_hash("training"), "attngeom_version": __version__}
         write_text(self.code, json.dumps(code, indent=1) + "\n")
         write_config(config, self.config)
@@ -248,9 +251,9 @@ class SeedPair:
 
 def seed_pairs(configs: Mapping[str, TrainConfig]) -> list[SeedPair]:
     """Within each set of random-init runs that differ only in ``seed`` (one run per seed, the first by
-    name), in seed order: every run paired with the next one, the last with the first (for two seeds:
-    both orders). So the null has as many pairs as there are seeds, each run once the reference and once
-    the other, like the symmetric-vs-random pairs it is compared with."""
+    name), in seed order: disjoint pairs (1st with 2nd, 3rd with 4th, …), so that no run is in two pairs
+    and the pairs are independent. With an odd number of seeds the last is in none (3 seeds give one
+    pair); with one seed there is no pair."""
     groups: dict[tuple, dict[int, str]] = {}
     for name, config in sorted(configs.items()):
         if _plain(config, "random"):
@@ -258,9 +261,6 @@ def seed_pairs(configs: Mapping[str, TrainConfig]) -> list[SeedPair]:
     pairs = []
     for by_seed in groups.values():
         seeds = sorted(by_seed)
-        if len(seeds) < 2:
-            continue
-        for i, seed in enumerate(seeds):
-            other = seeds[(i + 1) % len(seeds)]
-            pairs.append(SeedPair(by_seed[seed], by_seed[other], seed, other))
+        for first, second in zip(seeds[0::2], seeds[1::2], strict=False):
+            pairs.append(SeedPair(by_seed[first], by_seed[second], first, second))
     return pairs
