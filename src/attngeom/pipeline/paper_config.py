@@ -9,12 +9,15 @@ Figure S2 every model the reference scores per stack (encoder-decoder).
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import yaml
 
 from ..errors import InputError
 from ..files import write_text
+
+if TYPE_CHECKING:  # pandas is imported where a CSV is read: the workflow's DAG imports this module
+    import pandas as pd
 
 B, A = "bidirectional", "autoregressive"
 FAMILIES = {
@@ -139,6 +142,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        import pandas as pd
+
         reference = pd.read_csv(args.reference)
     except OSError as err:
         raise InputError(f"--reference {args.reference}: {err.strerror}") from None

@@ -79,6 +79,17 @@ class StepRecord:
     elapsed_s: float
 
 
+def progress_line(step: int, steps: int, loss: float, tokens_per_s: float, seconds_per_step: float) -> str:
+    """One line of a run's progress for a log file (a job log has no progress bar): the step, the loss,
+    the throughput and the time left at this pace."""
+    eta = round(seconds_per_step * (steps - step))
+    hours, rest = divmod(eta, 3600)
+    return (
+        f"step {step}/{steps}  loss {loss:.4f}  {tokens_per_s:,.0f} tokens/s  "
+        f"ETA {hours}:{rest // 60:02d}:{rest % 60:02d}"
+    )
+
+
 class LossLog(ParquetLog):
     """One row per optimizer step: loss, LM loss, gradient norm, learning rate, tokens seen, wall time.
 

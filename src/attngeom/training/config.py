@@ -265,3 +265,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 def write_config(config: TrainConfig, path: Path) -> None:
     write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False))
+
+
+def dataset_label(dataset: str) -> str:
+    """Short name of a dataset setting: a local file's stem, a Hub repo's last part, else the name."""
+    dataset = dataset.split("@")[0]  # a pinned revision is not part of the name
+    if dataset.startswith("hf:"):
+        return dataset[3:].split(":")[0].rsplit("/", 1)[-1]
+    return Path(dataset).stem if "/" in dataset or Path(dataset).suffix else dataset

@@ -11,11 +11,13 @@ its own micro-batches, rank 0 writes.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 import torch
@@ -24,7 +26,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
 from ..files import atomic_dir
-from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord
+from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord, progress_line
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ConfigError, TrainConfig
 from .data import Corpus, PackedBatches, load_corpus
@@ -113,11 +115,13 @@ def train(
     config: TrainConfig,
     out: str | Path,
     *,
-    progress: bool = True,
+    progress: bool | Literal["lines"] = True,
     stop_at: int | None = None,
     restart: Restart = "never",
 ) -> Path:
-    """Train (or resume) the run in folder ``out``; returns it. ``stop_at``: leave after that step as if
+    """Train (or resume) the run in folder ``out``; returns it. ``progress``: a progress bar (True),
+    nothing (False), or ``"lines"``: a line per log interval on stdout (step, loss, tokens/s, ETA), for
+    a job's log file. ``stop_at``: leave after that step as if
     interrupted (no final model), e.g. to fit a job's time limit; the next call resumes. ``restart``:
     what to do with an earlier run in ``out`` (``runs.RESTART_CHOICES``); nothing is written to ``out``
     before the run really starts, so a call that fails first leaves nothing in the way of the next."""
@@ -129,7 +133,7 @@ def train(
         folder.claim(config, restart)
 
     # data: rank 0 tokenises the corpus (once, cached); micro-batch i is a pure function of (seed, i)
-    corpus = _load_corpus_rank0_first(config, rt, progress)
+    corpus = _load_corpus_rank0_first(config, rt, progress is True)
     batches = PackedBatches(corpus, config)
 
     # model and optimiser, from the seed
@@ -168,7 +172,7 @@ def train(
         initial=start,
         total=config.steps,
         desc=folder.path.name,
-        disable=not (progress and rt.main),
+        disable=not (progress is True and rt.main),
     )
     for step in bar:
         # forward and backward over grad_accum micro-batches, clip, step, at this step's learning rate
@@ -181,7 +185,12 @@ def train(
         # log, score and checkpoint (rank 0 only), each on its own schedule
         losses.record(StepRecord(done, result.loss, result.lm_loss, result.grad_norm, lr, clock()))
         if when.log(done):
-            bar.set_postfix(loss=f"{losses.flush(clock):.3f}")
+            loss = losses.flush(clock)
+            bar.set_postfix(loss=f"{loss:.3f}")
+            if progress == "lines":
+                per_step = (clock() - elapsed) / (done - start)
+                rate = tokens_per_step / per_step if per_step > 0 else math.inf
+                print(progress_line(done, config.steps, loss, rate, per_step), flush=True)
         if when.score(done):
             scores.append(score_live(model, folder.path.name, done))
         if when.checkpoint(done):
