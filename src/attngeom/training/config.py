@@ -84,6 +84,11 @@ class TrainConfig:
     batch_size: int = 32
     grad_accum: int = 8
     seq_len: int = 512
+    batch_documents: int | None = None
+    """Count an update in documents, as the paper does (256): each update takes this many documents, each
+    truncated to ``seq_len`` as ``[CLS] document [SEP]``, packs them into as few rows as fit, and steps
+    over micro-batches of ``batch_size`` rows (as many as the rows need; ``grad_accum`` is unused).
+    ``None``: an update is ``batch_size × grad_accum`` rows cut from the token stream."""
     lr: float = 5e-5
     warmup_steps: int = 200
     weight_decay: float = 0.01
@@ -120,6 +125,11 @@ class TrainConfig:
             )
         if self.hidden % self.heads:
             raise ConfigError(f"hidden_size {self.hidden} is not a multiple of n_heads {self.heads}")
+        if self.batch_documents is not None and not self.document_mask:
+            raise ConfigError(
+                "training setting batch_documents needs document_mask: true (the documents packed into a "
+                "row, and its padding, must not see each other)"
+            )
 
     @property
     def hidden(self) -> int:
@@ -156,7 +166,16 @@ RANGES: dict[str, tuple[float, float, str]] = {
         ("n_layers", "hidden_size", "n_heads", "intermediate_size", "vocab_size", "max_documents"), _POSITIVE
     ),
     **dict.fromkeys(
-        ("steps", "batch_size", "grad_accum", "log_every", "score_every", "checkpoint_every"), _POSITIVE
+        (
+            "steps",
+            "batch_size",
+            "grad_accum",
+            "batch_documents",
+            "log_every",
+            "score_every",
+            "checkpoint_every",
+        ),
+        _POSITIVE,
     ),
     "seq_len": (8, math.inf, "an integer ≥ 8"),
     "warmup_steps": (0, math.inf, "an integer ≥ 0"),
