@@ -380,8 +380,8 @@ PAPER_ROW_RUNS = 6
 def paper_settings(kind: str, stop: int) -> dict:
     """The paper's update and bookkeeping cadence (loss every 100 updates, scores and a checkpoint every
     1,000) on the benchmark corpus: ``documents`` counts the update in documents (256, packed into rows
-    of 512, micro-batches of 64 rows); ``accum`` is 32 × 8 rows of the packed stream."""
-    size = {"documents": {"batch_documents": PAPER_DOCUMENTS, "batch_size": 64}, "accum": {"grad_accum": 8}}
+    of 512, micro-batches of 56 rows: the 42–54 rows that 256 State of the Union paragraphs fill); ``accum`` is 32 × 8 rows of the packed stream."""
+    size = {"documents": {"batch_documents": PAPER_DOCUMENTS, "batch_size": 56}, "accum": {"grad_accum": 8}}
     return {
         **size[kind],
         "steps": PAPER_UPDATES,

@@ -39,6 +39,25 @@ RESOURCE_KEYS = ("gpus", "nodes", "threads", "mem_mb", "runtime")
 """Keys a pipeline config may add to a run (scheduler resources); they are not training settings."""
 
 
+PAPER: dict[str, Any] = {
+    "steps": 200_000,
+    "batch_documents": 256,
+    "seq_len": 512,
+    "lr": 5e-5,
+    "warmup_steps": 200,
+    "weight_decay": 0.01,
+    "mlm_probability": 0.15,
+    "dropout": 0.1,
+    "precision": "fp16",
+}
+"""The paper's optimisation (Appendix S2.3): 200,000 updates of 256 sequences (32 × 8 accumulation), one
+document each, up to 512 tokens; AdamW, lr 5e-5, 200 warm-up steps then linear decay, weight decay 0.01;
+15% masking; BERT's dropout 0.1; fp16 mixed precision (which attngeom does not offer: bf16 or fp32)."""
+
+RECORD_KEYS = ("differs_from_paper",)
+"""Keys a run's config.yaml records beside its settings (written by ``write_config``, not read back)."""
+
+
 class ConfigError(InputError):
     """A training setting is missing, unknown or out of range."""
 
@@ -279,8 +298,17 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         data = pipeline_training(data, path).get("defaults") or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: training: defaults: must be a mapping of settings")
-    return {k: v for k, v in data.items() if k not in RESOURCE_KEYS}
+    return {k: v for k, v in data.items() if k not in RESOURCE_KEYS and k not in RECORD_KEYS}
+
+
+def paper_differences(config: TrainConfig) -> list[str]:
+    """The settings of ``config`` that differ from the paper's optimisation (``PAPER``), as
+    ``name=value (paper: value)``; an empty list for a run in the paper's own regime."""
+    settings = config.to_dict()
+    return [f"{k}={settings[k]} (paper: {v})" for k, v in PAPER.items() if settings[k] != v]
 
 
 def write_config(config: TrainConfig, path: Path) -> None:
-    write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False))
+    """The run's settings, and the ones that differ from the paper's (``differs_from_paper``)."""
+    record = {**config.to_dict(), "differs_from_paper": paper_differences(config)}
+    write_text(path, yaml.safe_dump(record, sort_keys=False, allow_unicode=True))

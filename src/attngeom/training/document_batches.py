@@ -38,14 +38,14 @@ def pack_first_fit(lengths: np.ndarray, capacity: int) -> list[list[int]]:
     """Indices of ``lengths`` grouped into rows of at most ``capacity``: first-fit decreasing (longest first,
     each into the first row with room), at most 11/9 of the fewest rows possible plus one."""
     rows: list[list[int]] = []
-    free: list[int] = []
+    free = np.zeros(len(lengths), dtype=np.int64)  # room left in each row (at most one row per item)
     for index in np.argsort(-lengths, kind="stable"):
         length = int(lengths[index])
-        row = next((r for r, room in enumerate(free) if room >= length), None)
-        if row is None:
+        row = int(np.argmax(free[: len(rows)] >= length)) if len(rows) else 0
+        if not len(rows) or free[row] < length:
+            row = len(rows)
             rows.append([])
-            free.append(capacity)
-            row = len(rows) - 1
+            free[row] = capacity
         rows[row].append(int(index))
         free[row] -= length
     return rows
@@ -92,20 +92,25 @@ class DocumentBatches:
     def rows(self, step: int) -> torch.Tensor:
         """(R, L) rows of update ``step``: its documents packed, each row's end filled with [PAD]."""
         docs = self.documents(step)
-        lengths = self.lengths[docs] + 2
-        packed = pack_first_fit(lengths, self.config.seq_len)
-        out = torch.full((len(packed), self.config.seq_len), self.pad, dtype=torch.long)
-        for r, members in enumerate(packed):
-            at = 0
-            for member in members:
-                start, length = self.starts[docs[member]], self.lengths[docs[member]]
-                out[r, at] = self.cls
-                out[r, at + 1 : at + 1 + length] = torch.from_numpy(
-                    self.corpus.tokens[start : start + length].astype(np.int64)
-                )
-                out[r, at + 1 + length] = self.sep
-                at += length + 2
-        return out
+        lengths = self.lengths[docs]
+        packed = pack_first_fit(lengths + 2, self.config.seq_len)
+        order = np.array([member for row in packed for member in row])
+        sizes = lengths[order]
+        # where each document's [CLS] goes in the flattened rows: its row's start plus the documents before
+        rows = np.repeat(np.arange(len(packed)), [len(row) for row in packed])
+        before = np.cumsum(sizes + 2) - (sizes + 2)
+        row_start = np.concatenate(
+            [[0], np.cumsum([lengths[row].sum() + 2 * len(row) for row in packed])[:-1]]
+        )
+        heads = rows * self.config.seq_len + before - row_start[rows]
+        # every token of every document at once: its document, and its place inside it
+        owner = np.repeat(np.arange(len(order)), sizes)
+        within = np.arange(len(owner)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        out = np.full(len(packed) * self.config.seq_len, self.pad, dtype=np.int64)
+        out[heads] = self.cls
+        out[heads[owner] + 1 + within] = self.corpus.tokens[self.starts[docs[order]][owner] + within]
+        out[heads + 1 + sizes] = self.sep
+        return torch.from_numpy(out.reshape(len(packed), self.config.seq_len))
 
     def update(self, step: int) -> Update:
         """Update ``step``'s micro-batches of ``batch_size`` rows (the last one completed with empty rows,
@@ -139,7 +144,7 @@ class DocumentBatches:
             return MicroBatch(rows, positions, targets.masked_fill(unseen, IGNORED), owner)
         special = torch.isin(rows, self.special)
         noise = torch.rand(rows.shape, generator=gen).masked_fill(special, 2.0)
-        order = noise.argsort(dim=1)[:, : self.slots]
+        order = noise.topk(self.slots, dim=1, largest=False).indices  # ascending noise: rank order
         real = (~special).sum(dim=1, keepdim=True)
         wanted = (real * self.config.mlm_probability).round().clamp_min(1).minimum(real)
         used = torch.arange(self.slots) < wanted

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Literal
 
 from ..files import write_text
-from .config import ConfigError, TrainConfig, make_config, read_config_file, write_config
+from .config import (
+    ConfigError,
+    TrainConfig,
+    make_config,
+    paper_differences,
+    read_config_file,
+    write_config,
+)
 from .data import Corpus
 
 Restart = Literal["never", "if-changed", "always"]
@@ -154,6 +161,7 @@ class RunInfo:
             "init": self.config.init,
             "reg_weight": self.config.reg_weight,
             "seed": self.config.seed,
+            "differs_from_paper": "; ".join(paper_differences(self.config)) or "none",
         }
 
 
