@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
 
 from attngeom.training.config import ConfigError, make_config
 from attngeom.training.data import IGNORED, load_corpus
@@ -150,3 +151,18 @@ def test_batch_documents_needs_the_document_mask_and_enough_documents(config):
     with pytest.raises(ConfigError, match="fewer than one update"):
         cfg = make_config(config.to_dict(), {"batch_documents": 10_000})
         DocumentBatches(load_corpus(cfg, progress=False), cfg)
+
+
+def test_a_run_records_the_settings_that_differ_from_the_papers(config, tmp_path):
+    from attngeom.training.config import PAPER, paper_differences
+    from attngeom.training.runs import RunInfo
+
+    paper = make_config({k: v for k, v in PAPER.items() if k != "precision"})
+    assert paper_differences(paper) == ["precision=auto (paper: fp16)"]  # attngeom has no fp16
+    out = train(config, tmp_path / "run", progress=False)
+    recorded = yaml.safe_load((out / "config.yaml").read_text())["differs_from_paper"]
+    assert "steps=3 (paper: 200000)" in recorded and "batch_documents=16 (paper: 256)" in recorded
+    assert "lr=" not in " ".join(recorded)  # the paper's learning rate is the default
+    info = RunInfo.read(out)  # the record is not read back as a setting
+    assert info.config == config
+    assert info.labels()["differs_from_paper"] == "; ".join(recorded)
