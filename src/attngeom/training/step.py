@@ -3,7 +3,9 @@
 The step: forward and backward over ``grad_accum`` micro-batches (DDP syncs gradients on the last one only),
 clip, fused AdamW. Compiled (``TrainConfig.compiles_on``), the loss (model, gather at the loss positions, cross-entropy) is one
 torch.compile graph; on a single CUDA GPU its forward and backward also run as CUDA graphs
-(``reduce-overhead``), so a small model is not bound by Python launching its kernels.
+(``reduce-overhead``), also with several micro-batches a step, so a small model is not bound by Python
+launching its kernels. An update is its micro-batches: ``grad_accum`` of the packed stream, or as many
+as its documents fill (``DocumentBatches``), each weighted by its share of the update's loss.
 
 The feed: micro-batch ``i`` is still a pure function of (seed, i), but it is built on a background thread a
 few batches ahead, in pinned memory, and copied to the GPU without blocking, so the GPU never waits for it.
