@@ -6,7 +6,8 @@
 # (workflow/rules/gpus.smk). Runs come from
 # `training: runs:` (a list of {name, overrides}) and/or `training: grid:` (setting → list of values, one
 # run per combination, named by its values); `training: seeds:` repeats every run once per seed
-# (<name>-s<seed>). The paper's grid:
+# (<name>-s<seed>). The paper's grid (config/paper.yaml holds it with the paper's optimisation and
+# `batch_documents: 256`; `attngeom paper-config` writes it):
 #
 #   training:
 #     defaults: {tokenizer: bert-uncased, device: cuda, compile: true, gpus: 1, runtime: 2880, mem_mb: 64000}

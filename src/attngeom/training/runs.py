@@ -21,7 +21,15 @@ from typing import Literal
 from ..files import write_text
 from ..provenance import code_hash
 from ..version import __version__
-from .config import ConfigError, TrainConfig, dataset_label, make_config, read_config_file, write_config
+from .config import (
+    ConfigError,
+    TrainConfig,
+    dataset_label,
+    make_config,
+    paper_differences,
+    read_config_file,
+    write_config,
+)
 from .data import Corpus
 from .documents import SUBSTITUTES, split_revision
 
@@ -177,6 +185,7 @@ class RunInfo:
             "init": self.config.init,
             "reg_weight": self.config.reg_weight,
             "seed": self.config.seed,
+            "differs_from_paper": "; ".join(paper_differences(self.config)) or "none",
         }
 
 
