@@ -1,0 +1,390 @@
+"""Discovery: the attention layout of a ``model_type`` without a table, read off the model itself.
+
+transformers builds the model from its config on the meta device (no weights, no memory, no remote
+code). Its modules are walked: a module with a query and a key projection (``q_proj``/``k_proj`` and
+the other spellings of ``PAIRS``) is an attention; the projections' parameter names are the checkpoint
+tensor names (the reader matches them as dotted suffixes, so ``model.`` and the task heads' prefixes
+do not matter); the head width comes from the module (``head_dim``) or the config, and the head counts
+from the projections' widths. A q/k norm beside the projections is probed on a copy of the module (is
+its gain ``w`` or ``1 + w``, does it centre) and folded in as ``normalised_decoders`` does. A layer of a
+stack that holds no attention (a Mamba mixer, linear attention, a convolution) is an ``UnscoredLayer``.
+
+A discovered layout is used only for the model types that the generated conformance run (``conformance``,
+``support.json``) scored and validated against a forward pass of a random model; everything else is
+refused with the reason that run recorded.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer, linear
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+PAIRS = (
+    ("q_proj", "k_proj"),
+    ("query", "key"),
+    ("q", "k"),
+    ("wq", "wk"),
+    ("query_proj", "key_proj"),
+    ("q_lin", "k_lin"),
+    ("to_q", "to_k"),
+    ("linear_q", "linear_k"),
+)
+"""Child names of separate query and key projections."""
+NORMS = (("q_norm", "k_norm"), ("q_layernorm", "k_layernorm"), ("query_layernorm", "key_layernorm"))
+"""Child names of q/k norms applied after the projections."""
+CROSS = re.compile(r"cross|encoder_attn|EncDec", re.IGNORECASE)
+"""Attention modules whose keys read another stack (decoder queries × encoder keys)."""
+NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
+
+
+@dataclass(frozen=True)
+class Norm:
+    """A q or k norm: the gain is ``weight + offset``; ``centre`` for a LayerNorm; ``bias`` if it adds one."""
+
+    name: str
+    offset: float
+    centre: bool
+    bias: bool
+
+
+@dataclass(frozen=True)
+class Found:
+    """One attention module of the base model and where its q/k tensors are."""
+
+    path: str
+    stack: str
+    layer: int
+    q: str
+    k: str
+    head_dim: int
+    n_heads: int
+    n_kv_heads: int
+    q_bias: bool
+    k_bias: bool
+    cross: bool
+    q_norm: Norm | None = None
+    k_norm: Norm | None = None
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A layer of a stack with attention elsewhere whose own mixer is not a dot-product attention."""
+
+    stack: str
+    layer: int
+    mixer: str
+
+
+def meta_model(config: PretrainedConfig) -> torch.nn.Module:
+    """The base model of ``config`` on the meta device (``AutoModel``; no weights are allocated)."""
+    from transformers import AutoModel
+
+    with torch.device("meta"):
+        return AutoModel.from_config(config, trust_remote_code=False)
+
+
+def _linear(module: object) -> bool:
+    return isinstance(module, torch.nn.Linear)
+
+
+def _head_dim(module: torch.nn.Module, config: PretrainedConfig, q_width: int) -> int | None:
+    for name in ("head_dim", "attention_head_size", "head_size", "d_head", "dim_head"):
+        value = getattr(module, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    for name in ("num_heads", "num_attention_heads", "n_heads", "n_head"):
+        value = getattr(module, name, None)
+        if isinstance(value, int) and value > 0 and q_width % value == 0:
+            return q_width // value
+    return None
+
+
+def probe_norm(norm: torch.nn.Module, name: str) -> Norm | None:
+    """How ``norm`` scales: run a CPU copy with weight 0 (gain ``w``: output 0) and with weight set to
+    give gain 1 (a LayerNorm centres its output). ``None`` when it is not an elementwise-gain norm."""
+    weight = getattr(norm, "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
+        return None
+    probe = copy.deepcopy(norm).to_empty(device="cpu").float()
+    bias = getattr(probe, "bias", None)
+    x = torch.randn(3, weight.numel(), generator=torch.Generator().manual_seed(0)) + 2.0
+    with torch.no_grad():
+        if isinstance(bias, torch.Tensor):
+            bias.zero_()
+        probe.weight.zero_()
+        at_zero = probe(x)
+        offset = 0.0 if at_zero.abs().max() < 1e-6 else 1.0
+        probe.weight.fill_(1.0 - offset)
+        at_one = probe(x)
+    if offset and (probe(x) - at_zero).abs().max() > 1e-6:
+        return None
+    centre = bool(at_one.mean(-1).abs().max() < 1e-4)
+    return Norm(name, offset, centre, isinstance(bias, torch.Tensor))
+
+
+def _norms(module: torch.nn.Module) -> tuple[Norm | None, Norm | None]:
+    for q_name, k_name in NORMS:
+        q_norm, k_norm = getattr(module, q_name, None), getattr(module, k_name, None)
+        if isinstance(q_norm, torch.nn.Module) and isinstance(k_norm, torch.nn.Module):
+            q, k = probe_norm(q_norm, q_name), probe_norm(k_norm, k_name)
+            if q is None or k is None:
+                raise ArchitectureError(f"{type(module).__name__}: q/k norm {q_name} of unknown kind")
+            return q, k
+    return None, None
+
+
+def _template(path: str) -> str:
+    return NUMBER.sub(lambda m: m.group(0).replace(m.group(1), "{}"), path)
+
+
+def find_attention(model: torch.nn.Module, config: PretrainedConfig) -> list[Found | Skipped]:
+    """Every attention module with separate q/k projections, grouped into stacks, and the unscored layers
+    of a stack whose layer list holds other mixers too.
+
+    Attention modules whose paths differ only in numbers form one stack; the numbers that vary between
+    them index its layers (T5's ``block.{i}.layer.0.SelfAttention``: i), in module order.
+    """
+    raw: list[tuple[str, str, str, torch.nn.Module]] = []
+    for path, module in model.named_modules():
+        for q, k in PAIRS:
+            if _linear(getattr(module, q, None)) and _linear(getattr(module, k, None)):
+                raw.append((path, q, k, module))
+                break
+    groups: dict[str, list[tuple[str, str, str, torch.nn.Module]]] = {}
+    for entry in raw:
+        groups.setdefault(_template(entry[0]), []).append(entry)
+    names = _stack_names(groups)
+    found: list[Found | Skipped] = []
+    for template, entries in groups.items():
+        stack = names[template]
+        container = _layer_list(model, template, entries)
+        indices = [_index(path, template) for path, *_ in entries]
+        if container is not None:
+            found.extend(
+                Skipped(stack.removesuffix("_cross"), i, _mixer(block))
+                for i, block in enumerate(container)
+                if i not in indices
+            )
+        for index, (path, q, k, module) in zip(indices, entries, strict=True):
+            found.append(_found(config, path, q, k, module, stack, index))
+    order = list(names.values())
+    found.sort(key=lambda f: (order.index(f.stack) if f.stack in order else order.index(f.stack + "_cross"), f.layer))
+    return found
+
+
+def _index(path: str, template: str) -> int:
+    """The layer index of ``path``: its first number (T5 and stages: the varying ones, flattened later)."""
+    numbers = NUMBER.findall(path)
+    return int(numbers[0]) if numbers else 0
+
+
+def _layer_list(model: torch.nn.Module, template: str, entries: list) -> torch.nn.ModuleList | None:
+    """The ``nn.ModuleList`` the stack's layers are items of (where its first number indexes)."""
+    path = entries[0][0]
+    match = NUMBER.search(path)
+    if match is None:
+        return None
+    container = model.get_submodule(path[: match.start()])
+    return container if isinstance(container, torch.nn.ModuleList) else None
+
+
+def _stack_names(groups: dict[str, list]) -> dict[str, str]:
+    """``self`` for one stack; else the words before a stack's first layer number (``_cross`` added for
+    cross-attention, the attention's own name where two stacks share those words)."""
+    if len(groups) == 1:
+        template = next(iter(groups))
+        return {template: "self_cross" if _is_cross(groups[template][0]) else "self"}
+    names: dict[str, str] = {}
+    for template, entries in groups.items():
+        head = template.split(".{}", 1)[0]
+        words = [w for w in head.split(".") if w not in ("layers", "layer", "blocks", "block", "h", "model")]
+        name = "_".join(words) or "self"
+        if _is_cross(entries[0]):
+            name += "_cross"
+        names[template] = name
+    seen: dict[str, int] = {}
+    for name in names.values():
+        seen[name] = seen.get(name, 0) + 1
+    return {
+        t: (n if seen[n] == 1 else f"{n}_{t.rsplit('.', 1)[-1]}".replace("_cross_", "_") + ("_cross" if n.endswith("_cross") and not t.endswith("cross") else ""))
+        for t, n in names.items()
+    }
+
+
+def _is_cross(entry: tuple) -> bool:
+    path, q, k, module = entry
+    name = path.rsplit(".", 1)[-1]
+    return bool(CROSS.search(name)) or getattr(module, q).in_features != getattr(module, k).in_features
+
+
+def _found(config, path: str, q: str, k: str, module: torch.nn.Module, stack: str, index: int) -> Found:
+    q_mod, k_mod = getattr(module, q), getattr(module, k)
+    head_dim = _head_dim(module, config, q_mod.out_features)
+    if head_dim is None:
+        raise ArchitectureError(f"{type(module).__name__} at {path}: no head width to read")
+    q_norm, k_norm = _norms(module)
+    return Found(
+        path=path,
+        stack=stack,
+        layer=index,
+        q=f"{path}.{q}" if path else q,
+        k=f"{path}.{k}" if path else k,
+        head_dim=head_dim,
+        n_heads=q_mod.out_features // head_dim,
+        n_kv_heads=k_mod.out_features // head_dim,
+        q_bias=q_mod.bias is not None,
+        k_bias=k_mod.bias is not None,
+        cross=stack.endswith("_cross"),
+        q_norm=q_norm,
+        k_norm=k_norm,
+    )
+
+
+def _mixer(block: torch.nn.Module) -> str:
+    """The class name of a block's token mixer (its first child that is not a norm or a feed-forward)."""
+    for child in block.children():
+        name = type(child).__name__
+        if not re.search(r"Norm|MLP|Mlp|FeedForward|MoE|Moe|Dropout|Identity", name):
+            return name
+    return type(block).__name__
+
+
+def _terms(config: PretrainedConfig, found: Found, rotary: bool) -> tuple[str, ...]:
+    from .decoders import rotary_terms, window
+
+    if found.stack == "self" and rotary:
+        return rotary_terms(config, found.layer)
+    return ("scale",) + (window(config, found.layer) if found.stack == "self" else ())
+
+
+def saved_names(model: torch.nn.Module, items: list[Found | Skipped]) -> dict[str, str]:
+    """In-memory parameter name → the name ``save_pretrained`` writes, for the q/k tensors of ``items``.
+
+    transformers 5 saves some families in their legacy layout (e.g. ``language_model.model.layers``);
+    its own reverse of the checkpoint conversion mapping gives the names.
+    """
+    from transformers.core_model_loading import revert_weight_conversion
+
+    params = dict(model.named_parameters())
+    wanted = {}
+    for item in items:
+        if isinstance(item, Found):
+            norms = [f"{item.path}.{n.name}" for n in (item.q_norm, item.k_norm) if n is not None]
+            for prefix in (item.q, item.k, *norms):
+                for suffix in (".weight", ".bias"):
+                    if prefix + suffix in params:
+                        wanted[prefix + suffix] = params[prefix + suffix]
+    try:
+        reverted = revert_weight_conversion(model, dict(wanted))
+    except Exception:  # noqa: BLE001 — a converter that needs real tensors: keep the in-memory names
+        return {}
+    by_tensor = {id(t): name for name, t in reverted.items()}
+    return {name: by_tensor[id(t)] for name, t in wanted.items() if by_tensor.get(id(t), name) != name}
+
+
+def _get(reader: TensorReader, renamed: dict[str, str], name: str) -> torch.Tensor:
+    return reader.get(*dict.fromkeys((renamed.get(name, name), name)))
+
+
+def discovered_layers(
+    config: PretrainedConfig,
+    reader: TensorReader,
+    items: list[Found | Skipped],
+    rotary: bool,
+    renamed: dict[str, str],
+) -> Iterator[AttentionLayer | UnscoredLayer]:
+    """The layers of ``items`` read from ``reader`` (``renamed``: checkpoint names that differ)."""
+    from .normalised_decoders import QK_NORM_PER_HEAD, QK_NORM_WHOLE, normalised
+
+    def get(name: str) -> torch.Tensor:
+        return _get(reader, renamed, name)
+
+    for item in items:
+        if isinstance(item, Skipped):
+            yield UnscoredLayer(item.stack, item.layer, f"{item.mixer}: not a dot-product attention")
+            continue
+        bias = ("bias",) if item.q_bias or item.k_bias else ()
+        layer = AttentionLayer(
+            stack=item.stack,
+            layer=item.layer,
+            w_q=linear(get(f"{item.q}.weight")),
+            w_k=linear(get(f"{item.k}.weight")),
+            b_q=get(f"{item.q}.bias") if item.q_bias else None,
+            b_k=get(f"{item.k}.bias") if item.k_bias else None,
+            n_heads=item.n_heads,
+            n_kv_heads=item.n_kv_heads,
+            head_dim=item.head_dim,
+            left_out=bias + _terms(config, item, rotary),
+            cross=item.cross,
+        )
+        if item.q_norm is not None and item.k_norm is not None:
+            q_gain = get(f"{item.path}.{item.q_norm.name}.weight") + item.q_norm.offset
+            k_gain = get(f"{item.path}.{item.k_norm.name}.weight") + item.k_norm.offset
+            form = QK_NORM_PER_HEAD if q_gain.numel() == item.head_dim else QK_NORM_WHOLE
+            layer = normalised(
+                layer, q_gain, k_gain, form, item.q_norm.centre, item.q_norm.bias or item.k_norm.bias
+            )
+        yield layer
+
+
+def discover(config: PretrainedConfig) -> Architecture:
+    """The architecture of ``config`` as its meta-device model shows it (raises ``ArchitectureError``)."""
+    try:
+        model = meta_model(config)
+    except Exception as err:  # transformers raises many kinds for configs it cannot build
+        raise ArchitectureError(f"transformers cannot build it ({type(err).__name__})") from err
+    items = find_attention(model, config)
+    if not any(isinstance(item, Found) for item in items):
+        raise ArchitectureError("no attention module with separate query and key projections")
+    rotary = any("Rotary" in type(m).__name__ for m in model.modules())
+    renamed = saved_names(model, items)
+    stacks = tuple(dict.fromkeys(item.stack for item in items if isinstance(item, Found)))
+    return Architecture(
+        model_types=(config.model_type,),
+        modality=_modality(model, stacks),
+        objective=_objective(config.model_type),
+        layers=lambda cfg, reader: discovered_layers(cfg, reader, items, rotary, renamed),
+        n_layers=lambda cfg: len(items),
+        notes="discovered from the transformers model",
+        stacks=stacks,
+        stack_modality={s: m for s in stacks if (m := _stack_modality(s))},
+    )
+
+
+def _stack_modality(stack: str) -> str | None:
+    for word, modality in (("vision", "vision"), ("visual", "vision"), ("image", "vision"), ("audio", "audio")):
+        if word in stack:
+            return modality
+    return "language" if re.search("text|language", stack) else None
+
+
+def _modality(model: torch.nn.Module, stacks: tuple[str, ...]) -> str:
+    kinds = {_stack_modality(s) for s in stacks} - {None}
+    if len(kinds) > 1:
+        return "multimodal"
+    main = getattr(model, "main_input_name", "input_ids")
+    if main == "pixel_values" or kinds == {"vision"}:
+        return "vision"
+    if main in ("input_features", "input_values") or kinds == {"audio"}:
+        return "audio"
+    return "language"
+
+
+def _objective(model_type: str) -> str:
+    from transformers.models.auto import modeling_auto as auto
+
+    if model_type in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+        return "encoder-decoder"
+    if model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return "autoregressive"
+    return "bidirectional"

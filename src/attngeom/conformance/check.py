@@ -1,0 +1,207 @@
+"""One model_type's conformance: a tiny random model's own q·k against attngeom's per-head forms.
+
+The tiny model (``tiny``) is built at random in float64 and saved with ``save_pretrained``; attngeom's
+discovered layers are read back from those files. A forward pass records, per attention module, the
+input and output of its q and k projections and the q and k that reach transformers' attention function
+(rotary neutralised: cos 1, sin 0). For every head h the form must give the captured scores:
+Q_h K_gᵀ = diag(c_q)(x W_q,h + b_q,h)(x W_k,g + b_k,g)ᵀ diag(c_k), with c one positive constant for a
+``standard`` form (the 1/√d_h scale) and a positive scalar per token and head for a normalised one.
+A module outside the attention interface is checked on its projections' outputs (standard forms only).
+"""
+
+from __future__ import annotations
+
+import inspect
+import tempfile
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import torch
+
+from ..architectures.discovery import Found, discover, find_attention
+from ..sources import open_source
+from .tiny import reserved_tokens, tiny_config
+
+CAPTURE = "attngeom_conformance"
+RTOL = 1e-5
+_interface: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _attention(module, query, key, value, attention_mask, **kwargs):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    _interface.setdefault(id(module), (query.detach(), key.detach()))
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(CAPTURE, _attention)
+
+
+def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    generator = torch.Generator().manual_seed(seed)
+    model = model.double().eval()
+    if hasattr(model, "set_experts_implementation"):
+        try:  # grouped matrix products take no float64
+            model.set_experts_implementation("eager")
+        except (ValueError, AttributeError):
+            pass
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * 0.3)
+    return model
+
+
+def inputs_for(model: torch.nn.Module, batch: int = 2, length: int = 7) -> dict[str, torch.Tensor]:
+    """Random inputs of the model's main kind (token ids, pixels, audio features or samples)."""
+    config = model.config
+    generator = torch.Generator().manual_seed(1)
+    main = getattr(model, "main_input_name", "input_ids")
+    params = inspect.signature(model.forward).parameters
+    if main not in params:
+        main = next((n for n in ("pixel_values", "input_features", "input_values") if n in params), main)
+    if main == "pixel_values":
+        vision = getattr(config, "vision_config", None) or config
+        size = getattr(vision, "image_size", 32)
+        size = size[0] if isinstance(size, (list, tuple)) else size
+        channels = getattr(vision, "num_channels", 3)
+        return {main: torch.randn(batch, channels, size, size, generator=generator, dtype=torch.float64)}
+    if main == "input_features":
+        bins = getattr(config, "num_mel_bins", None) or getattr(config, "feature_size", 80)
+        frames = 2 * getattr(config, "max_source_positions", 32)
+        return {main: torch.randn(batch, bins, frames, generator=generator, dtype=torch.float64)}
+    if main == "input_values":
+        return {main: torch.randn(batch, 4000, generator=generator, dtype=torch.float64)}
+    vocab = getattr(config, "vocab_size", None) or getattr(getattr(config, "text_config", None), "vocab_size", 128)
+    allowed = torch.tensor(sorted(set(range(vocab)) - reserved_tokens(config.to_dict()))[:vocab])
+    ids = allowed[torch.randint(0, len(allowed), (batch, length), generator=generator)]
+    inputs = {"input_ids": ids}
+    if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
+        inputs["decoder_input_ids"] = ids[:, :5]
+    return inputs
+
+
+@contextmanager
+def _rotary_neutralised(modules: list[torch.nn.Module]):
+    def pre_hook(module, args, kwargs):
+        cos_sin = kwargs.get("position_embeddings")
+        if not isinstance(cos_sin, tuple) or len(cos_sin) != 2:
+            return None
+        cos, sin = cos_sin
+        return args, {**kwargs, "position_embeddings": (torch.ones_like(cos), torch.zeros_like(sin))}
+
+    handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def _implementation(model: torch.nn.Module, name: str):
+    from transformers import PretrainedConfig
+
+    configs = {id(model.config): model.config}
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if isinstance(config, PretrainedConfig):
+            configs[id(config)] = config
+    before = {key: c._attn_implementation_internal for key, c in configs.items()}
+    for config in configs.values():
+        config._attn_implementation_internal = name
+    try:
+        yield
+    finally:
+        for key, config in configs.items():
+            config._attn_implementation_internal = before[key]
+
+
+def capture(model: torch.nn.Module, items: list[Found]) -> dict[str, dict[str, torch.Tensor]]:
+    """By attention path: x_q, x_k (projection inputs), q, k (projection outputs) and, where the module
+    goes through the attention interface, q_attn and k_attn as the attention function got them."""
+    seen: dict[str, dict[str, torch.Tensor]] = {}
+    modules = {item.path: model.get_submodule(item.path) for item in items}
+
+    def keep(path: str, role: str):
+        def hook(projection, args, output):
+            record = seen.setdefault(path, {})
+            if f"x_{role}" not in record:
+                record[f"x_{role}"], record[role] = args[0].detach(), output.detach()
+
+        return hook
+
+    _register()
+    _interface.clear()
+    with ExitStack() as stack:
+        for item in items:
+            module = modules[item.path]
+            for role, name in (("q", item.q), ("k", item.k)):
+                child = module.get_submodule(name.rsplit(".", 1)[-1])
+                handle = child.register_forward_hook(keep(item.path, role))
+                stack.callback(handle.remove)
+        stack.enter_context(_rotary_neutralised(list(modules.values())))
+        stack.enter_context(_implementation(model, CAPTURE))
+        pending = [item.path for item in items]
+        for runner in _runners(model, items):
+            with torch.no_grad():
+                runner(**inputs_for(runner))
+            pending = [p for p in pending if p not in seen]
+            if not pending:
+                break
+    for path, module in modules.items():
+        if id(module) in _interface and path in seen:
+            seen[path]["q_attn"], seen[path]["k_attn"] = _interface[id(module)]
+    return seen
+
+
+def _runners(model: torch.nn.Module, items: list[Found]) -> list[torch.nn.Module]:
+    """The model itself, then each sub-model (a ``PreTrainedModel`` inside it: a vision tower, an encoder)
+    that holds attention modules, for the towers a text-only forward pass does not reach."""
+    from transformers import PreTrainedModel
+
+    runners = [model]
+    for path, module in model.named_modules():
+        if path and isinstance(module, PreTrainedModel) and any(i.path.startswith(path + ".") for i in items):
+            runners.append(module)
+    return runners
+
+
+def heads(t: torch.Tensor, n: int, d: int) -> torch.Tensor:
+    """(..., N, n·d) → (B, n, N, d), a 2-D packed input as one batch."""
+    t = t if t.dim() == 3 else t.reshape(1, -1, t.shape[-1])
+    return t.reshape(t.shape[0], t.shape[1], n, d).transpose(1, 2)
+
+
+def compare(layer, record: dict[str, torch.Tensor]) -> str | None:
+    """Why ``layer`` does not give ``record``'s scores, or None when it does."""
+    x_q, x_k = record["x_q"].double(), record["x_k"].double()
+    ours = []
+    for x, w, b, n in ((x_q, layer.w_q, layer.b_q, layer.n_heads), (x_k, layer.w_k, layer.b_k, layer.n_kv_heads)):
+        out = x @ w.double() + (0 if b is None else b.double())
+        ours.append(heads(out, n, layer.head_dim))
+    attn = "q_attn" in record
+    theirs = [record["q_attn"], record["k_attn"]] if attn else [
+        heads(record["q"], layer.n_heads, layer.head_dim), heads(record["k"], layer.n_kv_heads, layer.head_dim)
+    ]
+    if not attn and layer.form != "standard":
+        return "a normalised form outside the attention interface"
+    scalars = []
+    for mine, their in zip(ours, theirs, strict=True):
+        their = their.double()
+        if mine.shape != their.shape:
+            return f"q/k shape {tuple(their.shape)} in the model, {tuple(mine.shape)} from the form"
+        c = (mine * their).sum(-1) / (mine * mine).sum(-1).clamp_min(1e-30)
+        if not (c > 0).all():
+            return "q or k is not a positive multiple of the form's projection"
+        error = ((their - c[..., None] * mine).abs().max() / their.abs().max().clamp_min(1e-30)).item()
+        if error > RTOL:
+            return f"q or k differs from the form's projection (relative error {error:.1e})"
+        scalars.append(c)
+    if layer.form == "standard":
+        for c in scalars:
+            if ((c - c.flatten()[0]).abs().max() / c.abs().max()).item() > RTOL:
+                return "a standard form whose q or k is rescaled per token"
+    return None

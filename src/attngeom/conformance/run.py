@@ -1,0 +1,174 @@
+"""Run the conformance of every ``model_type`` of the installed transformers and write ``support.json``.
+
+Each type ends as ``table`` (a hand-written map, checked by ``tests/test_arch_*.py``), ``validated``
+(discovered, and the tiny model's forward pass agrees head by head) or ``refused`` with its reason.
+``python -m attngeom.conformance.run [OUT] [--jobs N] [--types a,b]`` (default OUT: the packaged file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import sys
+import tempfile
+from multiprocessing import get_context
+from pathlib import Path
+
+from ..architectures.validated import SUPPORT_FILE
+
+TIMEOUT_S = 60
+FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "in_proj", "W_pack", "qkv_linear", "to_qkv")
+
+
+def _short(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:140]}" if text else type(err).__name__
+
+
+def _no_attention_reason(model) -> str:
+    """Why a built model has no discovered attention: a fused projection, another attention, or none."""
+    import torch
+
+    for path, module in model.named_modules():
+        name = path.rsplit(".", 1)[-1]
+        if name in FUSED or isinstance(module, torch.nn.MultiheadAttention):
+            return f"fused q/k/v projection ({type(module).__name__} `{name}`): layout not discovered"
+    classes = sorted({type(m).__name__ for m in model.modules() if "Attention" in type(m).__name__})
+    if classes:
+        return f"attention without separate q/k projections ({', '.join(classes[:2])}): layout not discovered"
+    return "no dot-product attention (convolutional, state-space or other token mixing)"
+
+
+def check_type(model_type: str, parents: dict[str, str]) -> dict:
+    """The conformance entry of one ``model_type``."""
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    from ..architectures.registry import REGISTRY
+    from .check import capture, compare, randomized
+    from .tiny import tiny_config
+
+    if model_type in REGISTRY:
+        return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}
+    if model_type not in MODEL_MAPPING_NAMES:
+        parent = parents.get(model_type)
+        if parent:
+            return _refused(f"a sub-config, scored through its parent `{parent}`")
+        return _refused("transformers has no base model class for it")
+    try:
+        import torch
+        from transformers import AutoModel
+
+        from ..architectures.discovery import Found, discover, find_attention
+
+        config = tiny_config(model_type)
+        model = randomized(AutoModel.from_config(config))
+    except Exception as err:  # noqa: BLE001 — any failure is this type's result
+        return _refused(f"could not build a tiny model ({_short(err)})")
+    try:
+        architecture = discover(config)
+    except Exception as err:  # noqa: BLE001
+        reason = str(err) if "no attention module" not in str(err) else _no_attention_reason(model)
+        return _refused(reason)
+    items = [i for i in find_attention(model, config) if isinstance(i, Found)]
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            model.save_pretrained(folder)
+            source = open_source_for(folder)
+            layers = [l for l in architecture.layers(source.config, source) if hasattr(l, "w_q")]
+        records = capture(model, items)
+    except Exception as err:  # noqa: BLE001
+        return _refused(f"could not run the tiny model ({_short(err)})")
+    if len(layers) != len(items):
+        return _refused(f"not validated: {len(layers)} layers read back, {len(items)} attention modules")
+    for item, layer in zip(items, layers, strict=True):
+        if item.path not in records:
+            return _refused(f"not validated: {item.path} never ran in the tiny model's forward pass")
+        why = compare(layer, records[item.path])
+        if why:
+            return _refused(f"not validated: {layer.stack} layer {layer.layer}: {why}")
+    del torch
+    return {"status": "validated", "reason": "discovered", "stacks": list(architecture.stacks)}
+
+
+def open_source_for(folder: str):
+    from ..sources import open_source
+
+    return open_source(Path(folder))
+
+
+def _refused(reason: str) -> dict:
+    return {"status": "refused", "reason": reason, "stacks": []}
+
+
+def sub_config_parents() -> dict[str, str]:
+    """model_type of a sub-config → the first model_type whose config holds it."""
+    from transformers import CONFIG_MAPPING
+
+    parents: dict[str, str] = {}
+    for parent in sorted(CONFIG_MAPPING.keys()):
+        for sub in (getattr(CONFIG_MAPPING[parent], "sub_configs", None) or {}).values():
+            child = getattr(sub, "model_type", None)
+            if isinstance(child, str) and child and child != parent:
+                parents.setdefault(child, parent)
+    return parents
+
+
+def _worker(args: tuple[str, dict[str, str]]) -> tuple[str, dict]:
+    model_type, parents = args
+
+    def expired(signum, frame):
+        raise TimeoutError(f"over {TIMEOUT_S} s")
+
+    signal.signal(signal.SIGALRM, expired)
+    signal.alarm(TIMEOUT_S)
+    try:
+        return model_type, check_type(model_type, parents)
+    except Exception as err:  # noqa: BLE001
+        return model_type, _refused(f"could not run the tiny model ({_short(err)})")
+    finally:
+        signal.alarm(0)
+
+
+def all_model_types() -> list[str]:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return sorted(CONFIG_MAPPING_NAMES)
+
+
+def run_all(types: list[str], jobs: int) -> dict[str, dict]:
+    """The entries of ``types``, checked in ``jobs`` processes (each type in a fresh state)."""
+    parents = sub_config_parents()
+    work = [(t, parents) for t in types]
+    if jobs <= 1:
+        return dict(_worker(w) for w in work)
+    with get_context("spawn").Pool(jobs, maxtasksperchild=20) as pool:
+        return dict(pool.imap_unordered(_worker, work, chunksize=1))
+
+
+def document(results: dict[str, dict]) -> str:
+    import transformers
+
+    body = {"transformers": transformers.__version__, "types": dict(sorted(results.items()))}
+    return json.dumps(body, indent=1, sort_keys=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..files import write_text
+
+    parser = argparse.ArgumentParser(prog="python -m attngeom.conformance.run")
+    parser.add_argument("out", nargs="?", type=Path, default=SUPPORT_FILE)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--types", default="", help="comma-separated model types (default: all)")
+    args = parser.parse_args(argv)
+    types = [t for t in re.split(r"[,\s]+", args.types) if t] or all_model_types()
+    results = run_all(types, args.jobs)
+    write_text(args.out, document(results))
+    counts = {s: sum(r["status"] == s for r in results.values()) for s in ("table", "validated", "refused")}
+    print(f"{len(results)} model types: {counts}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
