@@ -40,6 +40,12 @@ PAIRS = (
     ("linear_q", "linear_k"),
 )
 """Child names of separate query and key projections."""
+FUSED = ("qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv", "c_attn")
+"""Child names of one linear projection yielding q, k and v together."""
+LAYOUTS = ("blocks", "per_head")
+"""How a fused projection's output rows are ordered: [q | k | v] (q: H·d_h rows, k and v: H_kv·d_h each),
+or per head [q_h | k_h | v_h] (as many kv heads as heads). The conformance run records which one gives the
+model's own q and k; discovery uses only that one."""
 NORMS = (("q_norm", "k_norm"), ("q_layernorm", "k_layernorm"), ("query_layernorm", "key_layernorm"))
 """Child names of q/k norms applied after the projections."""
 CROSS = re.compile(r"cross|encoder_attn|EncDec", re.IGNORECASE)
@@ -74,6 +80,12 @@ class Found:
     cross: bool
     q_norm: Norm | None = None
     k_norm: Norm | None = None
+    gated: bool = False
+    """The q projection yields [q_h | gate_h] per head (Qwen3-Next's output gate); q is each first half."""
+    fused: str = ""
+    """The layout of ``LAYOUTS`` when q and k come from one projection (``q`` and ``k`` then name it)."""
+    latent: bool = False
+    """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +147,8 @@ def probe_norm(norm: torch.nn.Module, name: str) -> Norm | None:
 def _norms(module: torch.nn.Module) -> tuple[Norm | None, Norm | None]:
     for q_name, k_name in NORMS:
         q_norm, k_norm = getattr(module, q_name, None), getattr(module, k_name, None)
+        if isinstance(q_norm, torch.nn.Identity) and isinstance(k_norm, torch.nn.Identity):
+            return None, None  # a family whose q/k norm is switched off in this config
         if isinstance(q_norm, torch.nn.Module) and isinstance(k_norm, torch.nn.Module):
             q, k = probe_norm(q_norm, q_name), probe_norm(k_norm, k_name)
             if q is None or k is None:
@@ -147,7 +161,9 @@ def _template(path: str) -> str:
     return NUMBER.sub(lambda m: m.group(0).replace(m.group(1), "{}"), path)
 
 
-def find_attention(model: torch.nn.Module, config: PretrainedConfig) -> list[Found | Skipped]:
+def find_attention(
+    model: torch.nn.Module, config: PretrainedConfig, layout: str = ""
+) -> list[Found | Skipped]:
     """Every attention module with separate q/k projections, grouped into stacks, and the unscored layers
     of a stack whose layer list holds other mixers too.
 
@@ -156,10 +172,17 @@ def find_attention(model: torch.nn.Module, config: PretrainedConfig) -> list[Fou
     """
     raw: list[tuple[str, str, str, torch.nn.Module]] = []
     for path, module in model.named_modules():
+        if _linear(getattr(module, "kv_a_proj_with_mqa", None)) and _linear(getattr(module, "kv_b_proj", None)):
+            raw.append((path, "q_a_proj" if _linear(getattr(module, "q_a_proj", None)) else "q_proj", "kv_a_proj_with_mqa", module))
+            continue
         for q, k in PAIRS:
             if _linear(getattr(module, q, None)) and _linear(getattr(module, k, None)):
                 raw.append((path, q, k, module))
                 break
+        else:
+            fused = next((n for n in FUSED if _linear(getattr(module, n, None))), None)
+            if fused and layout and path:
+                raw.append((path, fused, fused, module))
     groups: dict[str, list[tuple[str, str, str, torch.nn.Module]]] = {}
     for entry in raw:
         groups.setdefault(_template(entry[0]), []).append(entry)
@@ -176,7 +199,7 @@ def find_attention(model: torch.nn.Module, config: PretrainedConfig) -> list[Fou
                 if i not in indices
             )
         for index, (path, q, k, module) in zip(indices, entries, strict=True):
-            found.append(_found(config, path, q, k, module, stack, index))
+            found.append(_found(config, path, q, k, module, stack, index, layout if q == k else ""))
     order = list(names.values())
     found.sort(key=lambda f: (order.index(f.stack) if f.stack in order else order.index(f.stack + "_cross"), f.layer))
     return found
@@ -227,12 +250,46 @@ def _is_cross(entry: tuple) -> bool:
     return bool(CROSS.search(name)) or getattr(module, q).in_features != getattr(module, k).in_features
 
 
-def _found(config, path: str, q: str, k: str, module: torch.nn.Module, stack: str, index: int) -> Found:
+def _fused_heads(module: torch.nn.Module, config, width: int, layout: str) -> tuple[int, int, int]:
+    """Head width, heads and kv heads of a fused projection of ``width`` output rows."""
+    own = getattr(module, "config", None) or config
+    heads = next(
+        (v for n in ("num_heads", "num_attention_heads", "n_heads", "n_head") if isinstance(v := getattr(module, n, None), int)),
+        getattr(own, "num_attention_heads", None),
+    )
+    head_dim = _head_dim(module, config, width // 3)
+    if not isinstance(heads, int) or heads <= 0:
+        raise ArchitectureError(f"{type(module).__name__}: no head count to read")
+    head_dim = head_dim or width // 3 // heads
+    kv = (width // head_dim - heads) // 2 if layout == "blocks" else heads
+    return head_dim, heads, kv
+
+
+def _found(
+    config, path: str, q: str, k: str, module: torch.nn.Module, stack: str, index: int, layout: str
+) -> Found:
     q_mod, k_mod = getattr(module, q), getattr(module, k)
+    if k == "kv_a_proj_with_mqa":
+        own = getattr(module, "config", None) or config
+        return Found(
+            path=path, stack=stack, layer=index, q=f"{path}.{q}", k=f"{path}.{k}",
+            head_dim=own.qk_nope_head_dim, n_heads=own.num_attention_heads, n_kv_heads=own.num_attention_heads,
+            q_bias=False, k_bias=False, cross=False, latent=True,
+        )
+    if layout:
+        head_dim, n_heads, n_kv = _fused_heads(module, config, q_mod.out_features, layout)
+        return Found(
+            path=path, stack=stack, layer=index, q=f"{path}.{q}", k=f"{path}.{k}", head_dim=head_dim,
+            n_heads=n_heads, n_kv_heads=n_kv, q_bias=q_mod.bias is not None, k_bias=q_mod.bias is not None,
+            cross=False, fused=layout,
+        )
     head_dim = _head_dim(module, config, q_mod.out_features)
     if head_dim is None:
         raise ArchitectureError(f"{type(module).__name__} at {path}: no head width to read")
     q_norm, k_norm = _norms(module)
+    n_heads = q_mod.out_features // head_dim
+    stated = getattr(getattr(module, "config", None) or config, "num_attention_heads", None)
+    gated = isinstance(stated, int) and n_heads == 2 * stated
     return Found(
         path=path,
         stack=stack,
@@ -240,13 +297,14 @@ def _found(config, path: str, q: str, k: str, module: torch.nn.Module, stack: st
         q=f"{path}.{q}" if path else q,
         k=f"{path}.{k}" if path else k,
         head_dim=head_dim,
-        n_heads=q_mod.out_features // head_dim,
+        n_heads=n_heads // 2 if gated else n_heads,
         n_kv_heads=k_mod.out_features // head_dim,
         q_bias=q_mod.bias is not None,
         k_bias=k_mod.bias is not None,
         cross=stack.endswith("_cross"),
         q_norm=q_norm,
         k_norm=k_norm,
+        gated=gated,
     )
 
 
@@ -309,18 +367,43 @@ def discovered_layers(
     def get(name: str) -> torch.Tensor:
         return _get(reader, renamed, name)
 
+    def split(item: Found, suffix: str, role: int) -> torch.Tensor:
+        tensor = get(f"{item.q}.{suffix}")
+        h, kv, d = item.n_heads, item.n_kv_heads, item.head_dim
+        if item.fused == "blocks":
+            return tensor[: h * d] if role == 0 else tensor[h * d : (h + kv) * d]
+        per_head = tensor.reshape(h, 3, d, *tensor.shape[1:])[:, role]
+        return per_head.reshape(h * d, *tensor.shape[1:])
+
+    def key(item: Found, suffix: str) -> torch.Tensor:
+        return split(item, suffix, 1) if item.fused else get(f"{item.k}.{suffix}")
+
+    def query(item: Found, suffix: str) -> torch.Tensor:
+        if item.fused:
+            return split(item, suffix, 0)
+        tensor = get(f"{item.q}.{suffix}")
+        if not item.gated:
+            return tensor
+        per_head = tensor.reshape(item.n_heads, 2 * item.head_dim, *tensor.shape[1:])
+        return per_head[:, : item.head_dim].reshape(item.n_heads * item.head_dim, *tensor.shape[1:])
+
     for item in items:
         if isinstance(item, Skipped):
             yield UnscoredLayer(item.stack, item.layer, f"{item.mixer}: not a dot-product attention")
+            continue
+        if item.latent:
+            from .latent import mla_layer
+
+            yield from mla_layer(config.get_text_config(), reader, item.path, item.layer, item.stack)
             continue
         bias = ("bias",) if item.q_bias or item.k_bias else ()
         layer = AttentionLayer(
             stack=item.stack,
             layer=item.layer,
-            w_q=linear(get(f"{item.q}.weight")),
-            w_k=linear(get(f"{item.k}.weight")),
-            b_q=get(f"{item.q}.bias") if item.q_bias else None,
-            b_k=get(f"{item.k}.bias") if item.k_bias else None,
+            w_q=linear(query(item, "weight")),
+            w_k=linear(key(item, "weight")),
+            b_q=query(item, "bias") if item.q_bias else None,
+            b_k=key(item, "bias") if item.k_bias else None,
             n_heads=item.n_heads,
             n_kv_heads=item.n_kv_heads,
             head_dim=item.head_dim,
@@ -337,13 +420,16 @@ def discovered_layers(
         yield layer
 
 
-def discover(config: PretrainedConfig) -> Architecture:
-    """The architecture of ``config`` as its meta-device model shows it (raises ``ArchitectureError``)."""
+def discover(config: PretrainedConfig, layout: str = "") -> Architecture:
+    """The architecture of ``config`` as its meta-device model shows it (raises ``ArchitectureError``).
+
+    ``layout``: the row order of fused q/k/v projections (one of ``LAYOUTS``; without it, fused
+    projections are not read)."""
     try:
         model = meta_model(config)
     except Exception as err:  # transformers raises many kinds for configs it cannot build
         raise ArchitectureError(f"transformers cannot build it ({type(err).__name__})") from err
-    items = find_attention(model, config)
+    items = find_attention(model, config, layout)
     if not any(isinstance(item, Found) for item in items):
         raise ArchitectureError("no attention module with separate query and key projections")
     rotary = any("Rotary" in type(m).__name__ for m in model.modules())
@@ -354,11 +440,27 @@ def discover(config: PretrainedConfig) -> Architecture:
         modality=_modality(model, stacks),
         objective=_objective(config.model_type),
         layers=lambda cfg, reader: discovered_layers(cfg, reader, items, rotary, renamed),
-        n_layers=lambda cfg: len(items),
-        notes="discovered from the transformers model",
+        n_layers=lambda cfg: sum(2 if isinstance(i, Found) and i.latent else 1 for i in items),
+        notes=_notes(model, items),
         stacks=stacks,
         stack_modality={s: m for s in stacks if (m := _stack_modality(s))},
     )
+
+
+def _notes(model: torch.nn.Module, items: list[Found | Skipped]) -> str:
+    """``discovered``, and the attention modules discovery leaves unscored (no separate q/k projections)."""
+    paths = [item.path for item in items if isinstance(item, Found)]
+    missed = []
+    for path, module in model.named_modules():
+        name = type(module).__name__
+        if "Attention" not in name or any(p == path or p.startswith(path + ".") or path.startswith(p + ".") for p in paths):
+            continue
+        if not any(isinstance(c, torch.nn.Linear) for c in module.modules()):
+            continue
+        missed.append(name)
+    if not missed:
+        return "discovered"
+    return f"discovered; not scored: {', '.join(dict.fromkeys(missed))} (no separate q/k projections)"
 
 
 def _stack_modality(stack: str) -> str | None:

@@ -42,7 +42,7 @@ def architecture_for(config: PretrainedConfig) -> Architecture:
     if entry is not None and entry["status"] == "validated":
         from .discovery import discover
 
-        return discover(config)
+        return discover(config, entry.get("layout", ""))
     reason = entry["reason"] if entry else "not in the conformance run of the installed transformers"
     scored = sorted(set(REGISTRY) | {t for t, e in conformance().items() if e["status"] == "validated"})
     near = difflib.get_close_matches(model_type, scored, n=3, cutoff=0.5)

@@ -175,8 +175,9 @@ def heads(t: torch.Tensor, n: int, d: int) -> torch.Tensor:
     return t.reshape(t.shape[0], t.shape[1], n, d).transpose(1, 2)
 
 
-def compare(layer, record: dict[str, torch.Tensor]) -> str | None:
-    """Why ``layer`` does not give ``record``'s scores, or None when it does."""
+def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str | None:
+    """Why ``layer`` does not give ``record``'s scores, or None when it does (``fused``: its q/k come
+    from one projection, whose split only the attention function's q and k can confirm)."""
     x_q, x_k = record["x_q"].double(), record["x_k"].double()
     ours = []
     for x, w, b, n in ((x_q, layer.w_q, layer.b_q, layer.n_heads), (x_k, layer.w_k, layer.b_k, layer.n_kv_heads)):
@@ -186,8 +187,8 @@ def compare(layer, record: dict[str, torch.Tensor]) -> str | None:
     theirs = [record["q_attn"], record["k_attn"]] if attn else [
         heads(record["q"], layer.n_heads, layer.head_dim), heads(record["k"], layer.n_kv_heads, layer.head_dim)
     ]
-    if not attn and layer.form != "standard":
-        return "a normalised form outside the attention interface"
+    if not attn and (layer.form != "standard" or fused):
+        return "a normalised form or fused projection outside the attention interface"
     scalars = []
     for mine, their in zip(ours, theirs, strict=True):
         their = their.double()
@@ -204,4 +205,22 @@ def compare(layer, record: dict[str, torch.Tensor]) -> str | None:
         for c in scalars:
             if ((c - c.flatten()[0]).abs().max() / c.abs().max()).item() > RTOL:
                 return "a standard form whose q or k is rescaled per token"
+    return None
+
+
+def compare_latent(content, rope, record: dict[str, torch.Tensor]) -> str | None:
+    """An MLA module: the content form against the no-rope dims of the attention function's q and k, the
+    rotary form against the rope dims (one key shared by the heads)."""
+    if "q_attn" not in record:
+        return "a latent attention outside the attention interface"
+    nope = content.head_dim
+    q, k = record["q_attn"], record["k_attn"]
+    parts = (
+        (content, {"x_q": record["x_q"], "x_k": record["x_k"], "q_attn": q[..., :nope], "k_attn": k[..., :nope]}),
+        (rope, {"x_q": record["x_q"], "x_k": record["x_k"], "q_attn": q[..., nope:], "k_attn": k[:, :1, :, nope:]}),
+    )
+    for layer, part in parts:
+        why = compare(layer, part)
+        if why:
+            return f"{layer.stack}: {why}"
     return None

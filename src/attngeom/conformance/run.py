@@ -16,6 +16,7 @@ import tempfile
 from multiprocessing import get_context
 from pathlib import Path
 
+from ..architectures.discovery import LAYOUTS
 from ..architectures.validated import SUPPORT_FILE
 
 TIMEOUT_S = 60
@@ -46,7 +47,7 @@ def check_type(model_type: str, parents: dict[str, str]) -> dict:
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     from ..architectures.registry import REGISTRY
-    from .check import capture, compare, randomized
+    from .check import randomized
     from .tiny import tiny_config
 
     if model_type in REGISTRY:
@@ -57,39 +58,70 @@ def check_type(model_type: str, parents: dict[str, str]) -> dict:
             return _refused(f"a sub-config, scored through its parent `{parent}`")
         return _refused("transformers has no base model class for it")
     try:
-        import torch
         from transformers import AutoModel
-
-        from ..architectures.discovery import Found, discover, find_attention
 
         config = tiny_config(model_type)
         model = randomized(AutoModel.from_config(config))
     except Exception as err:  # noqa: BLE001 — any failure is this type's result
         return _refused(f"could not build a tiny model ({_short(err)})")
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            model.save_pretrained(folder)
+            source = open_source_for(folder)
+        except Exception as err:  # noqa: BLE001
+            return _refused(f"could not save the tiny model ({_short(err)})")
+        separate = _attempt(model, config, source, "")
+        complete = "not scored" not in separate["reason"] and "fused" not in separate["reason"]
+        if separate["status"] == "validated" and complete:
+            return separate
+        tried = [separate]
+        for layout in LAYOUTS:
+            tried.append(_attempt(model, config, source, layout))
+            if tried[-1]["status"] == "validated":
+                return tried[-1] | {"layout": layout}
+        if separate["status"] == "validated":
+            return separate
+        return next((r for r in tried if r.get("near")), separate)
+
+
+def _attempt(model, config, source, layout: str) -> dict:
+    """Discover with ``layout`` for fused projections, read the layers from the saved files, compare."""
+    from ..architectures.discovery import Found, discover, find_attention
+    from .check import capture, compare, compare_latent
+
     try:
-        architecture = discover(config)
+        architecture = discover(config, layout)
     except Exception as err:  # noqa: BLE001
         reason = str(err) if "no attention module" not in str(err) else _no_attention_reason(model)
         return _refused(reason)
-    items = [i for i in find_attention(model, config) if isinstance(i, Found)]
+    items = [i for i in find_attention(model, config, layout) if isinstance(i, Found)]
     try:
-        with tempfile.TemporaryDirectory() as folder:
-            model.save_pretrained(folder)
-            source = open_source_for(folder)
-            layers = [l for l in architecture.layers(source.config, source) if hasattr(l, "w_q")]
+        layers = [l for l in architecture.layers(source.config, source) if hasattr(l, "w_q")]
         records = capture(model, items)
     except Exception as err:  # noqa: BLE001
         return _refused(f"could not run the tiny model ({_short(err)})")
-    if len(layers) != len(items):
-        return _refused(f"not validated: {len(layers)} layers read back, {len(items)} attention modules")
-    for item, layer in zip(items, layers, strict=True):
+    expected = sum(2 if item.latent else 1 for item in items)
+    if len(layers) != expected:
+        return _refused(f"not validated: {len(layers)} layers read back, {expected} expected")
+    pending = iter(layers)
+    for item in items:
         if item.path not in records:
-            return _refused(f"not validated: {item.path} never ran in the tiny model's forward pass")
-        why = compare(layer, records[item.path])
+            return _refused(f"not validated: {item.path} never ran in the tiny model's forward pass", near=True)
+        layer = next(pending)
+        if item.latent:
+            rope = next(pending)
+            why = compare_latent(layer, rope, records[item.path])
+        else:
+            why = compare(layer, records[item.path], bool(item.fused))
         if why:
-            return _refused(f"not validated: {layer.stack} layer {layer.layer}: {why}")
-    del torch
-    return {"status": "validated", "reason": "discovered", "stacks": list(architecture.stacks)}
+            return _refused(f"not validated: {layer.stack} layer {layer.layer}: {why}", near=True)
+    return {
+        "status": "validated",
+        "reason": architecture.notes,
+        "stacks": list(architecture.stacks),
+        "modality": architecture.modality,
+        "objective": architecture.objective,
+    }
 
 
 def open_source_for(folder: str):
@@ -98,8 +130,9 @@ def open_source_for(folder: str):
     return open_source(Path(folder))
 
 
-def _refused(reason: str) -> dict:
-    return {"status": "refused", "reason": reason, "stacks": []}
+def _refused(reason: str, near: bool = False) -> dict:
+    """A refusal; ``near``: discovery found a layout, the forward pass disagreed (kept over other reasons)."""
+    return {"status": "refused", "reason": reason, "stacks": []} | ({"near": True} if near else {})
 
 
 def sub_config_parents() -> dict[str, str]:
@@ -137,14 +170,19 @@ def all_model_types() -> list[str]:
     return sorted(CONFIG_MAPPING_NAMES)
 
 
-def run_all(types: list[str], jobs: int) -> dict[str, dict]:
+def run_all(types: list[str], jobs: int, progress: bool = False) -> dict[str, dict]:
     """The entries of ``types``, checked in ``jobs`` processes (each type in a fresh state)."""
     parents = sub_config_parents()
     work = [(t, parents) for t in types]
     if jobs <= 1:
         return dict(_worker(w) for w in work)
+    results = {}
     with get_context("spawn").Pool(jobs, maxtasksperchild=20) as pool:
-        return dict(pool.imap_unordered(_worker, work, chunksize=1))
+        for model_type, entry in pool.imap_unordered(_worker, work, chunksize=1):
+            results[model_type] = entry
+            if progress:
+                print(f"{len(results)}/{len(work)} {model_type}: {entry['status']}", file=sys.stderr, flush=True)
+    return results
 
 
 def document(results: dict[str, dict]) -> str:
@@ -163,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--types", default="", help="comma-separated model types (default: all)")
     args = parser.parse_args(argv)
     types = [t for t in re.split(r"[,\s]+", args.types) if t] or all_model_types()
-    results = run_all(types, args.jobs)
+    results = run_all(types, args.jobs, progress=True)
     write_text(args.out, document(results))
     counts = {s: sum(r["status"] == s for r in results.values()) for s in ("table", "validated", "refused")}
     print(f"{len(results)} model types: {counts}", file=sys.stderr)
