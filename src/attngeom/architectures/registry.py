@@ -40,7 +40,7 @@ def architecture_for(config: PretrainedConfig) -> Architecture:
         return REGISTRY[model_type]
     entry = conformance().get(model_type)
     if entry is not None and entry["status"] == "validated":
-        from .discovery import discover
+        from .discovered import discover
 
         return discover(config, entry.get("layout", ""))
     reason = entry["reason"] if entry else "not in the conformance run of the installed transformers"

@@ -52,11 +52,7 @@ def counts() -> dict[str, int]:
     entries = conformance()
     types = set(entries) | set(REGISTRY)
     scored = {t for t in types if t in REGISTRY or entries[t]["status"] == "validated"}
-    without = {
-        t
-        for t in types - scored
-        if entries[t]["reason"].startswith((NO_ATTENTION, SUB_CONFIG))
-    }
+    without = {t for t in types - scored if entries[t]["reason"].startswith((NO_ATTENTION, SUB_CONFIG))}
     return {
         "scored": len(scored),
         "table": len(set(REGISTRY)),

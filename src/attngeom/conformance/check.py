@@ -12,15 +12,12 @@ A module outside the attention interface is checked on its projections' outputs 
 from __future__ import annotations
 
 import inspect
-import tempfile
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
 
 import torch
 
-from ..architectures.discovery import Found, discover, find_attention
-from ..sources import open_source
-from .tiny import reserved_tokens, tiny_config
+from ..architectures.discovery import Found
+from .tiny import reserved_tokens
 
 CAPTURE = "attngeom_conformance"
 RTOL = 1e-5
@@ -74,7 +71,9 @@ def inputs_for(model: torch.nn.Module, batch: int = 2, length: int = 7) -> dict[
         return {main: torch.randn(batch, bins, frames, generator=generator, dtype=torch.float64)}
     if main == "input_values":
         return {main: torch.randn(batch, 4000, generator=generator, dtype=torch.float64)}
-    vocab = getattr(config, "vocab_size", None) or getattr(getattr(config, "text_config", None), "vocab_size", 128)
+    vocab = getattr(config, "vocab_size", None) or getattr(
+        getattr(config, "text_config", None), "vocab_size", 128
+    )
     allowed = torch.tensor(sorted(set(range(vocab)) - reserved_tokens(config.to_dict()))[:vocab])
     ids = allowed[torch.randint(0, len(allowed), (batch, length), generator=generator)]
     inputs = {"input_ids": ids}
@@ -180,13 +179,21 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
     from one projection, whose split only the attention function's q and k can confirm)."""
     x_q, x_k = record["x_q"].double(), record["x_k"].double()
     ours = []
-    for x, w, b, n in ((x_q, layer.w_q, layer.b_q, layer.n_heads), (x_k, layer.w_k, layer.b_k, layer.n_kv_heads)):
+    for x, w, b, n in (
+        (x_q, layer.w_q, layer.b_q, layer.n_heads),
+        (x_k, layer.w_k, layer.b_k, layer.n_kv_heads),
+    ):
         out = x @ w.double() + (0 if b is None else b.double())
         ours.append(heads(out, n, layer.head_dim))
     attn = "q_attn" in record
-    theirs = [record["q_attn"], record["k_attn"]] if attn else [
-        heads(record["q"], layer.n_heads, layer.head_dim), heads(record["k"], layer.n_kv_heads, layer.head_dim)
-    ]
+    theirs = (
+        [record["q_attn"], record["k_attn"]]
+        if attn
+        else [
+            heads(record["q"], layer.n_heads, layer.head_dim),
+            heads(record["k"], layer.n_kv_heads, layer.head_dim),
+        ]
+    )
     if not attn and (layer.form != "standard" or fused):
         return "a normalised form or fused projection outside the attention interface"
     scalars = []
@@ -216,8 +223,19 @@ def compare_latent(content, rope, record: dict[str, torch.Tensor]) -> str | None
     nope = content.head_dim
     q, k = record["q_attn"], record["k_attn"]
     parts = (
-        (content, {"x_q": record["x_q"], "x_k": record["x_k"], "q_attn": q[..., :nope], "k_attn": k[..., :nope]}),
-        (rope, {"x_q": record["x_q"], "x_k": record["x_k"], "q_attn": q[..., nope:], "k_attn": k[:, :1, :, nope:]}),
+        (
+            content,
+            {"x_q": record["x_q"], "x_k": record["x_k"], "q_attn": q[..., :nope], "k_attn": k[..., :nope]},
+        ),
+        (
+            rope,
+            {
+                "x_q": record["x_q"],
+                "x_k": record["x_k"],
+                "q_attn": q[..., nope:],
+                "k_attn": k[:, :1, :, nope:],
+            },
+        ),
     )
     for layer, part in parts:
         why = compare(layer, part)

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..architectures.discovery import LAYOUTS
 from ..architectures.validated import SUPPORT_FILE
 
-TIMEOUT_S = 60
+TIMEOUT_S = 30
 FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "in_proj", "W_pack", "qkv_linear", "to_qkv")
 
 
@@ -42,7 +42,7 @@ def _no_attention_reason(model) -> str:
     return "no dot-product attention (convolutional, state-space or other token mixing)"
 
 
-def check_type(model_type: str, parents: dict[str, str]) -> dict:
+def check_type(model_type: str) -> dict:
     """The conformance entry of one ``model_type``."""
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
@@ -53,16 +53,26 @@ def check_type(model_type: str, parents: dict[str, str]) -> dict:
     if model_type in REGISTRY:
         return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}
     if model_type not in MODEL_MAPPING_NAMES:
-        parent = parents.get(model_type)
+        parent = parent_of(model_type)
         if parent:
             return _refused(f"a sub-config, scored through its parent `{parent}`")
         return _refused("transformers has no base model class for it")
     try:
         from transformers import AutoModel
+        from transformers.initialization import no_init_weights
+
+        from ..architectures.discovery import meta_model
 
         config = tiny_config(model_type)
-        model = randomized(AutoModel.from_config(config))
+        skeleton = meta_model(config)
     except Exception as err:  # noqa: BLE001 — any failure is this type's result
+        return _refused(_default_reason(model_type) or f"could not build a tiny model ({_short(err)})")
+    if not _has_attention(skeleton, config):
+        return _refused(_no_attention_reason(skeleton))
+    try:
+        with no_init_weights():
+            model = randomized(AutoModel.from_config(config))
+    except Exception as err:  # noqa: BLE001
         return _refused(f"could not build a tiny model ({_short(err)})")
     with tempfile.TemporaryDirectory() as folder:
         try:
@@ -86,7 +96,8 @@ def check_type(model_type: str, parents: dict[str, str]) -> dict:
 
 def _attempt(model, config, source, layout: str) -> dict:
     """Discover with ``layout`` for fused projections, read the layers from the saved files, compare."""
-    from ..architectures.discovery import Found, discover, find_attention
+    from ..architectures.discovered import discover
+    from ..architectures.discovery import Found, find_attention
     from .check import capture, compare, compare_latent
 
     try:
@@ -106,7 +117,9 @@ def _attempt(model, config, source, layout: str) -> dict:
     pending = iter(layers)
     for item in items:
         if item.path not in records:
-            return _refused(f"not validated: {item.path} never ran in the tiny model's forward pass", near=True)
+            return _refused(
+                f"not validated: {item.path} never ran in the tiny model's forward pass", near=True
+            )
         layer = next(pending)
         if item.latent:
             rope = next(pending)
@@ -124,6 +137,34 @@ def _attempt(model, config, source, layout: str) -> dict:
     }
 
 
+def _default_reason(model_type: str) -> str | None:
+    """The no-attention reason of the default-size model on the meta device, where that builds and has none."""
+    from transformers import CONFIG_MAPPING
+
+    from ..architectures.discovery import meta_model
+
+    try:
+        config = CONFIG_MAPPING[model_type]()
+        skeleton = meta_model(config)
+    except Exception:  # noqa: BLE001
+        return None
+    return None if _has_attention(skeleton, config) else _no_attention_reason(skeleton)
+
+
+def _has_attention(skeleton, config) -> bool:
+    """Whether discovery sees any attention in the meta-device model (an unreadable one counts)."""
+    from ..architectures.discovery import Found, find_attention
+
+    try:
+        return any(
+            isinstance(i, Found)
+            for layout in ("", "blocks")
+            for i in find_attention(skeleton, config, layout)
+        )
+    except Exception:  # noqa: BLE001 — the full attempt reports it
+        return True
+
+
 def open_source_for(folder: str):
     from ..sources import open_source
 
@@ -135,21 +176,30 @@ def _refused(reason: str, near: bool = False) -> dict:
     return {"status": "refused", "reason": reason, "stacks": []} | ({"near": True} if near else {})
 
 
-def sub_config_parents() -> dict[str, str]:
-    """model_type of a sub-config → the first model_type whose config holds it."""
+def parent_of(model_type: str) -> str | None:
+    """The model_type whose config holds ``model_type`` as a sub-config: the longest other type its name
+    starts with (``blt_patcher`` → ``blt``), confirmed by that config's ``sub_configs``."""
     from transformers import CONFIG_MAPPING
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    parents: dict[str, str] = {}
-    for parent in sorted(CONFIG_MAPPING.keys()):
-        for sub in (getattr(CONFIG_MAPPING[parent], "sub_configs", None) or {}).values():
-            child = getattr(sub, "model_type", None)
-            if isinstance(child, str) and child and child != parent:
-                parents.setdefault(child, parent)
-    return parents
+    stem = re.split(r"[-_]", model_type)[0]
+    for parent in sorted(
+        (t for t in CONFIG_MAPPING_NAMES if t != model_type and t.startswith(stem)), key=len, reverse=True
+    ):
+        subs = (getattr(CONFIG_MAPPING[parent], "sub_configs", None) or {}).values()
+        if any(getattr(sub, "model_type", None) == model_type for sub in subs):
+            return parent
+    return None
 
 
-def _worker(args: tuple[str, dict[str, str]]) -> tuple[str, dict]:
-    model_type, parents = args
+def _worker(model_type: str) -> tuple[str, dict]:
+    import resource
+
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    start = resource.getrusage(resource.RUSAGE_SELF).ru_utime
 
     def expired(signum, frame):
         raise TimeoutError(f"over {TIMEOUT_S} s")
@@ -157,7 +207,8 @@ def _worker(args: tuple[str, dict[str, str]]) -> tuple[str, dict]:
     signal.signal(signal.SIGALRM, expired)
     signal.alarm(TIMEOUT_S)
     try:
-        return model_type, check_type(model_type, parents)
+        entry = check_type(model_type)
+        return model_type, entry | {"cpu_s": resource.getrusage(resource.RUSAGE_SELF).ru_utime - start}
     except Exception as err:  # noqa: BLE001
         return model_type, _refused(f"could not run the tiny model ({_short(err)})")
     finally:
@@ -172,16 +223,27 @@ def all_model_types() -> list[str]:
 
 def run_all(types: list[str], jobs: int, progress: bool = False) -> dict[str, dict]:
     """The entries of ``types``, checked in ``jobs`` processes (each type in a fresh state)."""
-    parents = sub_config_parents()
-    work = [(t, parents) for t in types]
+    work = list(types)
     if jobs <= 1:
-        return dict(_worker(w) for w in work)
-    results = {}
-    with get_context("spawn").Pool(jobs, maxtasksperchild=20) as pool:
+        return {t: {k: v for k, v in e.items() if k != "cpu_s"} for t, e in map(_worker, work)}
+    results: dict[str, dict] = {}
+    cpu: dict[str, float] = {}
+    with get_context("spawn").Pool(jobs, maxtasksperchild=200) as pool:
         for model_type, entry in pool.imap_unordered(_worker, work, chunksize=1):
             results[model_type] = entry
+            cpu[model_type] = entry.pop("cpu_s", 0.0)
             if progress:
-                print(f"{len(results)}/{len(work)} {model_type}: {entry['status']}", file=sys.stderr, flush=True)
+                print(
+                    f"{len(results)}/{len(work)} {model_type}: {entry['status']} {cpu[model_type]:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    if progress:
+        slowest = sorted(cpu, key=cpu.get, reverse=True)[:10]
+        print(
+            f"CPU time {sum(cpu.values()):.0f} s; slowest: {[(t, round(cpu[t])) for t in slowest]}",
+            file=sys.stderr,
+        )
     return results
 
 

@@ -14,7 +14,10 @@ from typing import Any
 WIDTH, HEADS, KV_HEADS, HEAD_DIM, LAYERS, VOCAB, FFN = 64, 4, 2, 16, 2, 128, 64
 
 RULES: tuple[tuple[str, int], ...] = (
-    (r"^(num_key_value_heads|num_kv_heads|n_kv_heads?|multi_query_group_num|num_key_value_groups)$", KV_HEADS),
+    (
+        r"^(num_key_value_heads|num_kv_heads|n_kv_heads?|multi_query_group_num|num_key_value_groups)$",
+        KV_HEADS,
+    ),
     (r"(^|_)(num_attention_heads|attention_heads|n_heads?|num_heads|heads)$", HEADS),
     (r"^(head_dim|attention_head_dim|d_kv|kv_channels|qk_nope_head_dim|v_head_dim|head_size)$", HEAD_DIM),
     (r"^qk_rope_head_dim$", 8),
@@ -38,10 +41,19 @@ PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "layers_block_t
 def shrink(entries: dict[str, Any]) -> dict[str, Any]:
     """``entries`` (a config's ``to_dict()``) with every size made tiny, sub-configs included."""
     out = dict(entries)
-    layers_before = next((v for k, v in entries.items() if re.search(RULES[7][0], k) and isinstance(v, int)), None)
+    layers_before = next(
+        (v for k, v in entries.items() if re.search(RULES[7][0], k) and isinstance(v, int)), None
+    )
     for key, value in entries.items():
         if isinstance(value, dict) and ("model_type" in value or str(key).endswith("_config")):
             out[key] = shrink(value)
+            continue
+        if (
+            isinstance(value, list)
+            and value
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        ):
+            out[key] = _shrunk_list(str(key), value)
             continue
         if isinstance(value, bool) or not isinstance(value, int):
             continue
@@ -55,6 +67,20 @@ def shrink(entries: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+LIST_RULES = ((r"(^|_)(depths|num_layers|layers|blocks)$", 1), (r"(^|_)(num_heads|heads)$", 2))
+LIST_WIDTHS = re.compile(r"(^|_)(hidden_sizes|embed_dims?|dims|channels|widths|hidden_dims)$")
+
+
+def _shrunk_list(key: str, value: list[int]) -> list[int]:
+    """Per-stage lists: depths to 1, head counts to 2, widths to 32 (keeping the stages)."""
+    for pattern, tiny in LIST_RULES:
+        if re.search(pattern, key):
+            return [min(v, tiny) for v in value]
+    if LIST_WIDTHS.search(key):
+        return [min(v, 32) for v in value]
+    return value
+
+
 def _fit_patches(out: dict[str, Any]) -> None:
     patch = out.get("patch_size")
     if isinstance(patch, int) and isinstance(out.get("image_size"), int):
@@ -66,7 +92,9 @@ def _per_layer_lists(out: dict[str, Any], before: dict[str, Any], layers: int | 
     key = next((k for k in out if re.search(RULES[7][0], k) and isinstance(out[k], int)), None)
     if key is None or not layers:
         return
-    kinds = next((before[k] for k in PER_LAYER if isinstance(before.get(k), list) and len(before[k]) == layers), None)
+    kinds = next(
+        (before[k] for k in PER_LAYER if isinstance(before.get(k), list) and len(before[k]) == layers), None
+    )
     if kinds is None:
         keep = list(range(min(layers, LAYERS)))
     else:
@@ -94,7 +122,11 @@ def _renumber_tokens(out: dict[str, Any]) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and value >= vocab:
             out[key] = spare
             spare -= 1
-        elif isinstance(value, list) and all(isinstance(v, int) for v in value) and any(v >= vocab for v in value):
+        elif (
+            isinstance(value, list)
+            and all(isinstance(v, int) for v in value)
+            and any(v >= vocab for v in value)
+        ):
             out[key] = [v if v < vocab else (spare := spare - 1) + 1 for v in value]
     if out.get("decoder_start_token_id") is None and "decoder_start_token_id" in out:
         out["decoder_start_token_id"] = 0
