@@ -37,6 +37,8 @@ PAIRS = (
     ("query_proj", "key_proj"),
     ("q_lin", "k_lin"),
     ("to_q", "to_k"),
+    ("Wq", "Wk"),
+    ("q_linear", "k_linear"),
     ("linear_q", "linear_k"),
 )
 """Child names of separate query and key projections."""
@@ -97,12 +99,31 @@ class Skipped:
     mixer: str
 
 
+def model_class(model_type: str) -> type:
+    """The class that builds ``model_type``: its base model (``AutoModel``), else the first task class an
+    auto mapping names for it (ColPali's retrieval model, ...)."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    if model_type in modeling_auto.MODEL_MAPPING_NAMES:
+        return transformers.AutoModel
+    for name in sorted(vars(modeling_auto)):
+        mapping = getattr(modeling_auto, name)
+        if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and model_type in mapping:
+            names = mapping[model_type]
+            return getattr(transformers, names[0] if isinstance(names, (list, tuple)) else names)
+    raise ArchitectureError("transformers has no model class for it")
+
+
 def meta_model(config: PretrainedConfig) -> torch.nn.Module:
-    """The base model of ``config`` on the meta device (``AutoModel``; no weights are allocated)."""
+    """The model of ``config`` on the meta device (``model_class``; no weights are allocated)."""
     from transformers import AutoModel
 
+    cls = model_class(config.model_type)
     with torch.device("meta"):
-        return AutoModel.from_config(config, trust_remote_code=False)
+        if cls is AutoModel:
+            return cls.from_config(config, trust_remote_code=False)
+        return cls._from_config(config)
 
 
 def _linear(module: object) -> bool:

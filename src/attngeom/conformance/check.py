@@ -51,35 +51,50 @@ def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     return model
 
 
-def inputs_for(model: torch.nn.Module, batch: int = 2, length: int = 7) -> dict[str, torch.Tensor]:
-    """Random inputs of the model's main kind (token ids, pixels, audio features or samples)."""
+def _pixels(config, batch: int, generator: torch.Generator) -> torch.Tensor:
+    vision = getattr(config, "vision_config", None) or config
+    size = getattr(vision, "image_size", 32)
+    size = size[0] if isinstance(size, (list, tuple)) else size
+    channels = getattr(vision, "num_channels", 3)
+    return torch.randn(batch, channels, size, size, generator=generator, dtype=torch.float64)
+
+
+def _tokens(config, batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    text = getattr(config, "text_config", None)
+    vocab = getattr(config, "vocab_size", None) or getattr(text, "vocab_size", None) or 128
+    allowed = torch.tensor(sorted(set(range(vocab)) - reserved_tokens(config.to_dict())))
+    return allowed[torch.randint(0, len(allowed), (batch, length), generator=generator)]
+
+
+def input_sets(model: torch.nn.Module, batch: int = 2, length: int = 7) -> list[dict[str, torch.Tensor]]:
+    """Random inputs to try in turn: every kind the forward takes (text and image towers together), then
+    the model's main kind alone (token ids, pixels, audio features or samples)."""
     config = model.config
-    generator = torch.Generator().manual_seed(1)
-    main = getattr(model, "main_input_name", "input_ids")
     params = inspect.signature(model.forward).parameters
+    main = getattr(model, "main_input_name", "input_ids")
     if main not in params:
         main = next((n for n in ("pixel_values", "input_features", "input_values") if n in params), main)
-    if main == "pixel_values":
-        vision = getattr(config, "vision_config", None) or config
-        size = getattr(vision, "image_size", 32)
-        size = size[0] if isinstance(size, (list, tuple)) else size
-        channels = getattr(vision, "num_channels", 3)
-        return {main: torch.randn(batch, channels, size, size, generator=generator, dtype=torch.float64)}
-    if main == "input_features":
-        bins = getattr(config, "num_mel_bins", None) or getattr(config, "feature_size", 80)
-        frames = 2 * getattr(config, "max_source_positions", 32)
-        return {main: torch.randn(batch, bins, frames, generator=generator, dtype=torch.float64)}
-    if main == "input_values":
-        return {main: torch.randn(batch, 4000, generator=generator, dtype=torch.float64)}
-    vocab = getattr(config, "vocab_size", None) or getattr(
-        getattr(config, "text_config", None), "vocab_size", 128
-    )
-    allowed = torch.tensor(sorted(set(range(vocab)) - reserved_tokens(config.to_dict()))[:vocab])
-    ids = allowed[torch.randint(0, len(allowed), (batch, length), generator=generator)]
-    inputs = {"input_ids": ids}
-    if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
-        inputs["decoder_input_ids"] = ids[:, :5]
-    return inputs
+    makers = {
+        "input_ids": lambda g: _tokens(config, batch, length, g),
+        "pixel_values": lambda g: _pixels(config, batch, g),
+        "input_features": lambda g: torch.randn(
+            batch,
+            getattr(config, "num_mel_bins", None) or getattr(config, "feature_size", 80),
+            2 * getattr(config, "max_source_positions", 32),
+            generator=g,
+            dtype=torch.float64,
+        ),
+        "input_values": lambda g: torch.randn(batch, 4000, generator=g, dtype=torch.float64),
+    }
+    sets = []
+    for names in ([n for n in makers if n in params], [main]):
+        generator = torch.Generator().manual_seed(1)
+        inputs = {n: makers[n](generator) for n in names if n in makers}
+        if "input_ids" in inputs and "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
+            inputs["decoder_input_ids"] = inputs["input_ids"][:, :5]
+        if inputs and all(set(inputs) != set(other) for other in sets):
+            sets.append(inputs)
+    return sets
 
 
 @contextmanager
@@ -144,12 +159,25 @@ def capture(model: torch.nn.Module, items: list[Found]) -> dict[str, dict[str, t
         stack.enter_context(_rotary_neutralised(list(modules.values())))
         stack.enter_context(_implementation(model, CAPTURE))
         pending = [item.path for item in items]
+        failure: Exception | None = None
         for runner in _runners(model, items):
-            with torch.no_grad():
-                runner(**inputs_for(runner))
+            for inputs in input_sets(runner):
+                before, interface = set(seen), set(_interface)
+                try:
+                    with torch.no_grad():
+                        runner(**inputs)
+                    break
+                except Exception as err:  # noqa: BLE001 — the next input set, or the next runner
+                    failure = err
+                    for key in set(seen) - before:  # a call cut short pairs no projection with its q·k
+                        del seen[key]
+                    for key in set(_interface) - interface:
+                        del _interface[key]
             pending = [p for p in pending if p not in seen]
             if not pending:
                 break
+        if pending and failure is not None:
+            raise failure
     for path, module in modules.items():
         if id(module) in _interface and path in seen:
             seen[path]["q_attn"], seen[path]["k_attn"] = _interface[id(module)]

@@ -52,16 +52,13 @@ def check_type(model_type: str) -> dict:
 
     if model_type in REGISTRY:
         return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}
-    if model_type not in MODEL_MAPPING_NAMES:
-        parent = parent_of(model_type)
-        if parent:
-            return _refused(f"a sub-config, scored through its parent `{parent}`")
-        return _refused("transformers has no base model class for it")
+    if model_type not in MODEL_MAPPING_NAMES and (parent := parent_of(model_type)):
+        return _refused(f"a sub-config, scored through its parent `{parent}`")
     try:
         from transformers import AutoModel
         from transformers.initialization import no_init_weights
 
-        from ..architectures.discovery import meta_model
+        from ..architectures.discovery import meta_model, model_class
 
         config = tiny_config(model_type)
         skeleton = meta_model(config)
@@ -71,7 +68,9 @@ def check_type(model_type: str) -> dict:
         return _refused(_no_attention_reason(skeleton))
     try:
         with no_init_weights():
-            model = randomized(AutoModel.from_config(config))
+            cls = model_class(model_type)
+            built = cls.from_config(config) if cls is AutoModel else cls._from_config(config)
+            model = randomized(built)
     except Exception as err:  # noqa: BLE001
         return _refused(f"could not build a tiny model ({_short(err)})")
     with tempfile.TemporaryDirectory() as folder:

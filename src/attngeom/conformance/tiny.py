@@ -31,6 +31,10 @@ RULES: tuple[tuple[str, int], ...] = (
     (r"^(num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|top_k|num_selected_experts)$", 2),
     (r"^(n_group|topk_group|n_shared_experts|num_shared_experts)$", 1),
     (r"^(image_size|img_size)$", 64),
+    (r"^mamba_n_heads$", 4),
+    (r"^mamba_d_head$", 2 * WIDTH // 4),
+    (r"^mamba_d_ssm$", 2 * WIDTH),
+    (r"^mamba_d_state$", 16),
     (r"^(max_position_embeddings|max_seq_len|n_positions|max_source_positions|max_target_positions)$", 512),
 )
 """Entry-name pattern → the tiny value (applied only where the default is a larger int)."""
@@ -62,6 +66,7 @@ def shrink(entries: dict[str, Any]) -> dict[str, Any]:
                 out[key] = min(value, tiny) if value > 0 else value
                 break
     _fit_patches(out)
+    _hybrid_schedule(out)
     _per_layer_lists(out, entries, layers_before)
     _renumber_tokens(out)
     return out
@@ -79,6 +84,24 @@ def _shrunk_list(key: str, value: list[int]) -> list[int]:
     if LIST_WIDTHS.search(key):
         return [min(v, 32) for v in value]
     return value
+
+
+def _hybrid_schedule(out: dict[str, Any]) -> None:
+    """Hybrids that place attention by index or period: attention at layer 1 of the 2 (0 is the other kind)."""
+    if "attn_layer_indices" in out:  # Bamba's default (None) has no attention layer at all
+        out["attn_layer_indices"] = [1]
+    kinds = out.get("layer_types")
+    if isinstance(kinds, list) and len(set(kinds)) == 1 and re.search("linear|mamba", str(kinds[0])):
+        out["layer_types"] = [kinds[0], "attention"]  # a default without attention layers (GraniteMoeHybrid)
+    if isinstance(out.get("attn_layer_period"), int):
+        out["attn_layer_period"], out["attn_layer_offset"] = 2, 1
+    for key, value in list(out.items()):
+        if "pattern" in str(key) and isinstance(value, str) and len(value) > LAYERS:
+            kinds = "".join(dict.fromkeys(value))
+            out[key] = kinds
+            layers = next((k for k in out if re.search(RULES[7][0], str(k)) and isinstance(out[k], int)), None)
+            if layers:
+                out[layers] = len(kinds)
 
 
 def _fit_patches(out: dict[str, Any]) -> None:
