@@ -32,9 +32,13 @@ def _attention(module, query, key, value, attention_mask, **kwargs):
 
 
 def _register() -> None:
+    """The capturing attention function, with eager attention's masks (always a 4-D tensor: some families
+    index the mask they are given)."""
     from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
     AttentionInterface.register(CAPTURE, _attention)
+    AttentionMaskInterface.register(CAPTURE, eager_mask)
 
 
 def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -90,7 +94,11 @@ def input_sets(model: torch.nn.Module, batch: int = 2, length: int = 7) -> list[
     for names in ([n for n in makers if n in params], [main]):
         generator = torch.Generator().manual_seed(1)
         inputs = {n: makers[n](generator) for n in names if n in makers}
-        if "input_ids" in inputs and "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
+        if (
+            "input_ids" in inputs
+            and "decoder_input_ids" in params
+            and getattr(config, "is_encoder_decoder", False)
+        ):
             inputs["decoder_input_ids"] = inputs["input_ids"][:, :5]
         if inputs and all(set(inputs) != set(other) for other in sets):
             sets.append(inputs)
@@ -224,6 +232,35 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
     )
     if not attn and (layer.form != "standard" or fused):
         return "a normalised form or fused projection outside the attention interface"
+    vectors = _compare_vectors(layer, ours, theirs)
+    return vectors and _compare_scores(layer, ours, theirs, vectors)
+
+
+def _compare_scores(layer, ours: list[torch.Tensor], theirs: list[torch.Tensor], vectors: str) -> str | None:
+    """The scores Q_h K_gᵀ against diag(c_q) (form's scores) diag(c_k): for a model that permutes the
+    head dims of q and k alike (interleaved rotary layouts), which changes no score."""
+    group = layer.n_heads // layer.n_kv_heads
+    mine = ours[0] @ ours[1].double().repeat_interleave(group, dim=1).mT
+    their = theirs[0].double() @ theirs[1].double().repeat_interleave(group, dim=1).mT
+    if mine.shape != their.shape:
+        return vectors
+    ratio = their / mine
+    if not (ratio > 0).all():
+        return vectors
+    rank_one = ratio * ratio[..., :1, :1] - ratio[..., :, :1] * ratio[..., :1, :]
+    error = (rank_one.abs().max() / (ratio.abs().max() ** 2)).item()
+    if error > RTOL:
+        return vectors
+    if (
+        layer.form == "standard"
+        and ((ratio - ratio.flatten()[0]).abs().max() / ratio.abs().max()).item() > RTOL
+    ):
+        return "a standard form whose scores are rescaled per token"
+    return None
+
+
+def _compare_vectors(layer, ours: list[torch.Tensor], theirs: list[torch.Tensor]) -> str | None:
+    """q and k themselves against positive per-token (and head) multiples of the form's projections."""
     scalars = []
     for mine, their in zip(ours, theirs, strict=True):
         their = their.double()

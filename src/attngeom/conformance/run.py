@@ -260,9 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", nargs="?", type=Path, default=SUPPORT_FILE)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--types", default="", help="comma-separated model types (default: all)")
+    parser.add_argument("--update", action="store_true", help="keep OUT's other entries (with --types)")
     args = parser.parse_args(argv)
     types = [t for t in re.split(r"[,\s]+", args.types) if t] or all_model_types()
     results = run_all(types, args.jobs, progress=True)
+    if args.update and args.out.exists():
+        results = json.loads(args.out.read_text())["types"] | results
     write_text(args.out, document(results))
     counts = {s: sum(r["status"] == s for r in results.values()) for s in ("table", "validated", "refused")}
     print(f"{len(results)} model types: {counts}", file=sys.stderr)

@@ -67,6 +67,8 @@ def shrink(entries: dict[str, Any]) -> dict[str, Any]:
                 break
     _fit_patches(out)
     _hybrid_schedule(out)
+    if "kv_lora_rank" in out and isinstance(out.get("num_key_value_heads"), int):
+        out["num_key_value_heads"] = out.get("num_attention_heads", HEADS)  # MLA: one key per head
     _per_layer_lists(out, entries, layers_before)
     _renumber_tokens(out)
     return out
@@ -99,7 +101,9 @@ def _hybrid_schedule(out: dict[str, Any]) -> None:
         if "pattern" in str(key) and isinstance(value, str) and len(value) > LAYERS:
             kinds = "".join(dict.fromkeys(value))
             out[key] = kinds
-            layers = next((k for k in out if re.search(RULES[7][0], str(k)) and isinstance(out[k], int)), None)
+            layers = next(
+                (k for k in out if re.search(RULES[7][0], str(k)) and isinstance(out[k], int)), None
+            )
             if layers:
                 out[layers] = len(kinds)
 
