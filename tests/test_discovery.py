@@ -23,7 +23,8 @@ from attngeom.engine import score
 
 SUBSET = (
     "apertus",  # separate q/k with per-head RMS norms
-    "lfm2",  # hybrid: short convolutions unscored, attention with q/k layernorms
+    "lfm2",  # attention with q/k layernorms (RMS)
+    "bamba",  # hybrid: Mamba layers unscored
     "mistral3",  # composite, saved under transformers' legacy names (language_model.model.*)
     "qwen3_5_text",  # gated queries ([q_h | gate_h] per head) and linear-attention layers
     "deepseek_v32",  # MLA
@@ -74,13 +75,16 @@ def test_ninety_percent_of_types_with_attention_are_scored():
 
 
 def test_discovery_finds_hybrid_layers_and_norms():
+    for model_type, mixer in (("qwen3_5_text", "GatedDeltaNet"), ("bamba", "Mixer")):
+        config = tiny_config(model_type)
+        items = find_attention(meta_model(config), config)
+        attention = [i for i in items if isinstance(i, Found)]
+        unscored = [i for i in items if isinstance(i, Skipped)]
+        assert attention and unscored and all(mixer in i.mixer for i in unscored), model_type
+        assert sorted(i.layer for i in items) == list(range(config.num_hidden_layers))
     config = tiny_config("lfm2")
-    items = find_attention(meta_model(config), config)
-    attention = [i for i in items if isinstance(i, Found)]
-    assert attention and all(i.q_norm is not None and not i.q_norm.centre for i in attention)
-    unscored = [i for i in items if isinstance(i, Skipped)]
-    assert unscored and all("Conv" in i.mixer for i in unscored)
-    assert sorted(i.layer for i in items) == list(range(config.num_hidden_layers))
+    attention = [i for i in find_attention(meta_model(config), config) if isinstance(i, Found)]
+    assert attention and all(i.q_norm.name == "q_layernorm" and not i.q_norm.centre for i in attention)
 
 
 def test_gated_query_keeps_the_query_half_of_each_head():
@@ -98,8 +102,19 @@ def test_a_discovered_type_scores_end_to_end(tmp_path):
     frame = score(tmp_path, progress=False)
     scored = frame[frame["not_scored"].isna()]
     assert len(scored) and (scored["form"].str.startswith("qk_norm")).all()
-    assert frame["not_scored"].dropna().str.contains("not a dot-product attention").all()
     assert set(frame["layer"]) == set(range(config.num_hidden_layers))
+
+
+def test_a_discovered_hybrid_records_its_other_layers(tmp_path):
+    from transformers import AutoModel
+
+    assert conformance()["bamba"]["status"] == "validated"
+    config = tiny_config("bamba")
+    randomized(AutoModel.from_config(config)).float().save_pretrained(tmp_path)
+    frame = score(tmp_path, progress=False)
+    reasons = frame["not_scored"].dropna()
+    assert len(reasons) and reasons.str.contains("BambaMixer: not a dot-product attention").all()
+    assert frame[frame["not_scored"].isna()]["layer"].unique().tolist() == [1]
 
 
 def test_the_refusal_is_one_short_line_with_the_reason_and_nearest_types():

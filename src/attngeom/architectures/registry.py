@@ -43,7 +43,8 @@ def architecture_for(config: PretrainedConfig) -> Architecture:
         from .discovered import discover
 
         return discover(config, entry.get("layout", ""))
-    reason = entry["reason"] if entry else "not in the conformance run of the installed transformers"
+    refused = entry is not None and entry["status"] == "refused"
+    reason = entry["reason"] if refused else "not in the conformance run of the installed transformers"
     scored = sorted(set(REGISTRY) | {t for t, e in conformance().items() if e["status"] == "validated"})
     near = difflib.get_close_matches(model_type, scored, n=3, cutoff=0.5)
     nearest = f"; nearest supported: {', '.join(near)}" if near else ""
