@@ -69,9 +69,12 @@ def test_named_families_are_scored_or_refused_with_a_reason():
         assert entry["status"] != "refused" or len(entry["reason"]) > 20, model_type
 
 
-def test_ninety_percent_of_types_with_attention_are_scored():
+def test_counts_partition_every_model_type():
     c = counts()
-    assert c["scored"] >= 0.9 * c["attention"], c
+    entries = conformance()
+    refused = sum(e["status"] == "refused" for e in entries.values())
+    assert c["scored"] + refused == c["total"] and c["table"] + c["discovered"] == c["scored"]
+    assert c["scored"] <= c["attention"] <= c["total"]
 
 
 def test_discovery_finds_hybrid_layers_and_norms():

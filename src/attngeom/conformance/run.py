@@ -20,7 +20,7 @@ from ..architectures.discovery import LAYOUTS
 from ..architectures.validated import SUPPORT_FILE
 
 TIMEOUT_S = 30
-FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "in_proj", "W_pack", "qkv_linear", "to_qkv")
+FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv")
 
 
 def _short(err: BaseException) -> str:
