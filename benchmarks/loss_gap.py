@@ -4,7 +4,9 @@ Runs are named ``<prefix>-random-s<seed>`` and ``<prefix>-symmetric-s<seed>``; s
 with seed s of the other (same documents in the same order, the same dropout stream). Writes, into the
 folder: ``loss_gap.csv`` (step, seed, gap of the per-step loss, and its mean over the last ``--window``
 steps) up to the step every run reached, and ``loss_gap_summary.csv`` (every ``--every`` steps: the mean
-of the smoothed gap over seeds and its 95% t-interval). Negative: the symmetric run's loss is lower.
+of the smoothed gap over seeds and its 95% t-interval), and ``loss_gap.{pdf,png}`` (that mean and band
+over the training steps, each seed's smoothed gap as a thin line). Negative: the symmetric run's loss is
+lower.
 
     python benchmarks/loss_gap.py benchmarks/results/training_repro_paper_recipe
 """
@@ -68,6 +70,28 @@ def summary(gaps: pd.DataFrame, every: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def figure(gaps: pd.DataFrame, table: pd.DataFrame, stem: Path) -> None:
+    """The gap over training: mean over seed pairs with its 95% t-interval, each seed a thin line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
+    for seed, rows in gaps.groupby("seed"):
+        label = "each seed pair" if seed == gaps["seed"].min() else None
+        ax.plot(rows["step"], rows["gap_smoothed"], lw=0.6, color="0.6", label=label)
+    ax.fill_between(table["step"], table["lo"], table["hi"], alpha=0.3, label="95% t-interval over seeds")
+    ax.plot(table["step"], table["mean"], lw=1.8, label="mean over seed pairs")
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_xlabel("training step (update)")
+    ax.set_ylabel("loss gap, symmetric − random")
+    ax.legend(fontsize="small", loc="lower left")
+    for suffix in (".pdf", ".png"):
+        fig.savefig(stem.with_suffix(suffix), dpi=200)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -80,6 +104,7 @@ def main() -> None:
     gaps.to_csv(args.folder / "loss_gap.csv", index=False, float_format="%.5g")
     table = summary(gaps, args.every)
     table.to_csv(args.folder / "loss_gap_summary.csv", index=False, float_format="%.5g")
+    figure(gaps, table, args.folder / "loss_gap")
     print(table.iloc[:: max(1, len(table) // 16)].to_string(index=False))
 
 
