@@ -19,12 +19,18 @@ from pathlib import Path
 from ..architectures.discovery import LAYOUTS
 from ..architectures.validated import SUPPORT_FILE
 
-TIMEOUT_S = 30
+TIMEOUT_S = 120
+"""A type whose check takes longer is refused with a TimeoutError (a slow machine's verdict, not the
+model's: the full-run test does not compare such entries)."""
 FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv")
 
 
+PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]*")
+"""An absolute path in an error message (a temporary folder, the installation): not part of a reason."""
+
+
 def _short(err: BaseException) -> str:
-    text = " ".join(str(err).split())
+    text = PATH.sub("<path>", " ".join(str(err).split()))
     return f"{type(err).__name__}: {text[:140]}" if text else type(err).__name__
 
 
