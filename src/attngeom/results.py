@@ -89,7 +89,9 @@ def load_results(folder: str | os.PathLike = "results") -> Results:
     scores = read_scores(_required(folder, "aggregate/scores.parquet"))
     models = read_table(_required(folder, "aggregate/models.csv"))
     summary = read_table(_required(folder, "tables/summary.csv"))
-    facts = models.set_index("model")[[c for c in MODEL_FACTS if c in models.columns]]
+    facts = models.set_index("model")[
+        [c for c in MODEL_FACTS if c in models.columns and c not in scores.columns]
+    ]
     scores = scores.join(facts, on="model_id")
     training, losses = training_runs(folder)
     return Results(
