@@ -7,7 +7,10 @@ and a Parquet file (empty when not scored), so the other models' tables and figu
 
 import torch
 
+from attngeom import interrupts
 from attngeom.pipeline.outcome import ScoreJob, score_and_record, score_options
+
+interrupts.install()  # SIGTERM (a cancelled job): one line, no half-written file
 
 p = snakemake.params
 out = snakemake.output

@@ -13,8 +13,11 @@ import shlex
 import subprocess
 import sys
 
+from attngeom import interrupts
 from attngeom.pipeline.gpus import job_gpus
 from attngeom.training.launch import srun_per_node, torchrun_here
+
+interrupts.install()  # SIGTERM (a cancelled job): one line, no half-written checkpoint
 
 run = snakemake.wildcards.run
 settings = snakemake.params.settings

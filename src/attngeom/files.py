@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from urllib.parse import unquote
 
+from . import interrupts
 from .errors import InputError
 
 SLUG_SAFE = frozenset(string.ascii_letters + string.digits + "._-")
@@ -35,17 +36,20 @@ def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
     work); renamed onto ``target`` when the block ends without an error, removed otherwise."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(
-        prefix=f".{target.stem}.", suffix=f".tmp{target.suffix}", dir=target.parent
-    )
-    os.close(handle)
-    temporary = Path(name)
+    with interrupts.held():
+        handle, name = tempfile.mkstemp(
+            prefix=f".{target.stem}.", suffix=f".tmp{target.suffix}", dir=target.parent
+        )
+        os.close(handle)
+        temporary = Path(name)
+        interrupts.track(temporary)
     try:
         yield temporary
         os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, target)
     finally:
         temporary.unlink(missing_ok=True)
+        interrupts.untrack(temporary)
 
 
 def _as_if_created_plainly(folder: Path) -> None:
@@ -68,7 +72,9 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     existing ``target`` is removed only then), otherwise it is removed."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    with interrupts.held():
+        temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        interrupts.track(temporary)
     try:
         yield temporary
         _as_if_created_plainly(temporary)
@@ -77,6 +83,7 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
         os.replace(temporary, target)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
+        interrupts.untrack(temporary)
 
 
 def check_output(path: str | os.PathLike, protect: Iterable[str | os.PathLike] = ()) -> Path:

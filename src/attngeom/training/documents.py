@@ -4,6 +4,7 @@ or JSON files, never through a loading script) and local .txt / .jsonl / .parque
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,27 +37,80 @@ def _read_local(path: Path, column: str) -> Iterator[str]:
     """One document per non-empty line (.txt), per JSON object (.jsonl) or per row (.parquet)."""
     for file in _local_files(path):
         if file.suffix == ".txt":
-            with file.open(encoding="utf-8") as handle:
-                yield from (line.strip() for line in handle if line.strip())
+            yield from (line.strip() for line in _text_lines(file) if line.strip())
         elif file.suffix == ".jsonl":
-            with file.open(encoding="utf-8") as handle:
-                for number, line in enumerate(handle, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        yield str(json.loads(line)[column])
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        raise ConfigError(
-                            f"dataset {file}:{number}: not a JSON object with {column!r}"
-                        ) from None
+            yield from _read_jsonl(file, column)
         else:
-            import pyarrow.parquet as pq
+            yield from _read_parquet(file, column)
 
-            table = pq.ParquetFile(file)
-            if column not in table.schema_arrow.names:
-                raise ConfigError(f"dataset {file}: no column {column!r} (has {table.schema_arrow.names})")
-            for batch in table.iter_batches(columns=[column]):
-                yield from (t for t in batch.column(0).to_pylist() if t)
+
+def _text_lines(file: Path) -> Iterator[str]:
+    """The lines of a UTF-8 file; any other encoding is a one-line error naming the file and the byte."""
+    with file.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ConfigError(
+                    f"dataset {file}:{number}: not UTF-8 text (byte {raw[err.start]:#04x} at column "
+                    f"{err.start + 1}); convert the file to UTF-8"
+                ) from None
+
+
+def _read_jsonl(file: Path, column: str) -> Iterator[str]:
+    """One document per JSON object; its ``column`` must hold a string (null: no document, counted)."""
+    empty = 0
+    for number, line in enumerate(_text_lines(file), 1):
+        if not line.strip():
+            continue
+        try:
+            text = json.loads(line)[column]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise ConfigError(f"dataset {file}:{number}: not a JSON object with {column!r}") from None
+        if text is None or text == "":
+            empty += 1
+        elif isinstance(text, str):
+            yield text
+        else:
+            raise ConfigError(
+                f"dataset {file}:{number}: {column!r} holds a {type(text).__name__}, not a string; "
+                "give each document as text"
+            )
+    _report_empty(file, empty)
+
+
+def _read_parquet(file: Path, column: str) -> Iterator[str]:
+    """One document per row of a string ``column`` (null or empty rows: no document, counted)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.ParquetFile(file)
+    except (pa.ArrowException, OSError) as err:
+        raise ConfigError(f"dataset {file}: not a readable Parquet file ({err}); check the file") from None
+    schema = table.schema_arrow
+    if column not in schema.names:
+        raise ConfigError(f"dataset {file}: no column {column!r} (has {schema.names})")
+    kind = schema.field(column).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise ConfigError(f"dataset {file}: column {column!r} holds {kind}, not text; choose a text column")
+    empty = 0
+    try:
+        for batch in table.iter_batches(columns=[column]):
+            for text in batch.column(0).to_pylist():
+                if text:
+                    yield text
+                else:
+                    empty += 1
+    except pa.ArrowException as err:
+        raise ConfigError(f"dataset {file}: damaged Parquet data ({err}); check the file") from None
+    _report_empty(file, empty)
+
+
+def _report_empty(file: Path, count: int) -> None:
+    """Null or empty documents hold nothing to train on; they are skipped, but never silently."""
+    if count:
+        print(f"attngeom: dataset {file}: skipped {count} null or empty documents", file=sys.stderr)
 
 
 def _read_hub(dataset: str, repo: str, name: str | None, revision: str | None, column: str) -> Iterator[str]:
@@ -79,7 +133,16 @@ def _read_hub(dataset: str, repo: str, name: str | None, revision: str | None, c
         ) from None
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(f"{where}: {' '.join(str(err).split())}") from None
-    return (row[column] for row in stream if row.get(column))
+    return (_text_of(row, column, where) for row in stream if row.get(column))
+
+
+def _text_of(row: dict, column: str, where: str) -> str:
+    text = row[column]
+    if not isinstance(text, str):
+        raise ConfigError(
+            f"{where}: column {column!r} holds {type(text).__name__}, not text; set text_column"
+        )
+    return text
 
 
 def local_path(dataset: str) -> Path | None:

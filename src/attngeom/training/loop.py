@@ -165,7 +165,7 @@ def train(
     # resume: weights, optimizer moments, step, and the RNG state that drives dropout
     start, elapsed = 0, 0.0
     if folder.checkpoint.exists():
-        start, elapsed = load_checkpoint(folder.checkpoint, model, optimizer, rt.device)
+        start, elapsed = load_checkpoint(folder.checkpoint, model, optimizer, rt.device, config.steps)
 
     # one optimizer step: the loss (LM cross-entropy + γ·L_c; compiled, DDP-wrapped), clipping, AdamW
     train_step = TrainStep(model, optimizer, config, rt.device, rt.autocast, rt.world)
