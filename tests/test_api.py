@@ -63,7 +63,9 @@ def test_load_results_joins_roles_and_statuses_onto_the_rows(results, tiny_run):
     assert len(loaded.heads) + len(loaded.layers) == len(scores)
     assert loaded.heads["head"].notna().all() and loaded.layers["head"].isna().all()
     assert set(loaded.layers["status"]) == {"ok"}  # only scored models have rows
-    assert {"pretrained", "random"} <= set(loaded.layers["role"])
+    roles = loaded.models.set_index("model")["role"]  # each row carries its model's role
+    assert (loaded.layers["role"] == loaded.layers["model_id"].map(roles)).all()
+    assert set(loaded.layers["role"]) == {"random"}  # the tiny run scores random-weight models only
     failed = loaded.models[loaded.models["status"] != "ok"]
     assert len(failed) == 2 and failed["reason"].str.len().gt(0).all()  # the two broken models, with reasons
     assert set(loaded.training["run"]) == {"encoder-random", "decoder-random"}
