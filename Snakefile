@@ -33,6 +33,7 @@ include: "workflow/rules/figures.smk"
 
 rule all:
     input:
+        rules.aggregate.input,  # every model's scores and status: one deleted is made again
         rules.aggregate.output,
         rules.tables.output,
         rules.reference_comparison.output,

@@ -7,7 +7,13 @@ import pandas as pd
 from attngeom.files import slug
 from attngeom.pipeline.batches import plan_batches
 from attngeom.pipeline.captions import models_scope, official_scope, training_scope
-from attngeom.pipeline.registry import build_registry, heatmaps, score_resources
+from attngeom.pipeline.registry import (
+    build_registry,
+    heatmaps,
+    results_folder,
+    score_resources,
+    weights_input,
+)
 from attngeom.pipeline.training_runs import (
     evolution_groups,
     symmetric_groups,
@@ -16,7 +22,7 @@ from attngeom.pipeline.training_runs import (
 )
 from attngeom.pipeline.zoo import Zoo, with_zoo
 
-R = config["results"]
+R = results_folder(config["results"])
 SCORING = config["scoring"]
 ENV = "../../envs/attngeom.yaml"
 REFERENCE = Path(workflow.basedir, "config", "reference")
@@ -55,11 +61,6 @@ wildcard_constraints:
 
 def model_of(wildcards):
     return MODELS[wildcards.slug]
-
-
-def weights_input(model):
-    """Local weights as an input (a change re-runs the job); hub models have none."""
-    return [] if model.kind == "hub" else [model.location]
 
 
 def resource(name):

@@ -16,6 +16,7 @@ rule score:
     params:
         model=lambda wildcards: model_of(wildcards).id,
         location=lambda wildcards: model_of(wildcards).location,
+        local=lambda wildcards: model_of(wildcards).kind != "hub",
         revision=lambda wildcards: model_of(wildcards).revision or "",
         device=score_device,
         dtype=SCORING["dtype"],

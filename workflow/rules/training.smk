@@ -65,6 +65,11 @@ if TRAINING_RUNS:
                 category="Training",
                 caption="../report/table_1.rst",
             ),
+            claims=report(
+                multiext(f"{TR}/tables/claims", ".csv", ".md", ".tex"),
+                category="Training",
+                caption="../report/claims.rst",
+            ),
             official=report(
                 multiext(f"{TR}/tables/official_comparison", ".csv", ".md", ".tex"),
                 category="Training",

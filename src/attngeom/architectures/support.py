@@ -31,10 +31,11 @@ def support_table() -> str:
 
 
 def with_support_table(readme: str) -> str:
-    """``readme`` with the section between the markers replaced by the current table (appended if absent)."""
+    """``readme`` with the section between the markers replaced by the current table; a text without
+    them is not attngeom's README (``ValueError``: the command checks first and says so in one line)."""
     section = f"{START}\n{support_table()}\n{END}"
-    if START not in readme or END not in readme:
-        return readme.rstrip("\n") + ("\n\n" if readme.strip() else "") + section + "\n"
+    if START not in readme or END not in readme.partition(START)[2]:
+        raise ValueError(f"no {START} ... {END} section")
     head, _, rest = readme.partition(START)
     _, _, tail = rest.partition(END)
     return head + section + tail

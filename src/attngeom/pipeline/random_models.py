@@ -48,6 +48,11 @@ def check_settings(model_type: str, settings: dict) -> None:
         logging.set_verbosity(verbosity)
 
 
+FAILED_NOTE = "attngeom-build-failed.txt"
+"""Left, alone, in a random control's folder that could not be built: its score job records the note's
+reason as the model's failure, and every other model's tables and figures are made."""
+
+
 def build(model_type: str, settings: dict, seed: int, output: str | os.PathLike) -> int:
     """The random model saved under ``output`` (safetensors, written atomically); its parameter count."""
     import torch
@@ -59,3 +64,17 @@ def build(model_type: str, settings: dict, seed: int, output: str | os.PathLike)
     with atomic_dir(Path(output)) as folder:
         model.save_pretrained(folder, safe_serialization=True)
     return sum(p.numel() for p in model.parameters())
+
+
+def build_or_note(model_type: str, settings: dict, seed: int, output: str | os.PathLike) -> str:
+    """``build``, and what to log; settings transformers accepts in the config but refuses when the
+    model is built (``hidden_size: 30`` with 4 heads) leave ``output`` holding only ``FAILED_NOTE``."""
+    try:
+        n_params = build(model_type, settings, seed, output)
+    except Exception as err:  # transformers' own checks raise ValueError, TypeError, AttributeError, ...
+        first = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        reason = f"random control {model_type} {settings} cannot be built: {type(err).__name__}: {first}"
+        with atomic_dir(Path(output)) as folder:
+            (folder / FAILED_NOTE).write_text(reason + "\n", encoding="utf-8")
+        return reason
+    return f"random {model_type} {settings} seed {seed}: {n_params} parameters"

