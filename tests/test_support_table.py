@@ -1,4 +1,4 @@
-"""The README's supported-model table is the registry's (regenerate with `attngeom support-table`)."""
+"""docs/models.md's supported-model table is the registry's (regenerate with `attngeom support-table`)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_readme_table_matches_registry():
-    readme = (ROOT / "README.md").read_text()
-    assert readme == with_support_table(readme), "README.md table is stale: run attngeom support-table"
+    readme = (ROOT / "docs" / "models.md").read_text()
+    assert readme == with_support_table(readme), (
+        "docs/models.md table is stale: run attngeom support-table docs/models.md"
+    )
 
 
 def test_table_has_one_row_per_model_type():

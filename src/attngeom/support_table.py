@@ -19,7 +19,7 @@ from .files import write_text
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "readme", type=Path, help="the file holding the table's markers (attngeom's own README.md)"
+        "readme", type=Path, help="the file holding the table's markers (attngeom's own docs/models.md)"
     )
     parser.add_argument("--check", action="store_true", help="exit 1 if the README table is out of date")
 
@@ -46,10 +46,10 @@ def _read(readme: Path) -> str:
     try:
         text = readme.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{readme}: cannot be read ({err}); name attngeom's README.md") from None
+        raise InputError(f"{readme}: cannot be read ({err}); name attngeom's docs/models.md") from None
     start, end = text.find(START), text.find(END)
     if start < 0 or end < start:
         raise InputError(
-            f"{readme} holds no {START} ... {END} section; name attngeom's README.md, which does"
+            f"{readme} holds no {START} ... {END} section; name attngeom's docs/models.md, which does"
         )
     return text

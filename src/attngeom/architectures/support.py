@@ -1,4 +1,4 @@
-"""The README's table of supported model types, rendered from the registry so the two cannot drift."""
+"""The table of supported model types (docs/models.md), rendered from the registry so the two cannot drift."""
 
 from __future__ import annotations
 
