@@ -26,7 +26,7 @@ gpus = int(snakemake.params.gpus)  # per node
 nodes = int(snakemake.resources.get("nodes", 1))
 processes = max(1, gpus)  # per node: one per GPU, else one CPU process
 threads = snakemake.threads
-train_args = ["--out", out, "--quiet", *(f"{k}={v}" for k, v in settings.items())]
+train_args = ["--out", out, "--log-lines", *(f"{k}={v}" for k, v in settings.items())]
 
 
 def refuse(message: str) -> None:
@@ -65,5 +65,5 @@ with (
         from attngeom.training.loop import train
 
         torch.set_num_threads(max(1, threads))
-        train(make_config(settings), out, progress=False, restart="if-changed")
+        train(make_config(settings), out, progress="lines", restart="if-changed")
     print(f"run folder: {out}")

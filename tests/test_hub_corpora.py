@@ -116,7 +116,7 @@ def test_the_pipeline_trains_on_a_hub_corpus(hub, tmp_path):
     }
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
     command = [sys.executable, "-m", "snakemake", "results/training/rp-enc/final", "--cores", "1"]
-    command += ["--snakefile", str(ROOT / "Snakefile"), "--configfile", "c.yaml"]
+    command += ["--snakefile", str(ROOT / "workflow" / "Snakefile"), "--configfile", "c.yaml"]
     done = subprocess.run(
         command,
         cwd=tmp_path,

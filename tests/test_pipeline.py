@@ -175,9 +175,7 @@ def test_adding_a_model_schedules_only_its_jobs_and_the_aggregates(tiny_run):
         "aggregate": 1,
         "tables": 1,
         "reference_comparison": 1,
-        "figure_2": 1,
-        "figure_s1": 1,
-        "figure_s2": 1,
+        "figure_2": 1,  # not Figures S1/S2: they read only their own groups' models
         "all": 1,
     }
     assert {wildcards for rule, wildcards, _ in jobs if rule in ("score", "random_model")} == {
@@ -198,9 +196,15 @@ def test_paper_config_dry_run_is_offline_reads_no_weights_and_lists_every_model(
     reference = pd.read_csv(ROOT / "config" / "reference" / "official_per_layer_scores.csv")
     expected = {f"slug={slug(model_id)}" for model_id in reference["model_id"].unique()}
     score_jobs = {wildcards: resources for rule, wildcards, resources in jobs if rule == "score"}
-    assert set(score_jobs) == expected
+    trained = {w for w in score_jobs if w.startswith("slug=trained--")}
+    assert set(score_jobs) - trained == expected
+    # Table 1's grid: 3 corpora × 4 and 12 layers × encoder and decoder × 2 inits × 3 seeds, one GPU each
+    train_jobs = {wildcards: resources for rule, wildcards, resources in jobs if rule == "train"}
+    assert len(train_jobs) == 72 == len(trained)
+    assert "run=wikipedia-4L-encoder-symmetric-s2" in train_jobs
+    assert all("gpu=1" in resources for resources in train_jobs.values())
     counts = collections.Counter(rule for rule, _, _ in jobs)
-    assert counts["figure_heads"] == len(expected) and counts["heatmap_matrix"] == 2
+    assert counts["figure_heads"] == len(expected) + len(trained) and counts["heatmap_matrix"] == 2
     assert all(
         counts[rule] == 1 for rule in ("aggregate", "tables", "reference_comparison", "figure_2", "all")
     )

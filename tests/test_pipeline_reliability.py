@@ -55,14 +55,17 @@ def _set(path: str, value):
 @pytest.mark.parametrize(
     "change,expected",
     [
-        (_set("result", "out"), "'result' was unexpected"),
+        (_set("result", "out"), "unknown key 'result' (did you mean 'results'?)"),
         (_set("models", []), "should be non-empty"),
         (_set("models.0.random.num_hidden_layer", 2), "did you mean num_hidden_layers"),
         (_set("models.0.random.hidden_size", "wide"), "hidden_size"),
         (_set("figures.heatmap.decoder", {"model": "not/listed"}), "'not/listed' is not in models"),
         (_set("training", {"runs": [{**RUN, "name": ".."}]}), "'..' must be letters"),
         (_set("training", {"runs": [{**RUN, "steps": 10.5}]}), "10.5 is not of type 'integer'"),
-        (_set("training", {"runs": [RUN], "defaults": {"stepz": 3}}), "'stepz' was unexpected"),
+        (
+            _set("training", {"runs": [RUN], "defaults": {"stepz": 3}}),
+            "unknown key 'stepz' (did you mean 'steps'?)",
+        ),
         (_set("training", {"runs": [RUN], "grid": {"steps": [2, 10.5]}}), "steps=10.5 is not a valid int"),
         (_set("training", {"runs": [RUN], "grid": {"lrr": [0.1]}}), "unknown training setting 'lrr'"),
         (_set("training", {"runs": [RUN], "seeds": 0}), "seeds"),

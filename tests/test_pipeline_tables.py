@@ -163,6 +163,7 @@ def rows_for_records(model: str) -> list[dict]:
         ),
         **dict(n_params=1000, norm=1.0, left_out="", form="standard", not_scored=None, variant="excess"),
         "attngeom_version": "0",
+        "code_hash": "0",
     }
     return [
         {**common, "layer": layer, "head": head, "kv_head": head, "symmetry": value, "directionality": 0.0}

@@ -19,9 +19,10 @@ from attngeom.pipeline.captions import (
 )
 from attngeom.pipeline.registry import build_registry
 from attngeom.pipeline.training_runs import training_models, training_runs
+from attngeom.training.official import published_settings
 
 ROOT = Path(__file__).resolve().parents[1]
-OFFICIAL = pd.read_csv(ROOT / "config" / "reference" / "official_training_evolution.csv")
+OFFICIAL = published_settings(ROOT / "config" / "reference" / "official_training_evolution.csv")
 DEFAULTS = {"dataset": "sotu", "n_layers": 2, "hidden_size": 32, "n_heads": 4, "intermediate_size": 64}
 RUNS = [
     {"name": "enc-r", "objective": "encoder", "init": "random"},

@@ -1,4 +1,4 @@
-"""docs/models.md's supported-model table is the registry's (regenerate with `attngeom support-table`)."""
+"""The README's support table is the conformance run's and the registry's (regenerate with `attngeom support-table`)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,27 @@ from pathlib import Path
 import pytest
 
 from attngeom.architectures import REGISTRY
-from attngeom.architectures.support import END, START, support_table, with_support_table
+from attngeom.architectures.support import END, START, counts, support_table, with_support_table
+from attngeom.architectures.validated import conformance
 from attngeom.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_readme_table_matches_registry():
-    readme = (ROOT / "docs" / "models.md").read_text()
-    assert readme == with_support_table(readme), (
-        "docs/models.md table is stale: run attngeom support-table docs/models.md"
-    )
+    readme = (ROOT / "README.md").read_text()
+    assert readme == with_support_table(readme), "README.md table is stale: run attngeom support-table"
 
 
-def test_table_has_one_row_per_model_type():
-    rows = support_table().splitlines()[2:]
-    assert [row.split("`")[1] for row in rows] == sorted(REGISTRY)
+def test_table_has_one_row_per_model_type_and_states_the_counts():
+    lines = support_table().splitlines()
+    rows = [line for line in lines if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == sorted(set(REGISTRY) | set(conformance()))
     assert any("`cross`" in row for row in rows)
+    c = counts()
+    assert f"**{c['scored']} of the {c['attention']} model types" in lines[0]
+    assert sum(" | table | " in r for r in rows) == c["table"]
+    assert sum(" | discovered | " in r for r in rows) == c["discovered"]
 
 
 def test_section_is_replaced_in_place_and_text_without_it_is_refused():

@@ -1,4 +1,4 @@
-"""Rewrite the supported-model table of a README from the architecture registry.
+"""Rewrite the supported-model table of a README from the conformance run and the architecture registry.
 
 Only the section between ``<!-- support-table:start -->`` and ``<!-- support-table:end -->`` of the file
 named on the command line is replaced; a file without both markers is refused, so the command never
@@ -19,13 +19,28 @@ from .files import write_text
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "readme", type=Path, help="the file holding the table's markers (attngeom's own docs/models.md)"
+        "readme", type=Path, help="the file holding the table's markers (attngeom's own README.md)"
     )
     parser.add_argument("--check", action="store_true", help="exit 1 if the README table is out of date")
+    parser.add_argument(
+        "--conformance",
+        action="store_true",
+        help="first rerun the generated conformance of every model_type and rewrite the packaged support.json",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=2, help="processes for --conformance (default: %(default)s)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     current = _read(args.readme)
+    if args.conformance:
+        from .conformance.run import main as conformance_main
+
+        conformance_main(["--jobs", str(args.jobs)])
+        from .architectures.validated import conformance
+
+        conformance.cache_clear()
     updated = with_support_table(current)
     if args.check:
         if updated != current:
@@ -46,10 +61,10 @@ def _read(readme: Path) -> str:
     try:
         text = readme.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{readme}: cannot be read ({err}); name attngeom's docs/models.md") from None
+        raise InputError(f"{readme}: cannot be read ({err}); name attngeom's README.md") from None
     start, end = text.find(START), text.find(END)
     if start < 0 or end < start:
         raise InputError(
-            f"{readme} holds no {START} ... {END} section; name attngeom's docs/models.md, which does"
+            f"{readme} holds no {START} ... {END} section; name attngeom's README.md, which does"
         )
     return text

@@ -10,15 +10,15 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from .. import tables
-from ..training.official import official_note
+from ..training.official import Setting, counterpart_note, counterparts
 from ..training.plateau import GPU_ENCODER_EXITS, SMOKE_TEST_STEPS
-from .paper_config import model_entry
 from .registry import Model
 from .training_runs import TrainingRun
+
+if TYPE_CHECKING:  # pandas only for the comparison's caption, in its job: the DAG imports this module
+    import pandas as pd
 
 PLATEAU_EXITS = GPU_ENCODER_EXITS
 PLATEAU_STEPS = SMOKE_TEST_STEPS
@@ -110,25 +110,27 @@ def training_scope(runs: dict[str, TrainingRun]) -> str:
     return text
 
 
-def official_scope(runs: dict[str, TrainingRun], official: pd.DataFrame) -> str:
-    """Which of our random-init runs the authors published an evolution for, and what is drawn if none."""
-    ours = pd.DataFrame(
-        [
-            {"layers": r.layers, "objective": r.objective, "dataset": r.dataset}
-            for r in runs.values()
-            if r.init == "random" and not r.regularised
-        ],
-        columns=["layers", "objective", "dataset"],
-    ).drop_duplicates()
-    if ours.empty:
+def official_scope(runs: dict[str, TrainingRun], published: set[Setting]) -> str:
+    """Which of our random-init runs the authors published an evolution for (``published``: their runs'
+    settings, ``training.official.published_settings``), and what is drawn if none."""
+    ours = [
+        (r.layers, r.objective, r.dataset) for r in runs.values() if r.init == "random" and not r.regularised
+    ]
+    if not ours:
         return "This run has no unregularised random-init run to compare with the authors' evolution."
-    return official_note(ours, official) or "Every run here has a published counterpart of the same setting."
+    note = counterpart_note(counterparts(ours, published))
+    return note or "Every run here has a published counterpart of the same setting."
 
 
 def nearest_published(models: pd.DataFrame, reference: pd.DataFrame) -> str:
     """For each scored pretrained model of the run that the published per-layer scores do not hold, the
     published model of the same modality and objective nearest in parameter count, with its published
     medians: a sentence that says what the comparison could have been, for orientation only."""
+    import pandas as pd
+
+    from .. import tables
+    from .paper_config import model_entry
+
     published = pd.DataFrame(
         [
             {

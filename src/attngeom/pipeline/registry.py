@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..files import slug
 from ..packaged import package_dir
-from .random_models import check_settings
+from .random_models import check_in_child
 
 RANDOM_N_PARAMS = 10_000_000
 """Size assumed for a random control when estimating resources (they are tiny by design)."""
@@ -109,12 +109,6 @@ def build_registry(entries: list[dict], results: str) -> dict[str, Model]:
     for entry in entries:
         kind, location = _location(entry, results)
         random = dict(entry.get("random", {}))
-        if random:
-            settings = {k: v for k, v in random.items() if k != "model_type"}
-            try:
-                check_settings(random["model_type"], settings)
-            except InputError as err:
-                raise InputError(f"config: model {entry['id']!r}: random: {err}") from None
         model = Model(
             id=entry["id"],
             display=entry.get("display") or entry["id"].rsplit("/", 1)[-1],
@@ -133,6 +127,7 @@ def build_registry(entries: list[dict], results: str) -> dict[str, Model]:
         if model.slug in models:
             raise InputError(f"config: model {model.id!r} is listed twice")
         models[model.slug] = model
+    check_in_child({model.id: model.random for model in models.values() if model.random})
     return models
 
 

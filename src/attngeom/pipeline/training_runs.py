@@ -12,9 +12,8 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..training.config import RESOURCE_KEYS, make_config
+from ..training.config import RESOURCE_KEYS, dataset_label, make_config
 from ..training.plateau import SMOKE_TEST_STEPS
-from ..training.speedup import dataset_label
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 """A run name is a folder name under results/training: no '/', no leading '.' (so never '..')."""

@@ -10,10 +10,10 @@ whose loss ends less than ``LEAST`` nats below P never left it (None).
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from .smoothing import smoothed
+if TYPE_CHECKING:  # numpy and pandas only where a log is read: the workflow's DAG imports the constants
+    import pandas as pd
 
 GPU_ENCODER_EXITS = (802, 862)
 """Earliest and latest step at which the committed GPU BERT-mini encoders (random init, 3 seeds, lr 1e-3,
@@ -32,6 +32,10 @@ LEAST = 1.0
 
 def plateau_exit(loss: pd.DataFrame) -> int | None:
     """The step at which the run's smoothed loss has left its plateau; None if it never does."""
+    import numpy as np
+
+    from .smoothing import smoothed
+
     if len(loss) < 8:
         return None
     smooth = smoothed(loss, max(2, round(WINDOW * len(loss))))
