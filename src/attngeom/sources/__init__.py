@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InputError
+from . import lens
 from .base import WeightSource
 from .local import from_directory, from_module
 
@@ -31,11 +32,15 @@ def open_source(
 
     Hub files are read by HTTP range (only the q/k bytes); ``full_download`` downloads whole files instead.
     """
+    model = lens.unwrap(model)  # an nnsight wrapper: the transformers model inside
+    if lens.is_hooked_transformer(model):
+        return lens.from_hooked_transformer(model)
     if isinstance(model, torch.nn.Module):
         return from_module(model)
     if not isinstance(model, (str, os.PathLike)):
         raise InputError(
-            f"{model!r}: not a model; pass a Hub id, a local directory or .gguf file, or a transformers model"
+            f"{model!r}: not a model; pass a Hub id, a local directory or .gguf file, a transformers model, "
+            "a TransformerLens HookedTransformer or an nnsight wrapper"
         )
     text = os.fspath(model)
     if not text.strip():

@@ -105,7 +105,7 @@ def _per_layer(ax, frame: pd.DataFrame, metric: str, title: str) -> None:
     ax.legend(handles=handles, fontsize="x-small", ncol=2)
 
 
-def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path) -> Figure:
+def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path | None) -> Figure:
     """Figure 3 / S3 / S4 for one dataset and depth: random-init runs, encoder vs decoder."""
     runs = scores[
         (scores["dataset"] == dataset)
@@ -128,7 +128,8 @@ def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path
                 continue
             _per_layer(ax, group, metric, f"{panel}) {objective}-only: {metric} per layer")
     fig.suptitle(f"{layers}-layer models trained on {dataset}, random init ({_seeds(runs)} seed(s))")
-    save(fig, stem)
+    if stem is not None:  # None: the figure only (attngeom.plots)
+        save(fig, stem)
     return fig
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -84,6 +85,24 @@ def learning_rate(config: TrainConfig, step: int) -> float:
     return config.lr * max(0.0, (config.steps - step) / max(1, config.steps - config.warmup_steps))
 
 
+CPU_WARNING_FLOP = 1e12
+"""Training FLOP of one step (≈ 6 × parameters × tokens) above which a CPU takes tens of seconds or more:
+the paper's 4-layer encoder at its batch (32 × 8 sequences of 512 tokens) needs ≈ 9 TFLOP a step."""
+
+
+def _warn_if_slow(config: TrainConfig, rt: Runtime, model: torch.nn.Module) -> None:
+    """One line when ``device=auto`` found no GPU for a step this large: a run of thousands of steps would
+    take days, and nothing else would say why."""
+    n_params = sum(p.numel() for p in model.parameters())
+    flop = 6 * n_params * config.batch_size * config.seq_len * config.grad_accum * rt.world
+    if rt.main and config.device == "auto" and rt.device.type == "cpu" and flop >= CPU_WARNING_FLOP:
+        print(
+            f"attngeom train: warning: no CUDA device, so training runs on the CPU: ≈ {flop / 1e12:.0f} TFLOP "
+            "a step, minutes on a CPU; use a GPU host, or set device=cpu to train here anyway",
+            file=sys.stderr,
+        )
+
+
 def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
     """AdamW with no weight decay on biases and LayerNorm weights (as transformers' Trainer does)."""
     decay, no_decay = [], []
@@ -143,6 +162,7 @@ def train(
     torch.manual_seed(config.seed)
     model = build_model(config, corpus.vocab_size).to(rt.device)
     model.train()
+    _warn_if_slow(config, rt, model)
     optimizer = make_optimizer(model, config, rt.device)
 
     # the run folder: a new run records its settings and data, a resumed one must have the same

@@ -1,0 +1,116 @@
+"""Models of the interpretability libraries: a TransformerLens HookedTransformer scores exactly as the
+checkpoint it was converted from (with TransformerLens' own conversion functions, no weight processing),
+and an nnsight wrapper as the model it wraps. The ``interp`` extra; skipped where it is not installed."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+import attngeom
+from attngeom.errors import InputError
+
+lens = pytest.importorskip("transformer_lens", reason="the interp extra: pip install -e '.[interp]'")
+HookedTransformer = lens.HookedTransformer
+HookedTransformerConfig = lens.HookedTransformerConfig
+SCORES = ["stack", "layer", "head", "kv_head", "symmetry", "directionality", "norm"]
+NO_PROCESSING = dict(
+    fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False
+)
+
+
+def scores(model) -> pd.DataFrame:
+    return attngeom.score(model, progress=False)[SCORES]
+
+
+def with_random_norms(model: torch.nn.Module) -> torch.nn.Module:
+    """Non-unit norm scales, so folding them into W_Q/W_K would change the scores."""
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "ln" in name or "norm" in name:
+                parameter.uniform_(0.5, 2.0)
+    return model
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    torch.manual_seed(0)
+    config = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=16, vocab_size=50)
+    return with_random_norms(GPT2LMHeadModel(config).eval())
+
+
+def hooked_gpt2(hf: GPT2LMHeadModel, **processing) -> HookedTransformer:
+    c = hf.config
+    cfg = HookedTransformerConfig(
+        d_model=c.n_embd, n_layers=c.n_layer, n_heads=c.n_head, d_head=c.n_embd // c.n_head, d_mlp=4 * c.n_embd,
+        n_ctx=c.n_positions, d_vocab=c.vocab_size, act_fn="gelu_new", normalization_type="LN",
+        original_architecture="GPT2LMHeadModel",
+    )  # fmt: skip
+    model = HookedTransformer(cfg)
+    state = lens.pretrained.weight_conversions.convert_gpt2_weights(hf, cfg)
+    model.load_and_process_state_dict(state, **{**NO_PROCESSING, **processing})
+    return model
+
+
+def test_a_hooked_gpt2_scores_exactly_as_its_checkpoint_on_disk(gpt2, tmp_path):
+    """Same q/k values, laid out by the engine in one canonical layout: identical by construction."""
+    gpt2.save_pretrained(tmp_path / "gpt2")
+    on_disk = scores(str(tmp_path / "gpt2"))
+    hooked = scores(hooked_gpt2(gpt2))
+    assert len(on_disk) == 2 * (4 + 1)
+    pd.testing.assert_frame_equal(hooked, on_disk, check_exact=True)
+    frame = attngeom.score(hooked_gpt2(gpt2), progress=False)
+    assert set(frame["model_type"]) == {"hooked_transformer"} and set(frame["objective"]) == {
+        "autoregressive"
+    }
+
+
+def test_folded_layernorm_is_what_is_scored(gpt2):
+    """``fold_ln`` (from_pretrained's default) multiplies the LayerNorm scale into W_Q/W_K: other scores,
+    as the README says."""
+    folded = scores(hooked_gpt2(gpt2, fold_ln=True))
+    plain = scores(gpt2)
+    assert (folded["symmetry"] - plain["symmetry"]).abs().max() > 1e-3
+
+
+def test_a_hooked_llama_with_grouped_query_attention_scores_as_its_checkpoint():
+    torch.manual_seed(0)
+    c = LlamaConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64, vocab_size=50, max_position_embeddings=16,
+    )  # fmt: skip
+    hf = with_random_norms(LlamaForCausalLM(c).eval())
+    cfg = HookedTransformerConfig(
+        d_model=32, n_layers=2, n_heads=4, n_key_value_heads=2, d_head=8, d_mlp=64, n_ctx=16, d_vocab=50,
+        act_fn="silu", normalization_type="RMS", positional_embedding_type="rotary", rotary_dim=8,
+        gated_mlp=True, final_rms=True, original_architecture="LlamaForCausalLM",
+    )  # fmt: skip
+    model = HookedTransformer(cfg)
+    model.load_and_process_state_dict(
+        lens.pretrained.weight_conversions.convert_llama_weights(hf, cfg), **NO_PROCESSING
+    )
+    hooked, plain = scores(model), scores(hf)
+    assert hooked["kv_head"].dropna().tolist() == [0, 0, 1, 1] * 2
+    pd.testing.assert_frame_equal(hooked, plain, check_exact=True)
+
+
+def test_a_bidirectional_config_is_an_encoder():
+    cfg = HookedTransformerConfig(
+        d_model=16, n_layers=1, n_heads=2, d_head=8, n_ctx=8, d_vocab=20, attention_dir="bidirectional",
+        attn_only=True,
+    )  # fmt: skip
+    frame = attngeom.score(HookedTransformer(cfg), progress=False)
+    assert set(frame["stack"]) == {"encoder"} and set(frame["objective"]) == {"bidirectional"}
+
+
+def test_an_nnsight_wrapper_scores_as_the_model_it_wraps(gpt2):
+    nnsight = pytest.importorskip("nnsight")
+    pd.testing.assert_frame_equal(scores(nnsight.NNsight(gpt2)), scores(gpt2), check_exact=True)
+
+
+def test_anything_else_is_still_refused_in_one_line():
+    with pytest.raises(InputError, match="a TransformerLens HookedTransformer or an nnsight wrapper"):
+        attngeom.score(object(), progress=False)
