@@ -43,6 +43,8 @@ def open_source(
     path = Path(text).expanduser()
     if path.is_dir():
         return from_directory(path)
+    if path.exists() and not path.is_file():
+        raise InputError(f"{text}: not a regular file; pass a model directory or a plain .gguf file")
     if path.is_file():
         if path.suffix == ".gguf":
             from .gguf import from_gguf
