@@ -34,7 +34,7 @@ LLAMA = {
     "vocab_size": 64,
 }
 METRICS = ["symmetry", "directionality", "norm"]
-Q0 = "model.layers.0.self_attn.q_proj.weight"
+Q0 = "layers.0.self_attn.q_proj.weight"
 
 
 def qk(name: str) -> bool:
@@ -66,11 +66,13 @@ def scores(model) -> tuple[np.ndarray, set]:
 
 
 def int8_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    w = w.float()
     scb = w.abs().amax(dim=1)
     return torch.round(w / scb[:, None] * 127).to(torch.int8), scb
 
 
 def fp8_blocks(w: torch.Tensor, block: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    w = w.float()
     rows, cols = w.shape
     scale = torch.empty(-(-rows // block), -(-cols // block))
     for i in range(scale.shape[0]):
@@ -87,7 +89,7 @@ def test_bitsandbytes_int8_is_dequantised_by_its_row_scales(llama_dir, tmp_path)
         values, scb = int8_rows(state[name])
         quantised[name] = values
         quantised[name.removesuffix("weight") + "SCB"] = scb
-        reference[name] = values.float() * scb[:, None] / 127
+        reference[name] = values.double() * scb.double()[:, None] / 127
     method = {"quant_method": "bitsandbytes", "load_in_8bit": True, "load_in_4bit": False}
     model = variant(llama_dir, tmp_path / "int8", quantised, method)
     expected, _ = scores(variant(llama_dir, tmp_path / "ref", reference))
@@ -107,7 +109,7 @@ def test_fp8_with_block_scales_is_dequantised(llama_dir, tmp_path, dtype):
         quantised[name] = values
         quantised[name + "_scale_inv"] = scale
         expanded = scale.repeat_interleave(16, 0).repeat_interleave(16, 1)[: values.shape[0], : values.shape[1]]
-        reference[name] = values.float() * expanded
+        reference[name] = values.double() * expanded.double()
     method = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [16, 16]}
     found, dtypes = scores(variant(llama_dir, tmp_path / "fp8", quantised, method))
     expected, _ = scores(variant(llama_dir, tmp_path / "ref", reference))

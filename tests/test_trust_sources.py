@@ -89,7 +89,7 @@ def edit_weights(folder: Path, **changes: torch.Tensor | None) -> None:
     save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
 
 
-Q0 = "model.layers.0.self_attn.q_proj.weight"
+Q0 = "layers.0.self_attn.q_proj.weight"
 
 
 # --- 1. a hostile endpoint --------------------------------------------------------------------------------------
@@ -175,8 +175,8 @@ def test_a_damaged_range_cache_is_fetched_again(llama_dir, tmp_path):
             entry.write_bytes(bytes(data))
         (header,) = (tmp_path / "cache").rglob("*.header")
         text = header.read_bytes()
-        assert b'"F32"' in text
-        header.write_bytes(text.replace(b'"F32"', b'"F16"', 1))  # a header that decodes to other tensors
+        assert b'"F64"' in text
+        header.write_bytes(text.replace(b'"F64"', b'"I64"'))  # a header that decodes to other tensors
         sent = sum(server.bytes_sent.values())
         np.testing.assert_allclose(scores_of(REPO), expected, rtol=1e-12, atol=1e-12)
         assert sum(server.bytes_sent.values()) > sent  # fetched again, not read around
@@ -191,7 +191,7 @@ def test_a_damaged_range_cache_is_fetched_again(llama_dir, tmp_path):
 def write_gguf(path: Path, *, blocks: int = 2, hidden: int = 32, heads: int = 4, alignment=None) -> Path:
     rng = np.random.default_rng(0)
     writer = gguf.GGUFWriter(path, "llama")
-    writer.add_block_count(blocks)
+    writer.add_uint64("llama.block_count", blocks)
     writer.add_embedding_length(hidden)
     writer.add_head_count(heads)
     writer.add_head_count_kv(2)
@@ -277,7 +277,7 @@ def test_a_fifo_in_place_of_a_file_is_refused_at_once(llama_copy, tmp_path, name
 
 def test_with_several_models_each_error_line_names_its_model(llama_dir, tmp_path, capsys):
     bad = Path(shutil.copytree(llama_dir, tmp_path / "bad-llama"))
-    edit_weights(bad, **{"model.layers.0.self_attn.k_proj.weight": torch.zeros(8, 32)})
+    edit_weights(bad, **{"layers.0.self_attn.k_proj.weight": torch.zeros(8, 32)})
     code, lines = cli([llama_dir, bad, "-o", tmp_path / "out"], capsys)
     assert code == 2 and len(lines) == 1
     assert lines[0].startswith(f"attngeom: error: {bad}: ") and "do not match" in lines[0]

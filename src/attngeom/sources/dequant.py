@@ -8,6 +8,7 @@ refused in one line where it does not.
   quantization_config saying there is one is an ordinary cast.
 - Any other quantisation method (GPTQ, AWQ, bitsandbytes 4-bit ...), and integer, boolean, E8M0 or
   complex weights without such a scheme: refused, naming the method, or the tensor and its dtype.
+Dequantised weights are float64 (exact for every product of an int8 or FP8 value and a float32 scale).
 A scored weight's stored type is recorded (``source_dtype``), so a table can tell them apart.
 """
 
@@ -106,14 +107,14 @@ def _bitsandbytes(
             f"{where}: row scales {scale_name} {tuple(scale.shape)} ({dtype_name(scale.dtype)}) do not fit "
             f"an int8 weight {tuple(tensor.shape)}; the checkpoint is damaged"
         )
-    return tensor.to(torch.float32) * scale.to(torch.float32)[:, None] / 127
+    return tensor.to(torch.float64) * scale.to(torch.float64)[:, None] / 127
 
 
 def _fp8_blocks(tensor: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], where: str) -> torch.Tensor:
-    values = tensor.to(torch.float32)
+    values = tensor.to(torch.float64)
     if scale.dtype not in FLOATS:
         raise InputError(f"{where}: its scales are {dtype_name(scale.dtype)}, not floats; the checkpoint is damaged")
-    scale = scale.to(torch.float32)
+    scale = scale.to(torch.float64)
     if scale.numel() == 1:
         return values * scale.reshape(())
     if tensor.ndim != 2:

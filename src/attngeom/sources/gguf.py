@@ -143,7 +143,9 @@ def parse_header(prefix: bytes, where: str) -> Header:
         if n_dims > 8:
             raise InputError(f"{where}: GGUF tensor {name} has {n_dims} dimensions; the file is corrupted")
         infos.append((name, cursor.take(f"<{n_dims}Q"), *cursor.take("<IQ")))
-    alignment = int(header.metadata.get("general.alignment", 32)) or 32
+    alignment = header.metadata.get("general.alignment", 32)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0:
+        raise InputError(f"{where}: GGUF general.alignment = {alignment!r} is not a positive integer; corrupted?")
     data_start = -(-cursor.position // alignment) * alignment
     for name, dims, kind, offset in infos:
         try:
@@ -199,12 +201,26 @@ def config_of(header: Header, where: str, name: str) -> PretrainedConfig:
             f"{where}: GGUF architecture {arch!r} is not supported; supported: {', '.join(ARCHITECTURES)}"
         )
     heads = _count(header, f"{arch}.attention.head_count", where, required=True)
+    hidden = _count(header, f"{arch}.embedding_length", where, required=True)
+    head_dim = _count(header, f"{arch}.attention.key_length", where, required=False)
+    if head_dim is None and hidden % heads:
+        raise InputError(
+            f"{where}: GGUF {arch}.embedding_length {hidden} is not divisible by head_count {heads} "
+            "(and no key_length says the head width); the file is corrupted, re-convert the model"
+        )
+    blocks = _count(header, f"{arch}.block_count", where, required=True)
+    present = _blocks_present(header)
+    if blocks > present:
+        raise InputError(
+            f"{where}: GGUF {arch}.block_count is {blocks}, but the file holds tensors of {present} blocks; "
+            "the file is corrupted or truncated, re-convert the model"
+        )
     settings = {
-        "hidden_size": _count(header, f"{arch}.embedding_length", where, required=True),
-        "num_hidden_layers": _count(header, f"{arch}.block_count", where, required=True),
+        "hidden_size": hidden,
+        "num_hidden_layers": blocks,
         "num_attention_heads": heads,
         "num_key_value_heads": _count(header, f"{arch}.attention.head_count_kv", where, False) or heads,
-        "head_dim": _count(header, f"{arch}.attention.key_length", where, required=False),
+        "head_dim": head_dim,
         "intermediate_size": _count(header, f"{arch}.feed_forward_length", where, required=False),
         "vocab_size": _count(header, f"{arch}.vocab_size", where, required=False) or _vocabulary(header),
     }
@@ -214,6 +230,12 @@ def config_of(header: Header, where: str, name: str) -> PretrainedConfig:
     )
     check_head_counts(config, settings, where)
     return config
+
+
+def _blocks_present(header: Header) -> int:
+    """One more than the highest ``blk.N`` among the tensors: how many layers the file can hold."""
+    numbers = [name.split(".")[1] for name in header.tensors if name.startswith("blk.")]
+    return max((int(n) + 1 for n in numbers if n.isdigit()), default=0)
 
 
 def _vocabulary(header: Header) -> int | None:
@@ -264,6 +286,7 @@ def gguf_weights(
         load=lambda name: decode(read(tensors[name]), tensors[name], description),
         revision=revision,
         n_params=sum(math.prod(info.dims) for info in header.tensors.values()),
+        stored_as=lambda name: tensors[name].kind.name,
     )
 
 
