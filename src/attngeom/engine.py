@@ -131,9 +131,14 @@ def score_source(
 
         layers = tqdm(layers, total=n_layers, desc=str(model_id), unit="layer")
     spare: Spare = {}  # the last layer's factor copies, reused
-    for layer in layers:
-        scored = isinstance(layer, AttentionLayer)
-        pending.append((_fields(layer), _layer_scores(layer, settings, spare)) if scored else layer)
+    try:
+        for layer in layers:
+            scored = isinstance(layer, AttentionLayer)
+            pending.append((_fields(layer), _layer_scores(layer, settings, spare)) if scored else layer)
+    except InputError as err:  # a map's error names the layer: the model is named here
+        if str(err).startswith(source.description):
+            raise
+        raise InputError(f"{source.description}: {err}") from err
     if not any(isinstance(item, tuple) for item in pending):
         raise InputError(f"{source.description}: the model has no attention layers to score")
     common = {

@@ -101,6 +101,7 @@ def load_config(config_file: Path, description: str) -> PretrainedConfig | FileC
                     f"{where}: invalid for {model_type!r}: {one_line(err)}; fix the value"
                 ) from err
     check_head_counts(config, raw, where)
+    _check_per_layer_lists(config, where)
     return config
 
 
@@ -113,10 +114,29 @@ def _check_layer_counts(raw: dict, where: str) -> None:
             raise InputError(f"{where}: {key} = {value} is more layers than any model has; fix the value")
 
 
+PER_LAYER = ("layer_types", "no_rope_layers")
+"""Config lists with one entry per layer, read by index by the architecture maps."""
+
+
+def _check_per_layer_lists(config: PretrainedConfig | FileConfig, where: str) -> None:
+    """Each of ``PER_LAYER`` the config has is a list with one entry per layer."""
+    layers = getattr(config, "num_hidden_layers", None)
+    for key in PER_LAYER:
+        value = getattr(config, key, None)
+        if value is None or not isinstance(layers, int):
+            continue
+        if not isinstance(value, list | tuple) or len(value) != layers:
+            size = len(value) if isinstance(value, list | tuple) else type(value).__name__
+            raise InputError(f"{where}: {key} has {size} entries for {layers} layers; fix the value")
+
+
 def _reads_as_written(raw: dict, model_type: str) -> bool:
-    """Whether the entries give exactly what transformers' class would: every listed entry stated, and
-    every size a positive integer (a null window or kv-head count or head width is what the class has too)."""
+    """Whether the entries give exactly what transformers' class would: every listed entry stated, every
+    size a positive integer (a null window or kv-head count or head width is what the class has too),
+    and no ``layer_types`` (transformers checks its entries; a read as written file would not be)."""
     if model_type not in READ_AS_WRITTEN or not all(key in raw for key in READ_AS_WRITTEN[model_type]):
+        return False
+    if "layer_types" in raw:
         return False
     optional = ("num_key_value_heads", "head_dim", "sliding_window")
     return all(
