@@ -108,7 +108,9 @@ def test_fp8_with_block_scales_is_dequantised(llama_dir, tmp_path, dtype):
         values, scale = fp8_blocks(state[name], 16, dtype)
         quantised[name] = values
         quantised[name + "_scale_inv"] = scale
-        expanded = scale.repeat_interleave(16, 0).repeat_interleave(16, 1)[: values.shape[0], : values.shape[1]]
+        expanded = scale.repeat_interleave(16, 0).repeat_interleave(16, 1)[
+            : values.shape[0], : values.shape[1]
+        ]
         reference[name] = values.double() * expanded.double()
     method = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [16, 16]}
     found, dtypes = scores(variant(llama_dir, tmp_path / "fp8", quantised, method))
@@ -129,7 +131,11 @@ def test_fp8_without_scales_is_a_cast_and_recorded(llama_dir, tmp_path):
 
 def test_gguf_records_its_quantisation(tmp_path):
     writer = gguf.GGUFWriter(tmp_path / "m.gguf", "llama")
-    for add, value in ((writer.add_block_count, 1), (writer.add_embedding_length, 32), (writer.add_head_count, 4)):
+    for add, value in (
+        (writer.add_block_count, 1),
+        (writer.add_embedding_length, 32),
+        (writer.add_head_count, 4),
+    ):
         add(value)
     rng = np.random.default_rng(0)
     q = gguf.quants.quantize(rng.standard_normal((32, 32), dtype=np.float32), gguf.GGMLQuantizationType.Q8_0)
@@ -158,7 +164,9 @@ def one_error(model: Path, capsys) -> str:
         ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "4-bit"),
     ],
 )
-def test_quantisation_methods_without_exact_dequantisation_are_refused(llama_dir, tmp_path, capsys, quantization, words):
+def test_quantisation_methods_without_exact_dequantisation_are_refused(
+    llama_dir, tmp_path, capsys, quantization, words
+):
     model = variant(llama_dir, tmp_path / "m", load_file(llama_dir / "model.safetensors"), quantization)
     line = one_error(model, capsys)
     assert words in line and "quantization_config" in line

@@ -33,8 +33,6 @@ from safetensors.torch import load_file, save_file
 
 import attngeom
 from attngeom.cli import main
-from attngeom.errors import InputError
-from attngeom.sources import open_source
 from attngeom.sources.hub import Repo
 
 REPO = "org/tiny-llama"
@@ -99,7 +97,9 @@ def files_under(root: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("hostile", ["../../../../victim.txt", "../../../../../../victim.txt", "main", "x" * 40])
+@pytest.mark.parametrize(
+    "hostile", ["../../../../victim.txt", "../../../../../../victim.txt", "main", "x" * 40]
+)
 def test_a_commit_that_is_not_a_commit_is_refused_and_writes_nothing_outside_the_caches(
     llama_dir, tmp_path, capsys, hostile
 ):
@@ -148,7 +148,9 @@ def test_a_tensor_name_in_two_files_is_refused(llama_copy, capsys):
     assert Q0 in line and "a.safetensors" in line and "b.safetensors" in line
 
 
-@pytest.mark.parametrize("shard", ["../outside.safetensors", "/tmp/outside.safetensors", "sub/../../x.safetensors"])
+@pytest.mark.parametrize(
+    "shard", ["../outside.safetensors", "/tmp/outside.safetensors", "sub/../../x.safetensors"]
+)
 def test_an_index_naming_a_shard_outside_the_folder_is_refused(llama_copy, capsys, shard):
     outside = llama_copy.parent / "outside.safetensors"
     shutil.copy(llama_copy / "model.safetensors", outside)
@@ -287,7 +289,15 @@ def test_with_several_models_each_error_line_names_its_model(llama_dir, tmp_path
 @pytest.mark.parametrize("shape", [(32 * 32,), (2, 16, 32)])
 def test_a_q_weight_that_is_not_a_matrix_is_one_line_without_warnings(llama_copy, shape):
     edit_weights(llama_copy, **{Q0: torch.zeros(shape)})
-    command = [sys.executable, "-m", "attngeom.cli", "score", str(llama_copy), "-o", str(llama_copy.parent / "o.pq")]
+    command = [
+        sys.executable,
+        "-m",
+        "attngeom.cli",
+        "score",
+        str(llama_copy),
+        "-o",
+        str(llama_copy.parent / "o.pq"),
+    ]
     result = subprocess.run(command + ["--quiet"], capture_output=True, text=True, timeout=120)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and "not a matrix" in lines[0], lines

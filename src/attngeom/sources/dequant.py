@@ -110,10 +110,14 @@ def _bitsandbytes(
     return tensor.to(torch.float64) * scale.to(torch.float64)[:, None] / 127
 
 
-def _fp8_blocks(tensor: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], where: str) -> torch.Tensor:
+def _fp8_blocks(
+    tensor: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], where: str
+) -> torch.Tensor:
     values = tensor.to(torch.float64)
     if scale.dtype not in FLOATS:
-        raise InputError(f"{where}: its scales are {dtype_name(scale.dtype)}, not floats; the checkpoint is damaged")
+        raise InputError(
+            f"{where}: its scales are {dtype_name(scale.dtype)}, not floats; the checkpoint is damaged"
+        )
     scale = scale.to(torch.float64)
     if scale.numel() == 1:
         return values * scale.reshape(())

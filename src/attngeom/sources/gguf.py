@@ -145,7 +145,9 @@ def parse_header(prefix: bytes, where: str) -> Header:
         infos.append((name, cursor.take(f"<{n_dims}Q"), *cursor.take("<IQ")))
     alignment = header.metadata.get("general.alignment", 32)
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0:
-        raise InputError(f"{where}: GGUF general.alignment = {alignment!r} is not a positive integer; corrupted?")
+        raise InputError(
+            f"{where}: GGUF general.alignment = {alignment!r} is not a positive integer; corrupted?"
+        )
     data_start = -(-cursor.position // alignment) * alignment
     for name, dims, kind, offset in infos:
         try:
