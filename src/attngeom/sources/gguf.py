@@ -140,7 +140,7 @@ def parse_header(prefix: bytes, where: str) -> Header:
     for _ in range(n_tensors):
         name = cursor.string()
         (n_dims,) = cursor.take("<I")
-        if n_dims > 8:
+        if not 0 < n_dims <= 8:
             raise InputError(f"{where}: GGUF tensor {name} has {n_dims} dimensions; the file is corrupted")
         infos.append((name, cursor.take(f"<{n_dims}Q"), *cursor.take("<IQ")))
     alignment = header.metadata.get("general.alignment", 32)
@@ -155,6 +155,10 @@ def parse_header(prefix: bytes, where: str) -> Header:
             block, block_bytes = GGML_QUANT_SIZES[quant]
         except (ValueError, KeyError) as err:
             raise InputError(f"{where}: tensor {name} has an unknown GGUF type {kind}") from err
+        if dims[0] % block:
+            raise InputError(
+                f"{where}: GGUF tensor {name} has rows of {dims[0]}, not whole {quant.name} blocks"
+            )
         start = data_start + offset
         header.tensors[name] = TensorInfo(
             name, quant, tuple(dims), start, start + math.prod(dims) * block_bytes // block
@@ -227,9 +231,14 @@ def config_of(header: Header, where: str, name: str) -> PretrainedConfig:
         "vocab_size": _count(header, f"{arch}.vocab_size", where, required=False) or _vocabulary(header),
     }
     settings = {key: value for key, value in settings.items() if value is not None}
-    config = AutoConfig.for_model(
-        ARCHITECTURES[arch], name_or_path=str(header.metadata.get("general.name", name)), **settings
-    )
+    try:
+        config = AutoConfig.for_model(
+            ARCHITECTURES[arch], name_or_path=str(header.metadata.get("general.name", name)), **settings
+        )
+    except Exception as err:  # transformers' validation raises ValueError, TypeError and its own
+        raise InputError(
+            f"{where}: GGUF metadata invalid for {arch}: {one_line(err)}; re-convert the model"
+        ) from err
     check_head_counts(config, settings, where)
     return config
 
