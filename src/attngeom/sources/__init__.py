@@ -2,7 +2,7 @@
 
 Every source (a Hub id, a Hub GGUF file, a local directory or ``.gguf`` file, an in-memory module)
 becomes a ``WeightSource``: the model's config, its tensor names and a loader. The modules import in one
-direction: ``base`` ← ``config`` (config.json) ← ``local``, ``gguf`` ← ``ranged`` (HTTP ranges) ←
+direction: ``dequant`` ← ``base`` ← ``config`` (config.json) ← ``local``, ``gguf`` ← ``ranged`` (HTTP ranges) ←
 ``hub`` ← this one; the Hub and GGUF modules are imported only when a model needs them.
 """
 
