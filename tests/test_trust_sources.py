@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
+import threading
+import warnings
 from pathlib import Path
 
 import gguf
@@ -259,19 +259,25 @@ def test_short_or_unknown_per_layer_lists_are_one_line(llama_copy, capsys, key, 
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "config.json", "m.gguf"])
-def test_a_fifo_in_place_of_a_file_is_refused_at_once(llama_copy, tmp_path, name):
+def test_a_fifo_in_place_of_a_file_is_refused_at_once(llama_copy, tmp_path, capsys, name):
     if name == "m.gguf":
-        target = tmp_path / name
-        model = target
+        target = model = tmp_path / name
     else:
-        target = llama_copy / name
+        target, model = llama_copy / name, llama_copy
         target.unlink()
-        model = llama_copy
     os.mkfifo(target)
-    command = [sys.executable, "-m", "attngeom.cli", "score", str(model), "-o", str(tmp_path / "o.parquet")]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1 and "not a regular file" in lines[0], lines
+    result: list = []
+    worker = threading.Thread(
+        target=lambda: result.append(cli([model, "-o", tmp_path / "o.parquet"], capsys))
+    )
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():  # blocked opening the FIFO: a writer releases it, then the test fails
+        os.close(os.open(target, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join()
+    assert result, "the scorer waited on the FIFO"
+    code, lines = result[0]
+    assert code == 2 and len(lines) == 1 and "not a regular file" in lines[0], lines
 
 
 # --- 16, 17. what error lines say -------------------------------------------------------------------------------
@@ -287,20 +293,13 @@ def test_with_several_models_each_error_line_names_its_model(llama_dir, tmp_path
 
 
 @pytest.mark.parametrize("shape", [(32 * 32,), (2, 16, 32)])
-def test_a_q_weight_that_is_not_a_matrix_is_one_line_without_warnings(llama_copy, shape):
+def test_a_q_weight_that_is_not_a_matrix_is_one_line_without_warnings(llama_copy, capsys, shape):
     edit_weights(llama_copy, **{Q0: torch.zeros(shape)})
-    command = [
-        sys.executable,
-        "-m",
-        "attngeom.cli",
-        "score",
-        str(llama_copy),
-        "-o",
-        str(llama_copy.parent / "o.pq"),
-    ]
-    result = subprocess.run(command + ["--quiet"], capture_output=True, text=True, timeout=120)
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1 and "not a matrix" in lines[0], lines
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = one_error([llama_copy, "-o", llama_copy.parent / "o.parquet"], capsys)
+    assert "not a matrix" in line and str(llama_copy) in line
+    assert not caught, [str(w.message) for w in caught]
 
 
 # --- 19. outputs -------------------------------------------------------------------------------------------------

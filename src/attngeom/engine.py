@@ -135,10 +135,10 @@ def score_source(
         for layer in layers:
             scored = isinstance(layer, AttentionLayer)
             pending.append((_fields(layer), _layer_scores(layer, settings, spare)) if scored else layer)
-    except InputError as err:  # a map's error names the layer: the model is named here
+    except InputError as err:  # a map's error names the layer: the model is named here, its kind kept
         if str(err).startswith(source.description):
             raise
-        raise InputError(f"{source.description}: {err}") from err
+        raise type(err)(f"{source.description}: {err}") from err
     if not any(isinstance(item, tuple) for item in pending):
         raise InputError(f"{source.description}: the model has no attention layers to score")
     common = {
