@@ -48,6 +48,9 @@ SYSTEMS = (
     "trainer",
     "plain-eager",
     "plain-compiled",
+    "plain-compiled-mask",
+    "attngeom-paper",
+    "attngeom-paper-accum",
     "attngeom-eager",
     "attngeom-compiled",
     "attngeom-compiled-nodocs",
@@ -251,9 +254,16 @@ def trainer_baseline(
 
 
 def plain_loop(
-    preset: int, steps: int, warmup: int, batch: int, compiled: bool, prof: Path | None = None
+    preset: int,
+    steps: int,
+    warmup: int,
+    batch: int,
+    compiled: bool,
+    prof: Path | None = None,
+    mask: bool = False,
 ) -> dict:
-    """BertForMaskedLM, SDPA, random ids in every position, 15% masked, bf16 autocast, fused AdamW."""
+    """BertForMaskedLM, SDPA, random ids in every position, 15% masked, bf16 autocast, fused AdamW;
+    ``mask``: passing the all-ones ``attention_mask`` that a tokenizer returns for full rows."""
     from transformers import BertConfig, BertForMaskedLM
 
     from attngeom.training.config import PRESETS
@@ -277,8 +287,9 @@ def plain_loop(
         ids = torch.randint(1000, VOCAB, (batch, SEQ_LEN), device=DEVICE)
         masked = torch.rand(batch, SEQ_LEN, device=DEVICE) < 0.15
         labels = ids.masked_fill(~masked, -100)
+        extra = {"attention_mask": torch.ones_like(ids)} if mask else {}
         with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
-            loss = forward(input_ids=ids.masked_fill(masked, mask_id), labels=labels).loss
+            loss = forward(input_ids=ids.masked_fill(masked, mask_id), labels=labels, **extra).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -356,6 +367,52 @@ def attngeom_train(
         "tokens_per_s": steps * batch * SEQ_LEN / seconds,
         "seconds": seconds,
         **attngeom_flops(preset, config, range(warmup, stop)),
+    }
+
+
+PAPER_DOCUMENTS = 256
+"""Documents per update in the paper (32 sequences × 8 accumulation steps, one document each)."""
+PAPER_UPDATES = 200_000
+PAPER_ROW_RUNS = 6
+"""Runs of one Table 1 row: random and symmetric init × 3 seeds."""
+
+
+def paper_settings(kind: str, stop: int) -> dict:
+    """The paper's update and bookkeeping cadence (loss every 100 updates, scores and a checkpoint every
+    1,000) on the benchmark corpus: ``documents`` counts the update in documents (256, packed into rows
+    of 512, micro-batches of 56 rows: the 42–54 rows that 256 State of the Union paragraphs fill); ``accum`` is 32 × 8 rows of the packed stream."""
+    size = {"documents": {"batch_documents": PAPER_DOCUMENTS, "batch_size": 56}, "accum": {"grad_accum": 8}}
+    return {
+        **size[kind],
+        "steps": PAPER_UPDATES,
+        "log_every": 100,
+        "score_every": 1000,
+        "checkpoint_every": 1000,
+    }
+
+
+def attngeom_paper(preset: int, steps: int, warmup: int, cache: Path, kind: str) -> dict:
+    """``train()`` in the paper's setting, timed between the loss log's rows ``warmup`` and ``warmup + steps``
+    (multiples of 100); tokens/s counts the updates' tokens (padding not)."""
+    import shutil
+
+    from attngeom.training.loop import train
+
+    stop = warmup + steps
+    config = bench_config(cache, preset, 32, **paper_settings(kind, stop))
+    out = cache / f"run-{preset}L-paper-{kind}"
+    shutil.rmtree(out, ignore_errors=True)
+    train(config, out, progress=False, stop_at=stop)
+    log = pd.read_parquet(out / "loss.parquet").set_index("step")
+    seconds = float(log.loc[stop, "elapsed_s"] - log.loc[warmup, "elapsed_s"])
+    tokens = float(log.loc[warmup + 1 : stop, "update_tokens"].sum())
+    shutil.rmtree(out, ignore_errors=True)
+    return {
+        "tokens_per_s": tokens / seconds,
+        "seconds": seconds,
+        "ms_per_update": 1e3 * seconds / steps,
+        "tokens_per_update": tokens / steps,
+        "flops": float("nan"),
     }
 
 
@@ -468,6 +525,9 @@ def run_system(name: str, preset: int, args: argparse.Namespace) -> dict:
         "trainer": lambda: trainer_baseline(*common, CACHE, args.profile),
         "plain-eager": lambda: plain_loop(*common, False, args.profile),
         "plain-compiled": lambda: plain_loop(*common, True, args.profile),
+        "plain-compiled-mask": lambda: plain_loop(*common, True, args.profile, mask=True),
+        "attngeom-paper": lambda: attngeom_paper(preset, args.paper_steps, 100, CACHE, "documents"),
+        "attngeom-paper-accum": lambda: attngeom_paper(preset, args.paper_steps, 100, CACHE, "accum"),
         "attngeom-compiled-nographs": lambda: attngeom_steps(
             *common, CACHE, True, True, args.profile, mode="default"
         ),
@@ -498,7 +558,7 @@ def run_system(name: str, preset: int, args: argparse.Namespace) -> dict:
         gpu=device_name(),
         torch=torch.__version__,
     )
-    if "flops" in result:
+    if not math.isnan(result.get("flops", math.nan)):
         result["mfu"] = result["flops"] / result["seconds"] / peak_flops()
     return result
 
@@ -514,7 +574,16 @@ def table(results: list[dict]) -> pd.DataFrame:
     frame["vs_faster_plain"] = frame["tokens_per_s"] / frame["preset"].map(
         plain.groupby("preset")["tokens_per_s"].max()
     )
-    columns = ["preset", "system", "tokens_per_s", "mfu", "vs_plain_compiled", "vs_faster_plain", "wall_s"]
+    columns = [
+        "preset",
+        "system",
+        "tokens_per_s",
+        "ms_per_update",
+        "mfu",
+        "vs_plain_compiled",
+        "vs_faster_plain",
+        "wall_s",
+    ]
     return frame[[c for c in columns if c in frame] + (["error"] if "error" in frame else [])]
 
 
@@ -522,7 +591,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("action", choices=("prepare", "run", "attention"))
+    parser.add_argument("action", choices=("prepare", "run", "attention", "concurrent"))
     parser.add_argument(
         "--preset", type=int, nargs="+", default=[12, 4], help="depths: 4 = BERT-mini, 12 = base"
     )
@@ -534,6 +603,12 @@ def main() -> None:
         "--warmup", type=int, default=50, help="untimed steps first (compilation, CUDA graphs, allocator)"
     )
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument(
+        "--paper-steps", type=int, default=1000, help="timed updates of the paper-setting rows (× 100)"
+    )
+    parser.add_argument(
+        "--runs", type=int, nargs="+", default=[1, 2, 4, 8], help="concurrent: runs sharing the GPU"
+    )
     parser.add_argument(
         "--profile",
         type=Path,
@@ -547,6 +622,13 @@ def main() -> None:
         return
     global DEVICE
     DEVICE = torch.device(args.device)
+    if args.action == "concurrent":
+        from concurrent_runs import concurrent_table
+
+        print(
+            concurrent_table(args.preset, args.runs, args.paper_steps, CACHE, args.out).to_string(index=False)
+        )
+        return
     if args.action == "attention":
         print(attention_kernels(CACHE, args.batch).to_string(index=False), flush=True)
         return

@@ -78,7 +78,7 @@ def timed(command: list[str], cwd: Path, env: dict, log: Path) -> float:
 
 
 def snakemake(*args: str) -> list[str]:
-    return [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), *args]
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "workflow" / "Snakefile"), *args]
 
 
 def outcome_of(status: dict) -> str:

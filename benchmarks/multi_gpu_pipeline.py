@@ -153,7 +153,7 @@ def main() -> int:
         start_sampler("--query-gpu", "timestamp,index,utilization.gpu,memory.used", out / "nvidia-smi.csv"),
         start_sampler("--query-compute-apps", "gpu_uuid,pid,used_memory", out / "nvidia-smi-apps.csv"),
     ]
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile")]
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "workflow" / "Snakefile")]
     command += ["--directory", str(workdir), "--profile", str(ROOT / "profiles" / "local")]
     command += [*targets, "--configfile", str(config)]
     begin = datetime.datetime.now(datetime.UTC)

@@ -6,7 +6,7 @@ vocabulary), batch 64 × 256 tokens, AdamW lr 1e-3, 300 warm-up steps, linear de
 each GPU at once, every process pinned to its GPU with CUDA_VISIBLE_DEVICES. At ``--deadline-s`` the
 runs still going are stopped (each resumes from its last checkpoint, every 250 steps, when the same
 command is run again) and the report is written from the logs so far; runs compared up to the step both
-reached. The default 6,000 steps leave the encoder's MLM plateau (~2,500 steps at these settings); one
+reached. The default 6,000 steps leave the encoder's MLM plateau (steps 802–862 in the committed seeded runs); one
 such run took ~290 s alone on an H100.
 
     python benchmarks/repro_training.py --gpus 2 --seeds 3 --steps 6000 --out OUT   # on the GPU host

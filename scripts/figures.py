@@ -1,5 +1,7 @@
-"""Rules figure_2, figure_s1, figure_s2: the paper's scatter figures from the summary table; the models
-trained here marked by their initialisation, read from each run folder's config.yaml."""
+"""Rules figure_2, figure_s1, figure_s2: the paper's scatter figures; the models trained here marked by
+their initialisation, read from each run folder's config.yaml. Figure 2 reads the summary table of every
+model; Figures S1 and S2 summarise the scores of their own models only, so that a figure of pretrained
+models never waits for the training runs."""
 
 from pathlib import Path
 
@@ -16,7 +18,11 @@ def heatmap_panel(path: str) -> tuple[str, np.ndarray | None, str]:
     return title, (matrix if matrix.size else None), (f"not available: {reason}" if reason else "")
 
 
-summary = tables.read_table(snakemake.input.summary)
+if snakemake.rule == "figure_2":
+    summary = tables.read_table(snakemake.input.summary)
+else:
+    scores, models = tables.collect(snakemake.params.models, snakemake.input.scores, snakemake.input.status)
+    summary = tables.summarise(scores, models)
 runs = [RunInfo.read(Path(final).parent) for final in snakemake.input.runs]
 inits = {trained_model_id(run.name): run.config.init for run in runs}
 stem = Path(snakemake.output[0]).with_suffix("")

@@ -1,8 +1,9 @@
-"""Rule random_model: a random-initialised control, saved as safetensors (attngeom.pipeline.random_models)."""
+"""Rule random_model: a random-initialised control, saved as safetensors (attngeom.pipeline.random_models).
 
-from attngeom.pipeline.random_models import build
+Settings that cannot be built leave a note instead, which the model's score job records as its failure."""
+
+from attngeom.pipeline.random_models import build_or_note
 
 p = snakemake.params
 with open(snakemake.log[0], "w") as log:
-    n_params = build(p.model_type, dict(p.settings), p.seed, snakemake.output[0])
-    log.write(f"random {p.model_type} {dict(p.settings)} seed {p.seed}: {n_params} parameters\n")
+    log.write(build_or_note(p.model_type, dict(p.settings), p.seed, snakemake.output[0]) + "\n")

@@ -3,8 +3,11 @@
 Every model gets its Parquet file (empty when not scored) and its status, whatever becomes of the others.
 """
 
+from attngeom import interrupts
 from attngeom.pipeline.batches import score_batch
 from attngeom.pipeline.outcome import ScoreJob, score_options
+
+interrupts.install()  # SIGTERM (a cancelled job): one line, no half-written file
 
 p = snakemake.params
 out = snakemake.output

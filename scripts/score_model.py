@@ -7,11 +7,14 @@ and a Parquet file (empty when not scored), so the other models' tables and figu
 
 import torch
 
+from attngeom import interrupts
 from attngeom.pipeline.outcome import ScoreJob, score_and_record, score_options
+
+interrupts.install()  # SIGTERM (a cancelled job): one line, no half-written file
 
 p = snakemake.params
 out = snakemake.output
 torch.set_num_threads(snakemake.threads)
-job = ScoreJob(p.model, p.location, p.revision, out.scores, out.status, snakemake.log[0])
+job = ScoreJob(p.model, p.location, p.revision, out.scores, out.status, snakemake.log[0], p.local)
 options = score_options(p.device, p.dtype, p.variant, p.full_download)
 score_and_record(job, options, gpus=int(snakemake.resources.get("gpu", 0)))

@@ -13,8 +13,11 @@ import shlex
 import subprocess
 import sys
 
+from attngeom import interrupts
 from attngeom.pipeline.gpus import job_gpus
 from attngeom.training.launch import srun_per_node, torchrun_here
+
+interrupts.install()  # SIGTERM (a cancelled job): one line, no half-written checkpoint
 
 run = snakemake.wildcards.run
 settings = snakemake.params.settings
@@ -23,7 +26,7 @@ gpus = int(snakemake.params.gpus)  # per node
 nodes = int(snakemake.resources.get("nodes", 1))
 processes = max(1, gpus)  # per node: one per GPU, else one CPU process
 threads = snakemake.threads
-train_args = ["--out", out, "--quiet", *(f"{k}={v}" for k, v in settings.items())]
+train_args = ["--out", out, "--log-lines", *(f"{k}={v}" for k, v in settings.items())]
 
 
 def refuse(message: str) -> None:
@@ -62,5 +65,5 @@ with (
         from attngeom.training.loop import train
 
         torch.set_num_threads(max(1, threads))
-        train(make_config(settings), out, progress=False, restart="if-changed")
+        train(make_config(settings), out, progress="lines", restart="if-changed")
     print(f"run folder: {out}")

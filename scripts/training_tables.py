@@ -1,5 +1,5 @@
 """Rule training_tables: Table 1 (final loss and symmetric-init speed-up over seeds, with the null and the
-paper's numbers, grouped by depth as the paper prints it) and our symmetry/directionality medians next
+paper's numbers, grouped by depth as the paper prints it), the paper's claims against the runs, and our symmetry/directionality medians next
 to the authors' published evolution where a run matches (else a sentence naming the nearest)."""
 
 from pathlib import Path
@@ -7,15 +7,24 @@ from pathlib import Path
 import pandas as pd
 
 from attngeom import tables
+from attngeom.training.claims import CAPTION, TITLE, claims
 from attngeom.training.figures import load_runs
 from attngeom.training.official import compare_official, official_note, ours_medians
 from attngeom.training.speedup import table1, write_table1
 
 runs = [Path(final).parent for final in snakemake.input.finals]
-write_table1(
-    table1(runs, pd.read_csv(snakemake.input.paper)), Path(snakemake.output.table_1[0]).with_suffix("")
-)
+table = table1(runs, pd.read_csv(snakemake.input.paper))
+write_table1(table, Path(snakemake.output.table_1[0]).with_suffix(""))
 scores, _ = load_runs(runs)
+found = claims(scores, table)
+tables.write_table(
+    found,
+    Path(snakemake.output.claims[0]).with_suffix(""),
+    TITLE,
+    csv=found,
+    caption=CAPTION,
+    empty="No run.",
+)
 official = pd.read_csv(snakemake.input.official)
 comparison = compare_official(scores, official)
 tables.write_table(

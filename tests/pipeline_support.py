@@ -82,7 +82,7 @@ TINY_MODELS = [
 
 def run_snakemake(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), *args]
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "workflow" / "Snakefile"), *args]
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     if check and result.returncode != 0:
         raise AssertionError(
@@ -119,9 +119,10 @@ def write_config(path: Path, models: list[dict]) -> Path:
     return path
 
 
-BROKEN_MODELS = ["local/corrupt", "local/bad-heads"]
-"""Models of the tiny run that cannot be scored: a corrupt safetensors file, and a config whose head
-count is of the wrong type (an error of several lines inside transformers)."""
+BROKEN_MODELS = ["local/corrupt", "local/bad-heads", "local/missing", "random/bad-heads"]
+"""Models of the tiny run that cannot be scored: a corrupt safetensors file, a config whose head
+count is of the wrong type (an error of several lines inside transformers), a `path:` that does not
+exist, and a random control whose settings the config class accepts but the model refuses."""
 
 
 def broken_models(workdir: Path) -> list[dict]:
@@ -134,15 +135,24 @@ def broken_models(workdir: Path) -> list[dict]:
     BertModel(config).save_pretrained(bad_heads)
     settings = json.loads((bad_heads / "config.json").read_text())
     (bad_heads / "config.json").write_text(json.dumps({**settings, "num_attention_heads": "two"}))
-    return [
+    local = [
         {
             "id": model_id,
             "path": str(folder),
             "objective": "bidirectional",
             "groups": ["table_s2", "table_s3", "figure_2"],
         }
-        for model_id, folder in zip(BROKEN_MODELS, (corrupt, bad_heads), strict=True)
+        for model_id, folder in zip(
+            BROKEN_MODELS, (corrupt, bad_heads, workdir / "missing-model"), strict=False
+        )
     ]
+    unbuildable = {
+        "id": "random/bad-heads",
+        "random": {"model_type": "bert", "hidden_size": 30, "num_attention_heads": 4, "num_hidden_layers": 1},
+        "objective": "bidirectional",
+        "groups": ["table_s2", "table_s3", "figure_2"],
+    }
+    return [*local, unbuildable]
 
 
 @pytest.fixture(scope="session")

@@ -231,7 +231,14 @@ def test_the_train_rule_pins_each_run_and_gives_a_ddp_run_two_gpus(tmp_path):
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     targets = [f"results/training/{run}/final" for run in ("a", "b", "ddp")]
     run_workflow(
-        ROOT / "Snakefile", tmp_path, "0,1,2,3", "--cores", "4", *targets, "--configfile", str(config)
+        ROOT / "workflow" / "Snakefile",
+        tmp_path,
+        "0,1,2,3",
+        "--cores",
+        "4",
+        *targets,
+        "--configfile",
+        str(config),
     )
     logs = {
         run: tmp_path / "results" / "training" / "logs" / "train" / f"{run}.log" for run in ("a", "b", "ddp")
@@ -251,7 +258,9 @@ def test_a_run_on_several_nodes_stops_with_one_line_locally(tmp_path):
     data["training"] = {"defaults": TRAIN, "runs": [{"name": "multi", "nodes": 2}]}
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     target = "results/training/multi/final"
-    run = run_workflow(ROOT / "Snakefile", tmp_path, "0", target, "--configfile", str(config), check=False)
+    run = run_workflow(
+        ROOT / "workflow" / "Snakefile", tmp_path, "0", target, "--configfile", str(config), check=False
+    )
     assert run.returncode != 0
     log = (tmp_path / "results" / "training" / "logs" / "train" / "multi.log").read_text()
     (error,) = [line for line in log.splitlines() if line.startswith("attngeom: error:")]

@@ -99,3 +99,34 @@ def test_the_representative_layer_is_the_one_closest_to_the_models_median():
     assert figures.representative_layer(tie, "directionality")[:2] == ("encoder", 0)  # the lower on a tie
     with pytest.raises(InputError, match="no scored self-attention layer"):
         figures.representative_layer(tie.iloc[0:0], "symmetry")
+
+
+def test_figure_2_legends_cover_no_error_bar_and_an_empty_panel_has_no_parameter_axis(tmp_path):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    summary = pd.DataFrame(
+        [
+            summary_row("enc", "bidirectional", "pretrained", 0.49, n_params=2.2e7),
+            summary_row("dec", "autoregressive", "pretrained", 0.09, n_params=1.35e8),
+            summary_row("random/enc", "bidirectional", "random", 0.0),
+            summary_row("random/dec", "autoregressive", "random", 0.01),
+        ]
+    )
+    fig = figures.figure_2(summary, [], tmp_path / "f2")
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    checked = 0
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        box = legend.get_window_extent(renderer)
+        for line in ax.get_lines() + [c for c in ax.collections]:
+            extent = line.get_window_extent(renderer)
+            if extent.width > 0 or extent.height > 0:
+                assert not box.overlaps(extent), (ax.get_title(), line)
+                checked += 1
+    assert checked >= 8
+    lonely = pd.DataFrame([summary_row("random/vit", "bidirectional", "random", 0.0, groups=("figure_s1",))])
+    fig = figures.figure_groups(lonely, "figure_s1", "objective", "S1", tmp_path / "s1")
+    top = fig.axes[0]
+    assert top.get_xticks().size == 0 and top.get_yticks().size == 0 and top.get_xscale() == "linear"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from pipeline_support import BROKEN_MODELS, ROOT, TINY_MODELS, run_snakemake, write_config
+from pipeline_support import BROKEN_MODELS, ROOT, TINY_MODELS, planned_jobs, run_snakemake, write_config
 from transformers import BertConfig, BertModel
 
 from attngeom.errors import InputError
@@ -55,14 +55,17 @@ def _set(path: str, value):
 @pytest.mark.parametrize(
     "change,expected",
     [
-        (_set("result", "out"), "'result' was unexpected"),
+        (_set("result", "out"), "unknown key 'result' (did you mean 'results'?)"),
         (_set("models", []), "should be non-empty"),
         (_set("models.0.random.num_hidden_layer", 2), "did you mean num_hidden_layers"),
         (_set("models.0.random.hidden_size", "wide"), "hidden_size"),
         (_set("figures.heatmap.decoder", {"model": "not/listed"}), "'not/listed' is not in models"),
         (_set("training", {"runs": [{**RUN, "name": ".."}]}), "'..' must be letters"),
         (_set("training", {"runs": [{**RUN, "steps": 10.5}]}), "10.5 is not of type 'integer'"),
-        (_set("training", {"runs": [RUN], "defaults": {"stepz": 3}}), "'stepz' was unexpected"),
+        (
+            _set("training", {"runs": [RUN], "defaults": {"stepz": 3}}),
+            "unknown key 'stepz' (did you mean 'steps'?)",
+        ),
         (_set("training", {"runs": [RUN], "grid": {"steps": [2, 10.5]}}), "steps=10.5 is not a valid int"),
         (_set("training", {"runs": [RUN], "grid": {"lrr": [0.1]}}), "unknown training setting 'lrr'"),
         (_set("training", {"runs": [RUN], "seeds": 0}), "seeds"),
@@ -266,6 +269,25 @@ def test_unscorable_models_are_recorded_and_every_table_and_figure_is_made(tiny_
         assert status["reason"] in (results / "tables" / "table_s2.md").read_text().replace("\\|", "|")
     for name in ("figure_2.png", "figure_s1.png", "figure_s2.png", "heads/local--bad-heads.png"):
         assert (results / "figures" / name).stat().st_size > 0
+    reasons = summary.set_index("model")["reason"]
+    assert (
+        reasons["local/missing"]
+        == "local weights local/missing not found; fix the model's `path:` in the config"
+    )
+    assert (
+        "cannot be built" in reasons["random/bad-heads"] and "attention heads" in reasons["random/bad-heads"]
+    )
+
+
+@pytest.mark.slow
+def test_a_model_pointed_at_a_missing_folder_after_a_run_is_scored_again_not_kept(tiny_run):
+    config = yaml.safe_load((tiny_run / "tiny.yaml").read_text())
+    for model in config["models"]:
+        if model["id"] == "local/corrupt":
+            model["path"] = str(tiny_run / "moved-away")
+    (tiny_run / "moved.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    dry = run_snakemake("all", "-n", "--configfile", "moved.yaml", cwd=tiny_run)
+    assert {w for rule, w, _ in planned_jobs(dry.stdout) if rule == "score"} == {"slug=local--corrupt"}
 
 
 @pytest.mark.slow

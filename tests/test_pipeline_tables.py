@@ -163,6 +163,7 @@ def rows_for_records(model: str) -> list[dict]:
         ),
         **dict(n_params=1000, norm=1.0, left_out="", form="standard", not_scored=None, variant="excess"),
         "attngeom_version": "0",
+        "code_hash": "0",
     }
     return [
         {**common, "layer": layer, "head": head, "kv_head": head, "symmetry": value, "directionality": 0.0}
@@ -289,3 +290,62 @@ def test_tables_s2_s3_put_each_kind_and_role_in_its_own_block_as_the_paper_does(
     assert latex.count(r"\begin{tabular}") == 5 and "excess of each row" in latex
     assert "variant" not in paper_tables.caption("symmetry", ["excess"])
     assert "Eq. 17" in paper_tables.caption("directionality", ["eq17"])
+
+
+def test_the_encoder_decoder_contrast_is_claimed_only_when_it_beats_the_random_controls():
+    def row(model, objective, role, median, minus=0.05, plus=0.05):
+        base = summary_row(model, objective, role)
+        return base | {
+            "directionality_median": median,
+            "directionality_minus": minus,
+            "directionality_plus": plus,
+        }
+
+    # the embedded default's numbers: −0.10 vs −0.24 against controls spanning −0.18 to +0.13
+    within = pd.DataFrame(
+        [
+            row("minilm", "bidirectional", "pretrained", -0.10),
+            row("smollm2", "autoregressive", "pretrained", -0.24),
+            row("random/minilm", "bidirectional", "random", -0.05, 0.13, 0.10),
+            row("random/smollm2", "autoregressive", "random", 0.0, 0.05, 0.13),
+        ]
+    )
+    long = paper_tables.long_table(within, "directionality")
+    note = paper_tables.contrast_note(long, "directionality")
+    assert "-0.10 vs decoder-only -0.24" in note and "span -0.18 to +0.13" in note
+    assert "within the controls' spread: these models cannot show it" in note
+    wide = within.assign(directionality_median=[0.6, -0.6, -0.05, 0.0])
+    assert "exceeds the controls' spread" in paper_tables.contrast_note(
+        paper_tables.long_table(wide, "directionality"), "directionality"
+    )
+    alone = within[within["role"] == "pretrained"]
+    assert "no contrast is claimed" in paper_tables.contrast_note(
+        paper_tables.long_table(alone, "directionality"), "directionality"
+    )
+
+
+def test_smoke_test_runs_are_marked_in_the_tables_and_the_captions_say_so():
+    from attngeom.pipeline.captions import models_scope
+    from attngeom.pipeline.registry import build_registry
+    from attngeom.pipeline.training_runs import training_models, training_runs
+    from attngeom.training.plateau import SMOKE_TEST_STEPS
+
+    def runs(steps):
+        defaults = {
+            "dataset": "sotu",
+            "n_layers": 2,
+            "hidden_size": 32,
+            "n_heads": 4,
+            "intermediate_size": 64,
+        }
+        defaults["steps"] = steps
+        spec = {"defaults": defaults, "runs": [{"name": "enc-r", "objective": "encoder", "init": "random"}]}
+        return training_runs(spec, "r")
+
+    (short,) = training_models(runs(300), "r")
+    assert short["display"] == "enc-r [smoke test: 300 steps]"
+    (long_run,) = training_models(runs(SMOKE_TEST_STEPS), "r")
+    assert long_run["display"] == "enc-r"
+    models = build_registry([short], "r").values()
+    text = models_scope(models, "table_s2")
+    assert "1 of the trained models are marked 'smoke test'" in text and "say nothing about" in text

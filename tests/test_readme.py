@@ -49,7 +49,7 @@ def run(command: list[str], cwd: Path, **env: str) -> subprocess.CompletedProces
 def snakemake_dry_run(command: str, tmp_path: Path) -> str:
     """The README's snakemake command, dry (-n) and in a scratch working directory."""
     words = shlex.split(command.replace("<slug>", slug(default_models()[0]["id"])))
-    extra = ["-n", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path)]
+    extra = ["-n", "--snakefile", str(ROOT / "workflow" / "Snakefile"), "--directory", str(tmp_path)]
     return run([sys.executable, "-m", "snakemake", *extra, *words[1:]], cwd=ROOT).stdout
 
 
@@ -112,7 +112,9 @@ def exercise_gpu_choice(command: str, tmp_path: Path) -> None:
     """As written, in a shell, dry: score jobs asking for 4 GPUs get what the command allows (2 GPUs named,
     or a limit of 1), whatever GPUs this machine has."""
     allowed = 2 if command.startswith("CUDA_VISIBLE_DEVICES=2,3 ") else 1
-    extra = f"--set-resources score:gpu=4 -n --snakefile {ROOT / 'Snakefile'} --directory {tmp_path}"
+    extra = (
+        f"--set-resources score:gpu=4 -n --snakefile {ROOT / 'workflow' / 'Snakefile'} --directory {tmp_path}"
+    )
     out = run(["bash", "-c", f"{command} {extra}"], cwd=ROOT).stdout
     score_jobs = [resources for rule, _, resources in planned_jobs(out) if rule == "score"]
     assert score_jobs and all(resources.endswith(f"gpu={allowed}") for resources in score_jobs), out[-2000:]
@@ -137,7 +139,7 @@ def exercise_slurm(command: str, tmp_path: Path) -> None:
     """The export and the SLURM command in one shell: the dry-run shows the partition it would ask for."""
     (dry,) = [c for c in readme_commands() if c.startswith("snakemake --profile profiles/slurm")][:1]
     words = shlex.split(dry)
-    extra = f"-n --snakefile {ROOT / 'Snakefile'} --directory {tmp_path}"
+    extra = f"-n --snakefile {ROOT / 'workflow' / 'Snakefile'} --directory {tmp_path}"
     script = f"{command} && {sys.executable} -m snakemake {extra} {shlex.join(words[1:])}"
     out = run(["bash", "-c", script], cwd=ROOT).stdout
     assert "slurm_partition=gpu" in out and "slurm_account=myproject" in out
@@ -242,7 +244,7 @@ def test_readme_report_command_runs_after_a_run(tiny_run):
             "-m",
             "snakemake",
             "--snakefile",
-            str(ROOT / "Snakefile"),
+            str(ROOT / "workflow" / "Snakefile"),
             "--configfile",
             "tiny.yaml",
             *words[1:],

@@ -9,6 +9,7 @@ import pandas as pd
 import yaml
 
 from attngeom.pipeline.captions import (
+    PLATEAU_EXITS,
     PLATEAU_STEPS,
     models_scope,
     nearest_published,
@@ -18,9 +19,10 @@ from attngeom.pipeline.captions import (
 )
 from attngeom.pipeline.registry import build_registry
 from attngeom.pipeline.training_runs import training_models, training_runs
+from attngeom.training.official import published_settings
 
 ROOT = Path(__file__).resolve().parents[1]
-OFFICIAL = pd.read_csv(ROOT / "config" / "reference" / "official_training_evolution.csv")
+OFFICIAL = published_settings(ROOT / "config" / "reference" / "official_training_evolution.csv")
 DEFAULTS = {"dataset": "sotu", "n_layers": 2, "hidden_size": 32, "n_heads": 4, "intermediate_size": 64}
 RUNS = [
     {"name": "enc-r", "objective": "encoder", "init": "random"},
@@ -36,6 +38,7 @@ def test_short_runs_are_called_a_test_of_the_machinery_not_evidence():
     text = training_scope(runs(seeds=2, steps=300))
     assert "2 seed(s) per setting" in text and "2-layer on sotu, 300 steps" in text
     assert "too short to show the effect" in text and "not as evidence" in text
+    assert f"plateau at steps {PLATEAU_EXITS[0]:,}–{PLATEAU_EXITS[1]:,}" in text
     assert seeds_per_setting(runs(seeds=3, steps=300).values()) == 3
 
 
@@ -43,7 +46,7 @@ def test_long_runs_with_one_seed_cannot_tell_an_effect_from_noise_and_with_seeds
     one = training_scope(runs(steps=PLATEAU_STEPS * 2))
     assert "one seed per setting no interval can be computed" in one
     several = training_scope(runs(seeds=3, steps=PLATEAU_STEPS * 2))
-    assert "Table 1's verdict says whether the effect shows" in several and "too short" not in several
+    assert "whether and when it left the masked-LM plateau" in several and "too short" not in several
     assert training_scope({}) == "This run trains no model."
 
 
@@ -69,7 +72,9 @@ def test_model_captions_count_pretrained_models_controls_and_trained_runs_apart(
     s2 = models_scope(models, "table_s2")
     assert "1 decoder-only, 1 encoder-only pretrained model(s)" in s2
     assert "3 random-initialised control(s)" in s2 and f"{len(trained)} model(s) trained here" in s2
-    assert "not the trend over model sizes" in s2
+    assert "the trend over model sizes needs" in s2 and "It can show the contrast" not in s2
+    assert "exceeds the spread of the random controls is said under Table S2" in s2
+    assert f"{len(trained)} of the trained models are marked 'smoke test'" in s2  # the default's 300 steps
     s1 = models_scope(models, "figure_s1")
     assert "no pretrained model" in s1 and "cannot show what the paper shows" in s1
     only_encoders = [m for m in models if m.objective == "bidirectional"]
@@ -95,3 +100,47 @@ def test_an_empty_reference_comparison_names_the_nearest_published_model_of_the_
     assert f"median symmetry {published['symmetry'].median():.2f}" in text
     assert "control" not in text  # a random control is not compared with a pretrained model
     assert nearest_published(models.assign(role="random"), reference) == ""
+
+
+class _Anything:
+    """Stands for a rule's params and wildcards when a caption template is rendered: every name is a
+    plain sentence, as the captions module's are."""
+
+    def __getattr__(self, name: str) -> str:
+        return f"The run's {name}: 3 models, 4-layer on sotu."
+
+
+def test_every_caption_renders_without_a_docutils_system_message():
+    """Snakemake renders each caption with Jinja, then as reStructuredText: an undefined substitution
+    (``|value|``) or a broken inline markup shows as an error block in the report."""
+    import io
+
+    import jinja2
+    from docutils.core import publish_doctree
+
+    def messages(text: str) -> str:
+        stream = io.StringIO()
+        publish_doctree(
+            text, settings_overrides={"warning_stream": stream, "report_level": 2, "halt_level": 5}
+        )
+        return stream.getvalue()
+
+    captions = sorted((ROOT / "workflow" / "report").glob("*.rst"))
+    assert len(captions) >= 10
+    snakemake = type("Job", (), {"params": _Anything(), "wildcards": _Anything(), "config": {}})()
+    for caption in captions:
+        text = jinja2.Template(caption.read_text()).render(snakemake=snakemake)
+        assert messages(text) == "", caption.name
+    assert "Undefined substitution" in messages("percentile of |value|.")  # the check sees what it guards
+
+
+def test_the_quoted_plateau_exits_are_those_of_the_committed_gpu_encoders_logs():
+    from attngeom.training.plateau import plateau_exit
+
+    runs = ROOT / "benchmarks" / "results" / "training_repro_seeds" / "runs"
+    exits = [plateau_exit(pd.read_parquet(runs / f"encoder-random-s{s}" / "loss.parquet")) for s in range(3)]
+    assert (min(exits), max(exits)) == PLATEAU_EXITS
+    still = ROOT / "benchmarks" / "results" / "training_repro_3k" / "encoder-random" / "loss.parquet"
+    assert plateau_exit(pd.read_parquet(still)) is None  # lr 5e-4, 3,000 steps: never left it
+    flat = pd.DataFrame({"step": range(1, 101), "loss": [6.0] * 100})
+    assert plateau_exit(flat) is None

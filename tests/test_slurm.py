@@ -272,10 +272,10 @@ def test_the_tiny_pipeline_runs_through_sbatch_and_matches_the_local_run(tmp_pat
         workdir.mkdir()
         config = write_config(workdir / "tiny.yaml", TINY_MODELS)
         if where == "local":
-            command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile")]
+            command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "workflow" / "Snakefile")]
             command += ["--directory", str(workdir), "--cores", "2"]
         else:
-            command = snakemake_command(ROOT / "Snakefile", workdir)
+            command = snakemake_command(ROOT / "workflow" / "Snakefile", workdir)
         procs[where] = subprocess.Popen(
             [*command, "all", "--configfile", str(config)],
             cwd=ROOT,
@@ -363,7 +363,11 @@ def test_an_interrupted_training_job_resumes_from_its_checkpoint(training_refere
     run_dir = tmp_path / "results" / "training" / "run"
     proc = subprocess.Popen(
         snakemake_command(
-            ROOT / "Snakefile", tmp_path, "results/training/run/final", "--configfile", str(config)
+            ROOT / "workflow" / "Snakefile",
+            tmp_path,
+            "results/training/run/final",
+            "--configfile",
+            str(config),
         ),
         cwd=ROOT,
         env=job_env(),
@@ -446,7 +450,12 @@ def test_a_training_run_on_two_nodes_is_one_ddp_run_across_them(tmp_path):
     data["training"] = {"defaults": settings, "runs": [{"name": "ddp", **two_nodes}]}
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     run = run_snakemake(
-        ROOT / "Snakefile", tmp_path, "results/training/ddp/final", "--configfile", str(config), timeout=600
+        ROOT / "workflow" / "Snakefile",
+        tmp_path,
+        "results/training/ddp/final",
+        "--configfile",
+        str(config),
+        timeout=600,
     )
     assert run.returncode == 0, run.stderr[-4000:]
 

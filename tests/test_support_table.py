@@ -1,11 +1,14 @@
-"""The README's supported-model table is the registry's (regenerate with `attngeom support-table`)."""
+"""The README's support table is the conformance run's and the registry's (regenerate with `attngeom support-table`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from attngeom.architectures import REGISTRY
-from attngeom.architectures.support import END, START, support_table, with_support_table
+from attngeom.architectures.support import END, START, counts, support_table, with_support_table
+from attngeom.architectures.validated import conformance
 from attngeom.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,22 +19,27 @@ def test_readme_table_matches_registry():
     assert readme == with_support_table(readme), "README.md table is stale: run attngeom support-table"
 
 
-def test_table_has_one_row_per_model_type():
-    rows = support_table().splitlines()[2:]
-    assert [row.split("`")[1] for row in rows] == sorted(REGISTRY)
+def test_table_has_one_row_per_model_type_and_states_the_counts():
+    lines = support_table().splitlines()
+    rows = [line for line in lines if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == sorted(set(REGISTRY) | set(conformance()))
     assert any("`cross`" in row for row in rows)
+    c = counts()
+    assert f"**{c['scored']} of the {c['attention']} model types" in lines[0]
+    assert sum(" | table | " in r for r in rows) == c["table"]
+    assert sum(" | discovered | " in r for r in rows) == c["discovered"]
 
 
-def test_section_is_replaced_in_place_and_appended_when_missing():
+def test_section_is_replaced_in_place_and_text_without_it_is_refused():
     stale = f"# title\n\n{START}\n| old |\n{END}\n\n## after\n"
     fresh = with_support_table(stale)
     assert (
         fresh.startswith("# title\n\n") and fresh.endswith(f"{END}\n\n## after\n") and "| old |" not in fresh
     )
     assert with_support_table(fresh) == fresh
-    assert with_support_table("").startswith(START) and with_support_table("# x\n").startswith(
-        "# x\n\n" + START
-    )
+    for text in ("", "# x\n", f"# x\n{START}\n", f"{END}\n{START}\n"):
+        with pytest.raises(ValueError, match="no <!-- support-table:start -->"):
+            with_support_table(text)
 
 
 def test_command_checks_and_rewrites(tmp_path, capsys):
@@ -42,6 +50,29 @@ def test_command_checks_and_rewrites(tmp_path, capsys):
     assert main(["support-table", str(readme)]) == 0
     assert main(["support-table", "--check", str(readme)]) == 0
     assert "stale" not in readme.read_text() and not list(tmp_path.glob(".*.tmp*"))
-    created = tmp_path / "new" / "README.md"
-    created.parent.mkdir()
-    assert main(["support-table", str(created)]) == 0 and created.read_text().startswith(START)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ([], None),  # no file named: argparse's usage error, nothing written
+        (["README.md"], "holds no <!-- support-table:start --> ... <!-- support-table:end --> section"),
+        (["--check", "README.md"], "holds no <!-- support-table:start -->"),
+        (["new/README.md"], "new/README.md: no such file"),
+        (["."], ".: no such file"),
+    ],
+)
+def test_outside_the_repository_it_writes_nothing_and_says_why(tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.chdir(tmp_path)
+    Path("README.md").write_text("# another project\n")
+    if message is None:
+        with pytest.raises(SystemExit) as exit_:
+            main(["support-table", *args])
+        assert exit_.value.code == 2
+    else:
+        assert main(["support-table", *args]) == 2
+        err = capsys.readouterr().err
+        assert err == f"attngeom: error: {err.removeprefix('attngeom: error: ')}" and err.count("\n") == 1
+        assert message in err
+    assert Path("README.md").read_text() == "# another project\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md"]

@@ -102,9 +102,30 @@ def test_compiled_step_trains_like_the_eager_step(config):
     torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=1e-4, atol=1e-5)
 
 
-def test_cuda_graphs_only_for_one_process_and_one_micro_batch_a_step():
+def test_cuda_graphs_for_one_process_on_a_cuda_gpu():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert compile_mode(cuda, world=1, grad_accum=1) == "reduce-overhead"
-    assert compile_mode(cuda, world=1, grad_accum=8) == "default"  # accumulation across replays: refused
-    assert compile_mode(cuda, world=2, grad_accum=1) == "default"
-    assert compile_mode(cpu, world=1, grad_accum=1) == "default"
+    assert compile_mode(cuda, world=1) == "reduce-overhead"  # also with several micro-batches a step
+    assert compile_mode(cuda, world=2) == "default"
+    assert compile_mode(cpu, world=1) == "default"
+
+
+def test_gradients_taken_out_after_each_micro_batch_step_like_gradients_summed_in_place(config):
+    """The accumulation that CUDA graphs need (each micro-batch's gradients moved into buffers of the
+    step's own) updates the model as summing into ``.grad`` does; run eagerly here, where both can run."""
+    corpus = load_corpus(config, progress=False)
+    batches = PackedBatches(corpus, config)
+    weights = []
+    for taken_out in (False, True):
+        torch.manual_seed(0)
+        model = build_model(config, corpus.vocab_size).train()
+        step = TrainStep(
+            model, make_optimizer(model, config, torch.device("cpu")), config, torch.device("cpu")
+        )
+        step.graphs = taken_out
+        for number in range(3):
+            step([batches[2 * number], batches[2 * number + 1]], lr=1e-3)
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert not torch.equal(
+        weights[0], torch.cat([p.flatten() for p in build_model(config, corpus.vocab_size).parameters()])
+    )
+    torch.testing.assert_close(weights[1], weights[0], rtol=1e-5, atol=1e-6)

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 
 def snakemake(*args: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), *args]
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "workflow" / "Snakefile"), *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
 
 
@@ -159,7 +159,10 @@ def test_a_thousand_pinned_models_are_twenty_scoring_jobs_and_one_of_each_aggreg
 @pytest.mark.parametrize(
     "change,expected",
     [
-        (lambda c: c["zoo"].update(pipeline="text-generation"), "'pipeline' was unexpected"),
+        (
+            lambda c: c["zoo"].update(pipeline="text-generation"),
+            "config: zoo: unknown key 'pipeline' (did you mean 'pipeline_tag'?)",
+        ),
         (lambda c: c["zoo"].update(limit=5), "was resolved for another query (differs in limit)"),
         (
             lambda c: c["zoo"].update(name="other"),

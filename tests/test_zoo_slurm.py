@@ -46,7 +46,9 @@ def test_a_zoo_goes_through_sbatch_in_a_twentieth_as_many_jobs_as_models(tmp_pat
         resolve = [sys.executable, "-m", "attngeom.cli", "zoo", "resolve", "zoo.yaml"]
         subprocess.run(resolve, cwd=work, env=env, check=True, capture_output=True, timeout=300)
         run = subprocess.run(
-            snakemake_command(ROOT / "Snakefile", work, "all", "--configfile", str(work / "zoo.yaml")),
+            snakemake_command(
+                ROOT / "workflow" / "Snakefile", work, "all", "--configfile", str(work / "zoo.yaml")
+            ),
             cwd=ROOT,
             env=env,
             capture_output=True,

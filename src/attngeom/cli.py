@@ -223,8 +223,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     collector on the way out: its last full pass over torch's and the libraries' objects at exit took
     0.35 s (``benchmarks/README.md``), and nothing it would collect holds anything but memory.
     """
-    os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
     is_command = argv is None
+    if is_command:
+        from . import interrupts
+
+        interrupts.install()
+    os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
     try:

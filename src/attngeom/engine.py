@@ -20,6 +20,7 @@ import torch
 
 from .architectures import AttentionLayer, UnscoredLayer, architecture_for
 from .errors import InputError
+from .provenance import code_hash
 from .records import to_frame, to_table
 from .scores import DIRECTIONALITY_VARIANTS, GAMMA, score_layer
 from .sources import WeightSource, open_source
@@ -151,6 +152,7 @@ def score_source(
         "n_params": source.n_params,
         "variant": settings.variant,
         "attngeom_version": __version__,
+        "code_hash": code_hash("scores"),
     }
     rows: list[dict] = []
     for item in pending:

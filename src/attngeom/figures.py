@@ -74,12 +74,23 @@ def _failed_note(rows: pd.DataFrame) -> str:
     return "; ".join(f"{r.display}: {r.reason}" for r in failed.itertuples(index=False))
 
 
+LEGEND_ROOM = 0.35
+"""Headroom added above the data of a scatter panel, as a fraction of its span, for the legend."""
+
+
 def scatter(ax: plt.Axes, rows: pd.DataFrame, metric: str, hue: str) -> None:
     """Median ± interquartile distances vs parameters of the pretrained models; colour by ``hue``
     column, marker by modality."""
     rows = rows[(rows["status"] == "ok") & rows[f"{metric}_median"].notna() & (rows["role"] == "pretrained")]
     if figures_scale.crowded(rows):
         figures_scale.scatter_summary(ax, rows, metric, hue, COLOURS, LABELS, METRIC_LABELS[metric])
+        return
+    if rows.empty:  # no parameter axis to show: a bare log axis with cut tick labels says nothing
+        ax.text(
+            0.5, 0.5, "no pretrained model in this group", ha="center", va="center", transform=ax.transAxes
+        )
+        ax.set_xticks([])
+        ax.set_yticks([])
         return
     seen = set()
     for row in rows.itertuples(index=False):
@@ -101,12 +112,15 @@ def scatter(ax: plt.Axes, rows: pd.DataFrame, metric: str, hue: str) -> None:
     ax.set_xlabel("number of parameters")
     ax.set_ylabel(METRIC_LABELS[metric])
     _zero_line_and_span(ax)
-    if rows.empty:
-        ax.text(
-            0.5, 0.5, "no pretrained model in this group", ha="center", va="center", transform=ax.transAxes
-        )
-    elif seen:
-        ax.legend(frameon=False, fontsize=7)
+    if seen:
+        _legend_above_data(ax, fontsize=7)
+
+
+def _legend_above_data(ax: plt.Axes, fontsize: float) -> None:
+    """The legend in headroom added above the data, so that it covers no point or error bar."""
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + LEGEND_ROOM * (high - low))
+    ax.legend(frameon=False, fontsize=fontsize, loc="upper left", ncol=2)
 
 
 def _zero_line_and_span(ax: plt.Axes) -> None:
@@ -158,7 +172,7 @@ def controls(ax: plt.Axes, rows: pd.DataFrame, metric: str, hue: str, inits: dic
     ax.set_ylabel(METRIC_LABELS[metric])
     _zero_line_and_span(ax)
     if seen:
-        ax.legend(frameon=False, fontsize=6)
+        _legend_above_data(ax, fontsize=6)
 
 
 def heatmap(ax: plt.Axes, matrix: np.ndarray | None, title: str, note: str = "") -> None:

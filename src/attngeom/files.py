@@ -9,7 +9,9 @@ results from colleagues on a shared filesystem).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import shutil
 import stat
 import string
@@ -18,9 +20,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from urllib.parse import unquote
 
+from . import interrupts
 from .errors import InputError
 
 SLUG_SAFE = frozenset(string.ascii_letters + string.digits + "._-")
+SLUG_MAX_BYTES = 120
+"""The longest slug: with the pipeline's suffixes and temporary prefixes (``.<slug>.<random>.tmp.status.json``)
+a file name stays far below the 255 bytes most filesystems allow."""
+SLUG_HASH_MARK = "---"
+SLUG_HASH_DIGITS = 16
 
 
 def _umask() -> int:
@@ -35,17 +43,20 @@ def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
     work); renamed onto ``target`` when the block ends without an error, removed otherwise."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(
-        prefix=f".{target.stem}.", suffix=f".tmp{target.suffix}", dir=target.parent
-    )
-    os.close(handle)
-    temporary = Path(name)
+    with interrupts.held():
+        handle, name = tempfile.mkstemp(
+            prefix=f".{target.stem}.", suffix=f".tmp{target.suffix}", dir=target.parent
+        )
+        os.close(handle)
+        temporary = Path(name)
+        interrupts.track(temporary)
     try:
         yield temporary
         os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, target)
     finally:
         temporary.unlink(missing_ok=True)
+        interrupts.untrack(temporary)
 
 
 def _as_if_created_plainly(folder: Path) -> None:
@@ -68,7 +79,9 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     existing ``target`` is removed only then), otherwise it is removed."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    with interrupts.held():
+        temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        interrupts.track(temporary)
     try:
         yield temporary
         _as_if_created_plainly(temporary)
@@ -77,6 +90,7 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
         os.replace(temporary, target)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
+        interrupts.untrack(temporary)
 
 
 def check_output(path: str | os.PathLike, protect: Iterable[str | os.PathLike] = ()) -> Path:
@@ -174,19 +188,30 @@ def cache_dir(kind: str) -> Path:
 
 
 def slug(model_id: str) -> str:
-    """Filesystem-safe, reversible file name of a model id: '/' becomes '--', other unsafe characters are
-    %-escaped (``meta-llama/Llama-3.1-8B`` → ``meta-llama--Llama-3.1-8B``).
+    """Filesystem-safe file name of a model id: '/' becomes '--', other unsafe characters are %-escaped
+    (``meta-llama/Llama-3.1-8B`` → ``meta-llama--Llama-3.1-8B``); reversible up to ``SLUG_MAX_BYTES``.
 
-    No component of the result contains '--' or starts/ends with '-', so ``unslug`` splits unambiguously.
+    No component contains '--' or starts/ends with '-', so ``unslug`` splits unambiguously. A longer slug
+    (31 CJK characters escape to 279 bytes, past the 255-byte file name limit) keeps its beginning and
+    ends in ``---`` and 16 hex digits of the id's SHA-256: three dashes never occur in a full slug, so
+    a shortened slug never equals another id's full one.
     """
     parts = model_id.split("/")
     if "" in parts:
         raise InputError(f"model id {model_id!r}: an empty path component (leading, trailing or double '/')")
-    return "--".join(_slug_part(part) for part in parts)
+    full = "--".join(_slug_part(part) for part in parts)
+    if len(full) <= SLUG_MAX_BYTES:
+        return full
+    digest = hashlib.sha256(model_id.encode()).hexdigest()[:SLUG_HASH_DIGITS]
+    head = full[: SLUG_MAX_BYTES - len(SLUG_HASH_MARK) - SLUG_HASH_DIGITS]
+    head = re.sub(r"%[0-9A-F]?$", "", head).rstrip("-")  # never cut inside an escape
+    return head + SLUG_HASH_MARK + digest
 
 
 def unslug(text: str) -> str:
-    """Inverse of ``slug``."""
+    """Inverse of ``slug`` for a slug that was not shortened (one without ``---``)."""
+    if SLUG_HASH_MARK in text:
+        raise ValueError(f"{text!r} is a shortened slug; its model id is in the pipeline's registry")
     return "/".join(unquote(part) for part in text.split("--"))
 
 

@@ -147,11 +147,39 @@ def caption(metric: str, variants: Iterable[str]) -> str:
     return text[0].upper() + text[1:]
 
 
+def contrast_note(long: pd.DataFrame, metric: str) -> str:
+    """Whether the pretrained encoder-only vs decoder-only contrast beats the random controls: the two
+    sides' mean medians, their gap, and the span of the controls' interquartile ranges over layers (what
+    random matrices give). The contrast is stated only when the gap exceeds that span's width."""
+    median, minus, plus = (long[f"{metric}_{what}"] for what in ("median", "minus", "plus"))
+    side = long["block"] == SIDE_BY_SIDE
+    encoders = median[side & (long["kind"] == "encoder-only")].dropna()
+    decoders = median[side & (long["kind"] == "decoder-only")].dropna()
+    controls = long["block"] == CONTROLS
+    if encoders.empty or decoders.empty:
+        return ""
+    text = (
+        f"Encoder-only {metric} {encoders.mean():+.2f} vs decoder-only {decoders.mean():+.2f} "
+        f"(mean of the medians; gap {abs(encoders.mean() - decoders.mean()):.2f})."
+    )
+    low, high = (median - minus)[controls].min(), (median + plus)[controls].max()
+    if pd.isna(low):
+        return text + " No random control to compare it with, so no contrast is claimed."
+    gap, width = abs(encoders.mean() - decoders.mean()), high - low
+    verdict = (
+        "the contrast exceeds the controls' spread"
+        if gap > width
+        else "the contrast lies within the controls' spread: these models cannot show it"
+    )
+    return (
+        f"{text} Random controls span {low:+.2f} to {high:+.2f} over layers (width {width:.2f}): {verdict}."
+    )
+
+
 def write(summary: pd.DataFrame, metric: str, variants: Iterable[str], stem: str | os.PathLike) -> None:
     """Table S2 or S3 as ``stem``.csv (every row, full precision), .md and .tex (the blocks)."""
     group, title = TABLES[metric]
     long = long_table(summary, metric)
     empty = f"No model of this run is in {group} (the `groups` of each model in the config)."
-    tables.write_table(
-        blocks(long, metric), stem, title, csv=long, empty=empty, caption=caption(metric, variants)
-    )
+    text = " ".join(filter(None, [caption(metric, variants), contrast_note(long, metric)]))
+    tables.write_table(blocks(long, metric), stem, title, csv=long, empty=empty, caption=text)

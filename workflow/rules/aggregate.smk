@@ -10,14 +10,15 @@ rule aggregate:
         models=f"{R}/aggregate/models.csv",
     log:
         f"{R}/logs/aggregate.log",
-    params:
-        models=[model.table_row() for model in MODELS.values()],
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=AGGREGATE_MEM_MB,
         runtime=30,
-    conda:
-        ENV
+    params:
+        models=[model.table_row() for model in MODELS.values()],
+        code=code_of("aggregate.py"),
     script:
         "../../scripts/aggregate.py"
 
@@ -40,15 +41,16 @@ rule tables:
         ),
     log:
         f"{R}/logs/tables.log",
-    params:
-        s2_scope=SCOPE["table_s2"],
-        s3_scope=SCOPE["table_s3"],
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=AGGREGATE_MEM_MB,
         runtime=30,
-    conda:
-        ENV
+    params:
+        s2_scope=SCOPE["table_s2"],
+        s3_scope=SCOPE["table_s3"],
+        code=code_of("tables.py"),
     script:
         "../../scripts/tables.py"
 
@@ -68,11 +70,13 @@ rule reference_comparison:
         ),
     log:
         f"{R}/logs/reference_comparison.log",
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=AGGREGATE_MEM_MB,
         runtime=30,
-    conda:
-        ENV
+    params:
+        code=code_of("compare_reference.py"),
     script:
         "../../scripts/compare_reference.py"

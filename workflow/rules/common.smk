@@ -2,24 +2,33 @@
 import re
 from pathlib import Path
 
-import pandas as pd
-
 from attngeom.files import slug
 from attngeom.pipeline.batches import plan_batches
 from attngeom.pipeline.captions import models_scope, official_scope, training_scope
-from attngeom.pipeline.registry import build_registry, heatmaps, score_resources
+from attngeom.pipeline.registry import (
+    build_registry,
+    heatmaps,
+    results_folder,
+    score_resources,
+    weights_input,
+)
 from attngeom.pipeline.training_runs import (
     evolution_groups,
     symmetric_groups,
+    trained_model_id,
     training_models,
     training_runs,
 )
 from attngeom.pipeline.zoo import Zoo, with_zoo
+from attngeom.provenance import script_hash
+from attngeom.training.official import published_settings
 
-R = config["results"]
+R = results_folder(config["results"])
 SCORING = config["scoring"]
 ENV = "../../envs/attngeom.yaml"
-REFERENCE = Path(workflow.basedir, "config", "reference")
+# This workflow's own files (WORKFLOW_DIR: workflow/Snakefile), not an importing workflow's.
+REFERENCE = WORKFLOW_DIR.parent / "config" / "reference"
+SCRIPTS = WORKFLOW_DIR.parent / "scripts"
 
 
 TR = f"{R}/training"
@@ -46,20 +55,37 @@ BATCHED = {s for batch in ZOO_BATCHES for s in batch.slugs}
 GROUPS = ("table_s2", "table_s3", "figure_2", "figure_s1", "figure_s2")
 SCOPE = {group: models_scope(MODELS.values(), group) for group in GROUPS}
 TRAINING_SCOPE = training_scope(TRAINING_RUNS)
-OFFICIAL_SCOPE = official_scope(TRAINING_RUNS, pd.read_csv(REFERENCE / "official_training_evolution.csv"))
+OFFICIAL_SCOPE = official_scope(
+    TRAINING_RUNS, published_settings(REFERENCE / "official_training_evolution.csv")
+)
 
 
 wildcard_constraints:
     slug="|".join(re.escape(s) for s in MODELS),
 
 
+def code_of(script):
+    """The `code` param of every rule: its script and the package modules the script can run, by
+    content (attngeom.provenance.script_hash). workflow/profiles/default leaves Snakemake's `code` rerun
+    trigger out, which compares a script's timestamp; so a changed module reruns the jobs, a touched
+    file does not."""
+    return script_hash(SCRIPTS / script)
+
+
+def group_slugs(group):
+    """The models of a table or figure group."""
+    return [s for s, model in MODELS.items() if group in model.groups]
+
+
+def group_finals(group):
+    """The final-model folders of the runs whose trained model is in ``group`` (their init marks them
+    in the figure); none for a figure of pretrained models, so it never waits for training."""
+    trained = {MODELS[s].id for s in group_slugs(group) if MODELS[s].role == "trained"}
+    return run_finals(lambda run: trained_model_id(run.name) in trained) if trained else []
+
+
 def model_of(wildcards):
     return MODELS[wildcards.slug]
-
-
-def weights_input(model):
-    """Local weights as an input (a change re-runs the job); hub models have none."""
-    return [] if model.kind == "hub" else [model.location]
 
 
 def resource(name):
@@ -101,6 +127,8 @@ def training_targets():
         datasets, layers = zip(*EVOLUTION_GROUPS)
         targets += expand(rules.evolution_figure.output, zip, dataset=datasets, layers=layers)
         for dataset, n, objective in SYMMETRIC_GROUPS:
-            targets += expand(rules.symmetric_init_figure.output, dataset=dataset, layers=n, objective=objective)
+            targets += expand(
+                rules.symmetric_init_figure.output, dataset=dataset, layers=n, objective=objective
+            )
         targets += rules.official_figure.output
     return targets

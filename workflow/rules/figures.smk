@@ -12,6 +12,11 @@ rule heatmap_matrix:
         f"{R}/logs/heatmap/{{role}}.log",
     wildcard_constraints:
         role="|".join(HEATMAPS) or "(?!)",
+    conda:
+        ENV
+    resources:
+        mem_mb=4096,
+        runtime=30,
     params:
         model=lambda wildcards: HEATMAPS[wildcards.role][0].id,
         display=lambda wildcards: HEATMAPS[wildcards.role][0].display,
@@ -19,11 +24,7 @@ rule heatmap_matrix:
         revision=lambda wildcards: HEATMAPS[wildcards.role][0].revision,
         layer=lambda wildcards: HEATMAPS[wildcards.role][1],
         max_dim=config["figures"]["heatmap_max_dim"],
-    resources:
-        mem_mb=4096,
-        runtime=30,
-    conda:
-        ENV
+        code=code_of("extract_wqk.py"),
     script:
         "../../scripts/extract_wqk.py"
 
@@ -31,7 +32,9 @@ rule heatmap_matrix:
 rule figure_2:
     input:
         summary=rules.tables.output.summary,
-        heatmaps=expand(rules.heatmap_matrix.output, role=[r for r in ("encoder", "decoder") if r in HEATMAPS]),
+        heatmaps=expand(
+            rules.heatmap_matrix.output, role=[r for r in ("encoder", "decoder") if r in HEATMAPS]
+        ),
         runs=trained_finals(),
     output:
         report(
@@ -41,22 +44,24 @@ rule figure_2:
         ),
     log:
         f"{R}/logs/figure_2.log",
-    params:
-        scope=SCOPE["figure_2"],
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=AGGREGATE_MEM_MB,
         runtime=30,
-    conda:
-        ENV
+    params:
+        scope=SCOPE["figure_2"],
+        code=code_of("figures.py"),
     script:
         "../../scripts/figures.py"
 
 
 use rule figure_2 as figure_s1 with:
     input:
-        summary=rules.tables.output.summary,
-        runs=trained_finals(),
+        scores=expand(rules.score.output.scores, slug=group_slugs("figure_s1")),
+        status=expand(rules.score.output.status, slug=group_slugs("figure_s1")),
+        runs=group_finals("figure_s1"),
     output:
         report(
             multiext(f"{R}/figures/figure_s1", ".pdf", ".png"),
@@ -67,12 +72,14 @@ use rule figure_2 as figure_s1 with:
         f"{R}/logs/figure_s1.log",
     params:
         scope=SCOPE["figure_s1"],
+        models=[MODELS[s].table_row() for s in group_slugs("figure_s1")],
 
 
 use rule figure_2 as figure_s2 with:
     input:
-        summary=rules.tables.output.summary,
-        runs=trained_finals(),
+        scores=expand(rules.score.output.scores, slug=group_slugs("figure_s2")),
+        status=expand(rules.score.output.status, slug=group_slugs("figure_s2")),
+        runs=group_finals("figure_s2"),
     output:
         report(
             multiext(f"{R}/figures/figure_s2", ".pdf", ".png"),
@@ -83,6 +90,7 @@ use rule figure_2 as figure_s2 with:
         f"{R}/logs/figure_s2.log",
     params:
         scope=SCOPE["figure_s2"],
+        models=[MODELS[s].table_row() for s in group_slugs("figure_s2")],
 
 
 rule figure_heads:
@@ -97,13 +105,14 @@ rule figure_heads:
         ),
     log:
         f"{R}/logs/figure_heads/{{slug}}.log",
-    params:
-        title=lambda wildcards: f"{model_of(wildcards).display}: per-head scores by layer",
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2048,
         runtime=10,
-    conda:
-        ENV
+    params:
+        title=lambda wildcards: f"{model_of(wildcards).display}: per-head scores by layer",
+        code=code_of("figure_heads.py"),
     script:
         "../../scripts/figure_heads.py"

@@ -11,26 +11,30 @@ rule score:
         status=f"{R}/scores/{{slug}}.status.json",
     log:
         f"{R}/logs/score/{{slug}}.log",
+    benchmark:
+        f"{R}/benchmarks/score/{{slug}}.tsv"
     wildcard_constraints:
         slug="|".join(re.escape(s) for s in MODELS if s not in BATCHED) or "(?!)",
-    params:
-        model=lambda wildcards: model_of(wildcards).id,
-        location=lambda wildcards: model_of(wildcards).location,
-        revision=lambda wildcards: model_of(wildcards).revision or "",
-        device=score_device,
-        dtype=SCORING["dtype"],
-        variant=SCORING["variant"],
-        full_download=SCORING["full_download"],
-    threads: resource("threads")
     group:
         score_group
+    conda:
+        ENV
+    threads: resource("threads")
     resources:
         mem_mb=resource("mem_mb"),
         runtime=resource("runtime"),
         disk_mb=resource("disk_mb"),
         gpu=resource("gpu"),
-    conda:
-        ENV
+    params:
+        model=lambda wildcards: model_of(wildcards).id,
+        location=lambda wildcards: model_of(wildcards).location,
+        local=lambda wildcards: model_of(wildcards).kind != "hub",
+        revision=lambda wildcards: model_of(wildcards).revision or "",
+        device=score_device,
+        dtype=SCORING["dtype"],
+        variant=SCORING["variant"],
+        full_download=SCORING["full_download"],
+        code=code_of("score_model.py"),
     script:
         "../../scripts/score_model.py"
 
@@ -45,6 +49,16 @@ for _batch in ZOO_BATCHES:
             status=expand(rules.score.output.status, slug=_batch.slugs),
         log:
             expand(f"{R}/logs/score/{{slug}}.log", slug=_batch.slugs),
+        benchmark:
+            f"{R}/benchmarks/score_zoo/{_batch.name}.tsv"
+        conda:
+            ENV
+        threads: _batch.resources.threads
+        resources:
+            mem_mb=_batch.resources.mem_mb,
+            runtime=_batch.resources.runtime,
+            disk_mb=_batch.resources.disk_mb,
+            gpu=_batch.resources.gpu,
         params:
             models=[MODELS[s].id for s in _batch.slugs],
             locations=[MODELS[s].location for s in _batch.slugs],
@@ -53,13 +67,6 @@ for _batch in ZOO_BATCHES:
             dtype=SCORING["dtype"],
             variant=SCORING["variant"],
             full_download=SCORING["full_download"],
-        threads: _batch.resources.threads
-        resources:
-            mem_mb=_batch.resources.mem_mb,
-            runtime=_batch.resources.runtime,
-            disk_mb=_batch.resources.disk_mb,
-            gpu=_batch.resources.gpu,
-        conda:
-            ENV
+            code=code_of("score_batch.py"),
         script:
             "../../scripts/score_batch.py"

@@ -6,7 +6,8 @@
 # (workflow/rules/gpus.smk). Runs come from
 # `training: runs:` (a list of {name, overrides}) and/or `training: grid:` (setting → list of values, one
 # run per combination, named by its values); `training: seeds:` repeats every run once per seed
-# (<name>-s<seed>). The paper's grid:
+# (<name>-s<seed>). The paper's grid (config/paper.yaml holds it with the paper's optimisation and
+# `batch_documents: 256`; `attngeom paper-config` writes it):
 #
 #   training:
 #     defaults: {tokenizer: bert-uncased, device: cuda, compile: true, gpus: 1, runtime: 2880, mem_mb: 64000}
@@ -32,12 +33,12 @@ if TRAINING_RUNS:
             final=directory(f"{TR}/{{run}}/final"),
         log:
             f"{TR}/logs/train/{{run}}.log",
+        benchmark:
+            f"{TR}/benchmarks/train/{{run}}.tsv"
         wildcard_constraints:
             run="|".join(re.escape(name) for name in TRAINING_RUNS),
-        params:
-            settings=lambda wildcards: TRAINING_RUNS[wildcards.run].settings,
-            gpus=lambda wildcards: TRAINING_RUNS[wildcards.run].gpus,
-            out=lambda wildcards: f"{TR}/{wildcards.run}",
+        conda:
+            ENV
         threads: lambda wildcards: TRAINING_RUNS[wildcards.run].threads
         resources:
             mem_mb=train_resource("mem_mb"),
@@ -49,8 +50,11 @@ if TRAINING_RUNS:
             tasks_per_gpu=train_resource("tasks_per_gpu"),
             mpi=train_resource("mpi"),
             gres=train_resource("gres"),
-        conda:
-            ENV
+        params:
+            settings=lambda wildcards: TRAINING_RUNS[wildcards.run].settings,
+            gpus=lambda wildcards: TRAINING_RUNS[wildcards.run].gpus,
+            out=lambda wildcards: f"{TR}/{wildcards.run}",
+            code=code_of("train_run.py"),
         script:
             "../../scripts/train_run.py"
 
@@ -65,6 +69,11 @@ if TRAINING_RUNS:
                 category="Training",
                 caption="../report/table_1.rst",
             ),
+            claims=report(
+                multiext(f"{TR}/tables/claims", ".csv", ".md", ".tex"),
+                category="Training",
+                caption="../report/claims.rst",
+            ),
             official=report(
                 multiext(f"{TR}/tables/official_comparison", ".csv", ".md", ".tex"),
                 category="Training",
@@ -72,15 +81,16 @@ if TRAINING_RUNS:
             ),
         log:
             f"{TR}/logs/training_tables.log",
-        params:
-            scope=TRAINING_SCOPE,
-            official_scope=OFFICIAL_SCOPE,
+        conda:
+            ENV
         threads: 1
         resources:
             mem_mb=2000,
             runtime=10,
-        conda:
-            ENV
+        params:
+            scope=TRAINING_SCOPE,
+            official_scope=OFFICIAL_SCOPE,
+            code=code_of("training_tables.py"),
         script:
             "../../scripts/training_tables.py"
 
@@ -100,19 +110,20 @@ if EVOLUTION_GROUPS:
             ),
         log:
             f"{TR}/logs/evolution_figure/{{dataset}}_{{layers}}L.log",
-        params:
-            scope=TRAINING_SCOPE,
-            official_scope=OFFICIAL_SCOPE,
         wildcard_constraints:
             dataset="|".join(re.escape(d) for d, _ in EVOLUTION_GROUPS),
             layers=r"\d+",
             objective="encoder|decoder",
+        conda:
+            ENV
         threads: 1
         resources:
             mem_mb=4000,
             runtime=20,
-        conda:
-            ENV
+        params:
+            scope=TRAINING_SCOPE,
+            official_scope=OFFICIAL_SCOPE,
+            code=code_of("training_figures.py"),
         script:
             "../../scripts/training_figures.py"
 
@@ -124,7 +135,9 @@ if EVOLUTION_GROUPS:
             ),
         output:
             report(
-                multiext(f"{TR}/figures/symmetric_init_{{dataset}}_{{layers}}L_{{objective}}", ".pdf", ".png"),
+                multiext(
+                    f"{TR}/figures/symmetric_init_{{dataset}}_{{layers}}L_{{objective}}", ".pdf", ".png"
+                ),
                 category="Training",
                 caption="../report/symmetric_init.rst",
             ),

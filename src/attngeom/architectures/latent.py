@@ -49,58 +49,64 @@ def _query(
 
 
 def _mla_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    for i in range(config.num_hidden_layers):
+        yield from mla_layer(config, reader, f"layers.{i}.self_attn", i)
+
+
+def mla_layer(
+    config: PretrainedConfig, reader: TensorReader, p: str, i: int, stack: str = "decoder"
+) -> Iterator[AttentionLayer]:
+    """The content and rotary forms of the MLA module at ``p`` (layer ``i`` of ``stack``)."""
     heads = config.num_attention_heads
     nope, rope, latent = config.qk_nope_head_dim, config.qk_rope_head_dim, config.kv_lora_rank
     qk_dim = nope + rope
     bias = bool(getattr(config, "attention_bias", False))
     left_out = ("rms_norm_scalars", "scale") + (("bias",) if bias else ())
-    for i in range(config.num_hidden_layers):
-        p = f"layers.{i}.self_attn"
-        if config.q_lora_rank is None:
-            q_a, b_q_latent = None, None
-            q_b = reader.get(f"{p}.q_proj.weight")  # (H·qk_dim, d)
-        else:
-            gain = reader.get(f"{p}.q_a_layernorm.weight")
-            q_a = linear(reader.get(f"{p}.q_a_proj.weight")) * gain  # d × r_q, x W_qa diag(g_q)
-            b_q_latent = reader.get(f"{p}.q_a_proj.bias") * gain if bias else None
-            q_b = reader.get(f"{p}.q_b_proj.weight")  # (H·qk_dim, r_q)
+    if getattr(config, "q_lora_rank", None) is None:
+        q_a, b_q_latent = None, None
+        q_b = reader.get(f"{p}.q_proj.weight")  # (H·qk_dim, d)
+    else:
+        gain = reader.get(f"{p}.q_a_layernorm.weight")
+        q_a = linear(reader.get(f"{p}.q_a_proj.weight")) * gain  # d × r_q, x W_qa diag(g_q)
+        b_q_latent = reader.get(f"{p}.q_a_proj.bias") * gain if bias else None
+        q_b = reader.get(f"{p}.q_b_proj.weight")  # (H·qk_dim, r_q)
 
-        kv_a = reader.get(f"{p}.kv_a_proj_with_mqa.weight")  # (r_kv + rope, d)
-        kv_a_bias = reader.get(f"{p}.kv_a_proj_with_mqa.bias") if bias else None
-        kv_gain = reader.get(f"{p}.kv_a_layernorm.weight")
-        kv_b_k = linear(
-            _heads_rows(reader.get(f"{p}.kv_b_proj.weight"), heads, nope + config.v_head_dim, slice(0, nope))
-        )
-        w_k = (linear(kv_a[:latent]) * kv_gain) @ kv_b_k
-        b_k = (kv_a_bias[:latent] * kv_gain) @ kv_b_k if bias else None
-        w_q, b_q = _query(q_a, b_q_latent, q_b, heads, qk_dim, slice(0, nope))
-        yield AttentionLayer(
-            stack="decoder",
-            layer=i,
-            w_q=w_q,
-            w_k=w_k,
-            b_q=b_q,
-            b_k=b_k,
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=nope,
-            left_out=left_out,
-            form=CONTENT_FORM,
-        )
-        w_q_rope, b_q_rope = _query(q_a, b_q_latent, q_b, heads, qk_dim, slice(nope, qk_dim))
-        yield AttentionLayer(
-            stack="decoder_rope",
-            layer=i,
-            w_q=w_q_rope,
-            w_k=linear(kv_a[latent:]),
-            b_q=b_q_rope,
-            b_k=kv_a_bias[latent:] if bias else None,
-            n_heads=heads,
-            n_kv_heads=1,
-            head_dim=rope,
-            left_out=left_out + ("rotary",),
-            form=ROPE_FORM,
-        )
+    kv_a = reader.get(f"{p}.kv_a_proj_with_mqa.weight")  # (r_kv + rope, d)
+    kv_a_bias = reader.get(f"{p}.kv_a_proj_with_mqa.bias") if bias else None
+    kv_gain = reader.get(f"{p}.kv_a_layernorm.weight")
+    kv_b_k = linear(
+        _heads_rows(reader.get(f"{p}.kv_b_proj.weight"), heads, nope + config.v_head_dim, slice(0, nope))
+    )
+    w_k = (linear(kv_a[:latent]) * kv_gain) @ kv_b_k
+    b_k = (kv_a_bias[:latent] * kv_gain) @ kv_b_k if bias else None
+    w_q, b_q = _query(q_a, b_q_latent, q_b, heads, qk_dim, slice(0, nope))
+    yield AttentionLayer(
+        stack=stack,
+        layer=i,
+        w_q=w_q,
+        w_k=w_k,
+        b_q=b_q,
+        b_k=b_k,
+        n_heads=heads,
+        n_kv_heads=heads,
+        head_dim=nope,
+        left_out=left_out,
+        form=CONTENT_FORM,
+    )
+    w_q_rope, b_q_rope = _query(q_a, b_q_latent, q_b, heads, qk_dim, slice(nope, qk_dim))
+    yield AttentionLayer(
+        stack=f"{stack}_rope",
+        layer=i,
+        w_q=w_q_rope,
+        w_k=linear(kv_a[latent:]),
+        b_q=b_q_rope,
+        b_k=kv_a_bias[latent:] if bias else None,
+        n_heads=heads,
+        n_kv_heads=1,
+        head_dim=rope,
+        left_out=left_out + ("rotary",),
+        form=ROPE_FORM,
+    )
 
 
 MLA = Architecture(

@@ -82,11 +82,12 @@ def normalised(
 def _rms_normalised(
     layers: Iterator[AttentionLayer], reader: TensorReader, prefix: str = "", gain_offset: float = 0.0
 ) -> Iterator[AttentionLayer]:
-    """Each layer's ``q_norm`` / ``k_norm`` RMSNorm gains (plus ``gain_offset``) folded in."""
+    """Each layer's ``q_norm`` / ``k_norm`` RMSNorm gains (plus ``gain_offset``) folded in; the offset is
+    added in float64 (Gemma 3's 1 + w rounded in a bf16 checkpoint's dtype would lose up to 2⁻⁹)."""
     for layer in layers:
         attention = f"{prefix}layers.{layer.layer}.self_attn"
-        q_gain = reader.get(f"{attention}.q_norm.weight") + gain_offset
-        k_gain = reader.get(f"{attention}.k_norm.weight") + gain_offset
+        q_gain = reader.get(f"{attention}.q_norm.weight").double() + gain_offset
+        k_gain = reader.get(f"{attention}.k_norm.weight").double() + gain_offset
         form = QK_NORM_PER_HEAD if q_gain.numel() == layer.head_dim else QK_NORM_WHOLE
         yield normalised(layer, q_gain, k_gain, form)
 

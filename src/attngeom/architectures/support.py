@@ -1,12 +1,21 @@
-"""The README's table of supported model types, rendered from the registry so the two cannot drift."""
+"""The README's support table and counts, generated from the conformance run (``support.json``) and the
+registry, so the README, the run and the tables cannot drift.
+
+Every ``model_type`` of the transformers the run used is one row: ``table`` (a hand-written map),
+``discovered`` (validated against a tiny model's forward pass) or ``refused`` with its reason; model
+types only the registry knows (remote-code families) are rows too.
+"""
 
 from __future__ import annotations
 
 from .base import Architecture
 from .registry import REGISTRY
+from .validated import conformance
 
 START = "<!-- support-table:start -->"
 END = "<!-- support-table:end -->"
+NO_ATTENTION = "no dot-product attention"
+SUB_CONFIG = "a sub-config"
 
 
 def _stacks(architecture: Architecture) -> str:
@@ -17,24 +26,74 @@ def _stacks(architecture: Architecture) -> str:
     return ", ".join(named)
 
 
-def support_table() -> str:
-    """One Markdown row per supported ``model_type``: modality, objective, stacks, notes."""
-    lines = [
-        "| model_type | modality | objective | stacks | notes |",
-        "|---|---|---|---|---|",
-    ]
-    for model_type in sorted(REGISTRY):
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _row(model_type: str, entry: dict | None) -> str:
+    if model_type in REGISTRY:
         arch = REGISTRY[model_type]
-        notes = arch.notes.replace("|", "\\|")
-        lines.append(f"| `{model_type}` | {arch.modality} | {arch.objective} | {_stacks(arch)} | {notes} |")
+        return (
+            f"| `{model_type}` | table | {arch.modality} | {arch.objective} | {_stacks(arch)} "
+            f"| {_cell(arch.notes)} |"
+        )
+    assert entry is not None
+    if entry["status"] == "validated":
+        stacks = ", ".join(f"`{s}`" for s in entry["stacks"])
+        return (
+            f"| `{model_type}` | discovered | {entry.get('modality', '')} | {entry.get('objective', '')} "
+            f"| {stacks} | {_cell(entry['reason'])} |"
+        )
+    return f"| `{model_type}` | refused | | | | {_cell(entry['reason'])} |"
+
+
+def counts() -> dict[str, int]:
+    """Scored (by table or validated discovery), with dot-product attention, and all model types."""
+    entries = conformance()
+    types = set(entries) | set(REGISTRY)
+    scored = {t for t in types if t in REGISTRY or entries[t]["status"] == "validated"}
+    without = {t for t in types - scored if entries[t]["reason"].startswith((NO_ATTENTION, SUB_CONFIG))}
+    return {
+        "scored": len(scored),
+        "table": len(set(REGISTRY)),
+        "discovered": len(scored - set(REGISTRY)),
+        "attention": len(types - without),
+        "total": len(types),
+    }
+
+
+def summary() -> str:
+    """The counts as the README states them."""
+    c = counts()
+    share = 100 * c["scored"] / c["attention"] if c["attention"] else 0.0
+    return (
+        f"**{c['scored']} of the {c['attention']} model types with dot-product attention are scored and "
+        f"validated ({share:.1f}%)**: {c['table']} by a hand-written table, {c['discovered']} discovered; "
+        f"{c['total']} model types in all (those without dot-product attention, and sub-configs scored "
+        "through their parent, are outside the denominator)."
+    )
+
+
+def support_table() -> str:
+    """The counts, then one Markdown row per ``model_type``: how, modality, objective, stacks, notes."""
+    entries = conformance()
+    lines = [
+        summary(),
+        "",
+        "| model_type | scored by | modality | objective | stacks | notes or reason |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model_type in sorted(set(entries) | set(REGISTRY)):
+        lines.append(_row(model_type, entries.get(model_type)))
     return "\n".join(lines)
 
 
 def with_support_table(readme: str) -> str:
-    """``readme`` with the section between the markers replaced by the current table (appended if absent)."""
+    """``readme`` with the section between the markers replaced by the current table; a text without
+    them is not attngeom's README (``ValueError``: the command checks first and says so in one line)."""
     section = f"{START}\n{support_table()}\n{END}"
-    if START not in readme or END not in readme:
-        return readme.rstrip("\n") + ("\n\n" if readme.strip() else "") + section + "\n"
+    if START not in readme or END not in readme.partition(START)[2]:
+        raise ValueError(f"no {START} ... {END} section")
     head, _, rest = readme.partition(START)
     _, _, tail = rest.partition(END)
     return head + section + tail

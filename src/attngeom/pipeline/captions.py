@@ -10,18 +10,19 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from .. import tables
-from ..training.official import official_note
-from .paper_config import model_entry
+from ..training.official import Setting, counterpart_note, counterparts
+from ..training.plateau import GPU_ENCODER_EXITS, SMOKE_TEST_STEPS
 from .registry import Model
 from .training_runs import TrainingRun
 
-PLATEAU_STEPS = 2_500
-"""Where a BERT-mini encoder left the masked-LM loss plateau (lr 1e-3, batch 64 × 256 tokens, measured on
-an H100: benchmarks/results/training.md); runs shorter than this cannot show the training effects."""
+if TYPE_CHECKING:  # pandas only for the comparison's caption, in its job: the DAG imports this module
+    import pandas as pd
+
+PLATEAU_EXITS = GPU_ENCODER_EXITS
+PLATEAU_STEPS = SMOKE_TEST_STEPS
+SMOKE_TEST = "smoke test"
 PAPER_MODELS = "the dozens of language models of the paper's Tables S2/S3"
 SIDES = {"bidirectional": "encoder-only", "autoregressive": "decoder-only"}
 
@@ -43,6 +44,13 @@ def models_scope(models: Iterable[Model], group: str) -> str:
     parts += [f"{controls} random-initialised control(s)"] if controls else []
     parts += [f"{trained} model(s) trained here"] if trained else []
     text = f"This run has {'; '.join(parts)} in it."
+    smoke = sum(m.role == "trained" and SMOKE_TEST in m.display for m in members)
+    if smoke:
+        text += (
+            f" {smoke} of the trained models are marked '{SMOKE_TEST}': runs shorter than "
+            f"{SMOKE_TEST_STEPS:,} steps, before a BERT-mini encoder leaves the masked-LM plateau; their "
+            "scores test the machinery and say nothing about the paper's claims."
+        )
     if not pretrained:
         return text + " It cannot show what the paper shows here (config/paper.yaml has the paper's models)."
     if group in ("table_s2", "table_s3", "figure_2"):
@@ -51,8 +59,9 @@ def models_scope(models: Iterable[Model], group: str) -> str:
             text += " Without both a pretrained encoder-only and a decoder-only model it cannot show the contrast."
         elif min(pretrained["encoder-only"], pretrained["decoder-only"]) < 5:
             text += (
-                " It can show the contrast for these models, not the trend over model sizes that "
-                f"{PAPER_MODELS} show (config/paper.yaml has them all)."
+                " Whether the encoder/decoder contrast of these few models exceeds the spread of the random "
+                "controls is said under Table S2 (computed from the scores); the trend over model sizes "
+                f"needs {PAPER_MODELS} (config/paper.yaml has them all)."
             )
     return text
 
@@ -86,38 +95,42 @@ def training_scope(runs: dict[str, TrainingRun]) -> str:
     text = f"This run trains {len(runs)} model(s): {_runs_by_length(runs.values())}; {seeds} seed(s) per setting."
     if steps < PLATEAU_STEPS:
         text += (
-            f" Runs of {steps:,} steps are too short to show the effect: a BERT-mini encoder leaves the "
-            f"masked-LM plateau only after about {PLATEAU_STEPS:,} steps, the paper trained 200,000. Read "
+            f" Runs of {steps:,} steps are too short to show the effect: the BERT-mini encoders of the "
+            f"committed GPU runs left the masked-LM plateau at steps {PLATEAU_EXITS[0]:,}–{PLATEAU_EXITS[1]:,} "
+            "(read from their logs; this run's own are in Table 1), the paper trained 200,000. Read "
             "these as a test of the machinery, not as evidence."
         )
     elif seeds < 2:
         text += " With one seed per setting no interval can be computed, so no difference can be told from seed noise."
     else:
         text += (
-            " Long enough to leave the masked-LM plateau; Table 1's verdict says whether the effect shows."
+            " Table 1 says, from each run's own log, whether and when it left the masked-LM plateau, and its "
+            "test whether the effect shows (p-value, and the smallest effect the seeds could detect)."
         )
     return text
 
 
-def official_scope(runs: dict[str, TrainingRun], official: pd.DataFrame) -> str:
-    """Which of our random-init runs the authors published an evolution for, and what is drawn if none."""
-    ours = pd.DataFrame(
-        [
-            {"layers": r.layers, "objective": r.objective, "dataset": r.dataset}
-            for r in runs.values()
-            if r.init == "random" and not r.regularised
-        ],
-        columns=["layers", "objective", "dataset"],
-    ).drop_duplicates()
-    if ours.empty:
+def official_scope(runs: dict[str, TrainingRun], published: set[Setting]) -> str:
+    """Which of our random-init runs the authors published an evolution for (``published``: their runs'
+    settings, ``training.official.published_settings``), and what is drawn if none."""
+    ours = [
+        (r.layers, r.objective, r.dataset) for r in runs.values() if r.init == "random" and not r.regularised
+    ]
+    if not ours:
         return "This run has no unregularised random-init run to compare with the authors' evolution."
-    return official_note(ours, official) or "Every run here has a published counterpart of the same setting."
+    note = counterpart_note(counterparts(ours, published))
+    return note or "Every run here has a published counterpart of the same setting."
 
 
 def nearest_published(models: pd.DataFrame, reference: pd.DataFrame) -> str:
     """For each scored pretrained model of the run that the published per-layer scores do not hold, the
     published model of the same modality and objective nearest in parameter count, with its published
     medians: a sentence that says what the comparison could have been, for orientation only."""
+    import pandas as pd
+
+    from .. import tables
+    from .paper_config import model_entry
+
     published = pd.DataFrame(
         [
             {

@@ -82,6 +82,7 @@ class ScoreJob:
     scores: str
     status: str
     log: str
+    local: bool = False  # a local path or a folder a rule built, never a hub id
 
 
 def score_options(device: str, dtype: str, variant: str, full_download: bool) -> list[str]:
@@ -100,8 +101,26 @@ def score_and_record(job: ScoreJob, options: list[str], gpus: int = 0) -> dict:
     start = time.monotonic()
     with open(job.log, "w") as log, job_gpus(gpus, log):
         log.write(f"attngeom {shlex.join(argv)}\n")
-        outcome = run_cli(argv, log)
+        problem = local_problem(job.location) if job.local else None
+        if problem:
+            log.write(f"{PREFIX}{problem}\n")
+        outcome = {"status": "failed", "reason": problem} if problem else run_cli(argv, log)
     return _record(job, {"seconds": round(time.monotonic() - start, 3), **outcome})
+
+
+def local_problem(location: str) -> str | None:
+    """Why the local weights at ``location`` cannot be scored before reading them: the path does not
+    exist (``attngeom score`` would take a missing relative path for a Hub id), or the rule that built
+    them left a note saying why it could not (``random_models.FAILED_NOTE``)."""
+    from .random_models import FAILED_NOTE
+
+    path = Path(location)
+    if not path.exists():
+        return f"local weights {location} not found; fix the model's `path:` in the config"
+    note = path / FAILED_NOTE
+    if path.is_dir() and note.is_file():
+        return one_line(note.read_text(encoding="utf-8", errors="replace")) or "the model could not be built"
+    return None
 
 
 def record_lost(job: ScoreJob, reason: str) -> dict:

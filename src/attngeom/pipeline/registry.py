@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..files import slug
 from ..packaged import package_dir
-from .random_models import check_settings
+from .random_models import check_in_child
 
 RANDOM_N_PARAMS = 10_000_000
 """Size assumed for a random control when estimating resources (they are tiny by design)."""
@@ -56,6 +56,21 @@ class Model:
         }
 
 
+def results_folder(value: str) -> str:
+    """The config's ``results:`` folder, unless it would put ``models/``, ``scores/``, ... at the
+    filesystem's root (``results: ""`` or ``"/"``)."""
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or Path(value).resolve() == Path(value).resolve().parent
+    ):
+        raise InputError(
+            f"config: results: {value!r} would put every output at the filesystem's root; "
+            "name a folder such as results"
+        )
+    return value
+
+
 def _location(entry: dict, results: str) -> tuple[str, str]:
     if "random" in entry:
         return "random", f"{results}/models/random/{slug(entry['id'])}"
@@ -72,18 +87,28 @@ def _location(entry: dict, results: str) -> tuple[str, str]:
     return "hub", str(entry.get("hub", entry["id"]))
 
 
+def _n_params(entry: dict) -> int | None:
+    value = entry.get("n_params")
+    if not value:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise InputError(
+            f"config: model {entry['id']!r}: n_params: {value!r} must be a number ≥ 0 (or left out)"
+        )
+    return int(value)
+
+
 def build_registry(entries: list[dict], results: str) -> dict[str, Model]:
     """Models by slug, in config order; rejects duplicate ids and slugs and unknown random settings."""
     models: dict[str, Model] = {}
     for entry in entries:
         kind, location = _location(entry, results)
         random = dict(entry.get("random", {}))
-        if random:
-            settings = {k: v for k, v in random.items() if k != "model_type"}
-            try:
-                check_settings(random["model_type"], settings)
-            except InputError as err:
-                raise InputError(f"config: model {entry['id']!r}: random: {err}") from None
         model = Model(
             id=entry["id"],
             display=entry.get("display") or entry["id"].rsplit("/", 1)[-1],
@@ -95,14 +120,24 @@ def build_registry(entries: list[dict], results: str) -> dict[str, Model]:
             kind=kind,
             location=location,
             revision=entry.get("revision"),
-            n_params=int(entry["n_params"]) if entry.get("n_params") else None,
+            n_params=_n_params(entry),
             random=random,
             seed=int(entry.get("seed", 0)),
         )
         if model.slug in models:
             raise InputError(f"config: model {model.id!r} is listed twice")
         models[model.slug] = model
+    check_in_child({model.id: model.random for model in models.values() if model.random})
     return models
+
+
+def weights_input(model: Model) -> list[str]:
+    """Local weights as a job's input, so a change re-runs it (a folder a rule builds, so that rule runs
+    first); none for hub models, and none for a `path:` that does not exist: the score job records that
+    model as failed (outcome.py) instead of Snakemake refusing the whole DAG."""
+    if model.kind == "hub" or (model.kind == "path" and not Path(model.location).exists()):
+        return []
+    return [model.location]
 
 
 def heatmaps(figures: dict, models: dict[str, Model]) -> dict[str, tuple[Model, int | None]]:

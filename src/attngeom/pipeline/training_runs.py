@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..training.config import RESOURCE_KEYS, make_config
-from ..training.speedup import dataset_label
+from ..training.config import RESOURCE_KEYS, dataset_label, make_config
+from ..training.plateau import SMOKE_TEST_STEPS
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 """A run name is a folder name under results/training: no '/', no leading '.' (so never '..')."""
@@ -142,12 +142,19 @@ def trained_model_id(run: str) -> str:
     return f"trained/{run}"
 
 
+def _display(run: TrainingRun) -> str:
+    """The run's name, marked "[smoke test: N steps]" when it is too short to leave the masked-LM plateau
+    (``plateau.SMOKE_TEST_STEPS``), so that Tables S2/S3 and Figure 2 do not pass it off as a trained model."""
+    steps = int(run.settings.get("steps", 200_000))
+    return f"{run.name} [smoke test: {steps:,} steps]" if steps < SMOKE_TEST_STEPS else run.name
+
+
 def training_models(runs: dict[str, TrainingRun], results: str) -> list[dict]:
     """The trained models as registry entries, so the scoring rules score them like any other model."""
     return [
         {
             "id": trained_model_id(run.name),
-            "display": run.name,
+            "display": _display(run),
             "training_dir": f"{results}/{run.name}/final",
             "objective": "bidirectional" if run.objective == "encoder" else "autoregressive",
             "family": "BERT",

@@ -23,6 +23,7 @@ import yaml
 from ..errors import InputError
 from ..files import write_text
 from .paper_config import GROUPS, paper_groups
+from .pinned import SHA, check_target, read_list
 
 SORTS = ("downloads", "likes", "created_at", "last_modified", "trending_score")
 QUERY_DEFAULTS = {"sort": "downloads"}
@@ -54,7 +55,6 @@ EXPAND = [
 ]
 """The listing's fields a pinned entry is made of (``list_models(expand=...)``)."""
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-SHA = re.compile(r"[0-9a-f]{40}")
 GGUF_PREFERENCE = ("f32", "bf16", "f16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_1", "q5_0", "q4_k_m", "q4_0")
 """Which file of a GGUF-only repository is scored: the highest precision its file names announce."""
 GGUF_SPLIT = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
@@ -238,36 +238,8 @@ def pinned_text(zoo: Zoo, models: list[dict], endpoint: str, now: datetime.datet
 
 
 def read_pinned(zoo: Zoo) -> list[dict]:
-    """The pinned models of ``zoo``, checked: the file exists, was resolved for this very query, and pins
-    every model to a commit sha."""
-    resolve = "run `attngeom zoo resolve CONFIG` (in this folder) to list the models"
-    if not zoo.pinned.is_file():
-        raise InputError(f"config: zoo {zoo.name!r}: no pinned list {zoo.pinned}; {resolve}")
-    try:
-        document = yaml.safe_load(zoo.pinned.read_text())
-    except yaml.YAMLError as err:
-        raise InputError(f"config: zoo {zoo.name!r}: {zoo.pinned} is not YAML ({err}); {resolve}") from None
-    if not isinstance(document, dict) or not isinstance(document.get("models"), list):
-        raise InputError(f"config: zoo {zoo.name!r}: {zoo.pinned} holds no `models:` list; {resolve}")
-    if document.get("query") != zoo.query:
-        changed = sorted(
-            key
-            for key in set(zoo.query) | set(document.get("query") or {})
-            if zoo.query.get(key) != (document.get("query") or {}).get(key)
-        )
-        raise InputError(
-            f"config: zoo {zoo.name!r}: {zoo.pinned} was resolved for another query (differs in "
-            f"{', '.join(changed)}); run `attngeom zoo resolve CONFIG --update` to list it again"
-        )
-    for model in document["models"]:
-        if not isinstance(model, dict) or not isinstance(model.get("id"), str):
-            raise InputError(f"config: zoo {zoo.name!r}: {zoo.pinned}: an entry without an id: {model!r}")
-        if not SHA.fullmatch(str(model.get("revision"))):
-            raise InputError(
-                f"config: zoo {zoo.name!r}: {zoo.pinned}: {model['id']} is not pinned to a commit sha "
-                f"(revision {model.get('revision')!r})"
-            )
-    return document["models"]
+    """The pinned models of ``zoo``, each entry checked (``pinned.read_list``)."""
+    return read_list(zoo.name, zoo.pinned, zoo.query)
 
 
 def zoo_entries(zoo: Zoo) -> list[dict]:
@@ -322,6 +294,7 @@ def run(args: argparse.Namespace) -> int:
     from huggingface_hub import constants
 
     zoo = Zoo.from_config(_zoo_of(args.config))
+    check_target(zoo.pinned, args.config)
     if zoo.pinned.exists() and not args.update:
         raise InputError(
             f"{zoo.pinned} exists (the pinned list of zoo {zoo.name!r}); pass --update to list the Hub "

@@ -1,5 +1,7 @@
 """GGUF files (llama.cpp): the header parsed once, head counts from its metadata, q/k dequantised one at a time.
 
+Each GGUF architecture's metadata keys, tensor names and conversion steps are in ``gguf_archs``.
+
 One parser serves local files and Hub files read by range: ``parse_header`` walks a prefix of the file
 and raises ``NeedMore`` when the metadata or tensor table runs past it, so a remote reader fetches just
 enough bytes. Values of metadata arrays (the tokenizer's vocabulary, often megabytes) are skipped; only
@@ -23,6 +25,7 @@ from gguf.quants import dequantize, quant_shape_to_byte_shape
 from ..errors import InputError
 from .base import WeightSource, one_line
 from .config import check_head_counts
+from .gguf_archs import Recipe, architecture, recipes
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -31,16 +34,9 @@ PROBE = 64 << 10
 """First read of a header; grown until the metadata and tensor table fit."""
 MAX_HEADER = 1 << 30
 """A header that claims more bytes than this is corrupted."""
+SMALL_ARRAY = 4096
+"""Numeric arrays up to this length (one entry per layer) keep their values; longer ones only their length."""
 
-ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2"}
-"""GGUF ``general.architecture`` → transformers ``model_type``, for layouts with separate attn_q/attn_k."""
-
-_TENSOR_NAMES = {
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_q.bias": "self_attn.q_proj.bias",
-    "attn_k.bias": "self_attn.k_proj.bias",
-}
 _SCALARS = {
     GGUFValueType.UINT8: "B",
     GGUFValueType.INT8: "b",
@@ -80,6 +76,8 @@ class Header:
     metadata: dict[str, object] = field(default_factory=dict)
     """Scalar and string values by key."""
     array_lengths: dict[str, int] = field(default_factory=dict)
+    arrays: dict[str, tuple] = field(default_factory=dict)
+    """Values of numeric arrays of at most ``SMALL_ARRAY`` entries (per-layer settings)."""
     tensors: dict[str, TensorInfo] = field(default_factory=dict)
 
 
@@ -126,7 +124,9 @@ def parse_header(prefix: bytes, where: str) -> Header:
                 for _ in range(count):
                     cursor.skip(cursor.take("<Q")[0])
             elif item in _SCALARS:
-                cursor.skip(count * struct.calcsize(_SCALARS[item]))
+                raw = cursor.skip(count * struct.calcsize(_SCALARS[item]))
+                if count <= SMALL_ARRAY:
+                    header.arrays[key] = struct.unpack(f"<{count}{_SCALARS[item]}", raw)
             else:
                 raise InputError(f"{where}: GGUF metadata {key} has an unsupported array type {item}")
             header.array_lengths[key] = count
@@ -184,6 +184,9 @@ def read_local_header(path: Path) -> Header:
 
 def _count(header: Header, key: str, where: str, required: bool) -> int | None:
     value = header.metadata.get(key)
+    per_layer = set(header.arrays.get(key, ()))
+    if value is None and len(per_layer) == 1:
+        value = per_layer.pop()  # one value per layer, all the same
     if value is None:
         if key in header.array_lengths:
             raise InputError(f"{where}: GGUF {key} differs per layer; such models are not supported")
@@ -202,10 +205,7 @@ def config_of(header: Header, where: str, name: str) -> PretrainedConfig:
     from transformers import AutoConfig
 
     arch = header.metadata.get("general.architecture")
-    if arch not in ARCHITECTURES:
-        raise InputError(
-            f"{where}: GGUF architecture {arch!r} is not supported; supported: {', '.join(ARCHITECTURES)}"
-        )
+    spec = architecture(arch, where)
     heads = _count(header, f"{arch}.attention.head_count", where, required=True)
     hidden = _count(header, f"{arch}.embedding_length", where, required=True)
     head_dim = _count(header, f"{arch}.attention.key_length", where, required=False)
@@ -232,8 +232,15 @@ def config_of(header: Header, where: str, name: str) -> PretrainedConfig:
     }
     settings = {key: value for key, value in settings.items() if value is not None}
     try:
+        settings |= spec.settings(arch, header.metadata | header.arrays, header.tensors.keys())
+    except InputError as err:
+        raise InputError(f"{where}: {err}") from None
+    if not spec.key_length_is_head_dim:
+        settings.pop("head_dim", None)
+    model_type = spec.model_type_of(header.metadata, header.tensors.keys())
+    try:
         config = AutoConfig.for_model(
-            ARCHITECTURES[arch], name_or_path=str(header.metadata.get("general.name", name)), **settings
+            model_type, name_or_path=str(header.metadata.get("general.name", name)), **settings
         )
     except Exception as err:  # transformers' validation raises ValueError, TypeError and its own
         raise InputError(
@@ -257,15 +264,16 @@ def _vocabulary(header: Header) -> int | None:
     return header.array_lengths.get("tokenizer.ggml.tokens")
 
 
-def qk_tensors(header: Header) -> dict[str, TensorInfo]:
-    """The q/k tensors under the transformers names the architecture map asks for."""
-    tensors = {}
-    for name, info in header.tensors.items():
-        block, _, rest = name.partition(".")
-        index, _, kind = rest.partition(".")
-        if block == "blk" and kind in _TENSOR_NAMES:
-            tensors[f"model.layers.{index}.{_TENSOR_NAMES[kind]}"] = info
-    return tensors
+def qk_tensors(header: Header, config: PretrainedConfig) -> dict[str, tuple[Recipe, list[TensorInfo]]]:
+    """The tensors the architecture map may ask for, under transformers' names, each with its GGUF tensors."""
+    spec = architecture(header.metadata.get("general.architecture"), "GGUF")
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    found = recipes(spec, header.tensors.keys(), config.num_hidden_layers, heads, kv_heads)
+    return {
+        name: (recipe, [header.tensors[source] for source in recipe.sources])
+        for name, recipe in found.items()
+    }
 
 
 def decode(raw: np.ndarray, info: TensorInfo, where: str) -> torch.Tensor:
@@ -288,13 +296,26 @@ def gguf_weights(
 ) -> WeightSource:
     """A source over a parsed header; ``read(info)`` gives a tensor's raw bytes (from disk or by range)."""
     config = config_of(header, description, model_id)
-    tensors = qk_tensors(header)
+    tensors = qk_tensors(header, config)
+
+    def load(name: str) -> torch.Tensor:
+        recipe, infos = tensors[name]
+        decoded = [decode(read(info), info, description) for info in infos]
+        try:
+            return recipe.build(decoded)
+        except (RuntimeError, ValueError, IndexError) as err:
+            shapes = ", ".join(f"{info.name} {tuple(reversed(info.dims))}" for info in infos)
+            raise InputError(
+                f"{description}: GGUF {shapes} cannot make {name} of a {config.model_type} model "
+                f"({one_line(err)}); the file is corrupted"
+            ) from err
+
     return WeightSource(
         model_id=model_id,
         description=description,
         config=config,
         names=tensors,
-        load=lambda name: decode(read(tensors[name]), tensors[name], description),
+        load=load,
         revision=revision,
         n_params=sum(math.prod(info.dims) for info in header.tensors.values()),
         stored_as=lambda name: tensors[name].kind.name,

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -77,18 +78,35 @@ class StepRecord:
     grad_norm: torch.Tensor
     lr: float
     elapsed_s: float
+    update_tokens: int
+    """Tokens the update trained on (padding not counted)."""
+    update_documents: int | None = None
+    """Documents in the update, where it is counted in documents (``batch_documents``)."""
+
+
+def progress_line(step: int, steps: int, loss: float, tokens_per_s: float, seconds_per_step: float) -> str:
+    """One line of a run's progress for a log file (a job log has no progress bar): the step, the loss,
+    the throughput and the time left at this pace."""
+    eta = round(seconds_per_step * (steps - step))
+    hours, rest = divmod(eta, 3600)
+    return (
+        f"step {step}/{steps}  loss {loss:.4f}  {tokens_per_s:,.0f} tokens/s  "
+        f"ETA {hours}:{rest // 60:02d}:{rest % 60:02d}"
+    )
 
 
 class LossLog(ParquetLog):
-    """One row per optimizer step: loss, LM loss, gradient norm, learning rate, tokens seen, wall time.
+    """One row per optimizer step: loss, LM loss, gradient norm, learning rate, the update's size in tokens
+    (and documents, where counted), tokens seen so far, wall time.
 
     Steps are recorded as device tensors and turned into rows by ``flush``: one device sync per log
     interval, not one per step.
     """
 
-    def __init__(self, path: Path, keep_through: int, tokens_per_step: int):
+    def __init__(self, path: Path, keep_through: int):
         super().__init__(path, keep_through)
-        self.tokens_per_step = tokens_per_step
+        kept = self.frames[0] if self.frames else None
+        self.tokens = int(kept["tokens"].iloc[-1]) if kept is not None and len(kept) else 0
         self.pending: list[StepRecord] = []
 
     def record(self, step: StepRecord) -> None:
@@ -108,10 +126,13 @@ class LossLog(ParquetLog):
                 "lm_loss": values[:, 1],
                 "grad_norm": values[:, 2],
                 "lr": [r.lr for r in records],
-                "tokens": [r.step * self.tokens_per_step for r in records],
+                "update_tokens": [r.update_tokens for r in records],
+                "update_documents": pd.array([r.update_documents for r in records], dtype="Int64"),
+                "tokens": self.tokens + np.cumsum([r.update_tokens for r in records]),
                 "elapsed_s": [r.elapsed_s for r in records[:-1]] + [clock()],
             }
         )
+        self.tokens = int(frame["tokens"].iloc[-1])
         last = float(frame["loss"].iloc[-1])
         if not math.isfinite(last):
             raise Diverged(

@@ -6,10 +6,12 @@ step. The learning rate is a pure function of the step too, so the step is the s
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
 
+from ..errors import InputError
 from ..files import atomic_path
 
 
@@ -36,14 +38,44 @@ def save_checkpoint(
         torch.save(state, temporary)
 
 
+KEYS = ("model", "optimizer", "step", "elapsed_s", "rng_cpu", "rng_cuda")
+
+
 def load_checkpoint(
-    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device, steps: int
 ) -> tuple[int, float]:
-    """Restore model, optimizer and RNG state in place; returns (step, elapsed seconds)."""
-    state = torch.load(path, map_location=device, weights_only=True)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["rng_cpu"].cpu())
-    if device.type == "cuda" and state["rng_cuda"].numel():
-        torch.cuda.set_rng_state(state["rng_cuda"].cpu(), device)
-    return int(state["step"]), float(state["elapsed_s"])
+    """Restore model, optimizer and RNG state in place; returns (step, elapsed seconds).
+
+    The file is checked as hostile: damaged, of another model's sizes, or with a step outside the run's
+    ``steps`` (a negative step would train at negative learning rates) is a one-line ``InputError``.
+    """
+    fresh = "; train afresh with --restart (the run's folder is moved aside)"
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as err:  # a damaged or foreign file can fail torch's safe loader in many ways
+        raise InputError(f"checkpoint {path} cannot be read ({_one_line(err)}){fresh}") from None
+    missing = [key for key in KEYS if not isinstance(state, dict) or key not in state]
+    if missing:
+        raise InputError(f"checkpoint {path} lacks {', '.join(missing)}{fresh}")
+    step, elapsed = state["step"], state["elapsed_s"]
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= steps:
+        raise InputError(f"checkpoint {path}: step {step!r} is not a step of this run (0 to {steps}){fresh}")
+    if not isinstance(elapsed, int | float) or not math.isfinite(elapsed) or elapsed < 0:
+        raise InputError(f"checkpoint {path}: elapsed_s {elapsed!r} is not a duration{fresh}")
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng_cpu"].cpu())
+        if device.type == "cuda" and state["rng_cuda"].numel():
+            torch.cuda.set_rng_state(state["rng_cuda"].cpu(), device)
+    except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise InputError(
+            f"checkpoint {path} does not fit this run's model ({_one_line(err)}){fresh}"
+        ) from None
+    return step, float(elapsed)
+
+
+def _one_line(err: Exception, limit: int = 200) -> str:
+    """An exception's message on one line, cut at ``limit`` characters (torch's can span hundreds)."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -54,6 +54,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "without it a run with the same settings resumes and one with other settings is an error",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--log-lines",
+        action="store_true",
+        help="instead of a progress bar, a line on stdout per log_every steps (step, loss, tokens/s, ETA), "
+        "for a log file",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,6 +72,12 @@ def run(args: argparse.Namespace) -> int:
         layers.append(select_run(args.config, args.run_name))
     layers.append(parse_overrides(args.settings))
     config = make_config(*layers)
-    out = train(config, args.out, progress=not args.quiet, stop_at=args.stop_at, restart=args.restart)
+    out = train(
+        config,
+        args.out,
+        progress="lines" if args.log_lines else not args.quiet,
+        stop_at=args.stop_at,
+        restart=args.restart,
+    )
     print(f"run folder: {out}")
     return 0

@@ -39,6 +39,25 @@ RESOURCE_KEYS = ("gpus", "nodes", "threads", "mem_mb", "runtime")
 """Keys a pipeline config may add to a run (scheduler resources); they are not training settings."""
 
 
+PAPER: dict[str, Any] = {
+    "steps": 200_000,
+    "batch_documents": 256,
+    "seq_len": 512,
+    "lr": 5e-5,
+    "warmup_steps": 200,
+    "weight_decay": 0.01,
+    "mlm_probability": 0.15,
+    "dropout": 0.1,
+    "precision": "fp16",
+}
+"""The paper's optimisation (Appendix S2.3): 200,000 updates of 256 sequences (32 × 8 accumulation), one
+document each, up to 512 tokens; AdamW, lr 5e-5, 200 warm-up steps then linear decay, weight decay 0.01;
+15% masking; BERT's dropout 0.1; fp16 mixed precision (which attngeom does not offer: bf16 or fp32)."""
+
+RECORD_KEYS = ("differs_from_paper",)
+"""Keys a run's config.yaml records beside its settings (written by ``write_config``, not read back)."""
+
+
 class ConfigError(InputError):
     """A training setting is missing, unknown or out of range."""
 
@@ -84,6 +103,11 @@ class TrainConfig:
     batch_size: int = 32
     grad_accum: int = 8
     seq_len: int = 512
+    batch_documents: int | None = None
+    """Count an update in documents, as the paper does (256): each update takes this many documents, each
+    truncated to ``seq_len`` as ``[CLS] document [SEP]``, packs them into as few rows as fit, and steps
+    over micro-batches of ``batch_size`` rows (as many as the rows need; ``grad_accum`` is unused).
+    ``None``: an update is ``batch_size × grad_accum`` rows cut from the token stream."""
     lr: float = 5e-5
     warmup_steps: int = 200
     weight_decay: float = 0.01
@@ -120,6 +144,11 @@ class TrainConfig:
             )
         if self.hidden % self.heads:
             raise ConfigError(f"hidden_size {self.hidden} is not a multiple of n_heads {self.heads}")
+        if self.batch_documents is not None and not self.document_mask:
+            raise ConfigError(
+                "training setting batch_documents needs document_mask: true (the documents packed into a "
+                "row, and its padding, must not see each other)"
+            )
 
     @property
     def hidden(self) -> int:
@@ -156,7 +185,16 @@ RANGES: dict[str, tuple[float, float, str]] = {
         ("n_layers", "hidden_size", "n_heads", "intermediate_size", "vocab_size", "max_documents"), _POSITIVE
     ),
     **dict.fromkeys(
-        ("steps", "batch_size", "grad_accum", "log_every", "score_every", "checkpoint_every"), _POSITIVE
+        (
+            "steps",
+            "batch_size",
+            "grad_accum",
+            "batch_documents",
+            "log_every",
+            "score_every",
+            "checkpoint_every",
+        ),
+        _POSITIVE,
     ),
     "seq_len": (8, math.inf, "an integer ≥ 8"),
     "warmup_steps": (0, math.inf, "an integer ≥ 0"),
@@ -260,8 +298,25 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         data = pipeline_training(data, path).get("defaults") or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: training: defaults: must be a mapping of settings")
-    return {k: v for k, v in data.items() if k not in RESOURCE_KEYS}
+    return {k: v for k, v in data.items() if k not in RESOURCE_KEYS and k not in RECORD_KEYS}
+
+
+def paper_differences(config: TrainConfig) -> list[str]:
+    """The settings of ``config`` that differ from the paper's optimisation (``PAPER``), as
+    ``name=value (paper: value)``; an empty list for a run in the paper's own regime."""
+    settings = config.to_dict()
+    return [f"{k}={settings[k]} (paper: {v})" for k, v in PAPER.items() if settings[k] != v]
 
 
 def write_config(config: TrainConfig, path: Path) -> None:
-    write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False))
+    """The run's settings, and the ones that differ from the paper's (``differs_from_paper``)."""
+    record = {**config.to_dict(), "differs_from_paper": paper_differences(config)}
+    write_text(path, yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
+
+
+def dataset_label(dataset: str) -> str:
+    """Short name of a dataset setting: a local file's stem, a Hub repo's last part, else the name."""
+    dataset = dataset.split("@")[0]  # a pinned revision is not part of the name
+    if dataset.startswith("hf:"):
+        return dataset[3:].split(":")[0].rsplit("/", 1)[-1]
+    return Path(dataset).stem if "/" in dataset or Path(dataset).suffix else dataset

@@ -235,6 +235,8 @@ class MicroBatch:
     positions: torch.Tensor  # (B, P)
     targets: torch.Tensor  # (B, P)
     documents: torch.Tensor | None = None  # (B, L)
+    weight: float | None = None
+    """This micro-batch's share of its update's loss; ``None``: an equal share of the update's."""
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         """The tensors the loss takes, in the order of ``LanguageModelLoss.forward``."""
@@ -242,8 +244,12 @@ class MicroBatch:
             t for t in (self.input_ids, self.positions, self.targets, self.documents) if t is not None
         )
 
+    def apply(self, function: Callable[[torch.Tensor], torch.Tensor]) -> MicroBatch:
+        """The same micro-batch with ``function`` applied to each tensor (pinning, copying to a device)."""
+        return MicroBatch(*(function(t) for t in self.tensors()), weight=self.weight)
+
     def to(self, device: torch.device | str) -> MicroBatch:
-        return MicroBatch(*(t.to(device, non_blocking=True) for t in self.tensors()))
+        return self.apply(lambda t: t.to(device, non_blocking=True))
 
 
 class PackedBatches:

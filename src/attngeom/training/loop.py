@@ -11,11 +11,13 @@ its own micro-batches, rank 0 writes.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 import torch
@@ -24,13 +26,14 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
 from ..files import atomic_dir
-from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord
+from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord, progress_line
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ConfigError, TrainConfig
 from .data import Corpus, PackedBatches, load_corpus
+from .document_batches import DocumentBatches, Update
 from .model import build_model
 from .runs import Restart, RunFolder
-from .step import TrainStep, feed, grouped, micro_batch_indices
+from .step import TrainStep, feed, feed_updates, grouped, micro_batch_indices
 
 
 @dataclass(frozen=True)
@@ -113,11 +116,13 @@ def train(
     config: TrainConfig,
     out: str | Path,
     *,
-    progress: bool = True,
+    progress: bool | Literal["lines"] = True,
     stop_at: int | None = None,
     restart: Restart = "never",
 ) -> Path:
-    """Train (or resume) the run in folder ``out``; returns it. ``stop_at``: leave after that step as if
+    """Train (or resume) the run in folder ``out``; returns it. ``progress``: a progress bar (True),
+    nothing (False), or ``"lines"``: a line per log interval on stdout (step, loss, tokens/s, ETA), for
+    a job's log file. ``stop_at``: leave after that step as if
     interrupted (no final model), e.g. to fit a job's time limit; the next call resumes. ``restart``:
     what to do with an earlier run in ``out`` (``runs.RESTART_CHOICES``); nothing is written to ``out``
     before the run really starts, so a call that fails first leaves nothing in the way of the next."""
@@ -129,8 +134,10 @@ def train(
         folder.claim(config, restart)
 
     # data: rank 0 tokenises the corpus (once, cached); micro-batch i is a pure function of (seed, i)
-    corpus = _load_corpus_rank0_first(config, rt, progress)
-    batches = PackedBatches(corpus, config)
+    corpus = _load_corpus_rank0_first(config, rt, progress is True)
+    if config.batch_documents is not None and rt.world > 1:
+        raise ConfigError("batch_documents trains on one GPU per run: launch without torchrun")
+    batches = DocumentBatches(corpus, config) if config.batch_documents else PackedBatches(corpus, config)
 
     # model and optimiser, from the seed
     torch.manual_seed(config.seed)
@@ -145,7 +152,7 @@ def train(
     # resume: weights, optimizer moments, step, and the RNG state that drives dropout
     start, elapsed = 0, 0.0
     if folder.checkpoint.exists():
-        start, elapsed = load_checkpoint(folder.checkpoint, model, optimizer, rt.device)
+        start, elapsed = load_checkpoint(folder.checkpoint, model, optimizer, rt.device, config.steps)
 
     # one optimizer step: the loss (LM cross-entropy + γ·L_c; compiled, DDP-wrapped), clipping, AdamW
     train_step = TrainStep(model, optimizer, config, rt.device, rt.autocast, rt.world)
@@ -153,35 +160,44 @@ def train(
     # logs keep their rows up to the checkpoint; the scores at the starting step are taken (again) here
     end = config.steps if stop_at is None else min(stop_at, config.steps)
     when = Schedule.of(config, end)
-    tokens_per_step = config.batch_size * config.seq_len * config.grad_accum * rt.world
-    losses = LossLog(folder.loss, keep_through=start, tokens_per_step=tokens_per_step)
+    losses = LossLog(folder.loss, keep_through=start)
+    tokens_before = losses.tokens
     scores = ParquetLog(folder.scores, keep_through=start - 1)
     if rt.main and when.score(start):
         scores.append(score_live(model, folder.path.name, start))
 
     # micro-batches, built ahead on a background thread and copied to the device without blocking
-    indices = micro_batch_indices(config, range(start, end), rt.rank, rt.world)
-    micro_batches = grouped(feed(batches, indices, rt.device), config.grad_accum)
+    updates = _updates(batches, config, range(start, end), rt)
     clock = _stopwatch(elapsed)
     bar = tqdm(
         range(start, end),
         initial=start,
         total=config.steps,
         desc=folder.path.name,
-        disable=not (progress and rt.main),
+        disable=not (progress is True and rt.main),
     )
     for step in bar:
         # forward and backward over grad_accum micro-batches, clip, step, at this step's learning rate
         lr = learning_rate(config, step)
-        result = train_step(next(micro_batches), lr)
+        update = next(updates)
+        result = train_step(update.micro_batches, lr)
         done = step + 1
         if not rt.main:
             continue
 
         # log, score and checkpoint (rank 0 only), each on its own schedule
-        losses.record(StepRecord(done, result.loss, result.lm_loss, result.grad_norm, lr, clock()))
+        record = StepRecord(
+            done, result.loss, result.lm_loss, result.grad_norm, lr, clock(), update.tokens, update.documents
+        )
+        losses.record(record)
         if when.log(done):
-            bar.set_postfix(loss=f"{losses.flush(clock):.3f}")
+            loss = losses.flush(clock)
+            bar.set_postfix(loss=f"{loss:.3f}")
+            if progress == "lines":
+                seconds = clock() - elapsed
+                per_step = seconds / (done - start)
+                rate = (losses.tokens - tokens_before) / seconds if seconds > 0 else math.inf
+                print(progress_line(done, config.steps, loss, rate, per_step), flush=True)
         if when.score(done):
             scores.append(score_live(model, folder.path.name, done))
         if when.checkpoint(done):
@@ -195,6 +211,20 @@ def train(
         dist.barrier()
         dist.destroy_process_group()
     return folder.path
+
+
+def _updates(
+    batches: PackedBatches | DocumentBatches, config: TrainConfig, steps: range, rt: Runtime
+) -> Iterator[Update]:
+    """The updates of ``steps``, built ahead on a background thread and copied to the device without
+    blocking: counted in documents, or ``grad_accum`` micro-batches of the token stream per rank."""
+    if isinstance(batches, DocumentBatches):
+        yield from feed_updates(batches, steps, rt.device)
+        return
+    tokens = config.batch_size * config.seq_len * config.grad_accum * rt.world
+    indices = micro_batch_indices(config, steps, rt.rank, rt.world)
+    for group in grouped(feed(batches, indices, rt.device), config.grad_accum):
+        yield Update(list(group), documents=None, tokens=tokens)
 
 
 def _load_corpus_rank0_first(config: TrainConfig, rt: Runtime, progress: bool) -> Corpus:

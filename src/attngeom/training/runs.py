@@ -1,9 +1,11 @@
 """A run folder: what it holds, whose settings it was trained with, and whether a new call may resume it.
 
 The folder's ``config.yaml`` is the one record of what a run trains (read by ``RunInfo.read``);
-``corpus.json`` records the SHA-256 of the tokenizer and of the token stream it was trained on. A run
-is resumed only with the same settings and the same data; anything else is refused, or, when asked
-(``restart``), the old folder is moved aside to ``<folder>.replaced-<UTC time>``: never overwritten.
+``corpus.json`` records the SHA-256 of the tokenizer and of the token stream it was trained on, and
+``code.json`` the hash of the training code that started it (``attngeom.provenance``). A run is resumed
+only with the same settings and the same data; anything else is refused, or, when asked (``restart``), the
+old folder is moved aside to ``<folder>.replaced-<UTC time>``: never overwritten. ``if-changed`` (the
+pipeline's choice) also trains afresh when the training code changed since the run started.
 """
 
 from __future__ import annotations
@@ -17,8 +19,19 @@ from pathlib import Path
 from typing import Literal
 
 from ..files import write_text
-from .config import ConfigError, TrainConfig, make_config, read_config_file, write_config
+from ..provenance import code_hash
+from ..version import __version__
+from .config import (
+    ConfigError,
+    TrainConfig,
+    dataset_label,
+    make_config,
+    paper_differences,
+    read_config_file,
+    write_config,
+)
 from .data import Corpus
+from .documents import SUBSTITUTES, split_revision
 
 Restart = Literal["never", "if-changed", "always"]
 RESTART_CHOICES: tuple[Restart, ...] = ("never", "if-changed", "always")
@@ -42,6 +55,10 @@ class RunFolder:
     @property
     def corpus(self) -> Path:
         return self.path / "corpus.json"
+
+    @property
+    def code(self) -> Path:
+        return self.path / "code.json"
 
     @property
     def checkpoint(self) -> Path:
@@ -78,6 +95,9 @@ class RunFolder:
         if not self.holds_a_run():
             return
         same = self.recorded_config() == config
+        if restart == "if-changed" and same and self.recorded_code() != code_hash("training"):
+            logger.warning("attngeom: the training code changed since the run in %s started", self.path)
+            same = False
         if restart == "always" or (restart == "if-changed" and not same):
             self._move_aside()
         elif not same:
@@ -105,8 +125,19 @@ class RunFolder:
                     "changed); pass --restart to move the run aside and train afresh"
                 )
             return
-        write_text(self.corpus, json.dumps(data, indent=1) + "\n")
+        substitute = SUBSTITUTES.get(split_revision(config.dataset)[0])
+        recorded = data | ({"instead_of_the_papers_corpus": substitute} if substitute else {})
+        write_text(self.corpus, json.dumps(recorded, indent=1) + "\n")
+        code = {"code_hash": code_hash("training"), "attngeom_version": __version__}
+        write_text(self.code, json.dumps(code, indent=1) + "\n")
         write_config(config, self.config)
+
+    def recorded_code(self) -> str | None:
+        """The hash of the training code that started the folder's run; None if unrecorded."""
+        try:
+            return json.loads(self.code.read_text()).get("code_hash")
+        except (OSError, ValueError, AttributeError):
+            return None
 
     def _difference(self, config: TrainConfig) -> str:
         recorded = self.recorded_config()
@@ -154,14 +185,8 @@ class RunInfo:
             "init": self.config.init,
             "reg_weight": self.config.reg_weight,
             "seed": self.config.seed,
+            "differs_from_paper": "; ".join(paper_differences(self.config)) or "none",
         }
-
-
-def dataset_label(dataset: str) -> str:
-    """Short name of a dataset setting: a local file's stem, a Hub repo's last part, else the name."""
-    if dataset.startswith("hf:"):
-        return dataset[3:].split(":")[0].rsplit("/", 1)[-1]
-    return Path(dataset).stem if "/" in dataset or Path(dataset).suffix else dataset
 
 
 BOOKKEEPING = frozenset(
@@ -235,9 +260,9 @@ class SeedPair:
 
 def seed_pairs(configs: Mapping[str, TrainConfig]) -> list[SeedPair]:
     """Within each set of random-init runs that differ only in ``seed`` (one run per seed, the first by
-    name), in seed order: every run paired with the next one, the last with the first (for two seeds:
-    both orders). So the null has as many pairs as there are seeds, each run once the reference and once
-    the other, like the symmetric-vs-random pairs it is compared with."""
+    name), in seed order: disjoint pairs (1st with 2nd, 3rd with 4th, …), so that no run is in two pairs
+    and the pairs are independent. With an odd number of seeds the last is in none (3 seeds give one
+    pair); with one seed there is no pair."""
     groups: dict[tuple, dict[int, str]] = {}
     for name, config in sorted(configs.items()):
         if _plain(config, "random"):
@@ -245,9 +270,6 @@ def seed_pairs(configs: Mapping[str, TrainConfig]) -> list[SeedPair]:
     pairs = []
     for by_seed in groups.values():
         seeds = sorted(by_seed)
-        if len(seeds) < 2:
-            continue
-        for i, seed in enumerate(seeds):
-            other = seeds[(i + 1) % len(seeds)]
-            pairs.append(SeedPair(by_seed[seed], by_seed[other], seed, other))
+        for first, second in zip(seeds[0::2], seeds[1::2], strict=False):
+            pairs.append(SeedPair(by_seed[first], by_seed[second], first, second))
     return pairs

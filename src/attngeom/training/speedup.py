@@ -1,27 +1,30 @@
-"""Table 1: final loss and the speed-up of symmetric over random initialisation, over seeds, with a null.
+"""Table 1: final loss and the speed-up of symmetric over random initialisation, over seeds, with a test.
 
-**Speed-up.** The paper's: (total steps − first step at which the symmetric run reaches the random run's
-final loss) / total steps. That assumes the random run itself first reaches its final loss at its last
-step: true of a smooth decreasing curve, false on a noisy plateau, where the first dip below the final
-value already counts, and a run measured against itself scores up to ~60%. So both runs are timed by the
-same rule: speed-up = (t_random − t_symmetric) / total, with t the step at which a run's smoothed loss
-reaches the random run's final smoothed loss. Where the random run first reaches it at its last step
-(t_random = total) this is the paper's number exactly; a run against itself gives 0 for any log; a
-symmetric run that is slower gets a negative speed-up; one that never reaches the target is counted as
-reaching it at the last step (so its speed-up is at most the value given).
+**The paper's speed-up** (Table 1's caption): (T − t_symmetric) / T, T the total number of steps and
+t_symmetric the first step at which the symmetric run reaches the random run's final loss. It assumes the
+random run itself first reaches its final loss at its last step: true of a smooth decreasing curve, false
+on a noisy plateau, where the first dip below the final value already counts, so a run measured against
+itself scores up to ~60%. It is given under its own name (``speedup_paper``), beside two rules that time
+both runs alike: speed-up = (t_random − t_symmetric) / T, t the step at which a run's smoothed loss reaches
+the random run's final smoothed loss, ``first`` = the first step at or below it, ``robust`` = the first
+step after which it stays at or below it. Where the random run first reaches its final loss at its last
+step ``first`` is the paper's number; a run against itself gives 0 under both rules for any log. Claims
+use ``robust``: one lucky stretch of batches cannot make it.
 
-Two rules for t: ``paper``, the first step at which the smoothed loss is at or below the target (the
-paper's wording); ``robust``, the first step after which it stays at or below it. Claims (the
-``verdict`` column) use the robust rule: one lucky stretch of batches cannot make it.
+**Censoring.** A symmetric run that never reaches the target by the last step compared is censored:
+its time is "> T", and its speed-up is at most the value shown (the one it would have, had it reached the
+target at the last step). The table counts censored pairs; the test below does not lose them.
 
 Losses are smoothed first (a trailing mean over 2% of the log); two logs of different lengths are
 compared up to the last step both reached (a run stopped early, say at a deadline).
 
-**Seeds and the null.** Per group of runs that differ only in init and seed (``runs.comparison_key``),
-the speed-up is averaged over the seed pairs (symmetric seed s vs random seed s, ``runs.twins``) with a
-95% t-interval (``intervals``), and beside it the null: the same statistic for random-vs-random pairs of
-different seeds (``runs.seed_pairs``). A speed-up whose interval overlaps the null's is labelled "not
-distinguishable from seed noise". Final losses are likewise a mean ± interval over seeds.
+**Seeds, the test, the null.** Per group of runs that differ only in init and seed
+(``runs.comparison_key``): the speed-ups over the seed pairs (symmetric seed s vs random seed s,
+``runs.twins``) with a 95% t-interval (``intervals``); the test of ``significance`` on the signed
+speed-up (symmetric over random minus random over symmetric, 0 in expectation when init does not matter),
+its p-value and the minimum detectable effect at 80% power; and, for scale, the null: the signed speed-up of
+random-vs-random pairs of different seeds, disjoint pairs so that they are independent (``runs.seed_pairs``:
+3 seeds give one pair). Final losses are likewise a mean ± interval over seeds.
 """
 
 from __future__ import annotations
@@ -33,12 +36,15 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from numpy.lib.stride_tricks import sliding_window_view
 
 from .. import tables
 from .config import TrainConfig
+from .documents import SUBSTITUTES, split_revision
 from .intervals import Interval, mean_interval
+from .plateau import plateau_exit
 from .runs import RunInfo, comparison_key, dataset_label, seed_pairs, twins
+from .significance import ALPHA, minimum_detectable_effect, t_test
+from .smoothing import SMOOTHING_FRACTION, smoothed
 
 __all__ = [
     "CLAIM_RULE",
@@ -48,6 +54,8 @@ __all__ = [
     "TABLE1_TITLE",
     "dataset_label",
     "pair_speedups",
+    "paper_speedup",
+    "signed_speedup",
     "smoothed",
     "speedup",
     "summarise",
@@ -55,13 +63,12 @@ __all__ = [
     "table1_display",
     "write_table1",
 ]
-"""``dataset_label`` lives in ``runs``; the pipeline still imports it from here."""
+"""``dataset_label`` lives in ``runs``, ``smoothed`` in ``smoothing``; callers still import them from here."""
 
-SMOOTHING_FRACTION = 0.02
-Rule = Literal["paper", "robust"]
-RULES: tuple[Rule, ...] = ("paper", "robust")
+Rule = Literal["first", "robust"]
+RULES: tuple[Rule, ...] = ("first", "robust")
 CLAIM_RULE: Rule = "robust"
-"""The rule the ``verdict`` column (and any claim made from the table) uses."""
+"""The rule the test, the ``verdict`` column and any claim made from the table use."""
 
 NOISE = "not distinguishable from seed noise"
 SYMMETRIC_VS_RANDOM = "symmetric vs random (same seed)"
@@ -69,34 +76,30 @@ NULL = "null: random vs random (other seed)"
 
 TABLE1_TITLE = "Table 1: final loss and speed-up of symmetric over random initialisation, over seeds"
 TABLE1_CAPTION = (
-    "Final loss (smoothed: trailing mean over 2% of the log) and speed-up of symmetric over "
-    "random initialisation, per depth, dataset and objective. Speed-up (%) = (t_random − t_symmetric) / "
-    "total steps, t = when the run's smoothed loss reaches the random run's final loss: 'paper' = the first "
-    "step at or below it (the paper's definition), 'robust' = the first step after which it stays at or "
-    "below it. Mean over seed pairs (symmetric seed s vs random seed s); null = the same statistic for "
-    "random-vs-random pairs of different seeds. ± and [low, high]: 95% Student-t interval over seeds "
-    "(with 2 seeds its half-width is 9.0 standard deviations, with 3 seeds 2.5); with one seed no interval "
-    "can be computed. The verdict uses the robust speed-up: 'not distinguishable from seed noise' when its "
-    "interval overlaps the null's."
+    "Final loss (smoothed: trailing mean over 2% of the log) and speed-up of symmetric over random "
+    "initialisation, per depth, dataset and objective, over seeds (symmetric seed s vs random seed s). "
+    "'paper' = the paper's formula, (T − t_symmetric) / T with t_symmetric the first step at which the "
+    "symmetric run's smoothed loss reaches the random run's final loss (it also gives a run against itself a "
+    "positive value on a noisy plateau); 'robust' = (t_random − t_symmetric) / T with t the first step after "
+    "which each run stays at or below that loss (0 for a run against itself). A run that never reaches it "
+    "is censored ('> T'): its speed-up is at most the value shown; 'censored' counts such pairs. "
+    "Test: two-sided one-sample t-test over seeds, alpha 0.05, of the signed speed-up (robust speed-up of "
+    "symmetric over random minus that of random over symmetric, each where positive; 0 in expectation when init makes no "
+    "difference, and a slower symmetric run counts as such although censored); p its p-value; MDE the "
+    "smallest mean signed speed-up it detects with 80% power given the seeds' spread. Null = the signed "
+    "speed-up of random-vs-random pairs of different seeds (disjoint pairs; 3 seeds give one), the spread "
+    "seed noise alone makes. Leaves plateau: the step at which each run's loss has fallen a quarter of "
+    "the way from its plateau to its final value (from its own log; earliest–latest over seeds). "
+    "± and [low, high]: 95% Student-t interval over seeds; with one seed no "
+    "interval and no test."
 )
-
-
-def smoothed(loss: pd.DataFrame, window: int | None = None) -> pd.DataFrame:
-    """The loss log sorted by step, ``loss`` replaced by its trailing mean over ``window`` rows (default
-    2% of the log; fewer at the start). Each mean is summed on its own, in the same order for every log,
-    so a log that is nowhere higher than another is nowhere higher once smoothed, to the last bit."""
-    frame = loss.sort_values("step", kind="stable").reset_index(drop=True)
-    window = window or max(1, round(SMOOTHING_FRACTION * len(frame)))
-    values = np.concatenate([np.zeros(window - 1), frame["loss"].to_numpy(dtype=float)])
-    sums = sliding_window_view(values, window).sum(axis=1)
-    return frame.assign(loss=sums / np.minimum(np.arange(1, len(frame) + 1), window))
 
 
 def reaches(smooth: pd.DataFrame, target: float, rule: Rule) -> int | None:
     """The step at which a smoothed log reaches ``target`` by ``rule``; None if it never does."""
     below = smooth["loss"].to_numpy() <= target
     steps = smooth["step"].to_numpy()
-    if rule == "paper":
+    if rule == "first":
         hits = np.flatnonzero(below)
         return int(steps[hits[0]]) if len(hits) else None
     if rule == "robust":
@@ -107,11 +110,10 @@ def reaches(smooth: pd.DataFrame, target: float, rule: Rule) -> int | None:
     raise ValueError(f"speed-up rule {rule!r}: choose one of {RULES}")
 
 
-def speedup(
-    random: pd.DataFrame, symmetric: pd.DataFrame, window: int | None = None, rule: Rule = "paper"
-) -> float:
-    """Speed-up in percent of ``symmetric`` over ``random`` (any two loss logs: the second is timed
-    against the first's final loss), up to the last step both logs reached."""
+def _times(
+    random: pd.DataFrame, symmetric: pd.DataFrame, window: int | None, rule: Rule
+) -> tuple[int, int | None, int]:
+    """(t_random, t_symmetric or None if censored, horizon) by ``rule``, up to the last common step."""
     horizon = min(int(random["step"].max()), int(symmetric["step"].max()))
     random, symmetric = (log[log["step"] <= horizon] for log in (random, symmetric))
     if random.empty or symmetric.empty:
@@ -121,20 +123,59 @@ def speedup(
     window = window or max(1, round(SMOOTHING_FRACTION * len(random)))
     reference, candidate = smoothed(random, window), smoothed(symmetric, window)
     target = reference["loss"].iloc[-1]
-    t_reference = reaches(reference, target, rule)
-    t_candidate = reaches(candidate, target, rule)
-    if t_candidate is None:
-        t_candidate = horizon
-    return 100.0 * (t_reference - t_candidate) / horizon
+    return reaches(reference, target, rule), reaches(candidate, target, rule), horizon
+
+
+def speedup(
+    random: pd.DataFrame, symmetric: pd.DataFrame, window: int | None = None, rule: Rule = "first"
+) -> float:
+    """Speed-up in percent of ``symmetric`` over ``random`` (any two loss logs: the second is timed
+    against the first's final loss), up to the last step both logs reached; a censored run (``censored``)
+    is counted as reaching the target at the last step, so the value is an upper bound."""
+    t_reference, t_candidate, horizon = _times(random, symmetric, window, rule)
+    return 100.0 * (t_reference - (horizon if t_candidate is None else t_candidate)) / horizon
+
+
+def censored(
+    random: pd.DataFrame, symmetric: pd.DataFrame, window: int | None = None, rule: Rule = "first"
+) -> bool:
+    """Whether ``symmetric`` never reaches ``random``'s final loss by the last common step ("> T")."""
+    return _times(random, symmetric, window, rule)[1] is None
+
+
+def paper_speedup(random: pd.DataFrame, symmetric: pd.DataFrame, window: int | None = None) -> float:
+    """The paper's formula, in percent: (T − t_symmetric) / T, t_symmetric the first step at which the
+    smoothed symmetric log reaches the random one's final loss (T if never: censored, 0)."""
+    _, t_candidate, horizon = _times(random, symmetric, window, "first")
+    return 100.0 * (horizon - (horizon if t_candidate is None else t_candidate)) / horizon
+
+
+def signed_speedup(
+    random: pd.DataFrame, symmetric: pd.DataFrame, window: int | None = None, rule: Rule = CLAIM_RULE
+) -> float:
+    """The test's statistic: the speed-up of ``symmetric`` over ``random`` minus that of ``random`` over
+    ``symmetric``, each taken where positive (a censored or slower run gains nothing, rather than an
+    upper bound that depends on when the other run flattened out). Swapping the runs flips its sign, so it
+    is 0 in expectation when they are exchangeable; a slower symmetric run, censored one way, registers
+    the other way."""
+    forward, backward = speedup(random, symmetric, window, rule), speedup(symmetric, random, window, rule)
+    return max(forward, 0.0) - max(backward, 0.0)
 
 
 def final_loss(loss: pd.DataFrame) -> float:
     return float(smoothed(loss)["loss"].iloc[-1])
 
 
+PAIR_COLUMNS = [
+    "comparison", "reference", "candidate", "reference_seed", "candidate_seed", "steps",
+    *(f"speedup_{rule}" for rule in RULES), "speedup_paper", f"censored_{CLAIM_RULE}", f"signed_{CLAIM_RULE}",
+]  # fmt: skip
+
+
 def pair_speedups(losses: Mapping[str, pd.DataFrame], configs: Mapping[str, TrainConfig]) -> pd.DataFrame:
     """One row per compared pair of runs (the symmetric-vs-random twins and the random-vs-random null
-    pairs), with the speed-up by both rules and the steps compared."""
+    pairs): the speed-up by both rules and the paper's formula, whether the candidate is censored by the
+    claim rule, the signed speed-up the test uses, and the steps compared."""
     pairs = [(SYMMETRIC_VS_RANDOM, t.random, t.symmetric) for t in twins(configs)]
     pairs += [(NULL, p.reference, p.other) for p in seed_pairs(configs)]
     rows = []
@@ -149,36 +190,35 @@ def pair_speedups(losses: Mapping[str, pd.DataFrame], configs: Mapping[str, Trai
                 "candidate_seed": configs[candidate].seed,
                 "steps": min(int(ref["step"].max()), int(cand["step"].max())),
                 **{f"speedup_{rule}": speedup(ref, cand, rule=rule) for rule in RULES},
+                "speedup_paper": paper_speedup(ref, cand),
+                f"censored_{CLAIM_RULE}": censored(ref, cand, rule=CLAIM_RULE),
+                f"signed_{CLAIM_RULE}": signed_speedup(ref, cand, rule=CLAIM_RULE),
             }
         )
-    columns = ["comparison", "reference", "candidate", "reference_seed", "candidate_seed", "steps"]
-    return pd.DataFrame(rows, columns=[*columns, *(f"speedup_{rule}" for rule in RULES)])
+    return pd.DataFrame(rows, columns=PAIR_COLUMNS)
 
 
-def verdict(speed: Interval, null: Interval) -> str:
-    """What the speed-up interval says against the null's."""
-    if speed.n == 0:
+def verdict(signed: np.ndarray, p: float) -> str:
+    """What the test says of the signed speed-ups over seeds."""
+    if len(signed) == 0:
         return ""
-    if not speed.computable:
-        return "one seed: no interval, no verdict"
-    if not null.computable:
-        return "no null: needs random-init runs of 2 or more seeds"
-    if speed.overlaps(null):
+    if len(signed) < 2:
+        return "one seed: no test"
+    if not p < ALPHA:
         return NOISE
-    return "faster than seed noise" if speed.low > null.high else "slower than seed noise"
+    return "faster than seed noise" if np.mean(signed) > 0 else "slower than seed noise"
 
 
 def _interval_columns(name: str, interval: Interval) -> dict[str, float]:
     return {name: interval.mean, f"{name}_low": interval.low, f"{name}_high": interval.high}
 
 
+SPEEDUP_NAMES = (*(f"speedup_{rule}" for rule in RULES), "speedup_paper", "signed", "null")
 NO_SPEEDUP = {
-    **{
-        f"{kind}_{rule}{end}": np.nan
-        for kind in ("speedup", "null")
-        for rule in RULES
-        for end in ("", "_low", "_high")
-    },
+    **{f"{name}{end}": np.nan for name in SPEEDUP_NAMES for end in ("", "_low", "_high")},
+    "censored": 0,
+    "p_value": np.nan,
+    "mde": np.nan,
     "seed_pairs": 0,
     "null_pairs": 0,
     "verdict": "",
@@ -186,12 +226,43 @@ NO_SPEEDUP = {
 """The speed-up columns of a row that has none (random-init, skew or regularised runs)."""
 
 
+def _speedup_columns(twinned: pd.DataFrame, null: pd.DataFrame) -> dict[str, object]:
+    """A symmetric row's speed-up columns from its seed pairs and its group's null pairs."""
+    row: dict[str, object] = {}
+    for name in (*(f"speedup_{rule}" for rule in RULES), "speedup_paper"):
+        row |= _interval_columns(name, mean_interval(twinned[name]))
+    signed = twinned[f"signed_{CLAIM_RULE}"].to_numpy(dtype=float)
+    p = float(t_test(signed)) if len(signed) > 1 else np.nan
+    sd = float(np.std(signed, ddof=1)) if len(signed) > 1 else np.nan
+    return row | {
+        **_interval_columns("signed", mean_interval(signed)),
+        **_interval_columns("null", mean_interval(null[f"signed_{CLAIM_RULE}"])),
+        "censored": int(twinned[f"censored_{CLAIM_RULE}"].sum()),
+        "p_value": p,
+        "mde": minimum_detectable_effect(sd, len(signed)),
+        "seed_pairs": len(twinned),
+        "null_pairs": len(null),
+        "verdict": verdict(signed, p),
+    }
+
+
+def _plateau_columns(logs: list[pd.DataFrame]) -> dict[str, float]:
+    """When the runs left the loss plateau (``plateau.plateau_exit``, each from its own log): the
+    earliest and latest step over seeds, and how many left it."""
+    exits = [e for e in map(plateau_exit, logs) if e is not None]
+    return {
+        "plateau_exit_low": min(exits, default=np.nan),
+        "plateau_exit_high": max(exits, default=np.nan),
+        "plateau_left": len(exits),
+    }
+
+
 def summarise(
     losses: Mapping[str, pd.DataFrame], configs: Mapping[str, TrainConfig], paper: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     """Table 1 from loss logs and configs by run name: one row per group of runs that differ only in
     seed (same dataset, depth, objective, init and every other learnt setting), final loss over seeds,
-    and on the symmetric rows the speed-up and the null (``pair_speedups``) with intervals."""
+    and on the symmetric rows the speed-ups, the test and the null (``pair_speedups``)."""
     pairs = pair_speedups(losses, configs)
     keys = {name: comparison_key(config) for name, config in configs.items()}
     pairs["key"] = pairs["reference"].map(keys)
@@ -207,21 +278,15 @@ def summarise(
             "run": ", ".join(names),
             "seeds": len(names),
             "steps": min(int(losses[n]["step"].max()) for n in names),
+            "corpus_note": SUBSTITUTES.get(split_revision(configs[names[0]].dataset)[0], ""),
             **_interval_columns("final_loss", mean_interval(final_loss(losses[n]) for n in names)),
+            **_plateau_columns([losses[n] for n in names]),
             **NO_SPEEDUP,
         }
         twinned = pairs[(pairs["comparison"] == SYMMETRIC_VS_RANDOM) & pairs["candidate"].isin(names)]
         null = pairs[(pairs["comparison"] == NULL) & (pairs["key"] == key)]
         if init == "symmetric" and len(twinned):
-            for rule in RULES:
-                row |= _interval_columns(f"speedup_{rule}", mean_interval(twinned[f"speedup_{rule}"]))
-                row |= _interval_columns(f"null_{rule}", mean_interval(null[f"speedup_{rule}"]))
-            claim = f"speedup_{CLAIM_RULE}"
-            row |= {
-                "seed_pairs": len(twinned),
-                "null_pairs": len(null),
-                "verdict": verdict(mean_interval(twinned[claim]), mean_interval(null[claim])),
-            }
+            row |= _speedup_columns(twinned, null)
         rows.append(row)
     table = pd.DataFrame(rows)
     if paper is not None:
@@ -256,6 +321,28 @@ def table1_display(table: pd.DataFrame) -> pd.DataFrame:
         )
         return [getattr(i, style)(digits) if i.n else "" for i in found]
 
+    def censoring() -> list[str]:
+        """ "k of n > T" where k of the n symmetric runs never reach the random run's final loss."""
+        return [
+            f"{int(row['censored'])} of {int(row['seed_pairs'])} > T" if row["seed_pairs"] else ""
+            for _, row in table.iterrows()
+        ]
+
+    def plateau() -> list[str]:
+        """ "802–862" (earliest–latest step at which the seeds left the plateau), "k of n: never"."""
+        cells = []
+        for _, row in table.iterrows():
+            left, never = int(row["plateau_left"]), int(row["seeds"] - row["plateau_left"])
+            low, high = row["plateau_exit_low"], row["plateau_exit_high"]
+            steps = (f"{low:.0f}" if low == high else f"{low:.0f}–{high:.0f}") if left else ""
+            cells.append(
+                ", ".join(filter(None, [steps, f"{never} of {row['seeds']}: never" if never else ""]))
+            )
+        return cells
+
+    def numbers(column: str, text: str) -> list[str]:
+        return ["" if pd.isna(v) else text.format(v) for v in table[column]]
+
     shown = pd.DataFrame(
         {
             "depth": table["layers"].map(lambda n: f"{n}-layer"),
@@ -265,13 +352,21 @@ def table1_display(table: pd.DataFrame) -> pd.DataFrame:
             "seeds": table["seeds"],
             "steps": table["steps"],
             "final loss": cells("final_loss", "seeds", 3, "plus_minus"),
+            "leaves plateau (step)": plateau(),
             f"speed-up % ({CLAIM_RULE})": cells(f"speedup_{CLAIM_RULE}", "seed_pairs", 1, "bracketed"),
-            f"null % ({CLAIM_RULE})": cells(f"null_{CLAIM_RULE}", "null_pairs", 1, "bracketed"),
+            "censored": censoring(),
+            "speed-up % (paper's formula)": cells("speedup_paper", "seed_pairs", 1, "bracketed"),
+            "signed speed-up %": cells("signed", "seed_pairs", 1, "bracketed"),
+            "p": numbers("p_value", "{:.3f}"),
+            "MDE % (80% power)": numbers("mde", "{:.1f}"),
+            "null (signed) %": [
+                c.replace("one seed", "one pair") for c in cells("null", "null_pairs", 1, "bracketed")
+            ],
             "verdict": table["verdict"],
-            "speed-up % (paper)": cells("speedup_paper", "seed_pairs", 1, "bracketed"),
-            "null % (paper)": cells("null_paper", "null_pairs", 1, "bracketed"),
         }
     )
+    if table["corpus_note"].astype(bool).any():
+        shown["corpus (not the paper's snapshot)"] = table["corpus_note"]
     published = (("paper_loss", "paper's loss", 3), ("paper_speedup_percent", "paper's speed-up %", 0))
     for column, title, digits in published:
         if column in table:

@@ -3,7 +3,9 @@
 The step: forward and backward over ``grad_accum`` micro-batches (DDP syncs gradients on the last one only),
 clip, fused AdamW. Compiled (``TrainConfig.compiles_on``), the loss (model, gather at the loss positions, cross-entropy) is one
 torch.compile graph; on a single CUDA GPU its forward and backward also run as CUDA graphs
-(``reduce-overhead``), so a small model is not bound by Python launching its kernels.
+(``reduce-overhead``), also with several micro-batches a step, so a small model is not bound by Python
+launching its kernels. An update is its micro-batches: ``grad_accum`` of the packed stream, or as many
+as its documents fill (``DocumentBatches``), each weighted by its share of the update's loss.
 
 The feed: micro-batch ``i`` is still a pure function of (seed, i), but it is built on a background thread a
 few batches ahead, in pinned memory, and copied to the GPU without blocking, so the GPU never waits for it.
@@ -16,13 +18,14 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
 
 from .config import TrainConfig
 from .data import MicroBatch, PackedBatches
+from .document_batches import DocumentBatches, Update
 from .model import LanguageModelLoss
 
 FEED_AHEAD = 4
@@ -38,15 +41,15 @@ class StepLosses:
     grad_norm: torch.Tensor
 
 
-def compile_mode(device: torch.device, world: int, grad_accum: int) -> str:
-    """CUDA graphs where they are safe and pay: one process on a CUDA GPU, one micro-batch per step.
+def compile_mode(device: torch.device, world: int) -> str:
+    """CUDA graphs where they are safe: one process on a CUDA GPU (DDP's hooks stay outside graphs).
 
-    With several micro-batches a step, the second backward pass adds into gradients that the first one left
-    in the graphs' memory, which the next replay overwrites (torch refuses: "Gradient addition node due to
-    multiple use of tensor", seen on an H200 with BERT's tied embedding and decoder weights).
+    With several micro-batches a step, the second backward pass would add into gradients that the first
+    one left in the graphs' memory, which the next replay overwrites (torch refuses: "Gradient addition
+    node due to multiple use of tensor", seen on an H200 with BERT's tied embedding and decoder weights);
+    so ``TrainStep`` takes each micro-batch's gradients out of the graphs' memory into its own buffers.
     """
-    graphs = device.type == "cuda" and world == 1 and grad_accum == 1
-    return "reduce-overhead" if graphs else "default"
+    return "reduce-overhead" if device.type == "cuda" and world == 1 else "default"
 
 
 class TrainStep:
@@ -63,30 +66,39 @@ class TrainStep:
         mode: str | None = None,
     ):
         """``autocast``: the mixed-precision context of a forward pass; ``mode``: torch.compile's mode
-        when compiling (``None`` = ``compile_mode(device, world, grad_accum)``)."""
+        when compiling (``None`` = ``compile_mode(device, world)``)."""
         self.model, self.optimizer, self.config = model, optimizer, config
         self.device, self.autocast, self.world = device, autocast, world
         objective: torch.nn.Module = LanguageModelLoss(model, config.reg_weight, config.reg_target)
+        self.graphs = False
         if config.compiles_on(device.type):
-            objective = torch.compile(objective, mode=mode or compile_mode(device, world, config.grad_accum))
+            mode = mode or compile_mode(device, world)
+            self.graphs = mode == "reduce-overhead"
+            objective = torch.compile(objective, mode=mode)
         if world > 1:
             objective = torch.nn.parallel.DistributedDataParallel(objective)
         self.objective = objective
 
-    def __call__(self, micro_batches: Iterable[MicroBatch], lr: float) -> StepLosses:
-        accum = self.config.grad_accum
+    def __call__(self, micro_batches: Sequence[MicroBatch], lr: float) -> StepLosses:
+        """One update over ``micro_batches``, each weighted by its ``weight`` (default: equal shares)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         loss = torch.zeros((), device=self.device)
         lm_loss = torch.zeros((), device=self.device)
+        gradients = _Accumulator() if self.graphs and len(micro_batches) > 1 else None
         for micro, batch in enumerate(micro_batches):
-            last = micro == accum - 1
+            weight = 1 / len(micro_batches) if batch.weight is None else batch.weight
+            last = micro == len(micro_batches) - 1
             sync = contextlib.nullcontext() if last or self.world == 1 else self.objective.no_sync()
             with sync, self.autocast():
                 micro_loss, micro_lm_loss = self.objective(*batch.tensors())
-                (micro_loss / accum).backward()
-            loss += micro_loss.detach() / accum
-            lm_loss += micro_lm_loss.detach() / accum
+                (micro_loss * weight).backward()
+            loss += micro_loss.detach() * weight
+            lm_loss += micro_lm_loss.detach() * weight
+            if gradients is not None:
+                gradients.take(self.model, first=micro == 0)
+        if gradients is not None:
+            gradients.give(self.model)
         if self.world > 1:  # the mean over ranks, not rank 0's share
             for value in (loss, lm_loss):
                 dist.all_reduce(value)
@@ -95,6 +107,29 @@ class TrainStep:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return StepLosses(loss, lm_loss, grad_norm)
+
+
+class _Accumulator:
+    """Gradients summed over micro-batches outside the CUDA graphs' memory: after each backward pass they
+    are added into buffers of their own and the parameters' ``.grad`` let go, so the next replay neither
+    adds into nor overwrites them."""
+
+    def __init__(self) -> None:
+        self.params: list[torch.nn.Parameter] = []
+        self.sums: list[torch.Tensor] = []
+
+    def take(self, model: torch.nn.Module, first: bool) -> None:
+        if first:
+            self.params = [p for p in model.parameters() if p.grad is not None]
+            self.sums = [p.grad.clone() for p in self.params]
+        else:
+            torch._foreach_add_(self.sums, [p.grad for p in self.params])
+        for param in self.params:
+            param.grad = None
+
+    def give(self, model: torch.nn.Module) -> None:
+        for param, total in zip(self.params, self.sums, strict=True):
+            param.grad = total
 
 
 def micro_batch_indices(config: TrainConfig, steps: range, rank: int, world: int) -> Iterator[int]:
@@ -112,7 +147,7 @@ def feed(
 
     def build(index: int) -> MicroBatch:
         batch = batches[index]
-        return MicroBatch(*(t.pin_memory() for t in batch.tensors())) if pin else batch
+        return batch.apply(torch.Tensor.pin_memory) if pin else batch
 
     pending: deque = deque()
     order = iter(indices)
@@ -129,3 +164,29 @@ def grouped(items: Iterator[MicroBatch], size: int) -> Iterator[Sequence[MicroBa
     """Consecutive groups of ``size`` (the micro-batches of one optimizer step)."""
     while group := [batch for _, batch in zip(range(size), items, strict=False)]:
         yield group
+
+
+def feed_updates(
+    batches: DocumentBatches, steps: Iterable[int], device: torch.device, ahead: int = FEED_AHEAD
+) -> Iterator[Update]:
+    """``batches.update(t)`` for each step on ``device``, built ``ahead`` updates in advance on one thread."""
+    pin = device.type == "cuda"
+
+    def build(step: int) -> Update:
+        update = batches.update(step)
+        if not pin:
+            return update
+        return replace(update, micro_batches=[b.apply(torch.Tensor.pin_memory) for b in update.micro_batches])
+
+    pending: deque = deque()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attngeom-feed") as pool:
+        for step in steps:
+            pending.append(pool.submit(build, step))
+            if len(pending) > ahead:
+                yield _to(pending.popleft().result(), device)
+        while pending:
+            yield _to(pending.popleft().result(), device)
+
+
+def _to(update: Update, device: torch.device) -> Update:
+    return replace(update, micro_batches=[b.to(device) for b in update.micro_batches])

@@ -1,0 +1,202 @@
+"""Discovered architectures: the layers of what ``discovery`` found, read from a checkpoint.
+
+``discover(config)`` is the ``Architecture`` the engine consumes for a ``model_type`` without a table
+(see ``discovery`` for how the layout is found): the tensor names are the model's parameter names, or the
+names transformers saves them under where its checkpoint conversion renames them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import torch
+
+from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer, linear
+from .discovery import Found, Skipped, find_attention, meta_model
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+
+def _terms(config: PretrainedConfig, found: Found, rotary: bool) -> tuple[str, ...]:
+    from .decoders import rotary_terms, window
+
+    if found.stack == "self" and rotary:
+        return rotary_terms(config, found.layer)
+    return ("scale",) + (window(config, found.layer) if found.stack == "self" else ())
+
+
+def saved_names(model: torch.nn.Module, items: list[Found | Skipped]) -> dict[str, str]:
+    """In-memory parameter name → the name ``save_pretrained`` writes, for the q/k tensors of ``items``.
+
+    transformers 5 saves some families in their legacy layout (e.g. ``language_model.model.layers``);
+    its own reverse of the checkpoint conversion mapping gives the names.
+    """
+    from transformers.core_model_loading import revert_weight_conversion
+
+    params = dict(model.named_parameters())
+    wanted = {}
+    for item in items:
+        if isinstance(item, Found):
+            norms = [f"{item.path}.{n.name}" for n in (item.q_norm, item.k_norm) if n is not None]
+            for prefix in (item.q, item.k, *norms):
+                for suffix in (".weight", ".bias"):
+                    if prefix + suffix in params:
+                        wanted[prefix + suffix] = params[prefix + suffix]
+    try:
+        reverted = revert_weight_conversion(model, dict(wanted))
+    except Exception:  # noqa: BLE001 — a converter that needs real tensors: keep the in-memory names
+        return {}
+    by_tensor = {id(t): name for name, t in reverted.items()}
+    return {name: by_tensor[id(t)] for name, t in wanted.items() if by_tensor.get(id(t), name) != name}
+
+
+def _get(reader: TensorReader, renamed: dict[str, str], name: str) -> torch.Tensor:
+    return reader.get(*dict.fromkeys((renamed.get(name, name), name)))
+
+
+def discovered_layers(
+    config: PretrainedConfig,
+    reader: TensorReader,
+    items: list[Found | Skipped],
+    rotary: bool,
+    renamed: dict[str, str],
+) -> Iterator[AttentionLayer | UnscoredLayer]:
+    """The layers of ``items`` read from ``reader`` (``renamed``: checkpoint names that differ)."""
+    from .normalised_decoders import QK_NORM_PER_HEAD, QK_NORM_WHOLE, normalised
+
+    def get(name: str) -> torch.Tensor:
+        return _get(reader, renamed, name)
+
+    def split(item: Found, suffix: str, role: int) -> torch.Tensor:
+        tensor = get(f"{item.q}.{suffix}")
+        h, kv, d = item.n_heads, item.n_kv_heads, item.head_dim
+        if item.fused == "blocks":
+            return tensor[: h * d] if role == 0 else tensor[h * d : (h + kv) * d]
+        per_head = tensor.reshape(h, 3, d, *tensor.shape[1:])[:, role]
+        return per_head.reshape(h * d, *tensor.shape[1:])
+
+    def key(item: Found, suffix: str) -> torch.Tensor:
+        return split(item, suffix, 1) if item.fused else get(f"{item.k}.{suffix}")
+
+    def query(item: Found, suffix: str) -> torch.Tensor:
+        if item.fused:
+            return split(item, suffix, 0)
+        tensor = get(f"{item.q}.{suffix}")
+        if not item.gated:
+            return tensor
+        per_head = tensor.reshape(item.n_heads, 2 * item.head_dim, *tensor.shape[1:])
+        return per_head[:, : item.head_dim].reshape(item.n_heads * item.head_dim, *tensor.shape[1:])
+
+    for item in items:
+        if isinstance(item, Skipped):
+            yield UnscoredLayer(item.stack, item.layer, f"{item.mixer}: not a dot-product attention")
+            continue
+        if item.latent:
+            from .latent import mla_layer
+
+            yield from mla_layer(config.get_text_config(), reader, item.path, item.layer, item.stack)
+            continue
+        bias = ("bias",) if item.q_bias or item.k_bias else ()
+        layer = AttentionLayer(
+            stack=item.stack,
+            layer=item.layer,
+            w_q=linear(query(item, "weight")),
+            w_k=linear(key(item, "weight")),
+            b_q=query(item, "bias") if item.q_bias else None,
+            b_k=key(item, "bias") if item.k_bias else None,
+            n_heads=item.n_heads,
+            n_kv_heads=item.n_kv_heads,
+            head_dim=item.head_dim,
+            left_out=bias + _terms(config, item, rotary),
+            cross=item.cross,
+        )
+        if item.q_norm is not None and item.k_norm is not None:
+            q_gain = get(f"{item.path}.{item.q_norm.name}.weight") + item.q_norm.offset
+            k_gain = get(f"{item.path}.{item.k_norm.name}.weight") + item.k_norm.offset
+            form = QK_NORM_PER_HEAD if q_gain.numel() == item.head_dim else QK_NORM_WHOLE
+            layer = normalised(
+                layer, q_gain, k_gain, form, item.q_norm.centre, item.q_norm.bias or item.k_norm.bias
+            )
+        yield layer
+
+
+def discover(config: PretrainedConfig, layout: str = "") -> Architecture:
+    """The architecture of ``config`` as its meta-device model shows it (raises ``ArchitectureError``).
+
+    ``layout``: the row order of fused q/k/v projections (one of ``LAYOUTS``; without it, fused
+    projections are not read)."""
+    try:
+        model = meta_model(config)
+    except Exception as err:  # transformers raises many kinds for configs it cannot build
+        raise ArchitectureError(f"transformers cannot build it ({type(err).__name__})") from err
+    items = find_attention(model, config, layout)
+    if not any(isinstance(item, Found) for item in items):
+        raise ArchitectureError("no attention module with separate query and key projections")
+    rotary = any("Rotary" in type(m).__name__ for m in model.modules())
+    renamed = saved_names(model, items)
+    stacks = tuple(dict.fromkeys(item.stack for item in items if isinstance(item, Found)))
+    return Architecture(
+        model_types=(config.model_type,),
+        modality=_modality(model, stacks),
+        objective=_objective(config.model_type),
+        layers=lambda cfg, reader: discovered_layers(cfg, reader, items, rotary, renamed),
+        n_layers=lambda cfg: sum(2 if isinstance(i, Found) and i.latent else 1 for i in items),
+        notes=_notes(model, items),
+        stacks=stacks,
+        stack_modality={s: m for s in stacks if (m := _stack_modality(s))},
+    )
+
+
+def _notes(model: torch.nn.Module, items: list[Found | Skipped]) -> str:
+    """``discovered``, and the attention modules discovery leaves unscored (no separate q/k projections)."""
+    paths = [item.path for item in items if isinstance(item, Found)]
+    missed = []
+    for path, module in model.named_modules():
+        name = type(module).__name__
+        if "Attention" not in name or any(
+            p == path or p.startswith(path + ".") or path.startswith(p + ".") for p in paths
+        ):
+            continue
+        if not any(isinstance(c, torch.nn.Linear) for c in module.modules()):
+            continue
+        missed.append(name)
+    if not missed:
+        return "discovered"
+    return f"discovered; not scored: {', '.join(dict.fromkeys(missed))} (no separate q/k projections)"
+
+
+def _stack_modality(stack: str) -> str | None:
+    for word, modality in (
+        ("vision", "vision"),
+        ("visual", "vision"),
+        ("image", "vision"),
+        ("audio", "audio"),
+    ):
+        if word in stack:
+            return modality
+    return "language" if re.search("text|language", stack) else None
+
+
+def _modality(model: torch.nn.Module, stacks: tuple[str, ...]) -> str:
+    kinds = {_stack_modality(s) for s in stacks} - {None}
+    if len(kinds) > 1:
+        return "multimodal"
+    main = getattr(model, "main_input_name", "input_ids")
+    if main == "pixel_values" or kinds == {"vision"}:
+        return "vision"
+    if main in ("input_features", "input_values") or kinds == {"audio"}:
+        return "audio"
+    return "language"
+
+
+def _objective(model_type: str) -> str:
+    from transformers.models.auto import modeling_auto as auto
+
+    if model_type in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+        return "encoder-decoder"
+    if model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return "autoregressive"
+    return "bidirectional"

@@ -1,0 +1,376 @@
+"""Discovery: the attention layout of a ``model_type`` without a table, read off the model itself.
+
+transformers builds the model from its config on the meta device (no weights, no memory, no remote
+code). Its modules are walked: a module with a query and a key projection (``q_proj``/``k_proj`` and
+the other spellings of ``PAIRS``) is an attention; the projections' parameter names are the checkpoint
+tensor names (the reader matches them as dotted suffixes, so ``model.`` and the task heads' prefixes
+do not matter); the head width comes from the module (``head_dim``) or the config, and the head counts
+from the projections' widths. A q/k norm beside the projections is probed on a copy of the module (is
+its gain ``w`` or ``1 + w``, does it centre) and folded in as ``normalised_decoders`` does. A layer of a
+stack that holds no attention (a Mamba mixer, linear attention, a convolution) is an ``UnscoredLayer``.
+
+``discovered`` turns what is found into the ``Architecture`` the engine consumes. A discovered layout is
+used only for the model types that the generated conformance run (``conformance``, ``support.json``)
+scored and validated against a forward pass of a random model; everything else is refused with the
+reason that run recorded.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from .base import ArchitectureError
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+PAIRS = (
+    ("q_proj", "k_proj"),
+    ("query", "key"),
+    ("q", "k"),
+    ("wq", "wk"),
+    ("query_proj", "key_proj"),
+    ("q_lin", "k_lin"),
+    ("to_q", "to_k"),
+    ("Wq", "Wk"),
+    ("q_linear", "k_linear"),
+    ("linear_q", "linear_k"),
+)
+"""Child names of separate query and key projections."""
+FUSED = ("qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv", "c_attn")
+"""Child names of one linear projection yielding q, k and v together."""
+LAYOUTS = ("blocks", "per_head")
+"""How a fused projection's output rows are ordered: [q | k | v] (q: H·d_h rows, k and v: H_kv·d_h each),
+or per head [q_h | k_h | v_h] (as many kv heads as heads). The conformance run records which one gives the
+model's own q and k; discovery uses only that one."""
+NORMS = (("q_norm", "k_norm"), ("q_layernorm", "k_layernorm"), ("query_layernorm", "key_layernorm"))
+"""Child names of q/k norms applied after the projections."""
+CROSS = re.compile(r"cross|encoder_attn|EncDec", re.IGNORECASE)
+"""Attention modules whose keys read another stack (decoder queries × encoder keys)."""
+NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
+
+
+@dataclass(frozen=True)
+class Norm:
+    """A q or k norm: the gain is ``weight + offset``; ``centre`` for a LayerNorm; ``bias`` if it adds one."""
+
+    name: str
+    offset: float
+    centre: bool
+    bias: bool
+
+
+@dataclass(frozen=True)
+class Found:
+    """One attention module of the base model and where its q/k tensors are."""
+
+    path: str
+    stack: str
+    layer: int
+    q: str
+    k: str
+    head_dim: int
+    n_heads: int
+    n_kv_heads: int
+    q_bias: bool
+    k_bias: bool
+    cross: bool
+    q_norm: Norm | None = None
+    k_norm: Norm | None = None
+    gated: bool = False
+    """The q projection yields [q_h | gate_h] per head (Qwen3-Next's output gate); q is each first half."""
+    fused: str = ""
+    """The layout of ``LAYOUTS`` when q and k come from one projection (``q`` and ``k`` then name it)."""
+    latent: bool = False
+    """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A layer of a stack with attention elsewhere whose own mixer is not a dot-product attention."""
+
+    stack: str
+    layer: int
+    mixer: str
+
+
+def model_class(model_type: str) -> type:
+    """The class that builds ``model_type``: its base model (``AutoModel``), else the first task class an
+    auto mapping names for it (ColPali's retrieval model, ...)."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    if model_type in modeling_auto.MODEL_MAPPING_NAMES:
+        return transformers.AutoModel
+    for name in sorted(vars(modeling_auto)):
+        mapping = getattr(modeling_auto, name)
+        if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and model_type in mapping:
+            names = mapping[model_type]
+            return getattr(transformers, names[0] if isinstance(names, (list, tuple)) else names)
+    raise ArchitectureError("transformers has no model class for it")
+
+
+def meta_model(config: PretrainedConfig) -> torch.nn.Module:
+    """The model of ``config`` on the meta device (``model_class``; no weights are allocated)."""
+    from transformers import AutoModel
+
+    cls = model_class(config.model_type)
+    with torch.device("meta"):
+        if cls is AutoModel:
+            return cls.from_config(config, trust_remote_code=False)
+        return cls._from_config(config)
+
+
+def _linear(module: object) -> bool:
+    return isinstance(module, torch.nn.Linear)
+
+
+def _head_dim(module: torch.nn.Module, config: PretrainedConfig, q_width: int) -> int | None:
+    for name in ("head_dim", "attention_head_size", "head_size", "d_head", "dim_head"):
+        value = getattr(module, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    for name in ("num_heads", "num_attention_heads", "n_heads", "n_head"):
+        value = getattr(module, name, None)
+        if isinstance(value, int) and value > 0 and q_width % value == 0:
+            return q_width // value
+    return None
+
+
+def probe_norm(norm: torch.nn.Module, name: str) -> Norm | None:
+    """How ``norm`` scales: run a CPU copy with weight 0 (gain ``w``: output 0) and with weight set to
+    give gain 1 (a LayerNorm centres its output). ``None`` when it is not an elementwise-gain norm."""
+    weight = getattr(norm, "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
+        return None
+    probe = copy.deepcopy(norm).to_empty(device="cpu").float()
+    bias = getattr(probe, "bias", None)
+    x = torch.randn(3, weight.numel(), generator=torch.Generator().manual_seed(0)) + 2.0
+    with torch.no_grad():
+        if isinstance(bias, torch.Tensor):
+            bias.zero_()
+        probe.weight.zero_()
+        at_zero = probe(x)
+        offset = 0.0 if at_zero.abs().max() < 1e-6 else 1.0
+        probe.weight.fill_(1.0 - offset)
+        at_one = probe(x)
+    if offset and (probe(x) - at_zero).abs().max() > 1e-6:
+        return None
+    centre = bool(at_one.mean(-1).abs().max() < 1e-4)
+    return Norm(name, offset, centre, isinstance(bias, torch.Tensor))
+
+
+def _norms(module: torch.nn.Module) -> tuple[Norm | None, Norm | None]:
+    for q_name, k_name in NORMS:
+        q_norm, k_norm = getattr(module, q_name, None), getattr(module, k_name, None)
+        if isinstance(q_norm, torch.nn.Identity) and isinstance(k_norm, torch.nn.Identity):
+            return None, None  # a family whose q/k norm is switched off in this config
+        if isinstance(q_norm, torch.nn.Module) and isinstance(k_norm, torch.nn.Module):
+            q, k = probe_norm(q_norm, q_name), probe_norm(k_norm, k_name)
+            if q is None or k is None:
+                raise ArchitectureError(f"{type(module).__name__}: q/k norm {q_name} of unknown kind")
+            return q, k
+    return None, None
+
+
+def _template(path: str) -> str:
+    return NUMBER.sub(lambda m: m.group(0).replace(m.group(1), "{}"), path)
+
+
+def find_attention(
+    model: torch.nn.Module, config: PretrainedConfig, layout: str = ""
+) -> list[Found | Skipped]:
+    """Every attention module with separate q/k projections, grouped into stacks, and the unscored layers
+    of a stack whose layer list holds other mixers too.
+
+    Attention modules whose paths differ only in numbers form one stack; the numbers that vary between
+    them index its layers (T5's ``block.{i}.layer.0.SelfAttention``: i), in module order.
+    """
+    raw: list[tuple[str, str, str, torch.nn.Module]] = []
+    for path, module in model.named_modules():
+        if _linear(getattr(module, "kv_a_proj_with_mqa", None)) and _linear(
+            getattr(module, "kv_b_proj", None)
+        ):
+            raw.append(
+                (
+                    path,
+                    "q_a_proj" if _linear(getattr(module, "q_a_proj", None)) else "q_proj",
+                    "kv_a_proj_with_mqa",
+                    module,
+                )
+            )
+            continue
+        for q, k in PAIRS:
+            if _linear(getattr(module, q, None)) and _linear(getattr(module, k, None)):
+                raw.append((path, q, k, module))
+                break
+        else:
+            fused = next((n for n in FUSED if _linear(getattr(module, n, None))), None)
+            if fused and layout and path:
+                raw.append((path, fused, fused, module))
+    groups: dict[str, list[tuple[str, str, str, torch.nn.Module]]] = {}
+    for entry in raw:
+        groups.setdefault(_template(entry[0]), []).append(entry)
+    names = _stack_names(groups)
+    found: list[Found | Skipped] = []
+    for template, entries in groups.items():
+        stack = names[template]
+        container = _layer_list(model, template, entries)
+        indices = [_index(path, template) for path, *_ in entries]
+        if container is not None:
+            found.extend(
+                Skipped(stack.removesuffix("_cross"), i, _mixer(block))
+                for i, block in enumerate(container)
+                if i not in indices
+            )
+        for index, (path, q, k, module) in zip(indices, entries, strict=True):
+            found.append(_found(config, path, q, k, module, stack, index, layout if q == k else ""))
+    order = list(names.values())
+    found.sort(
+        key=lambda f: (order.index(f.stack) if f.stack in order else order.index(f.stack + "_cross"), f.layer)
+    )
+    return found
+
+
+def _index(path: str, template: str) -> int:
+    """The layer index of ``path``: its first number (T5 and stages: the varying ones, flattened later)."""
+    numbers = NUMBER.findall(path)
+    return int(numbers[0]) if numbers else 0
+
+
+def _layer_list(model: torch.nn.Module, template: str, entries: list) -> torch.nn.ModuleList | None:
+    """The ``nn.ModuleList`` the stack's layers are items of (where its first number indexes)."""
+    path = entries[0][0]
+    match = NUMBER.search(path)
+    if match is None:
+        return None
+    container = model.get_submodule(path[: match.start()])
+    return container if isinstance(container, torch.nn.ModuleList) else None
+
+
+def _stack_names(groups: dict[str, list]) -> dict[str, str]:
+    """``self`` for one stack; else the words before a stack's first layer number (``_cross`` added for
+    cross-attention, the attention's own name where two stacks share those words)."""
+    if len(groups) == 1:
+        template = next(iter(groups))
+        return {template: "self_cross" if _is_cross(groups[template][0]) else "self"}
+    names: dict[str, str] = {}
+    for template, entries in groups.items():
+        head = template.split(".{}", 1)[0]
+        words = [w for w in head.split(".") if w not in ("layers", "layer", "blocks", "block", "h", "model")]
+        name = "_".join(words) or "self"
+        if _is_cross(entries[0]):
+            name += "_cross"
+        names[template] = name
+    seen: dict[str, int] = {}
+    for name in names.values():
+        seen[name] = seen.get(name, 0) + 1
+    return {
+        t: (
+            n
+            if seen[n] == 1
+            else f"{n}_{t.rsplit('.', 1)[-1]}".replace("_cross_", "_")
+            + ("_cross" if n.endswith("_cross") and not t.endswith("cross") else "")
+        )
+        for t, n in names.items()
+    }
+
+
+def _is_cross(entry: tuple) -> bool:
+    path, q, k, module = entry
+    name = path.rsplit(".", 1)[-1]
+    return bool(CROSS.search(name)) or getattr(module, q).in_features != getattr(module, k).in_features
+
+
+def _fused_heads(module: torch.nn.Module, config, width: int, layout: str) -> tuple[int, int, int]:
+    """Head width, heads and kv heads of a fused projection of ``width`` output rows."""
+    own = getattr(module, "config", None) or config
+    heads = next(
+        (
+            v
+            for n in ("num_heads", "num_attention_heads", "n_heads", "n_head")
+            if isinstance(v := getattr(module, n, None), int)
+        ),
+        getattr(own, "num_attention_heads", None),
+    )
+    head_dim = _head_dim(module, config, width // 3)
+    if not isinstance(heads, int) or heads <= 0:
+        raise ArchitectureError(f"{type(module).__name__}: no head count to read")
+    head_dim = head_dim or width // 3 // heads
+    kv = (width // head_dim - heads) // 2 if layout == "blocks" else heads
+    return head_dim, heads, kv
+
+
+def _found(
+    config, path: str, q: str, k: str, module: torch.nn.Module, stack: str, index: int, layout: str
+) -> Found:
+    q_mod, k_mod = getattr(module, q), getattr(module, k)
+    if k == "kv_a_proj_with_mqa":
+        own = getattr(module, "config", None) or config
+        return Found(
+            path=path,
+            stack=stack,
+            layer=index,
+            q=f"{path}.{q}",
+            k=f"{path}.{k}",
+            head_dim=own.qk_nope_head_dim,
+            n_heads=own.num_attention_heads,
+            n_kv_heads=own.num_attention_heads,
+            q_bias=False,
+            k_bias=False,
+            cross=False,
+            latent=True,
+        )
+    if layout:
+        head_dim, n_heads, n_kv = _fused_heads(module, config, q_mod.out_features, layout)
+        return Found(
+            path=path,
+            stack=stack,
+            layer=index,
+            q=f"{path}.{q}",
+            k=f"{path}.{k}",
+            head_dim=head_dim,
+            n_heads=n_heads,
+            n_kv_heads=n_kv,
+            q_bias=q_mod.bias is not None,
+            k_bias=q_mod.bias is not None,
+            cross=False,
+            fused=layout,
+        )
+    head_dim = _head_dim(module, config, q_mod.out_features)
+    if head_dim is None:
+        raise ArchitectureError(f"{type(module).__name__} at {path}: no head width to read")
+    q_norm, k_norm = _norms(module)
+    n_heads = q_mod.out_features // head_dim
+    stated = getattr(getattr(module, "config", None) or config, "num_attention_heads", None)
+    gated = isinstance(stated, int) and n_heads == 2 * stated
+    return Found(
+        path=path,
+        stack=stack,
+        layer=index,
+        q=f"{path}.{q}" if path else q,
+        k=f"{path}.{k}" if path else k,
+        head_dim=head_dim,
+        n_heads=n_heads // 2 if gated else n_heads,
+        n_kv_heads=k_mod.out_features // head_dim,
+        q_bias=q_mod.bias is not None,
+        k_bias=k_mod.bias is not None,
+        cross=stack.endswith("_cross"),
+        q_norm=q_norm,
+        k_norm=k_norm,
+        gated=gated,
+    )
+
+
+def _mixer(block: torch.nn.Module) -> str:
+    """The class name of a block's token mixer (its first child that is not a norm or a feed-forward)."""
+    for child in block.children():
+        name = type(child).__name__
+        if not re.search(r"Norm|MLP|Mlp|FeedForward|MoE|Moe|Dropout|Identity", name):
+            return name
+    return type(block).__name__

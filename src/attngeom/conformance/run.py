@@ -1,0 +1,282 @@
+"""Run the conformance of every ``model_type`` of the installed transformers and write ``support.json``.
+
+Each type ends as ``table`` (a hand-written map, checked by ``tests/test_arch_*.py``), ``validated``
+(discovered, and the tiny model's forward pass agrees head by head) or ``refused`` with its reason.
+``python -m attngeom.conformance.run [OUT] [--jobs N] [--types a,b]`` (default OUT: the packaged file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import sys
+import tempfile
+from multiprocessing import get_context
+from pathlib import Path
+
+from ..architectures.discovery import LAYOUTS
+from ..architectures.validated import SUPPORT_FILE
+
+TIMEOUT_S = 120
+"""A type whose check takes longer is refused with a TimeoutError (a slow machine's verdict, not the
+model's: the full-run test does not compare such entries)."""
+FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv")
+
+
+PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]*")
+"""An absolute path in an error message (a temporary folder, the installation): not part of a reason."""
+
+
+def _short(err: BaseException) -> str:
+    text = PATH.sub("<path>", " ".join(str(err).split()))
+    return f"{type(err).__name__}: {text[:140]}" if text else type(err).__name__
+
+
+def _no_attention_reason(model) -> str:
+    """Why a built model has no discovered attention: a fused projection, another attention, or none."""
+    import torch
+
+    for path, module in model.named_modules():
+        name = path.rsplit(".", 1)[-1]
+        if name in FUSED or isinstance(module, torch.nn.MultiheadAttention):
+            return f"fused q/k/v projection ({type(module).__name__} `{name}`): layout not discovered"
+    classes = sorted({type(m).__name__ for m in model.modules() if "Attention" in type(m).__name__})
+    if classes:
+        return f"attention without separate q/k projections ({', '.join(classes[:2])}): layout not discovered"
+    return "no dot-product attention (convolutional, state-space or other token mixing)"
+
+
+def check_type(model_type: str) -> dict:
+    """The conformance entry of one ``model_type``."""
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    from ..architectures.registry import REGISTRY
+    from .check import randomized
+    from .tiny import tiny_config
+
+    if model_type in REGISTRY:
+        return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}
+    if model_type not in MODEL_MAPPING_NAMES and (parent := parent_of(model_type)):
+        return _refused(f"a sub-config, scored through its parent `{parent}`")
+    try:
+        from transformers import AutoModel
+        from transformers.initialization import no_init_weights
+
+        from ..architectures.discovery import meta_model, model_class
+
+        config = tiny_config(model_type)
+        skeleton = meta_model(config)
+    except Exception as err:  # noqa: BLE001 — any failure is this type's result
+        return _refused(_default_reason(model_type) or f"could not build a tiny model ({_short(err)})")
+    if not _has_attention(skeleton, config):
+        return _refused(_no_attention_reason(skeleton))
+    try:
+        with no_init_weights():
+            cls = model_class(model_type)
+            built = cls.from_config(config) if cls is AutoModel else cls._from_config(config)
+            model = randomized(built)
+    except Exception as err:  # noqa: BLE001
+        return _refused(f"could not build a tiny model ({_short(err)})")
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            model.save_pretrained(folder)
+            source = open_source_for(folder)
+        except Exception as err:  # noqa: BLE001
+            return _refused(f"could not save the tiny model ({_short(err)})")
+        separate = _attempt(model, config, source, "")
+        complete = "not scored" not in separate["reason"] and "fused" not in separate["reason"]
+        if separate["status"] == "validated" and complete:
+            return separate
+        tried = [separate]
+        for layout in LAYOUTS:
+            tried.append(_attempt(model, config, source, layout))
+            if tried[-1]["status"] == "validated":
+                return tried[-1] | {"layout": layout}
+        if separate["status"] == "validated":
+            return separate
+        return next((r for r in tried if r.get("near")), separate)
+
+
+def _attempt(model, config, source, layout: str) -> dict:
+    """Discover with ``layout`` for fused projections, read the layers from the saved files, compare."""
+    from ..architectures.discovered import discover
+    from ..architectures.discovery import Found, find_attention
+    from .check import capture, compare, compare_latent
+
+    try:
+        architecture = discover(config, layout)
+    except Exception as err:  # noqa: BLE001
+        reason = str(err) if "no attention module" not in str(err) else _no_attention_reason(model)
+        return _refused(reason)
+    items = [i for i in find_attention(model, config, layout) if isinstance(i, Found)]
+    try:
+        layers = [l for l in architecture.layers(source.config, source) if hasattr(l, "w_q")]
+        records = capture(model, items)
+    except Exception as err:  # noqa: BLE001
+        return _refused(f"could not run the tiny model ({_short(err)})")
+    expected = sum(2 if item.latent else 1 for item in items)
+    if len(layers) != expected:
+        return _refused(f"not validated: {len(layers)} layers read back, {expected} expected")
+    pending = iter(layers)
+    for item in items:
+        if item.path not in records:
+            return _refused(
+                f"not validated: {item.path} never ran in the tiny model's forward pass", near=True
+            )
+        layer = next(pending)
+        if item.latent:
+            rope = next(pending)
+            why = compare_latent(layer, rope, records[item.path])
+        else:
+            why = compare(layer, records[item.path], bool(item.fused))
+        if why:
+            return _refused(f"not validated: {layer.stack} layer {layer.layer}: {why}", near=True)
+    return {
+        "status": "validated",
+        "reason": architecture.notes,
+        "stacks": list(architecture.stacks),
+        "modality": architecture.modality,
+        "objective": architecture.objective,
+    }
+
+
+def _default_reason(model_type: str) -> str | None:
+    """The no-attention reason of the default-size model on the meta device, where that builds and has none."""
+    from transformers import CONFIG_MAPPING
+
+    from ..architectures.discovery import meta_model
+
+    try:
+        config = CONFIG_MAPPING[model_type]()
+        skeleton = meta_model(config)
+    except Exception:  # noqa: BLE001
+        return None
+    return None if _has_attention(skeleton, config) else _no_attention_reason(skeleton)
+
+
+def _has_attention(skeleton, config) -> bool:
+    """Whether discovery sees any attention in the meta-device model (an unreadable one counts)."""
+    from ..architectures.discovery import Found, find_attention
+
+    try:
+        return any(
+            isinstance(i, Found)
+            for layout in ("", "blocks")
+            for i in find_attention(skeleton, config, layout)
+        )
+    except Exception:  # noqa: BLE001 — the full attempt reports it
+        return True
+
+
+def open_source_for(folder: str):
+    from ..sources import open_source
+
+    return open_source(Path(folder))
+
+
+def _refused(reason: str, near: bool = False) -> dict:
+    """A refusal; ``near``: discovery found a layout, the forward pass disagreed (kept over other reasons)."""
+    return {"status": "refused", "reason": reason, "stacks": []} | ({"near": True} if near else {})
+
+
+def parent_of(model_type: str) -> str | None:
+    """The model_type whose config holds ``model_type`` as a sub-config: the longest other type its name
+    starts with (``blt_patcher`` → ``blt``), confirmed by that config's ``sub_configs``."""
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    stem = re.split(r"[-_]", model_type)[0]
+    for parent in sorted(
+        (t for t in CONFIG_MAPPING_NAMES if t != model_type and t.startswith(stem)), key=len, reverse=True
+    ):
+        subs = (getattr(CONFIG_MAPPING[parent], "sub_configs", None) or {}).values()
+        if any(getattr(sub, "model_type", None) == model_type for sub in subs):
+            return parent
+    return None
+
+
+def _worker(model_type: str) -> tuple[str, dict]:
+    import resource
+
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    start = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+
+    def expired(signum, frame):
+        raise TimeoutError(f"over {TIMEOUT_S} s")
+
+    signal.signal(signal.SIGALRM, expired)
+    signal.alarm(TIMEOUT_S)
+    try:
+        entry = check_type(model_type)
+        return model_type, entry | {"cpu_s": resource.getrusage(resource.RUSAGE_SELF).ru_utime - start}
+    except Exception as err:  # noqa: BLE001
+        return model_type, _refused(f"could not run the tiny model ({_short(err)})")
+    finally:
+        signal.alarm(0)
+
+
+def all_model_types() -> list[str]:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return sorted(CONFIG_MAPPING_NAMES)
+
+
+def run_all(types: list[str], jobs: int, progress: bool = False) -> dict[str, dict]:
+    """The entries of ``types``, checked in ``jobs`` processes (each type in a fresh state)."""
+    work = list(types)
+    if jobs <= 1:
+        return {t: {k: v for k, v in e.items() if k != "cpu_s"} for t, e in map(_worker, work)}
+    results: dict[str, dict] = {}
+    cpu: dict[str, float] = {}
+    with get_context("spawn").Pool(jobs, maxtasksperchild=200) as pool:
+        for model_type, entry in pool.imap_unordered(_worker, work, chunksize=1):
+            results[model_type] = entry
+            cpu[model_type] = entry.pop("cpu_s", 0.0)
+            if progress:
+                print(
+                    f"{len(results)}/{len(work)} {model_type}: {entry['status']} {cpu[model_type]:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    if progress:
+        slowest = sorted(cpu, key=cpu.get, reverse=True)[:10]
+        print(
+            f"CPU time {sum(cpu.values()):.0f} s; slowest: {[(t, round(cpu[t])) for t in slowest]}",
+            file=sys.stderr,
+        )
+    return results
+
+
+def document(results: dict[str, dict]) -> str:
+    import transformers
+
+    body = {"transformers": transformers.__version__, "types": dict(sorted(results.items()))}
+    return json.dumps(body, indent=1, sort_keys=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..files import write_text
+
+    parser = argparse.ArgumentParser(prog="python -m attngeom.conformance.run")
+    parser.add_argument("out", nargs="?", type=Path, default=SUPPORT_FILE)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--types", default="", help="comma-separated model types (default: all)")
+    parser.add_argument("--update", action="store_true", help="keep OUT's other entries (with --types)")
+    args = parser.parse_args(argv)
+    types = [t for t in re.split(r"[,\s]+", args.types) if t] or all_model_types()
+    results = run_all(types, args.jobs, progress=True)
+    if args.update and args.out.exists():
+        results = json.loads(args.out.read_text())["types"] | results
+    write_text(args.out, document(results))
+    counts = {s: sum(r["status"] == s for r in results.values()) for s in ("table", "validated", "refused")}
+    print(f"{len(results)} model types: {counts}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Discovery and the generated conformance: layouts read off the model, checked against its forward pass.
+
+``src/attngeom/architectures/support.json`` is written by ``python -m attngeom.conformance.run`` (or
+``attngeom support-table --conformance``). The default run checks a fixed subset of model types against a
+fresh run; the whole run (every model type of the installed transformers) is ``slow`` and runs in CI.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoConfig
+
+from attngeom.architectures import ArchitectureError, architecture_for
+from attngeom.architectures.discovered import discover
+from attngeom.architectures.discovery import Found, Skipped, find_attention, meta_model
+from attngeom.architectures.support import counts
+from attngeom.architectures.validated import conformance
+from attngeom.conformance.check import randomized
+from attngeom.conformance.run import all_model_types, run_all
+from attngeom.conformance.tiny import tiny_config
+from attngeom.engine import score
+
+SUBSET = (
+    "apertus",  # separate q/k with per-head RMS norms
+    "lfm2",  # attention with q/k layernorms (RMS)
+    "bamba",  # hybrid: Mamba layers unscored
+    "mistral3",  # composite, saved under transformers' legacy names (language_model.model.*)
+    "qwen3_5_text",  # gated queries ([q_h | gate_h] per head) and linear-attention layers
+    "deepseek_v32",  # MLA
+    "bit",  # convolutional: no dot-product attention
+    "blt_patcher",  # a sub-config
+    "llama",  # a hand-written table
+)
+"""Model types whose committed entries a fresh run must reproduce in the default test run."""
+
+NAMED = (
+    "gpt_oss qwen3_5 qwen3_5_text qwen3_next qwen3_vl ernie4_5 olmo3 glm4_moe minimax seed_oss gemma3n gemma4 "
+    "deepseek_v32 exaone4_5 ministral3 mistral3 lfm2 hunyuan_v1_dense apertus arcee smolvlm internvl idefics2 "
+    "idefics3 granitemoehybrid nemotron_h falcon_h1"
+).split()
+"""The families issue 22 names: each scored, or refused with a reason."""
+
+
+def test_committed_support_file_matches_a_fresh_run_for_a_subset():
+    fresh = run_all(list(SUBSET), jobs=1)
+    committed = conformance()
+    for model_type in SUBSET:
+        assert fresh[model_type] == committed[model_type], model_type
+
+
+@pytest.mark.slow
+def test_committed_support_file_matches_a_fresh_run_of_every_model_type():
+    """Every entry as committed, but those that ran out of time on either machine (a slow machine's
+    verdict, not the model's; at most 5% of the types)."""
+    types = all_model_types()
+    fresh = run_all(types, jobs=2)
+    committed = conformance()
+    assert sorted(committed) == types
+    timed_out = {t for t in types if "TimeoutError" in fresh[t]["reason"] + committed[t]["reason"]}
+    assert len(timed_out) <= len(types) // 20, f"{len(timed_out)} types timed out: {sorted(timed_out)[:5]}"
+    differ = [t for t in types if t not in timed_out and fresh[t] != committed[t]]
+    assert not differ, (
+        f"{len(differ)} entries differ, e.g. {differ[:5]}: rerun attngeom support-table --conformance"
+    )
+
+
+def test_named_families_are_scored_or_refused_with_a_reason():
+    entries = conformance()
+    for model_type in NAMED:
+        entry = entries[model_type]
+        assert entry["status"] in ("table", "validated", "refused"), model_type
+        assert entry["status"] != "refused" or len(entry["reason"]) > 20, model_type
+
+
+def test_counts_partition_every_model_type():
+    c = counts()
+    entries = conformance()
+    refused = sum(e["status"] == "refused" for e in entries.values())
+    assert c["scored"] + refused == c["total"] and c["table"] + c["discovered"] == c["scored"]
+    assert c["scored"] <= c["attention"] <= c["total"]
+
+
+def test_discovery_finds_hybrid_layers_and_norms():
+    for model_type, mixer in (("qwen3_5_text", "GatedDeltaNet"), ("bamba", "Mixer")):
+        config = tiny_config(model_type)
+        items = find_attention(meta_model(config), config)
+        attention = [i for i in items if isinstance(i, Found)]
+        unscored = [i for i in items if isinstance(i, Skipped)]
+        assert attention and unscored and all(mixer in i.mixer for i in unscored), model_type
+        assert sorted(i.layer for i in items) == list(range(config.num_hidden_layers))
+    config = tiny_config("lfm2")
+    attention = [i for i in find_attention(meta_model(config), config) if isinstance(i, Found)]
+    assert attention and all(i.q_norm.name == "q_layernorm" and not i.q_norm.centre for i in attention)
+
+
+def test_gated_query_keeps_the_query_half_of_each_head():
+    config = tiny_config("qwen3_5_text")
+    found = [i for i in find_attention(meta_model(config), config) if isinstance(i, Found)]
+    assert found and all(i.gated and i.n_heads == config.num_attention_heads for i in found)
+
+
+def test_a_discovered_type_scores_end_to_end(tmp_path):
+    from transformers import AutoModel
+
+    assert conformance()["lfm2"]["status"] == "validated"
+    config = tiny_config("lfm2")
+    randomized(AutoModel.from_config(config)).float().save_pretrained(tmp_path)
+    frame = score(tmp_path, progress=False)
+    scored = frame[frame["not_scored"].isna()]
+    assert len(scored) and (scored["form"].str.startswith("qk_norm")).all()
+    assert set(frame["layer"]) == set(range(config.num_hidden_layers))
+
+
+def test_a_discovered_hybrid_records_its_other_layers(tmp_path):
+    from transformers import AutoModel
+
+    assert conformance()["bamba"]["status"] == "validated"
+    config = tiny_config("bamba")
+    randomized(AutoModel.from_config(config)).float().save_pretrained(tmp_path)
+    frame = score(tmp_path, progress=False)
+    reasons = frame["not_scored"].dropna()
+    assert len(reasons) and reasons.str.contains("BambaMixer: not a dot-product attention").all()
+    assert frame[frame["not_scored"].isna()]["layer"].unique().tolist() == [1]
+
+
+def test_the_refusal_is_one_short_line_with_the_reason_and_nearest_types():
+    config = AutoConfig.for_model("mamba")
+    with pytest.raises(ArchitectureError) as raised:
+        architecture_for(config)
+    message = str(raised.value)
+    assert "no dot-product attention" in message and "support table" in message
+    assert len(message) < 400 and "\n" not in message
+
+    class Unknown:
+        model_type = "llama5"
+
+    with pytest.raises(ArchitectureError, match=r"nearest supported: .*llama.*support table"):
+        architecture_for(Unknown())
+
+
+def test_discovery_refuses_a_model_without_attention():
+    with pytest.raises(ArchitectureError, match="no attention module"):
+        discover(tiny_config("mamba"))
+
+
+def test_rms_norm_probe_tells_gain_offsets_apart():
+    from attngeom.architectures.discovery import probe_norm
+
+    gemma = tiny_config("gemma3_text")
+    llama_like = tiny_config("qwen3")
+    norms = []
+    for config in (gemma, llama_like):
+        module = next(m for m in meta_model(config).modules() if hasattr(m, "q_norm"))
+        norms.append(probe_norm(module.q_norm, "q_norm"))
+    assert [n.offset for n in norms] == [1.0, 0.0] and not any(n.centre for n in norms)
+    layer_norm = probe_norm(torch.nn.LayerNorm(8), "q_norm")
+    assert layer_norm.centre and layer_norm.bias and layer_norm.offset == 0.0

@@ -1,0 +1,168 @@
+"""Updates counted in documents (``batch_documents``): every document whole and once, packed, masked (CPU)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from attngeom.training.config import ConfigError, make_config
+from attngeom.training.data import IGNORED, load_corpus
+from attngeom.training.document_batches import DocumentBatches, pack_first_fit
+from attngeom.training.document_mask import document_ids
+from attngeom.training.loop import make_optimizer, train
+from attngeom.training.model import build_model
+from attngeom.training.step import TrainStep
+
+TINY = dict(n_layers=2, hidden_size=32, n_heads=4, intermediate_size=64, seq_len=48, vocab_size=301)
+WORDS = "the a nation people congress state war peace law union free trade tax year work we our".split()
+
+
+@pytest.fixture
+def config(tmp_path):
+    rng = random.Random(3)
+    path = tmp_path / "corpus.txt"
+    lines = [" ".join(rng.choices(WORDS, k=rng.choice([1, 3, 9, 20, 70]))) for _ in range(200)]
+    path.write_text("\n".join(lines) + "\n")
+    settings = dict(TINY, dataset=str(path), cache_dir=str(tmp_path / "cache"), batch_size=4)
+    return make_config(settings, {"batch_documents": 16, "dropout": 0.0, "steps": 3, "warmup_steps": 1})
+
+
+def corpus_documents(corpus, sep: int) -> list[list[int]]:
+    stream = np.asarray(corpus.tokens).tolist()
+    docs, current = [], []
+    for token in stream:
+        if token == sep:
+            docs.append(current)
+            current = []
+        else:
+            current.append(token)
+    return docs
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_first_fit_places_every_item_once_within_capacity_in_few_rows(seed):
+    lengths = np.random.default_rng(seed).integers(1, 60, size=200)
+    rows = pack_first_fit(lengths, 64)
+    assert sorted(i for row in rows for i in row) == list(range(200))
+    assert all(lengths[row].sum() <= 64 for row in rows)
+    fewest = -(-lengths.sum() // 64)
+    assert len(rows) <= 11 / 9 * fewest + 1
+
+
+def test_an_update_holds_its_documents_whole_truncated_and_once(config):
+    corpus = load_corpus(config, progress=False)
+    batches = DocumentBatches(corpus, config)
+    sep, cls, pad = batches.sep, batches.cls, batches.pad
+    docs = [d for d in corpus_documents(corpus, sep) if d]
+    for step in (0, 5):
+        rows = batches.rows(step)
+        assert rows.shape[0] < config.batch_documents  # packed: fewer rows than documents
+        assert all(len(b.input_ids) == config.batch_size for b in batches.update(step).micro_batches)
+        found = []
+        for row, owner in zip(rows.tolist(), document_ids(rows, sep).tolist(), strict=True):
+            pieces: dict[int, list[int]] = {}
+            for token, who in zip(row, owner, strict=True):
+                pieces.setdefault(who, []).append(token)
+            for piece in pieces.values():
+                if piece[0] == pad:
+                    assert set(piece) == {pad}  # the end of a row: padding only
+                    continue
+                assert piece[0] == cls and piece[-1] == sep
+                found.append(piece[1:-1])
+        expected = [docs[i][: config.seq_len - 2] for i in batches.documents(step)]
+        assert sorted(map(tuple, found)) == sorted(map(tuple, expected))
+        update = batches.update(step)
+        assert update.documents == config.batch_documents == len(found)
+        assert update.tokens == int((rows != pad).sum())
+        assert sum(b.weight for b in update.micro_batches) == pytest.approx(1.0)
+
+
+def test_one_pass_over_the_corpus_uses_every_document_once(config):
+    batches = DocumentBatches(load_corpus(config, progress=False), config)
+    n = len(batches.starts)
+    per_pass = n // config.batch_documents
+    seen = np.concatenate([batches.documents(step) for step in range(per_pass)])
+    assert len(set(seen.tolist())) == len(seen) == per_pass * config.batch_documents
+    assert not np.array_equal(batches.documents(0), batches.documents(1))
+    again = DocumentBatches(load_corpus(config, progress=False), config)
+    for got, expected in zip(again.update(2).micro_batches, batches.update(2).micro_batches, strict=True):
+        for a, b in zip(got.tensors(), expected.tensors(), strict=True):
+            assert torch.equal(a, b)
+
+
+def test_about_fifteen_percent_of_each_documents_tokens_carry_the_loss(config):
+    batches = DocumentBatches(load_corpus(config, progress=False), config)
+    masked = real = 0
+    for step in range(6):
+        rows = batches.rows(step)
+        for batch in batches.update(step).micro_batches:
+            used = batch.targets != IGNORED
+            assert (used.sum(dim=1) > 0).any()
+            assert not torch.isin(batch.targets[used], batches.special).any()
+            masked += int(used.sum())
+        real += int((~torch.isin(rows, batches.special)).sum())
+    assert masked / real == pytest.approx(0.15, abs=0.02)
+
+
+def test_causal_decoder_targets_stay_inside_documents_and_skip_padding(config):
+    config = make_config(config.to_dict(), {"objective": "decoder"})
+    batches = DocumentBatches(load_corpus(config, progress=False), config)
+    batch = batches.update(0).micro_batches[0]
+    used = batch.targets != IGNORED
+    assert not (batch.targets[used] == batches.pad).any()
+    here = batch.documents.gather(1, batch.positions)
+    there = batch.documents.gather(1, batch.positions + 1)
+    assert (here[used] == there[used]).all()
+
+
+def test_micro_batches_weighted_by_loss_positions_give_the_update_mean(config):
+    """The same update in micro-batches of 1 row or in one micro-batch: the same loss (the mean over all the
+    update's loss positions) and the same weights after the step."""
+    corpus = load_corpus(config, progress=False)
+    results = []
+    for rows in (1, 64):
+        cfg = make_config(config.to_dict(), {"batch_size": rows})
+        torch.manual_seed(0)
+        model = build_model(cfg, corpus.vocab_size).train()
+        step = TrainStep(model, make_optimizer(model, cfg, torch.device("cpu")), cfg, torch.device("cpu"))
+        update = DocumentBatches(corpus, cfg).update(0)
+        loss = step(update.micro_batches, lr=1e-3).loss
+        results.append((float(loss), torch.cat([p.detach().flatten() for p in model.parameters()])))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-6)
+
+
+def test_train_logs_each_updates_size_in_documents_and_tokens(config, tmp_path):
+    out = train(config, tmp_path / "run", progress=False)
+    log = pd.read_parquet(out / "loss.parquet")
+    assert log["update_documents"].tolist() == [16, 16, 16]
+    assert (log["update_tokens"] > 16 * 2).all()
+    assert log["tokens"].tolist() == log["update_tokens"].cumsum().tolist()
+
+
+def test_batch_documents_needs_the_document_mask_and_enough_documents(config):
+    with pytest.raises(ConfigError, match="document_mask"):
+        make_config(config.to_dict(), {"document_mask": False})
+    with pytest.raises(ConfigError, match="fewer than one update"):
+        cfg = make_config(config.to_dict(), {"batch_documents": 10_000})
+        DocumentBatches(load_corpus(cfg, progress=False), cfg)
+
+
+def test_a_run_records_the_settings_that_differ_from_the_papers(config, tmp_path):
+    from attngeom.training.config import PAPER, paper_differences
+    from attngeom.training.runs import RunInfo
+
+    paper = make_config({k: v for k, v in PAPER.items() if k != "precision"})
+    assert paper_differences(paper) == ["precision=auto (paper: fp16)"]  # attngeom has no fp16
+    out = train(config, tmp_path / "run", progress=False)
+    recorded = yaml.safe_load((out / "config.yaml").read_text())["differs_from_paper"]
+    assert "steps=3 (paper: 200000)" in recorded and "batch_documents=16 (paper: 256)" in recorded
+    assert "lr=" not in " ".join(recorded)  # the paper's learning rate is the default
+    info = RunInfo.read(out)  # the record is not read back as a setting
+    assert info.config == config
+    assert info.labels()["differs_from_paper"] == "; ".join(recorded)

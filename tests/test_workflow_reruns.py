@@ -1,0 +1,118 @@
+"""Reruns that follow the code: the records carry a hash of the modules that computed them
+(attngeom.provenance), every rule takes the hash of its script and the modules it runs as a param, and
+the workflow's profile reruns on params, not on the script's timestamp. Changing a module on the scoring
+path reruns the scoring jobs; touching a file with identical content reruns nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from pipeline_support import planned_jobs
+from transformers import BertConfig, BertModel
+
+from attngeom.provenance import code_hash, part_modules, script_hash
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "attngeom"
+
+
+def package_copy(folder: Path, change: dict[str, str] | None = None) -> Path:
+    """A copy of the package, each file of ``change`` (path inside the package → text) appended to."""
+    copy = shutil.copytree(PACKAGE, folder / "attngeom", ignore=shutil.ignore_patterns("__pycache__"))
+    for name, text in (change or {}).items():
+        with open(copy / name, "a") as file:
+            file.write(text)
+    return copy
+
+
+def test_the_hashes_follow_the_modules_contents_not_their_timestamps(tmp_path):
+    same = package_copy(tmp_path / "same")
+    later = time.time() + 100
+    for path in same.rglob("*.py"):
+        os.utime(path, (later, later))
+    scores = package_copy(tmp_path / "scores", {"scores.py": "\n# changed\n"})
+    training = package_copy(tmp_path / "training", {"training/loop.py": "\n# changed\n"})
+    figures = package_copy(tmp_path / "figures", {"figures.py": "\n# changed\n"})
+
+    def hashes(package: Path) -> tuple[str, str, str]:
+        script = ROOT / "scripts" / "score_model.py"
+        return code_hash("scores", package), code_hash("training", package), script_hash(script, package)
+
+    base = hashes(PACKAGE)
+    assert hashes(same) == base
+    assert all(new != old for new, old in zip(hashes(scores), base, strict=True))  # training scores too
+    assert hashes(training)[0] == base[0] and hashes(training)[1] != base[1]
+    assert hashes(figures) == base  # not on the scoring or training path
+
+
+def tiny_bert(folder: Path) -> Path:
+    config = BertConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=50
+    )
+    BertModel(config).save_pretrained(folder)
+    return folder
+
+
+SCORE_AND_LIST = """
+import json, sys
+from attngeom.pipeline.outcome import ScoreJob, score_and_record, score_options
+job = ScoreJob("local/tiny", sys.argv[1], "", sys.argv[2], sys.argv[3], sys.argv[4])
+score_and_record(job, score_options("cpu", "float64", "excess", False))
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "attngeom")))
+"""
+
+
+def test_the_scoring_part_holds_every_module_a_scoring_job_runs_and_the_records_carry_its_hash(tmp_path):
+    model = tiny_bert(tmp_path / "model")
+    files = [str(tmp_path / name) for name in ("s.parquet", "s.status.json", "s.log")]
+    done = subprocess.run(
+        [sys.executable, "-c", SCORE_AND_LIST, str(model), *files], capture_output=True, text=True, check=True
+    )
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert json.loads(Path(files[1]).read_text())["status"] == "ok"
+    assert {"attngeom.engine", "attngeom.scores"} <= loaded
+    assert sorted(loaded - set(part_modules("scores"))) == []
+    assert set(pd.read_parquet(files[0])["code_hash"]) == {code_hash("scores")}
+
+
+def test_a_changed_scoring_module_reruns_the_scoring_job_and_a_touched_file_reruns_nothing(tmp_path):
+    repo = tmp_path / "repo"
+    for part in ("workflow", "scripts", "config", "envs", "src"):
+        shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    work = tmp_path / "work"
+    work.mkdir()
+    model = {"id": "local/tiny", "path": str(tiny_bert(tmp_path / "model")), "objective": "bidirectional"}
+    (work / "c.yaml").write_text(yaml.safe_dump({"results": "results", "models": [model]}))
+    env = dict(os.environ, PYTHONPATH=str(repo / "src"), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    target = "results/scores/local--tiny.parquet"
+
+    def snakemake(*args: str) -> str:
+        command = [sys.executable, "-m", "snakemake", "--snakefile", str(repo / "workflow" / "Snakefile")]
+        command += [*args, target, "--configfile", "c.yaml"]
+        done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout + done.stderr
+
+    snakemake("--cores", "1")
+    recorded = set(pd.read_parquet(work / target)["code_hash"])
+    assert recorded == {code_hash("scores", repo / "src" / "attngeom")}
+    assert "Nothing to be done" in snakemake("-n")
+
+    later = time.time() + 100  # identical content, a new timestamp: the script and a module
+    for path in (repo / "scripts" / "score_model.py", repo / "src" / "attngeom" / "scores.py"):
+        os.utime(path, (later, later))
+    assert "Nothing to be done" in snakemake("-n")
+
+    with open(repo / "src" / "attngeom" / "scores.py", "a") as file:
+        file.write("\n# a changed line\n")
+    output = snakemake("-n")
+    assert [rule for rule, _, _ in planned_jobs(output)] == ["score"]
+    assert "Params have changed" in output
