@@ -170,8 +170,7 @@ def test_fuzzed_gguf_headers_parse_or_give_one_error(data):
     """The header parser alone, as a reader by range calls it (``NeedMore``: fetch more bytes)."""
     try:
         header = gguf.parse_header(data, "fuzz")
-        gguf.qk_tensors(header)
-        gguf.config_of(header, "fuzz", "fuzz")
+        gguf.qk_tensors(header, gguf.config_of(header, "fuzz", "fuzz"))
     except gguf.NeedMore as more:
         assert more.size > len(data)
     except InputError as err:

@@ -318,7 +318,7 @@ def gguf_weights(
         load=load,
         revision=revision,
         n_params=sum(math.prod(info.dims) for info in header.tensors.values()),
-        stored_as=lambda name: tensors[name].kind.name,
+        stored_as=lambda name: ",".join(sorted({info.kind.name for info in tensors[name][1]})),
     )
 
 
