@@ -215,12 +215,6 @@ def config_of(header: Header, where: str, name: str) -> PretrainedConfig:
             "(and no key_length says the head width); the file is corrupted, re-convert the model"
         )
     blocks = _count(header, f"{arch}.block_count", where, required=True)
-    present = _blocks_present(header)
-    if blocks > present:
-        raise InputError(
-            f"{where}: GGUF {arch}.block_count is {blocks}, but the file holds tensors of {present} blocks; "
-            "the file is corrupted or truncated, re-convert the model"
-        )
     settings = {
         "hidden_size": hidden,
         "num_hidden_layers": blocks,
@@ -238,6 +232,12 @@ def config_of(header: Header, where: str, name: str) -> PretrainedConfig:
     if not spec.key_length_is_head_dim:
         settings.pop("head_dim", None)
     model_type = spec.model_type_of(header.metadata, header.tensors.keys())
+    present = _blocks_present(header)
+    if blocks > present:
+        raise InputError(
+            f"{where}: GGUF {arch}.block_count is {blocks}, but the file holds tensors of {present} blocks; "
+            "the file is corrupted or truncated, re-convert the model"
+        )
     try:
         config = AutoConfig.for_model(
             model_type, name_or_path=str(header.metadata.get("general.name", name)), **settings
