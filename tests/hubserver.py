@@ -14,6 +14,8 @@ each, to that file's next ranged GETs: ``"drop"`` (send half the body, then clos
 With ``cdn=True`` weight files (.safetensors, .gguf, .bin) are redirected, as on the Hub, to a second
 port (another origin) that needs no token; ``cdn_auth_seen`` counts requests that still carried one.
 
+``commit_header`` set: every ``X-Repo-Commit`` carries it (a hostile endpoint).
+
 A simulated link for benchmarks: ``latency`` seconds before each answer, ``rate`` bytes/s shared by all
 connections.
 
@@ -94,6 +96,8 @@ class HubServer:
         """(file name, first byte, last byte) of every ranged GET answered with a body."""
         self.faults: defaultdict[str, deque[str]] = defaultdict(deque)
         self.latency = 0.0
+        self.commit_header: str | None = None
+        """A hostile server's answer: sent as every ``X-Repo-Commit`` instead of the commit."""
         self.rate: float | None = None
         self._free_at = 0.0
         self._lock = threading.Lock()
@@ -248,7 +252,7 @@ class HubServer:
                 if hub.cdn_url and path.suffix in (".safetensors", ".gguf", ".bin"):
                     self.send_response(302)  # the metadata a HEAD needs rides on the redirect, as on the Hub
                     self.send_header("Location", f"{hub.cdn_url}/cdn/{repo}/{commit}/{match['file']}")
-                    self.send_header("X-Repo-Commit", commit)
+                    self.send_header("X-Repo-Commit", hub.commit_header or commit)
                     self.send_header("X-Linked-Etag", f'"{hub.etag(path)}"')
                     self.send_header("X-Linked-Size", str(path.stat().st_size))
                     self.send_header("Content-Length", "0")
@@ -261,7 +265,7 @@ class HubServer:
                 if code:
                     self.send_header("X-Error-Code", code)
                 if code == "EntryNotFound":  # as on the Hub: the client caches that the file does not exist
-                    self.send_header("X-Repo-Commit", commit or hub.commit)
+                    self.send_header("X-Repo-Commit", hub.commit_header or commit or hub.commit)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -313,7 +317,7 @@ class HubServer:
                     if fault == "truncate":
                         end = start + (end - start) // 2
                 self.send_response(206 if ranged else 200)
-                self.send_header("X-Repo-Commit", commit)
+                self.send_header("X-Repo-Commit", hub.commit_header or commit)
                 self.send_header("ETag", f'"{hub.etag(path)}"')
                 self.send_header("Accept-Ranges", "bytes")
                 self.send_header("Content-Length", str(end - start + 1))

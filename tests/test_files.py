@@ -94,11 +94,12 @@ def test_check_output_protects_the_model_under_any_name(tmp_path):
         (tmp_path / "model" / ".." / "model" / "config.json", model),
         (gguf, gguf),
         (tmp_path / "link.gguf", gguf),
+        (model / "scores.parquet", model),  # a new file in the model's folder too: the folder is the model's
     ]
     for output, protected in refused:
         with pytest.raises(InputError, match="file of the model being read"):
             check_output(output, protect=[protected])
-    assert check_output(model / "scores.parquet", protect=[model])  # a new file beside the model is fine
+    assert check_output(tmp_path / "scores.parquet", protect=[model, gguf])  # beside the model is fine
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ MLA |= dict(first_k_dense_replace=1, n_shared_experts=1)
 LOCAL_GLOBAL = ["sliding_attention", "full_attention"] * 2
 NO_KV_GROUPS = ("bert", "gptneox", "bloom")
 UNMAPPED = pytest.mark.xfail(strict=True, raises=InputError, reason="model_type not yet mapped")
-IDENTITY = ("model_id", "file_hash", "revision", "n_params")
+IDENTITY = ("model_id", "file_hash", "revision", "n_params", "source_dtype")
 """Record columns that name the file rather than the weights (n_params: the GGUF holds attention only)."""
 
 

@@ -46,8 +46,8 @@ def _configure_score(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o",
         "--output",
-        help="Parquet file to write (default: scores.parquet); with several MODELs a folder, "
-        "one <slug of the model id>.parquet per model",
+        help="Parquet file to write (default: scores.parquet); with several MODELs, or ending in '/', "
+        "a folder: one <slug of the model id>.parquet per model",
     )
     parser.add_argument(
         "--model-id", help="the model's name in the records (default: hub id, or file/folder name)"
@@ -94,12 +94,13 @@ def _run_score(args: argparse.Namespace) -> int:
     settings = Settings.checked(args.device, DTYPES[args.dtype], args.variant, GAMMA)
     if args.model_id is not None and not args.model_id.strip():
         raise InputError("--model-id is empty; give the name the records should carry")
-    if len(args.models) == 1:
+    into_folder = args.output is not None and args.output.endswith(("/", os.sep))
+    if len(args.models) == 1 and not into_folder:
         model = args.models[0]
         output = check_output(args.output or "scores.parquet", protect=_local(model))
         _score_one(model, args, settings, lambda _: output)
         return 0
-    if args.model_id is not None:
+    if args.model_id is not None and len(args.models) > 1:
         raise InputError("--model-id names one model; with several MODELs each is named by its own id")
     if args.output is None:
         raise InputError("several MODELs need -o FOLDER (one Parquet file per model)")
@@ -123,7 +124,7 @@ def _run_score(args: argparse.Namespace) -> int:
         try:
             _score_one(model, args, settings, lambda model_id, model=model: output_for(model, model_id))
         except (InputError, OSError) as err:  # one bad model does not stop the others
-            print(_error_line(err), file=sys.stderr)
+            print(_naming(_error_line(err), model), file=sys.stderr)
             failed += 1
     return 2 if failed else 0
 
@@ -165,6 +166,15 @@ def _error_line(err: InputError | OSError) -> str:
         return f"attngeom: error: {err}"
     where = f"{err.filename}: " if err.filename else ""
     return f"attngeom: error: {where}{err.strerror or err}"
+
+
+def _naming(line: str, model: str) -> str:
+    """An error line that starts with the model it is about (with several models, which one failed)."""
+    prefix = "attngeom: error: "
+    message = line.removeprefix(prefix)
+    if message.startswith((model, str(Path(model).expanduser()))):
+        return line
+    return f"{prefix}{model}: {message}"
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:

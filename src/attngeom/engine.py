@@ -118,23 +118,35 @@ def score_source(
         architecture = architecture_for(config)
     except InputError as err:  # the source layer reads any model type; support is decided here
         raise InputError(f"{source.description}: {err}") from err
+    n_layers = architecture.n_layers(config)
+    if n_layers > len(source.names):  # every layer has its own tensors: the count is wrong
+        raise InputError(
+            f"{source.description}: the config declares {n_layers} layers, but the checkpoint holds only "
+            f"{len(source.names)} tensors; fix the config's layer count"
+        )
     model_id = model_id or source.model_id
     pending: list[tuple[dict, dict[str, torch.Tensor]] | UnscoredLayer] = []
     layers = architecture.layers(config, source)
     if progress:
         from tqdm.auto import tqdm
 
-        layers = tqdm(layers, total=architecture.n_layers(config), desc=str(model_id), unit="layer")
+        layers = tqdm(layers, total=n_layers, desc=str(model_id), unit="layer")
     spare: Spare = {}  # the last layer's factor copies, reused
-    for layer in layers:
-        scored = isinstance(layer, AttentionLayer)
-        pending.append((_fields(layer), _layer_scores(layer, settings, spare)) if scored else layer)
+    try:
+        for layer in layers:
+            scored = isinstance(layer, AttentionLayer)
+            pending.append((_fields(layer), _layer_scores(layer, settings, spare)) if scored else layer)
+    except InputError as err:  # a map's error names the layer: the model is named here, its kind kept
+        if str(err).startswith(source.description):
+            raise
+        raise type(err)(f"{source.description}: {err}") from err
     if not any(isinstance(item, tuple) for item in pending):
         raise InputError(f"{source.description}: the model has no attention layers to score")
     common = {
         "model_id": model_id,
         "revision": source.revision,
         "file_hash": source.file_hash,
+        "source_dtype": source.source_dtype,
         "model_type": config.model_type,
         "objective": architecture.objective_of(config),
         "n_params": source.n_params,

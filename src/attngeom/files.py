@@ -97,7 +97,7 @@ def check_output(path: str | os.PathLike, protect: Iterable[str | os.PathLike] =
     """``path`` if a result may be written there, checked before any work; else an ``InputError``.
 
     Refused: a folder or anything but a regular file (``/dev/full``, a fifo); a file of a model in
-    ``protect`` (the model file under any name, or an existing file in the model's folder); and a place
+    ``protect`` (the model file under any name, or any file, new or existing, in the model's folder); and a place
     whose folder cannot be written to (``check_folder``).
     """
     target = Path(path)
@@ -144,15 +144,16 @@ def check_folder(path: str | os.PathLike) -> Path:
 
 
 def _belongs_to(target: Path, found: os.stat_result | None, model: Path) -> bool:
-    """Whether writing the existing file ``target`` would replace the model file or a file in its folder."""
-    if found is None or not model.exists():
+    """Whether writing ``target`` would put a file in the model's folder (a new one too: the folder is
+    the model's), or replace the model file or a file in its folder (``found``: ``target``'s stat)."""
+    if not model.exists():
         return False
     if model.is_dir():
         folder, place = model.resolve(), target.absolute().parent.resolve()
         if place == folder or folder in place.parents:
             return True
-        return any(_same_file(found, file) for file in model.iterdir())
-    return _same_file(found, model)
+        return found is not None and any(_same_file(found, file) for file in model.iterdir())
+    return found is not None and _same_file(found, model)
 
 
 def _same_file(found: os.stat_result, file: Path) -> bool:

@@ -28,6 +28,9 @@ SCHEMA = pa.schema(
         pa.field("model_id", pa.string(), nullable=False),  # hub id, file or folder name, in-memory name
         pa.field("revision", pa.string()),  # hub commit hash, when from the hub
         pa.field("file_hash", pa.string()),  # SHA-256 of the config and the tensor bytes read
+        pa.field(
+            "source_dtype", pa.string()
+        ),  # what the q/k were stored as: bfloat16, int8 (bitsandbytes), Q4_K
         pa.field("model_type", pa.string(), nullable=False),  # transformers model_type
         pa.field("modality", pa.string(), nullable=False),  # language | vision | audio | multimodal
         pa.field("objective", pa.string(), nullable=False),  # bidirectional | autoregressive | enc-dec

@@ -121,7 +121,10 @@ class Architecture:
 
 
 def linear(weight: torch.Tensor) -> torch.Tensor:
-    """x W form of an ``nn.Linear`` weight (rows of ``weight`` are outputs)."""
+    """x W form of an ``nn.Linear`` weight (rows of ``weight`` are outputs); anything but a matrix is an
+    error (torch's ``.T`` of it would warn, then the shapes fail to match further on)."""
+    if weight.ndim != 2:
+        raise ArchitectureError(f"a q/k weight of shape {tuple(weight.shape)} is not a matrix")
     return weight.T
 
 

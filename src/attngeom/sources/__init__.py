@@ -2,7 +2,7 @@
 
 Every source (a Hub id, a Hub GGUF file, a local directory or ``.gguf`` file, an in-memory module)
 becomes a ``WeightSource``: the model's config, its tensor names and a loader. The modules import in one
-direction: ``base`` ← ``config`` (config.json) ← ``local``, ``gguf`` ← ``ranged`` (HTTP ranges) ←
+direction: ``dequant`` ← ``base`` ← ``config`` (config.json) ← ``local``, ``gguf`` ← ``ranged`` (HTTP ranges) ←
 ``hub`` ← this one; the Hub and GGUF modules are imported only when a model needs them.
 """
 
@@ -48,6 +48,8 @@ def open_source(
     path = Path(text).expanduser()
     if path.is_dir():
         return from_directory(path)
+    if path.exists() and not path.is_file():
+        raise InputError(f"{text}: not a regular file; pass a model directory or a plain .gguf file")
     if path.is_file():
         if path.suffix == ".gguf":
             from .gguf import from_gguf

@@ -9,12 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 import torch
 
 from ..errors import InputError
+from .dequant import dequantise, scheme_of
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 SAFETENSORS_SINGLE = "model.safetensors"
@@ -42,6 +43,10 @@ class WeightSource:
     the config's ``to_dict()`` (less its path and transformers version; a config.json read as written
     gives its own entries, see ``sources.config``) and the raw bytes of every tensor read: it identifies
     what the scores were computed from, wherever and in whichever format the files lie.
+
+    Tensors come back as floats: quantised ones dequantised (``dequant``), unless ``stored_as`` names
+    what a loader already decoded (GGUF's types); ``source_dtype`` lists what the tensors read were
+    stored as.
     """
 
     def __init__(
@@ -54,6 +59,7 @@ class WeightSource:
         load: Callable[[str], torch.Tensor],
         revision: str | None = None,
         n_params: int | None = None,
+        stored_as: Callable[[str], str] | None = None,
     ) -> None:
         self.model_id = model_id
         self.description = description
@@ -63,6 +69,9 @@ class WeightSource:
         self.n_params = n_params
         self.loaded: list[str] = []
         self._load = load
+        self._stored_as = stored_as
+        self._scheme = scheme_of(config, description)
+        self._dtypes: set[str] = set()
         settings = {k: v for k, v in config.to_dict().items() if k not in _NOT_IDENTITY}
         settings["model_type"] = config.model_type  # a generic config's to_dict() leaves it empty
         self._hash = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
@@ -83,19 +92,50 @@ class WeightSource:
         for name in names:
             full = self._resolve(name)
             if full is not None:
-                tensor = self._load(full)
-                self.loaded.append(full)
-                self._hash.update(full.encode())
-                self._hash.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy())  # no copy
+                raw = self._read(full)
+                if self._stored_as is not None:
+                    tensor, stored = raw, self._stored_as(full)
+                else:
+                    tensor, stored = dequantise(full, raw, self._scheme, self._companion, self.description)
+                self._record(full, raw)
+                self._dtypes.add(stored)
                 return tensor
         raise InputError(
             f"{self.description}: no tensor named {' or '.join(repr(n) for n in names)}; "
             "is this a complete checkpoint of the model its config.json declares?"
         )
 
+    def _read(self, full: str) -> torch.Tensor:
+        tensor = self._load(full)
+        if tensor.ndim == 0 or tensor.numel() == 0:
+            raise InputError(
+                f"{self.description}: tensor {full} has shape {tuple(tensor.shape)}, no weights; "
+                "the checkpoint is damaged, re-download or re-save it"
+            )
+        return tensor
+
+    def _companion(self, name: str) -> torch.Tensor | None:
+        """A tensor stored beside one being read (its scales), hashed as read; None where there is none."""
+        if name not in self._names:
+            return None
+        tensor = self._read(name)
+        self._record(name, tensor)
+        return tensor
+
+    def _record(self, full: str, raw: torch.Tensor) -> None:
+        """``full`` as read, and its bytes as the loader gave them, into the hash."""
+        self.loaded.append(full)
+        self._hash.update(full.encode())
+        self._hash.update(raw.detach().cpu().contiguous().view(torch.uint8).numpy())  # no copy
+
     @property
     def file_hash(self) -> str:
         return self._hash.hexdigest()
+
+    @property
+    def source_dtype(self) -> str | None:
+        """What the tensors read so far were stored as (``bfloat16``, ``int8 (bitsandbytes)``, ``Q4_K``)."""
+        return ",".join(sorted(self._dtypes)) or None
 
 
 def one_line(err: BaseException) -> str:
@@ -105,14 +145,32 @@ def one_line(err: BaseException) -> str:
 
 
 def read_index(index_file: Path, description: str) -> dict[str, str]:
-    """``weight_map`` of a sharded checkpoint's index: tensor name → shard file name."""
+    """``weight_map`` of a sharded checkpoint's index: tensor name → shard file name, each shard a
+    relative path inside the model folder (never absolute, never through ``..``)."""
     try:
-        weight_map = json.loads(index_file.read_text())["weight_map"]
-        return {str(name): str(shard) for name, shard in weight_map.items()}
+        weight_map = json.loads(index_file.read_text(), object_pairs_hook=_unique_keys)["weight_map"]
+        weight_map = {str(name): str(shard) for name, shard in weight_map.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise InputError(
             f"{description}: unreadable index {index_file.name} ({one_line(err)}); re-download it"
         ) from err
+    for shard in sorted(set(weight_map.values())):
+        parts = PurePosixPath(shard).parts
+        if not parts or shard.startswith(("/", "\\")) or ".." in parts or "\\" in shard or ":" in shard:
+            raise InputError(
+                f"{description}: index {index_file.name} names shard {shard!r}, outside the model folder; "
+                "re-download the index"
+            )
+    return weight_map
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique (``json`` keeps the last of repeated keys without a word)."""
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) < len(keys):
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        raise ValueError(f"{repeated[0]!r} is listed twice")
+    return dict(pairs)
 
 
 def index_parameter_count(index_file: Path) -> int | None:

@@ -37,6 +37,11 @@ an architecture map would otherwise read)."""
 _SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim")
 """Entries a map reads as sizes: where stated, positive integers (``head_dim`` and the kv heads may be null)."""
 
+MAX_LAYERS = 100_000
+"""More layers than any model has (the largest have a few hundred): a count beyond it is refused before
+transformers or an architecture map builds a list per layer (10⁹ layers would fill the memory)."""
+LAYER_COUNT = re.compile(r"(^|_)(layers|n_layer)$")
+
 HEAD_COUNT = re.compile(r"(^|_)(heads|n_head)$")
 """Config fields that count attention heads (``num_attention_heads``, ``n_head``, ``num_key_value_heads`` ...)."""
 REQUIRED_HEAD_COUNT = re.compile(r"(^|_)attention_heads$")
@@ -80,6 +85,7 @@ def load_config(config_file: Path, description: str) -> PretrainedConfig | FileC
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
     if not isinstance(model_type, str) or not model_type:
         raise InputError(f"{where} has no model_type; pass a directory written by save_pretrained")
+    _check_layer_counts(raw, where)
     if _reads_as_written(raw, model_type):
         config: PretrainedConfig | FileConfig = FileConfig(raw)
     else:
@@ -95,13 +101,42 @@ def load_config(config_file: Path, description: str) -> PretrainedConfig | FileC
                     f"{where}: invalid for {model_type!r}: {one_line(err)}; fix the value"
                 ) from err
     check_head_counts(config, raw, where)
+    _check_per_layer_lists(config, where)
     return config
 
 
+def _check_layer_counts(raw: dict, where: str) -> None:
+    """Layer counts (``num_hidden_layers``, ``n_layer``, nested ones too) within ``MAX_LAYERS``."""
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            _check_layer_counts(value, f"{where}: {key}")
+        elif LAYER_COUNT.search(key) and isinstance(value, int) and value > MAX_LAYERS:
+            raise InputError(f"{where}: {key} = {value} is more layers than any model has; fix the value")
+
+
+PER_LAYER = ("layer_types", "no_rope_layers")
+"""Config lists with one entry per layer, read by index by the architecture maps."""
+
+
+def _check_per_layer_lists(config: PretrainedConfig | FileConfig, where: str) -> None:
+    """Each of ``PER_LAYER`` the config has is a list with one entry per layer."""
+    layers = getattr(config, "num_hidden_layers", None)
+    for key in PER_LAYER:
+        value = getattr(config, key, None)
+        if value is None or not isinstance(layers, int):
+            continue
+        if not isinstance(value, list | tuple) or len(value) != layers:
+            size = len(value) if isinstance(value, list | tuple) else type(value).__name__
+            raise InputError(f"{where}: {key} has {size} entries for {layers} layers; fix the value")
+
+
 def _reads_as_written(raw: dict, model_type: str) -> bool:
-    """Whether the entries give exactly what transformers' class would: every listed entry stated, and
-    every size a positive integer (a null window or kv-head count or head width is what the class has too)."""
+    """Whether the entries give exactly what transformers' class would: every listed entry stated, every
+    size a positive integer (a null window or kv-head count or head width is what the class has too),
+    and no ``layer_types`` (transformers checks its entries; a read as written file would not be)."""
     if model_type not in READ_AS_WRITTEN or not all(key in raw for key in READ_AS_WRITTEN[model_type]):
+        return False
+    if "layer_types" in raw:
         return False
     optional = ("num_key_value_heads", "head_dim", "sliding_window")
     return all(

@@ -140,10 +140,14 @@ def parse_header(prefix: bytes, where: str) -> Header:
     for _ in range(n_tensors):
         name = cursor.string()
         (n_dims,) = cursor.take("<I")
-        if n_dims > 8:
+        if not 0 < n_dims <= 8:
             raise InputError(f"{where}: GGUF tensor {name} has {n_dims} dimensions; the file is corrupted")
         infos.append((name, cursor.take(f"<{n_dims}Q"), *cursor.take("<IQ")))
-    alignment = int(header.metadata.get("general.alignment", 32)) or 32
+    alignment = header.metadata.get("general.alignment", 32)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0:
+        raise InputError(
+            f"{where}: GGUF general.alignment = {alignment!r} is not a positive integer; corrupted?"
+        )
     data_start = -(-cursor.position // alignment) * alignment
     for name, dims, kind, offset in infos:
         try:
@@ -151,6 +155,10 @@ def parse_header(prefix: bytes, where: str) -> Header:
             block, block_bytes = GGML_QUANT_SIZES[quant]
         except (ValueError, KeyError) as err:
             raise InputError(f"{where}: tensor {name} has an unknown GGUF type {kind}") from err
+        if dims[0] % block:
+            raise InputError(
+                f"{where}: GGUF tensor {name} has rows of {dims[0]}, not whole {quant.name} blocks"
+            )
         start = data_start + offset
         header.tensors[name] = TensorInfo(
             name, quant, tuple(dims), start, start + math.prod(dims) * block_bytes // block
@@ -199,12 +207,20 @@ def config_of(header: Header, where: str, name: str) -> PretrainedConfig:
     arch = header.metadata.get("general.architecture")
     spec = architecture(arch, where)
     heads = _count(header, f"{arch}.attention.head_count", where, required=True)
+    hidden = _count(header, f"{arch}.embedding_length", where, required=True)
+    head_dim = _count(header, f"{arch}.attention.key_length", where, required=False)
+    if head_dim is None and hidden % heads:
+        raise InputError(
+            f"{where}: GGUF {arch}.embedding_length {hidden} is not divisible by head_count {heads} "
+            "(and no key_length says the head width); the file is corrupted, re-convert the model"
+        )
+    blocks = _count(header, f"{arch}.block_count", where, required=True)
     settings = {
-        "hidden_size": _count(header, f"{arch}.embedding_length", where, required=True),
-        "num_hidden_layers": _count(header, f"{arch}.block_count", where, required=True),
+        "hidden_size": hidden,
+        "num_hidden_layers": blocks,
         "num_attention_heads": heads,
         "num_key_value_heads": _count(header, f"{arch}.attention.head_count_kv", where, False) or heads,
-        "head_dim": _count(header, f"{arch}.attention.key_length", where, required=False),
+        "head_dim": head_dim,
         "intermediate_size": _count(header, f"{arch}.feed_forward_length", where, required=False),
         "vocab_size": _count(header, f"{arch}.vocab_size", where, required=False) or _vocabulary(header),
     }
@@ -216,11 +232,28 @@ def config_of(header: Header, where: str, name: str) -> PretrainedConfig:
     if not spec.key_length_is_head_dim:
         settings.pop("head_dim", None)
     model_type = spec.model_type_of(header.metadata, header.tensors.keys())
-    config = AutoConfig.for_model(
-        model_type, name_or_path=str(header.metadata.get("general.name", name)), **settings
-    )
+    present = _blocks_present(header)
+    if blocks > present:
+        raise InputError(
+            f"{where}: GGUF {arch}.block_count is {blocks}, but the file holds tensors of {present} blocks; "
+            "the file is corrupted or truncated, re-convert the model"
+        )
+    try:
+        config = AutoConfig.for_model(
+            model_type, name_or_path=str(header.metadata.get("general.name", name)), **settings
+        )
+    except Exception as err:  # transformers' validation raises ValueError, TypeError and its own
+        raise InputError(
+            f"{where}: GGUF metadata invalid for {arch}: {one_line(err)}; re-convert the model"
+        ) from err
     check_head_counts(config, settings, where)
     return config
+
+
+def _blocks_present(header: Header) -> int:
+    """One more than the highest ``blk.N`` among the tensors: how many layers the file can hold."""
+    numbers = [name.split(".")[1] for name in header.tensors if name.startswith("blk.")]
+    return max((int(n) + 1 for n in numbers if n.isdigit()), default=0)
 
 
 def _vocabulary(header: Header) -> int | None:
@@ -285,6 +318,7 @@ def gguf_weights(
         load=load,
         revision=revision,
         n_params=sum(math.prod(info.dims) for info in header.tensors.values()),
+        stored_as=lambda name: ",".join(sorted({info.kind.name for info in tensors[name][1]})),
     )
 
 

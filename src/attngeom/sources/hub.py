@@ -66,6 +66,10 @@ CONNECT_TRIES = 2
 CONNECT_TIMEOUT_S = 2.0
 CONNECT_WAIT_S = 0.5
 
+COMMIT = re.compile(r"[0-9a-f]{40}")
+"""A commit as the Hub names it. Every commit a server sends, or a cache remembers, is checked against it
+before it names a file or folder: a hostile endpoint's ``../../x`` would otherwise be a path."""
+
 HUB_GGUF = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)/(?P<file>[^/].*\.gguf)")
 """``org/name/path/in/repo.gguf``: a GGUF file in a Hub repository."""
 
@@ -140,9 +144,13 @@ class Repo:
             validate_repo_id(repo_id)
         except HFValidationError as err:
             raise InputError(f"{repo_id}: neither an existing path nor a valid Hub model id") from err
+        if revision is not None and (not revision.strip() or revision.strip(".") == ""):
+            raise InputError(f"{repo_id}: revision {revision!r} is not a branch, tag or commit")
         ref = _repo_folder(repo_id) / "refs" / quote(revision or "main", safe="")
         remembered = ref.read_text().strip() if ref.is_file() else None
-        if revision and re.fullmatch(r"[0-9a-f]{40}", revision):
+        if remembered is not None and not COMMIT.fullmatch(remembered):
+            remembered = None  # not written by this module: ignored, and overwritten when the Hub answers
+        if revision and COMMIT.fullmatch(revision):
             remembered = revision
         if constants.is_offline_mode():
             return cls(repo_id, revision, token, remembered, "HF_HUB_OFFLINE is set")
@@ -225,6 +233,11 @@ def _head_commit(repo_id: str, filename: str, revision: str | None, token: str |
             continue
         if not commit:
             raise InputError(f"{repo_id}: the Hub did not say which commit {revision or 'main'} is")
+        if not COMMIT.fullmatch(commit):
+            raise InputError(
+                f"{repo_id}: the server at {constants.ENDPOINT} names commit {commit[:60]!r} for "
+                f"{revision or 'main'}, not a 40-hex commit hash; check HF_ENDPOINT"
+            )
         return commit
     raise Unreachable(reason)
 
@@ -277,7 +290,7 @@ def from_hub(
 def _commit_of(snapshot_file: Path) -> str | None:
     """The commit a cached file belongs to (huggingface_hub lays files out as snapshots/<commit>/...)."""
     parent = snapshot_file.parent
-    return parent.name if parent.parent.name == "snapshots" else None
+    return parent.name if parent.parent.name == "snapshots" and COMMIT.fullmatch(parent.name) else None
 
 
 def _by_range(repo: Repo, config: ModelConfig, index: Path | None) -> WeightSource | None:

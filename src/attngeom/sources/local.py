@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
+import stat
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +24,7 @@ from .base import (
     BIN_INDEX,
     BIN_SINGLE,
     SAFETENSORS_INDEX,
+    SAFETENSORS_SINGLE,
     ModelConfig,
     WeightSource,
     one_line,
@@ -31,28 +34,77 @@ from .config import load_config
 
 
 def from_directory(path: Path) -> WeightSource:
-    """A ``save_pretrained`` directory: safetensors (sharded or not) or PyTorch ``.bin`` weights."""
+    """A ``save_pretrained`` directory: safetensors (sharded or not) or PyTorch ``.bin`` weights, the files
+    transformers would read: the index, else ``model.safetensors``, else the folder's other safetensors
+    files (a tensor in two of them is an error), else the ``.bin`` index or ``pytorch_model.bin``."""
     description = str(path)
-    model_id = path.resolve().name
-    config_file = path / "config.json"
-    if not config_file.is_file():
+    model_id, revision = label_of(path)
+    config_file = regular_file(path / "config.json", description)
+    if config_file is None:
         raise InputError(f"{description}: no config.json; pass a directory written by save_pretrained")
     config = load_config(config_file, description)
-    common = {"model_id": model_id, "locate": lambda shard: path / shard}
-    if (path / SAFETENSORS_INDEX).is_file():
+
+    def locate(shard: str) -> Path:
+        file = regular_file(path / shard, description)
+        if file is None:
+            raise InputError(f"{description}: no {shard}, which its index lists; re-download the model")
+        return file
+
+    common = {"model_id": model_id, "revision": revision, "locate": locate}
+    if regular_file(path / SAFETENSORS_INDEX, description):
         weight_map = read_index(path / SAFETENSORS_INDEX, description)
         return safetensors_source(description, config, weight_map, **common)
-    singles = sorted(path.glob("*.safetensors"))
+    if regular_file(path / SAFETENSORS_SINGLE, description):
+        names = safetensors_names(path / SAFETENSORS_SINGLE)
+        return safetensors_source(description, config, dict.fromkeys(names, SAFETENSORS_SINGLE), **common)
+    singles = [file for file in sorted(path.glob("*.safetensors")) if regular_file(file, description)]
     if singles:
-        weight_map = {name: file.name for file in singles for name in safetensors_names(file)}
+        weight_map: dict[str, str] = {}
+        for file in singles:
+            for name in safetensors_names(file):
+                if name in weight_map:
+                    raise InputError(
+                        f"{description}: tensor {name} is in both {weight_map[name]} and {file.name}; "
+                        "remove the stale file (or write a model.safetensors.index.json)"
+                    )
+                weight_map[name] = file.name
         return safetensors_source(description, config, weight_map, **common)
-    if (path / BIN_INDEX).is_file():
+    if regular_file(path / BIN_INDEX, description):
         weight_map = read_index(path / BIN_INDEX, description)
         return bin_source(description, config, weight_map, **common)
-    if (path / BIN_SINGLE).is_file():
+    if regular_file(path / BIN_SINGLE, description):
         names = load_bin(path / BIN_SINGLE).keys()
         return bin_source(description, config, dict.fromkeys(names, BIN_SINGLE), **common)
     raise InputError(f"{description}: no weights (*.safetensors or pytorch_model.bin) next to config.json")
+
+
+def regular_file(file: Path, description: str) -> Path | None:
+    """``file`` if it is a regular file (or a link to one), None if nothing is there; anything else (a
+    FIFO, a device, a folder) is an error: reading it could block forever."""
+    try:
+        mode = file.stat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise InputError(f"{description}: cannot read {file.name} ({err.strerror})") from err
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{file}: not a regular file; model files must be plain files")
+    return file
+
+
+HUB_SNAPSHOT = re.compile(r"/models--(?P<repo>[^/]+)/snapshots/(?P<commit>[0-9a-f]{40})")
+"""A folder of huggingface_hub's cache: ``.../models--org--name/snapshots/<commit>``."""
+
+
+def label_of(path: Path) -> tuple[str, str | None]:
+    """The name results carry for a local model, and its revision where known: a Hub cache snapshot is
+    its repository and commit; anything else is the file or folder name as the user reached it (the
+    name of a symlink, not of its target)."""
+    absolute = Path(os.path.abspath(path))  # "." and ".." resolved by name, symlinks kept
+    match = HUB_SNAPSHOT.search(absolute.as_posix())
+    if match and absolute.as_posix().endswith(match[0]):
+        return match["repo"].replace("--", "/"), match["commit"]
+    return absolute.name, None
 
 
 def _safetensors_error(file: Path, err: Exception) -> InputError:

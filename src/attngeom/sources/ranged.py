@@ -4,7 +4,9 @@ A safetensors file starts with an 8-byte length and a JSON header giving every t
 (parsed by huggingface_hub); a GGUF file with its metadata and tensor table (parsed by
 ``gguf.parse_header``). Each is read with a few ranged GETs, then only the requested tensors' bytes. Each
 tensor is cached as a one-tensor safetensors file, so safetensors itself decodes it (its dtype table, its
-size checks) and a re-run transfers nothing.
+size checks) and a re-run transfers nothing. Every cache entry (tensor or header) is written with its
+size and SHA-256 beside it (``<entry>.sha256``) and checked on every read: a damaged entry is fetched
+again, not trusted and not blamed on the upload.
 
 Connections are huggingface_hub's httpx pool (its endpoint, proxies, offline mode, timeouts); transient
 failures (dropped connections, 5xx, short bodies) are retried with back-off, resuming where the bytes
@@ -14,6 +16,7 @@ stopped.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 import time
@@ -29,7 +32,8 @@ import torch
 from huggingface_hub import constants, parse_local_safetensors_file_metadata
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, SafetensorsParsingError
 from huggingface_hub.utils import get_session, hf_raise_for_status
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
+from safetensors.torch import load as load_safetensors
 
 from .. import files
 from ..errors import InputError
@@ -161,9 +165,10 @@ class RemoteFile:
         (``gguf.NeedMore``); the prefix is cached (as it is in the file) beside the tensors."""
         cached = self.header_path
         size_file = cached.with_name(cached.name + ".size")
-        if cached.is_file() and size_file.is_file():
+        known = verified(cached)
+        if known is not None and size_file.is_file():
             with contextlib.suppress(gguf.NeedMore, InputError, ValueError):
-                return parse(cached.read_bytes(), int(size_file.read_text()))
+                return parse(known, int(size_file.read_text()))
         parts: list[bytes] = []
         size = self.read(0, probe, parts.append)
         prefix = b"".join(parts)
@@ -180,7 +185,7 @@ class RemoteFile:
                 self.read(len(prefix), min(more.size, size), parts.append)
                 prefix = b"".join(parts)
         files.write_text(size_file, str(size))
-        files.write_bytes(cached, prefix)
+        write_verified(cached, prefix)
         return result
 
     # --- tensor cache ------------------------------------------------------------------------------
@@ -189,21 +194,26 @@ class RemoteFile:
         return self.folder / (quote(name, safe="") + ".safetensors")
 
     def cached(self, name: str) -> bool:
-        return self.entry_path(name).is_file()
+        path = self.entry_path(name)
+        return path.is_file() and digest_path(path).is_file()
 
     def fetch(self, names: list[str]) -> None:
         """Tensors that lie back to back in the file: one request, each into its own cache entry.
 
-        Entries appear complete or not at all (each is written beside its place and renamed into it).
+        Entries appear complete or not at all (each is written beside its place and renamed into it),
+        then their size and hash.
         """
+        digests = {}
         with contextlib.ExitStack() as stack:
             outputs: deque[list] = deque()
             for name in names:
                 entry = self.table[name]
                 temporary = stack.enter_context(files.atomic_path(self.entry_path(name)))
                 handle = stack.enter_context(open(temporary, "wb"))
-                handle.write(_entry_header(name, entry))
-                outputs.append([handle, entry.end - entry.start])
+                header = _entry_header(name, entry)
+                digests[name] = digest = hashlib.sha256(header)
+                handle.write(header)
+                outputs.append([handle, entry.end - entry.start, digest])
 
             def sink(data: bytes) -> None:
                 while data:
@@ -211,25 +221,59 @@ class RemoteFile:
                         outputs.popleft()
                     part = data[: outputs[0][1]]
                     outputs[0][0].write(part)
+                    outputs[0][2].update(part)
                     outputs[0][1] -= len(part)
                     data = data[len(part) :]
 
             start, end = self.table[names[0]].start, self.table[names[-1]].end
             if end > start:
                 self.read(start, end, sink)
+        for name, digest in digests.items():
+            entry = self.table[name]
+            size = len(_entry_header(name, entry)) + entry.end - entry.start
+            files.write_text(digest_path(self.entry_path(name)), f"{size} {digest.hexdigest()}")
 
     def tensor(self, name: str) -> torch.Tensor:
-        """A cached tensor, decoded by safetensors; an unreadable entry is removed and named."""
+        """A cached tensor, decoded by safetensors; a damaged entry (size or hash not as written) is fetched
+        again, one that still does not decode is removed and named."""
         path = self.entry_path(name)
+        data = verified(path)
+        if data is None:
+            self.fetch([name])
+            data = verified(path)
         try:
-            with safe_open(path, framework="pt") as handle:
-                return handle.get_tensor(name)
-        except (SafetensorError, OSError) as err:
+            if data is None:
+                raise OSError("the cache entry changed while it was read")
+            return load_safetensors(data)[name]
+        except (SafetensorError, OSError, KeyError) as err:
             path.unlink(missing_ok=True)
             raise InputError(
                 f"{self}: tensor {name} does not decode as its header says ({one_line(err)}); "
                 "corrupted upload? use --full-download"
             ) from err
+
+
+def digest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def write_verified(path: Path, data: bytes) -> None:
+    """``data`` cached at ``path``, then its size and SHA-256 beside it."""
+    files.write_bytes(path, data)
+    files.write_text(digest_path(path), f"{len(data)} {hashlib.sha256(data).hexdigest()}")
+
+
+def verified(path: Path) -> bytes | None:
+    """The bytes cached at ``path`` if their size and hash are those written with them; None otherwise
+    (missing, damaged, or written before hashes were kept)."""
+    try:
+        size, digest = digest_path(path).read_text().split()
+        data = path.read_bytes()
+    except (OSError, ValueError):
+        return None
+    if str(len(data)) != size or hashlib.sha256(data).hexdigest() != digest:
+        return None
+    return data
 
 
 def _entry_header(name: str, entry: Entry) -> bytes:
