@@ -39,7 +39,6 @@ MLA |= dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
 MLA |= dict(first_k_dense_replace=1, n_shared_experts=1)
 LOCAL_GLOBAL = ["sliding_attention", "full_attention"] * 2
 NO_KV_GROUPS = ("bert", "gptneox", "bloom")
-UNMAPPED = pytest.mark.xfail(strict=True, raises=InputError, reason="model_type not yet mapped")
 IDENTITY = ("model_id", "file_hash", "revision", "n_params", "source_dtype")
 """Record columns that name the file rather than the weights (n_params: the GGUF holds attention only)."""
 
@@ -108,8 +107,7 @@ CASES = {
     "llama_q8_0": Case("llama", "llama", dtype="Q8_0"),
     "qwen2_kv_per_layer": Case("qwen2", "qwen2", kv_per_layer=True),
 }
-NOT_MAPPED = ("gpt_oss", "ministral3", "glm4_moe")
-SCORED = [pytest.param(k, marks=UNMAPPED) if c.model_type in NOT_MAPPED else k for k, c in CASES.items()]
+SCORED = list(CASES)
 
 
 def _q8_0(array: np.ndarray) -> np.ndarray:
