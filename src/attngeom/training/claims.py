@@ -44,6 +44,14 @@ def _row(group: tuple, claim: str, measured: str, verdict: str) -> dict[str, obj
     return {"dataset": dataset, "layers": layers, "claim": claim, "measured": measured, "verdict": verdict}
 
 
+def _above(group: tuple, claim: str, first: pd.DataFrame, second: pd.DataFrame) -> dict[str, object]:
+    """The claim that ``first``'s median symmetry ends above ``second``'s, seed by seed."""
+    a, b = _per_seed(first, median), _per_seed(second, median)
+    seeds = sorted(set(a) & set(b))
+    measured = "; ".join(f"s{s} {a[s]:+.2f} vs {b[s]:+.2f}" for s in seeds)
+    return _row(group, claim, measured, _verdict([a[s] > b[s] for s in seeds]))
+
+
 def _numbers(values: dict[int, float]) -> str:
     return ", ".join(f"s{seed} {v:+.2f}" for seed, v in sorted(values.items()))
 
@@ -56,16 +64,7 @@ def claims(scores: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
         random = runs[runs["init"] == "random"]
         enc, dec = (random[random["objective"] == o] for o in ("encoder", "decoder"))
         if len(enc) and len(dec):
-            e, d = _per_seed(enc, median), _per_seed(dec, median)
-            seeds = sorted(set(e) & set(d))
-            rows.append(
-                _row(
-                    group,
-                    "encoders end more symmetric than decoders (random init)",
-                    "; ".join(f"s{s} {e[s]:+.2f} vs {d[s]:+.2f}" for s in seeds),
-                    _verdict([e[s] > d[s] for s in seeds]),
-                )
-            )
+            rows.append(_above(group, "encoders end more symmetric than decoders (random init)", enc, dec))
         if len(dec):
             d = _per_seed(dec, lambda rows: median(rows, "directionality"))
             rows.append(
@@ -88,16 +87,8 @@ def claims(scores: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
             )
         symmetric = runs[(runs["init"] == "symmetric") & (runs["objective"] == "encoder")]
         if len(enc) and len(symmetric):
-            e, s = _per_seed(enc, median), _per_seed(symmetric, median)
-            seeds = sorted(set(e) & set(s))
-            rows.append(
-                _row(
-                    group,
-                    "symmetric init ends more symmetric than random init (encoders, Figure S5b)",
-                    "; ".join(f"s{k} {s[k]:+.2f} vs {e[k]:+.2f}" for k in seeds),
-                    _verdict([s[k] > e[k] for k in seeds]),
-                )
-            )
+            claim = "symmetric init ends more symmetric than random init (encoders, Figure S5b)"
+            rows.append(_above(group, claim, symmetric, enc))
     rows += _speedup_rows(table)
     return pd.DataFrame(rows, columns=["dataset", "layers", "claim", "measured", "verdict"])
 
