@@ -98,6 +98,9 @@ class HubServer:
         self.latency = 0.0
         self.commit_header: str | None = None
         """A hostile server's answer: sent as every ``X-Repo-Commit`` instead of the commit."""
+        self.honest_answers = 0
+        """With ``commit_header``: the first answers that still name the true commit (a server that lies
+        only once the client has checked it)."""
         self.rate: float | None = None
         self._free_at = 0.0
         self._lock = threading.Lock()
@@ -195,6 +198,14 @@ class HubServer:
         page = [self.listing_item(r, fields) for r in repos[start : start + size]]
         return page, (start + size if start + size < len(repos) else None)
 
+    def commit_for(self, commit: str) -> str:
+        """What this answer's ``X-Repo-Commit`` says: ``commit``, or the hostile ``commit_header``."""
+        with self._lock:
+            if self.commit_header is None or self.honest_answers > 0:
+                self.honest_answers -= 1
+                return commit
+        return self.commit_header
+
     def etag(self, path: Path) -> str:
         with self._lock:
             if path not in self._etags:
@@ -252,7 +263,7 @@ class HubServer:
                 if hub.cdn_url and path.suffix in (".safetensors", ".gguf", ".bin"):
                     self.send_response(302)  # the metadata a HEAD needs rides on the redirect, as on the Hub
                     self.send_header("Location", f"{hub.cdn_url}/cdn/{repo}/{commit}/{match['file']}")
-                    self.send_header("X-Repo-Commit", hub.commit_header or commit)
+                    self.send_header("X-Repo-Commit", hub.commit_for(commit))
                     self.send_header("X-Linked-Etag", f'"{hub.etag(path)}"')
                     self.send_header("X-Linked-Size", str(path.stat().st_size))
                     self.send_header("Content-Length", "0")
@@ -265,7 +276,7 @@ class HubServer:
                 if code:
                     self.send_header("X-Error-Code", code)
                 if code == "EntryNotFound":  # as on the Hub: the client caches that the file does not exist
-                    self.send_header("X-Repo-Commit", hub.commit_header or commit or hub.commit)
+                    self.send_header("X-Repo-Commit", hub.commit_for(commit or hub.commit))
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -317,7 +328,7 @@ class HubServer:
                     if fault == "truncate":
                         end = start + (end - start) // 2
                 self.send_response(206 if ranged else 200)
-                self.send_header("X-Repo-Commit", hub.commit_header or commit)
+                self.send_header("X-Repo-Commit", hub.commit_for(commit))
                 self.send_header("ETag", f'"{hub.etag(path)}"')
                 self.send_header("Accept-Ranges", "bytes")
                 self.send_header("Content-Length", str(end - start + 1))

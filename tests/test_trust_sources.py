@@ -97,11 +97,12 @@ def files_under(root: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
+@pytest.mark.parametrize("honest_answers", [0, 1], ids=["lies at once", "lies once checked"])
 @pytest.mark.parametrize(
     "hostile", ["../../../../victim.txt", "../../../../../../victim.txt", "main", "x" * 40]
 )
 def test_a_commit_that_is_not_a_commit_is_refused_and_writes_nothing_outside_the_caches(
-    llama_dir, tmp_path, capsys, hostile
+    llama_dir, tmp_path, capsys, hostile, honest_answers
 ):
     home = tmp_path / "home"
     (home / "victim.txt").parent.mkdir()
@@ -110,7 +111,7 @@ def test_a_commit_that_is_not_a_commit_is_refused_and_writes_nothing_outside_the
     out = tmp_path / "out" / "scores.parquet"
     before = files_under(tmp_path)
     server = HubServer({REPO: llama_dir})
-    server.commit_header = hostile
+    server.commit_header, server.honest_answers = hostile, honest_answers
     with server.running(), pointed_at(server, home):
         line = one_error([REPO, "-o", out], capsys)
     assert REPO in line and "commit" in line

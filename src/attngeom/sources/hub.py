@@ -38,7 +38,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.utils import build_hf_headers, validate_repo_id
+from huggingface_hub.utils import build_hf_headers, get_session, validate_repo_id
 
 from .. import files
 from ..errors import InputError
@@ -170,6 +170,7 @@ class Repo:
             known = try_to_load_from_cache(self.repo_id, filename, revision=self.commit)
             if known is not None and not isinstance(known, str):  # cached as not in the repository
                 raise MissingFile(f"{self.repo_id}: no file {filename} at revision {self.commit}")
+        _check_every_commit_header()
         try:
             return Path(
                 hf_hub_download(
@@ -210,6 +211,26 @@ class Repo:
 
     def cached_header(self, filename: str) -> bool:
         return self.commit is not None and self.remote(filename).header_path.is_file()
+
+
+def _refuse_hostile_commit(response: httpx2.Response) -> None:
+    """An answer whose ``X-Repo-Commit`` is not a commit hash (huggingface_hub would make it a path)."""
+    commit = response.headers.get("X-Repo-Commit")
+    if commit is not None and not COMMIT.fullmatch(commit):
+        raise InputError(
+            f"{response.request.url.path}: the server at {constants.ENDPOINT} names commit {commit[:60]!r}, "
+            "not a 40-hex commit hash; check HF_ENDPOINT"
+        )
+
+
+def _check_every_commit_header() -> None:
+    """huggingface_hub's client refuses every answer naming something other than a commit: a server that
+    answered ``_head_commit`` honestly cannot then make ``hf_hub_download`` write outside its cache."""
+    client = get_session()
+    hooks = client.event_hooks
+    if _refuse_hostile_commit not in hooks["response"]:
+        hooks["response"] = [*hooks["response"], _refuse_hostile_commit]
+        client.event_hooks = hooks
 
 
 def _head_commit(repo_id: str, filename: str, revision: str | None, token: str | None) -> str:
