@@ -157,7 +157,8 @@ def rows_for_records(model: str) -> list[dict]:
     """Two layer rows of a one-head model, every column of the records schema."""
     value = {"a": 0.2, "c": 0.3}[model]
     common = {
-        **dict(model_id=model, revision=None, file_hash="0", model_type="bert", modality="language"),
+        **dict(model_id=model, revision=None, file_hash="0", source_dtype="float32", model_type="bert"),
+        "modality": "language",
         **dict(
             objective="bidirectional", stack="encoder", n_heads=1, n_kv_heads=1, head_dim=4, hidden_size=4
         ),
