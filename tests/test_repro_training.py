@@ -59,7 +59,9 @@ def test_one_command_trains_every_run_and_writes_table_1_figures_and_an_archive(
     assert len(table) == 4 and set(table["seeds"]) == {2}
     symmetric = table[table["init"] == "symmetric"]
     assert (symmetric["seed_pairs"] == 2).all() and (symmetric["null_pairs"] == 1).all()  # disjoint pairs
-    assert symmetric[["speedup_robust_low", "signed_low", "p_value", "mde"]].notna().all().all()
+    assert symmetric[["speedup_robust_low", "signed_low", "p_value"]].notna().all().all()
+    spread = symmetric["signed_high"] > symmetric["signed_low"]  # 12 tiny steps may leave every pair at 0
+    assert (symmetric["mde"].notna() == spread).all()  # the MDE follows from the seeds' spread, if any
     assert symmetric["verdict"].str.len().gt(0).all()
     notes = (out / "notes.md").read_text()
     assert notes.count("| finished |") == 8 and "null: random vs random" in notes
@@ -82,6 +84,6 @@ def test_runs_still_going_at_the_deadline_are_stopped_resumably(cache, tmp_path)
     repro.prepare(cache, runs[0].settings)
     repro.launch(runs, gpus=0, per_gpu=1, deadline=time.monotonic() + 15, threads=1)
     (run,) = runs
-    assert run.process.returncode == -signal.SIGTERM
+    assert run.process.returncode == 128 + signal.SIGTERM  # attngeom's own SIGTERM exit (interrupts)
     assert run.status.startswith("stopped at the deadline after step") and "resumes" in run.status
     assert not (run.folder / "final").exists()
