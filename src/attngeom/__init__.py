@@ -4,7 +4,7 @@ from .version import __version__
 
 __all__ = ["__version__", "load_results", "plots", "score", "summarize"]
 
-LAZY = {"score": "engine", "summarize": "results", "load_results": "results", "Results": "results"}
+LAZY = {"score": "engine", "summarize": "tables", "load_results": "results", "Results": "results"}
 """Name → the module that defines it, imported on first use: tables and figures need neither torch nor
 transformers, and ``import attngeom`` needs none of them."""
 

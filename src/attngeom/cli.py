@@ -31,7 +31,7 @@ PLUGINS = {
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Median and interquartile range over layers of the layer rows, per stack (printed by ``score``)."""
-    from .results import summarize
+    from .tables import summarize
 
     return summarize(frame).droplevel("model_id")
 

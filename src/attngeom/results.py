@@ -1,4 +1,4 @@
-"""The pipeline's results as frames, for a notebook: ``load_results("results/")`` and ``summarize``.
+"""The pipeline's results as frames, for a notebook: ``load_results("results/")`` (``summarize`` is in ``tables``).
 
 Reads what the pipeline wrote (``aggregate/scores.parquet``, ``aggregate/models.csv``,
 ``tables/summary.csv``, ``heatmaps/*.npz``, ``training/<run>/``) and nothing else; neither torch nor
@@ -16,21 +16,10 @@ import pandas as pd
 
 from .errors import InputError
 from .records import read_scores
-from .tables import METRICS, layer_statistics, read_table
+from .tables import read_table
 
 MODEL_FACTS = ["role", "status", "reason", "family", "modality", "display"]
 """Columns of ``aggregate/models.csv`` joined onto every score row (by model id)."""
-
-
-def summarize(frame: pd.DataFrame) -> pd.DataFrame:
-    """Median and interquartile range over the scored layers of each model and stack (what ``attngeom
-    score`` prints), indexed by ``model_id`` and ``stack``."""
-    stats = layer_statistics(frame, ["model_id", "stack"]).set_index(["model_id", "stack"])
-    columns: dict[str, pd.Series] = {"layers": stats["n_layers"]}
-    for name in METRICS:
-        columns[f"{name} median"] = stats[f"{name}_median"]
-        columns[f"{name} IQR"] = stats[f"{name}_p75"] - stats[f"{name}_p25"]
-    return pd.DataFrame(columns)
 
 
 @dataclass

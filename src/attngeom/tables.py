@@ -385,3 +385,14 @@ def comparison_display(per_model: pd.DataFrame) -> pd.DataFrame:
             "Note": notes,
         }
     )
+
+
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    """Median and interquartile range over the scored layers of each model and stack (what ``attngeom
+    score`` prints), indexed by ``model_id`` and ``stack``."""
+    stats = layer_statistics(frame, ["model_id", "stack"]).set_index(["model_id", "stack"])
+    columns: dict[str, pd.Series] = {"layers": stats["n_layers"]}
+    for name in METRICS:
+        columns[f"{name} median"] = stats[f"{name}_median"]
+        columns[f"{name} IQR"] = stats[f"{name}_p75"] - stats[f"{name}_p25"]
+    return pd.DataFrame(columns)
