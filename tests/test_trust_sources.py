@@ -30,20 +30,12 @@ import torch
 from conformance import build, tiny_config
 from hubserver import HubServer, pointed_at
 from safetensors.torch import load_file, save_file
+from test_sources_reliability import LLAMA, REPO  # the tiny Llama the source tests share
 
 import attngeom
 from attngeom.cli import main
 from attngeom.sources.hub import Repo
 
-REPO = "org/tiny-llama"
-LLAMA = {
-    "hidden_size": 32,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "intermediate_size": 64,
-    "vocab_size": 64,
-}
 METRICS = ["symmetry", "directionality", "norm"]
 
 
