@@ -207,14 +207,9 @@ def test_the_local_profile_puts_two_shared_jobs_on_each_gpu_and_never_three(tmp_
 # ---------------------------------------------------------------- the pipeline, dry
 
 
-TRAIN = {
-    "n_layers": 2,
-    "hidden_size": 32,
-    "n_heads": 2,
-    "intermediate_size": 64,
-    "device": "cpu",
-    "steps": 10,
-}
+TRAIN = {**SETTINGS, "steps": 10}
+TINY_TRAIN = {"seq_len": 32, "batch_size": 4, "grad_accum": 1, "warmup_steps": 1, "lr": 1e-3, "threads": 1}
+TINY_TRAIN |= {"vocab_size": 300, "max_documents": 20}
 
 
 def pipeline_config(tmp_path: Path, **defaults) -> Path:
@@ -303,3 +298,27 @@ def test_the_slurm_profile_stops_with_one_line_when_shared_jobs_would_go_alone(t
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("attngeom: error:")]
     assert re.search(r"training run '[abc]' sets runs_per_gpu: 2 and the profile's group-components", error)
     assert "add gpu_share_2=2 to group-components" in error and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_two_runs_of_the_train_rule_share_one_gpu(tmp_path):
+    """The pipeline's own train rule (scripts/train_run.py) on one GPU: two runs with runs_per_gpu 2
+    train at once, both on it, each holding one of its two slots."""
+    config = pipeline_config(
+        tmp_path, runs_per_gpu=2, steps=4, log_every=2, checkpoint_every=4, score_every=4
+    )
+    data = yaml.safe_load(config.read_text())
+    data["training"]["defaults"].update(TINY_TRAIN)
+    data["training"]["runs"] = [{"name": "a"}, {"name": "b"}]
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    targets = [f"results/training/{run}/final" for run in ("a", "b")]
+    run_workflow(
+        ROOT / "workflow" / "Snakefile", tmp_path, "0", "--cores", "2", *targets, "--configfile", str(config)
+    )
+    logs = [tmp_path / "results" / "training" / "logs" / "train" / f"{run}.log" for run in ("a", "b")]
+    frame = holds(logs)
+    assert frame["gpus"].tolist() == [["0"], ["0"]] and (frame["slots"] == "1 of 2").all()
+    assert per_gpu_peak(frame) == {"0": 2}, "the two runs did not share the GPU at once"
+    for run in ("a", "b"):
+        losses = pd.read_parquet(tmp_path / "results" / "training" / run / "loss.parquet")
+        assert losses["step"].max() == 4 and losses["loss"].notna().all()
