@@ -42,6 +42,7 @@ with (
         int(snakemake.resources.get("gpu", 0)), log, slots=int(snakemake.resources.get("gpu_slots", 0))
     ) as held,
 ):
+    print(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)  # what CUDA sees
     if held is not None and nodes > 1:
         refuse(f"asks for {nodes} nodes: run it through SLURM (snakemake --profile profiles/slurm)")
     if held is not None and len(held) < gpus:

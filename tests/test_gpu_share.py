@@ -53,7 +53,7 @@ def test_a_shared_run_asks_for_slots_locally_and_for_one_gpu_string_under_slurm(
     assert shared.resources(2, here=True) == {"mem_mb": 3000, "runtime": 120, "gpu": 0, "gpu_slots": 1}
     assert alone.resources(2, here=True) == {"mem_mb": 3000, "runtime": 60, "gpu": 1, "gpu_slots": 2}
     # SLURM: a string Snakemake keeps (not adds up) over a group's jobs; no slots
-    assert shared.resources(2, here=False) == {"mem_mb": 3000, "runtime": 120, "gpu": "1"}
+    assert shared.resources(2, here=False) == {"mem_mb": 3000, "runtime": 120, "gres": "gpu:1"}
     assert alone.resources(2, here=False) == {"mem_mb": 3000, "runtime": 60, "gpu": 1}
     # no run shares: nothing changes
     assert runs_of({"name": "r"}, gpus=1, mem_mb=3000, runtime=60)["r"].resources() == {
@@ -276,14 +276,14 @@ def test_the_slurm_profile_puts_two_shared_train_jobs_in_one_sbatch_job_with_one
     declared = [runs[job["run"]].resources(slots_per_gpu(runs), here=False) for job in pair]
     for job, resources in zip(pair, declared, strict=True):
         assert {k: str(job["resources"][k]) for k in resources} == {k: str(v) for k, v in resources.items()}
-    assert declared[0]["gpu"] == "1" and declared[0]["runtime"] == 60  # twice the run's: it shares
+    assert declared[0]["gres"] == "gpu:1" and declared[0]["runtime"] == 60  # twice the run's: it shares
     members = [
         SimpleNamespace(resources={**resources, "_cores": job["threads"]}, pipe_group=None)
         for job, resources in zip(pair, declared, strict=True)
     ]
     constraints = Resources.from_mapping({"_cores": 8, "_nodes": 100})  # the profile's cores: 8
     group = GroupResources.basic_layered([members], constraints, run_local=False)
-    assert group["gpu"] == "1"  # one GPU for the pair: SLURM sets the same CUDA_VISIBLE_DEVICES for both
+    assert group["gres"] == "gpu:1" and "gpu" not in group  # one GPU for the pair, which both see
     assert group["mem_mb"] == 6000 and group["_cores"] == 6  # side by side: memory and CPUs add up
     assert group["runtime"] == 60  # one layer: the longer job's time, not the sum
 

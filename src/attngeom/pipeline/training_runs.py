@@ -50,12 +50,13 @@ class TrainingRun:
         A run that shares its GPU (``runs_per_gpu`` K > 1) runs about K times as long as alone, so its
         ``runtime`` is K times the run's. Run ``here`` (the local profile, which cuts each GPU into
         ``slots_per_gpu`` slots, ``slots_per_gpu(runs)``) it takes no whole GPU but ``gpu_slots``: its
-        1/K of one; whole-GPU jobs then count their slots too. Under SLURM its ``gpu`` is the string
-        "1": Snakemake adds up the numbers of the jobs in a group job but keeps a string that they all
-        share, so the K jobs of group ``share_group(run)`` ask for one GPU together."""
+        1/K of one; whole-GPU jobs then count their slots too. Under SLURM it asks for ``gres``
+        "gpu:1", a string: Snakemake adds up the numbers of the jobs in a group job but keeps a string
+        that they all share, so the K jobs of group ``share_group(run)`` ask for one GPU together (the
+        plugin's job step refuses a string ``gpu``; the step gets the job's GRES without asking)."""
         common = {"mem_mb": self.mem_mb, "runtime": self.runtime * self.runs_per_gpu}
         if self.nodes == 1 and self.runs_per_gpu > 1:
-            share = {"gpu": 0, "gpu_slots": slots_per_gpu // self.runs_per_gpu} if here else {"gpu": "1"}
+            share = {"gpu": 0, "gpu_slots": slots_per_gpu // self.runs_per_gpu} if here else {"gres": "gpu:1"}
             return {**common, **share}
         if self.nodes == 1:
             slots = {"gpu_slots": self.gpus * slots_per_gpu} if here and slots_per_gpu > 1 else {}
