@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .config import (
+    CHOICES,
     RESOURCE_KEYS,
     ConfigError,
     make_config,
@@ -44,6 +45,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="with a pipeline --config: take the overrides of this run",
     )
+    parser.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        metavar="SEED",
+        help="train one run per seed (and per --inits init) together in one process, their weights stacked "
+        "in one compiled step; --out then names each run's folder with {seed} (and {init})",
+    )
+    parser.add_argument(
+        "--inits", nargs="+", choices=CHOICES["init"], metavar="INIT", help="with --seeds: these inits too"
+    )
     parser.add_argument("--stop-at", type=int, metavar="STEP", help="stop after this step (resume later)")
     parser.add_argument(
         "--restart",
@@ -72,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         layers.append(select_run(args.config, args.run_name))
     layers.append(parse_overrides(args.settings))
     config = make_config(*layers)
+    if args.seeds or args.inits:
+        return run_stacked(args, layers, config)
     out = train(
         config,
         args.out,
@@ -80,4 +94,37 @@ def run(args: argparse.Namespace) -> int:
         restart=args.restart,
     )
     print(f"run folder: {out}")
+    return 0
+
+
+def run_folders(template: str, seeds: list[int], inits: list[str]) -> list[tuple[str, int, str]]:
+    """(folder, seed, init) of every run: ``{seed}`` and ``{init}`` in ``template`` name each one's folder."""
+    for key, values in (("seed", seeds), ("init", inits)):
+        if len(set(values)) > 1 and f"{{{key}}}" not in template:
+            raise ConfigError(
+                f"--out {template} names one folder for several runs: put {{{key}}} in it "
+                "(e.g. --out runs/enc-{init}-{seed})"
+            )
+    return [
+        (template.replace("{seed}", str(seed)).replace("{init}", init), seed, init)
+        for init in inits
+        for seed in seeds
+    ]
+
+
+def run_stacked(args: argparse.Namespace, layers: list[dict], config) -> int:
+    """``--seeds``/``--inits``: every combination trained together (``stacked.train_stacked``)."""
+    from .stacked import train_stacked
+
+    runs = run_folders(args.out, args.seeds or [config.seed], args.inits or [config.init])
+    configs = [make_config(*layers, {"seed": seed, "init": init}) for _, seed, init in runs]
+    outs = train_stacked(
+        configs,
+        [folder for folder, _, _ in runs],
+        progress="lines" if args.log_lines else not args.quiet,
+        stop_at=args.stop_at,
+        restart=args.restart,
+    )
+    for out in outs:
+        print(f"run folder: {out}")
     return 0
