@@ -143,11 +143,11 @@ def test_runs_that_differ_in_more_than_seed_and_init_are_refused(corpus, tmp_pat
 
 
 def test_the_out_template_names_a_folder_per_run():
-    assert run_folders("runs/{init}-{seed}", [0, 1], ["random", "skew"]) == [
-        ("runs/random-0", 0, "random"),
-        ("runs/random-1", 1, "random"),
-        ("runs/skew-0", 0, "skew"),
-        ("runs/skew-1", 1, "skew"),
+    assert run_folders("runs/{init}-{seed}", ["0", "1"], ["random", "skew"]) == [
+        ("runs/random-0", "0", "random"),
+        ("runs/random-1", "1", "random"),
+        ("runs/skew-0", "0", "skew"),
+        ("runs/skew-1", "1", "skew"),
     ]
     with pytest.raises(ConfigError, match=r"\{seed\}"):
-        run_folders("runs/enc", [0, 1], ["random"])
+        run_folders("runs/enc", ["0", "1"], ["random"])

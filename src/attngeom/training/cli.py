@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from .config import (
-    CHOICES,
     RESOURCE_KEYS,
     ConfigError,
     make_config,
@@ -47,15 +46,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--seeds",
-        nargs="+",
-        type=int,
-        metavar="SEED",
+        metavar="SEED,SEED,...",
         help="train one run per seed (and per --inits init) together in one process, their weights stacked "
         "in one compiled step; --out then names each run's folder with {seed} (and {init})",
     )
-    parser.add_argument(
-        "--inits", nargs="+", choices=CHOICES["init"], metavar="INIT", help="with --seeds: these inits too"
-    )
+    parser.add_argument("--inits", metavar="INIT,INIT,...", help="with or without --seeds: these inits")
     parser.add_argument("--stop-at", type=int, metavar="STEP", help="stop after this step (resume later)")
     parser.add_argument(
         "--restart",
@@ -97,7 +92,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_folders(template: str, seeds: list[int], inits: list[str]) -> list[tuple[str, int, str]]:
+def _listed(value: str, name: str) -> list[str]:
+    """``0,1,2`` → ["0", "1", "2"] (each checked as the setting ``name`` by ``make_config``)."""
+    items = [item.strip() for item in value.split(",")]
+    if not all(items):
+        raise ConfigError(f"--{name}s {value!r}: give a comma-separated list, e.g. --{name}s 0,1,2")
+    return items
+
+
+def run_folders(template: str, seeds: list, inits: list[str]) -> list[tuple[str, str, str]]:
     """(folder, seed, init) of every run: ``{seed}`` and ``{init}`` in ``template`` name each one's folder."""
     for key, values in (("seed", seeds), ("init", inits)):
         if len(set(values)) > 1 and f"{{{key}}}" not in template:
@@ -116,7 +119,9 @@ def run_stacked(args: argparse.Namespace, layers: list[dict], config) -> int:
     """``--seeds``/``--inits``: every combination trained together (``stacked.train_stacked``)."""
     from .stacked import train_stacked
 
-    runs = run_folders(args.out, args.seeds or [config.seed], args.inits or [config.init])
+    seeds = _listed(args.seeds, "seed") if args.seeds else [str(config.seed)]
+    inits = _listed(args.inits, "init") if args.inits else [config.init]
+    runs = run_folders(args.out, seeds, inits)
     configs = [make_config(*layers, {"seed": seed, "init": init}) for _, seed, init in runs]
     outs = train_stacked(
         configs,
