@@ -45,9 +45,10 @@ def final_weights(folder):
 @pytest.mark.parametrize(
     "extra",
     [
-        dict(batch_documents=16, batch_size=3),  # documents: runs need 2 or 3 micro-batches an update
+        # documents: the two runs need 2 or 3 micro-batches an update (not always the same number), so one
+        # steps beside an empty one; the regulariser; a clip small enough to act on every step
+        dict(batch_documents=16, batch_size=3, reg_weight=0.5, grad_clip=0.05),
         dict(batch_size=3, grad_accum=2, objective="decoder"),  # the packed stream, causal decoder
-        dict(batch_documents=16, batch_size=4, reg_weight=0.5, grad_clip=0.05),  # regulariser, clipping
     ],
 )
 def test_stacked_runs_match_the_same_runs_trained_alone(corpus, tmp_path, extra):
