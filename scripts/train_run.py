@@ -5,6 +5,9 @@ One process per GPU through torchrun when the run has several; on several SLURM 
 node, started with srun (attngeom.training.launch). Run locally, the job first takes GPUs of its own
 (attngeom.pipeline.gpus) so that no other job shares them (or, for a run with runs_per_gpu, slots of
 one GPU); torch is imported only then, because CUDA reads CUDA_VISIBLE_DEVICES once, when it starts.
+A shared run with `mps: true` then makes sure an NVIDIA MPS daemon serves its GPU (attngeom.pipeline.mps)
+and trains in a child process, so that no CUDA client of this job is left when the last job sharing the
+GPU quits the daemon.
 """
 
 import contextlib
@@ -15,6 +18,7 @@ import sys
 
 from attngeom import interrupts
 from attngeom.pipeline.gpus import job_gpus
+from attngeom.pipeline.mps import MODE, mps_share
 from attngeom.training.launch import srun_per_node, torchrun_here
 
 interrupts.install()  # SIGTERM (a cancelled job): one line, no half-written checkpoint
@@ -41,8 +45,12 @@ with (
     job_gpus(
         int(snakemake.resources.get("gpu", 0)), log, slots=int(snakemake.resources.get("gpu_slots", 0))
     ) as held,
+    contextlib.ExitStack() as stack,
 ):
     print(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)  # what CUDA sees
+    if snakemake.params.shared and not snakemake.params.mps:
+        print(f"{MODE}time-sliced (mps: false)", flush=True)
+    mode = stack.enter_context(mps_share(log)) if snakemake.params.mps else None
     if held is not None and nodes > 1:
         refuse(f"asks for {nodes} nodes: run it through SLURM (snakemake --profile profiles/slurm)")
     if held is not None and len(held) < gpus:
@@ -54,6 +62,8 @@ with (
         command = [*srun_per_node(shlex.split(snakemake.resources.mpi), nodes, processes, threads, gpus)]
     elif processes > 1:
         command = [*torchrun_here(processes), "-m", "attngeom.cli", "train"]
+    elif mode == "mps":
+        command = [sys.executable, "-m", "attngeom.cli", "train", "--restart-if-changed"]
     else:
         command = None
     if command:

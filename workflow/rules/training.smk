@@ -4,7 +4,8 @@
 # set the scheduler resources gpus, threads and mem_mb (per node), runtime (minutes) and nodes (several:
 # DDP across SLURM nodes, profiles/slurm/README.md). Locally each job gets GPUs of its own
 # (workflow/rules/gpus.smk); a one-GPU run with `runs_per_gpu: K` shares its GPU with up to K-1 others
-# (locally: slots of a GPU; under SLURM: K jobs in one sbatch job with one GPU, group gpu_share_K).
+# (locally: slots of a GPU; under SLURM: K jobs in one sbatch job with one GPU, group gpu_share_K), with
+# `mps: true` under an NVIDIA MPS daemon that the jobs start and stop (attngeom.pipeline.mps).
 # Runs come from `training: runs:` (a list of {name, overrides}) and/or `training: grid:` (setting → list
 # of values, one run per combination, named by its values); `training: seeds:` repeats every run once per
 # seed (<name>-s<seed>). The paper's grid (config/paper.yaml holds it with the paper's optimisation and
@@ -58,6 +59,9 @@ if TRAINING_RUNS:
         params:
             settings=lambda wildcards: TRAINING_RUNS[wildcards.run].settings,
             gpus=lambda wildcards: TRAINING_RUNS[wildcards.run].gpus,
+            # a shared run under NVIDIA MPS (attngeom.pipeline.mps), started and stopped by the jobs
+            mps=lambda wildcards: TRAINING_RUNS[wildcards.run].mps,
+            shared=lambda wildcards: TRAINING_RUNS[wildcards.run].runs_per_gpu > 1,
             out=lambda wildcards: f"{TR}/{wildcards.run}",
             code=code_of("train_run.py"),
         script:

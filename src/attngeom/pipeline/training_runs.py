@@ -40,6 +40,8 @@ class TrainingRun:
     nodes: int = 1
     runs_per_gpu: int = 1
     """More than 1: the run's one GPU is shared with up to ``runs_per_gpu - 1`` other such runs."""
+    mps: bool = False
+    """The runs sharing the GPU do so under NVIDIA MPS (``attngeom.pipeline.mps``), not time-sliced."""
 
     def resources(self, slots_per_gpu: int = 1, here: bool = True) -> dict[str, int | str]:
         """The train job's scheduler resources. One node: ``gpu`` (whole GPUs: the local profile's count,
@@ -140,6 +142,7 @@ def training_runs(training: dict, results: str) -> dict[str, TrainingRun]:
             regularised=cfg.reg_weight != 0,
             nodes=nodes,
             runs_per_gpu=share,
+            mps=_mps(name, merged.get("mps", False), share),
         )
     return runs
 
@@ -158,6 +161,17 @@ def _runs_per_gpu(name: str, value: object, gpus: int, nodes: int) -> int:
         raise InputError(
             f"config: training run {name!r} sets runs_per_gpu: {value} with gpus: {gpus} and nodes: {nodes}; "
             "only runs of one GPU on one node share a GPU: set gpus: 1, or runs_per_gpu: 1 for this run"
+        )
+    return value
+
+
+def _mps(name: str, value: object, share: int) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"config: training run {name!r}: mps must be true or false, not {value!r}")
+    if value and share == 1:
+        raise InputError(
+            f"config: training run {name!r} sets mps: true with runs_per_gpu: 1; MPS serves runs that share "
+            "a GPU: set runs_per_gpu to 2 or more, or mps: false for this run"
         )
     return value
 

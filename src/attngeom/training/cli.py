@@ -60,6 +60,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="move an earlier run in RUN_DIR aside (to RUN_DIR.replaced-<UTC time>) and train afresh; "
         "without it a run with the same settings resumes and one with other settings is an error",
     )
+    parser.add_argument(
+        "--restart-if-changed",
+        dest="restart",
+        action="store_const",
+        const="if-changed",
+        help="resume an earlier run in RUN_DIR with the same settings; move one with other settings aside "
+        "and train afresh (what the pipeline's train jobs do)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument(
         "--log-lines",
