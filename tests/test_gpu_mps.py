@@ -12,6 +12,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,7 +21,12 @@ import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import yaml
+from pipeline_support import ROOT
+from test_gpu_share import TINY_TRAIN, per_gpu_peak, pipeline_config
+from test_gpu_slots import holds
 
 from attngeom.errors import InputError
 from attngeom.pipeline.mps import LOG_VARIABLE, MODE, PIPE_VARIABLE, answers, mps_folder, mps_share
@@ -184,3 +191,68 @@ def test_a_bad_mps_is_one_line(entry, message):
     with pytest.raises(InputError) as err:
         runs_of({"name": "r", **entry}, gpus=1)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------- the train rule
+
+
+def shared_runs_under_mps(workdir: Path, environ: dict[str, str], device: str) -> list[str]:
+    """Two runs with ``runs_per_gpu: 2`` and ``mps: true`` through the pipeline's own train rule
+    (scripts/train_run.py) on GPU 0, with ``environ``; the two train logs. Both runs must finish, one
+    job must start the daemon and one quit it."""
+    config = pipeline_config(workdir, runs_per_gpu=2, mps=True, steps=4, log_every=2)
+    data = yaml.safe_load(config.read_text())
+    data["training"]["defaults"].update(TINY_TRAIN, checkpoint_every=4, score_every=4, device=device)
+    data["training"]["defaults"]["compile"] = False
+    data["training"]["runs"] = [{"name": "a"}, {"name": "b"}]
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    targets = [f"results/training/{run}/final" for run in ("a", "b")]
+    env = dict(environ, CUDA_VISIBLE_DEVICES="0", TMPDIR=str(workdir), OMP_NUM_THREADS="1")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "workflow" / "Snakefile")]
+    command += ["--directory", str(workdir), "--profile", str(ROOT / "profiles" / "local"), "--cores", "2"]
+    result = subprocess.run(
+        [*command, *targets, "--configfile", str(config)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    for run in ("a", "b"):
+        losses = pd.read_parquet(workdir / "results" / "training" / run / "loss.parquet")
+        assert losses["step"].max() == 4 and losses["loss"].notna().all()
+    logs = [workdir / "results" / "training" / "logs" / "train" / f"{run}.log" for run in ("a", "b")]
+    texts = [log.read_text() for log in logs]
+    assert per_gpu_peak(holds(logs)) == {"0": 2}, "the two runs did not share the GPU at once"
+    for text in texts:  # the mode, beside the GPU the job holds
+        assert re.search(rf"^CUDA_VISIBLE_DEVICES=0\n{MODE}mps \(control daemon ", text, re.M), text
+        assert "warning" not in text and "attngeom.cli train --restart-if-changed" in text
+    assert sum("control daemon started by this job" in text for text in texts) == 1
+    assert sum("quit the MPS control daemon" in text for text in texts) == 1
+    assert not answers(workdir / f"attngeom-gpus-{os.getuid()}" / "mps-0" / "pipe")  # quit
+    return texts
+
+
+@pytest.mark.slow
+def test_two_train_jobs_share_one_gpu_under_one_daemon(machine):
+    environ, calls = machine
+    workdir = Path(environ["MPS_STANDIN_RECORD"]).parent / "w"
+    workdir.mkdir()
+    shared_runs_under_mps(workdir, {**os.environ, **environ}, "cpu")
+    pipe = workdir / f"attngeom-gpus-{os.getuid()}" / "mps-0" / "pipe"
+    assert [(call["argv"], call["pipe"]) for call in read_calls(calls)] == [
+        (["-d"], str(pipe)),
+        ([], str(pipe)),
+    ]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not (shutil.which("nvidia-cuda-mps-control") and shutil.which("nvidia-smi")),
+    reason="needs an NVIDIA GPU and its nvidia-cuda-mps-control",
+)
+def test_two_train_jobs_share_a_real_gpu_under_mps():
+    """The same on a real GPU with the real daemon (benchmarks/mps_check.sh runs it)."""
+    with tempfile.TemporaryDirectory(prefix="mps", dir="/tmp") as folder:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_")}
+        texts = shared_runs_under_mps(Path(folder), environ, "cuda")
+        control = Path(folder) / f"attngeom-gpus-{os.getuid()}" / "mps-0" / "log" / "control.log"
+        print(*texts, control.read_text(), sep="\n=====\n")
+        assert control.read_text().strip(), "the daemon logged nothing"
