@@ -9,6 +9,7 @@ benchmarks/mps_check.sh.
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -31,6 +32,7 @@ from test_gpu_slots import holds
 from attngeom.errors import InputError
 from attngeom.pipeline.mps import LOG_VARIABLE, MODE, PIPE_VARIABLE, answers, mps_folder, mps_share
 from attngeom.pipeline.training_runs import training_runs
+from attngeom.training.cli import configure_parser
 
 STANDIN = Path(__file__).with_name("mps_standin.py")
 
@@ -260,3 +262,13 @@ def test_two_train_jobs_share_a_real_gpu_under_mps():
         control = Path(folder) / f"attngeom-gpus-{os.getuid()}" / "mps-0" / "log" / "control.log"
         print(*texts, control.read_text(), sep="\n=====\n")
         assert re.search("server", control.read_text(), re.I), "no MPS server started: no client came"
+
+
+def test_the_cli_restarts_a_changed_run_as_the_pipeline_does():
+    """The child process of a job under MPS is ``attngeom train --restart-if-changed``: what the train rule
+    does in its own process (``restart="if-changed"``)."""
+    parser = argparse.ArgumentParser()
+    configure_parser(parser)
+    assert parser.parse_args(["--out", "r", "--restart-if-changed"]).restart == "if-changed"
+    assert parser.parse_args(["--out", "r"]).restart == "never"
+    assert parser.parse_args(["--out", "r", "--restart"]).restart == "always"
