@@ -128,7 +128,11 @@ def mps_share(log: TextIO, environ: dict[str, str] = os.environ) -> Iterator[str
     if PIPE_VARIABLE in environ:
         pipe = Path(environ[PIPE_VARIABLE])
         if answers(pipe):
-            print(f"{MODE}mps (the daemon in {PIPE_VARIABLE}={pipe}, not started or stopped here)", file=log)
+            print(
+                f"{MODE}mps (the daemon in {PIPE_VARIABLE}={pipe}, not started or stopped here)",
+                file=log,
+                flush=True,
+            )
             yield "mps"
         else:
             _warn(
