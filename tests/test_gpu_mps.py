@@ -167,6 +167,19 @@ def test_without_the_program_or_when_it_fails_one_warning_and_time_sliced(machin
     assert [call["argv"] for call in read_calls(calls)] == [["-d"]]  # only the failing start ran
 
 
+def test_the_daemons_folder_is_per_gpu_and_under_slurm_per_job_too(machine, monkeypatch):
+    environ, calls = machine
+    local = mps_folder("GPU-8e1c/0", environ)
+    assert local.parent.name == f"attngeom-gpus-{os.getuid()}" and local.name == "mps-GPU-8e1c%2F0"
+    assert mps_folder("0", {"SLURM_JOB_ID": "4711"}).name == "mps-0-job4711"  # GPU ids restart in a job
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp/" + "d" * 60)  # too deep for the daemon's sockets
+    log = io.StringIO()
+    with mps_share(log, dict(environ)) as mode:
+        assert mode == "time-sliced"
+    assert "is too long a path for a socket (set TMPDIR shorter)" in log.getvalue()
+    assert read_calls(calls) == []
+
+
 # ---------------------------------------------------------------- the setting
 
 SETTINGS = {"n_layers": 2, "hidden_size": 32, "n_heads": 2, "intermediate_size": 64, "device": "cpu"}

@@ -34,8 +34,9 @@ MODE = "GPU sharing: "
 """Prefix of the line a shared train job logs: ``mps`` or ``time-sliced``, and why."""
 START_SECONDS = 30.0
 """How long a started daemon has to answer on its control socket."""
-SOCKET_PATH_LIMIT = 107
-"""The longest path of a Unix socket (``sun_path``, less its final NUL); the daemon's lies in the pipe folder."""
+PIPE_PATH_LIMIT = 80
+"""The longest pipe folder: the daemon's Unix sockets lie in it, and a socket's path has at most 107 bytes
+(``sun_path``), so this leaves room for their names."""
 
 
 def mps_folder(gpu: str, environ: dict[str, str] = os.environ) -> Path:
@@ -118,6 +119,13 @@ def _warn(log: TextIO, message: str) -> None:
     print(f"attngeom: warning: {message}", file=log, flush=True)
 
 
+def _time_sliced(log: TextIO, problem: str) -> str:
+    """The one warning line, and the mode a job without MPS runs in."""
+    _warn(log, f"{problem}: the run shares its GPU time-sliced, not under MPS")
+    print(f"{MODE}time-sliced", file=log, flush=True)
+    return "time-sliced"
+
+
 @contextlib.contextmanager
 def mps_share(log: TextIO, environ: dict[str, str] = os.environ) -> Iterator[str]:
     """A train job that shares its GPU, served by an MPS control daemon for the duration of the block
@@ -135,12 +143,7 @@ def mps_share(log: TextIO, environ: dict[str, str] = os.environ) -> Iterator[str
             )
             yield "mps"
         else:
-            _warn(
-                log,
-                f"no MPS control daemon answers in {PIPE_VARIABLE}={pipe}: the run shares its GPU time-sliced",
-            )
-            print(f"{MODE}time-sliced", file=log, flush=True)
-            yield "time-sliced"
+            yield _time_sliced(log, f"no MPS control daemon answers in {PIPE_VARIABLE}={pipe}")
         return
     gpus = device_list(environ.get("CUDA_VISIBLE_DEVICES", ""))
     executable = shutil.which(CONTROL, path=environ.get("PATH"))
@@ -149,16 +152,14 @@ def mps_share(log: TextIO, environ: dict[str, str] = os.environ) -> Iterator[str
         problem = f"the job sees {len(gpus)} GPUs (CUDA_VISIBLE_DEVICES), not the one it shares"
     elif executable is None:
         problem = f"{CONTROL} is not on PATH (it comes with the NVIDIA driver)"
-    elif len(str(folder / "pipe" / "control")) > SOCKET_PATH_LIMIT:
+    elif len(str(folder / "pipe")) > PIPE_PATH_LIMIT:
         problem = (
             f"the MPS pipe folder {folder / 'pipe'} is too long a path for a socket (set TMPDIR shorter)"
         )
     else:
         problem = None
     if problem is not None:
-        _warn(log, f"{problem}: the run shares its GPU time-sliced, not under MPS")
-        print(f"{MODE}time-sliced", file=log, flush=True)
-        yield "time-sliced"
+        yield _time_sliced(log, problem)
         return
     _own_folder(lock_folder())
     folder.mkdir(mode=0o700, exist_ok=True)
@@ -172,9 +173,7 @@ def mps_share(log: TextIO, environ: dict[str, str] = os.environ) -> Iterator[str
             fcntl.flock(user, fcntl.LOCK_SH)
         fcntl.flock(mutex, fcntl.LOCK_UN)
     if user is None:
-        _warn(log, f"{problem}: the run shares its GPU time-sliced, not under MPS")
-        print(f"{MODE}time-sliced", file=log, flush=True)
-        yield "time-sliced"
+        yield _time_sliced(log, problem)
         return
     how = "started by this job" if started else "already running"
     print(f"{MODE}mps (control daemon {how}, {PIPE_VARIABLE}={pipe}, GPU {gpus[0]})", file=log, flush=True)
