@@ -42,9 +42,14 @@ def discovered_layers(
 
     def split(item: Found, suffix: str, role: int) -> torch.Tensor:
         tensor = get(f"{item.q}.{suffix}")
+        if item.transposed and suffix == "weight":
+            tensor = tensor.T  # a Conv1D's inputs × outputs, as nn.Linear's outputs × inputs
         h, kv, d = item.n_heads, item.n_kv_heads, item.head_dim
         if item.fused == "blocks":
             return tensor[: h * d] if role == 0 else tensor[h * d : (h + kv) * d]
+        if item.fused == "groups_qvk":  # per group [q_g | v_g | k_g]
+            grouped = tensor.reshape(item.groups, 3, h * d // item.groups, *tensor.shape[1:])
+            return grouped[:, (0, 2)[role]].reshape(h * d, *tensor.shape[1:])
         per_head = tensor.reshape(h, 3, d, *tensor.shape[1:])[:, role]
         return per_head.reshape(h * d, *tensor.shape[1:])
 

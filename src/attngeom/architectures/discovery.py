@@ -44,9 +44,10 @@ PAIRS = (
 """Child names of separate query and key projections."""
 FUSED = ("qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv", "c_attn")
 """Child names of one linear projection yielding q, k and v together."""
-LAYOUTS = ("blocks", "per_head")
+LAYOUTS = ("blocks", "per_head", "groups_qvk")
 """How a fused projection's output rows are ordered: [q | k | v] (q: H·d_h rows, k and v: H_kv·d_h each),
-or per head [q_h | k_h | v_h] (as many kv heads as heads). The conformance run records which one gives the
+per head [q_h | k_h | v_h] (as many kv heads as heads), or in the module's ``mp_num`` model-parallel groups
+[q_g | v_g | k_g] of H/mp_num heads each (CodeGen). The conformance run records which one gives the
 model's own q and k; discovery uses only that one."""
 NORMS = (("q_norm", "k_norm"), ("q_layernorm", "k_layernorm"), ("query_layernorm", "key_layernorm"))
 """Child names of q/k norms applied after the projections."""
@@ -86,6 +87,10 @@ class Found:
     """The q projection yields [q_h | gate_h] per head (Qwen3-Next's output gate); q is each first half."""
     fused: str = ""
     """The layout of ``LAYOUTS`` when q and k come from one projection (``q`` and ``k`` then name it)."""
+    groups: int = 1
+    """The fused projection's model-parallel groups (layout ``groups_qvk``)."""
+    transposed: bool = False
+    """The projection is a ``Conv1D`` (GPT-2's): its weight is stored in the x W convention, inputs × outputs."""
     latent: bool = False
     """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
 
@@ -128,6 +133,23 @@ def meta_model(config: PretrainedConfig) -> torch.nn.Module:
 
 def _linear(module: object) -> bool:
     return isinstance(module, torch.nn.Linear)
+
+
+def _conv1d(module: object) -> bool:
+    """transformers' ``Conv1D``: a linear layer whose weight is stored transposed (inputs × outputs)."""
+    from transformers.pytorch_utils import Conv1D
+
+    return isinstance(module, Conv1D)
+
+
+def _rows(module: torch.nn.Module) -> int:
+    """A projection's output width (a ``Conv1D`` calls it ``nf``)."""
+    return module.nf if _conv1d(module) else module.out_features
+
+
+def _inputs(module: torch.nn.Module) -> int:
+    """A projection's input width."""
+    return module.weight.shape[0] if _conv1d(module) else module.in_features
 
 
 def _head_dim(module: torch.nn.Module, config: PretrainedConfig, q_width: int) -> int | None:
@@ -210,7 +232,7 @@ def find_attention(
                 raw.append((path, q, k, module))
                 break
         else:
-            fused = next((n for n in FUSED if _linear(getattr(module, n, None))), None)
+            fused = next((n for n in FUSED if _linear(p := getattr(module, n, None)) or _conv1d(p)), None)
             if fused and layout and path:
                 raw.append((path, fused, fused, module))
     groups: dict[str, list[tuple[str, str, str, torch.nn.Module]]] = {}
@@ -284,7 +306,7 @@ def _stack_names(groups: dict[str, list]) -> dict[str, str]:
 def _is_cross(entry: tuple) -> bool:
     path, q, k, module = entry
     name = path.rsplit(".", 1)[-1]
-    return bool(CROSS.search(name)) or getattr(module, q).in_features != getattr(module, k).in_features
+    return bool(CROSS.search(name)) or _inputs(getattr(module, q)) != _inputs(getattr(module, k))
 
 
 def _fused_heads(module: torch.nn.Module, config, width: int, layout: str) -> tuple[int, int, int]:
@@ -303,6 +325,9 @@ def _fused_heads(module: torch.nn.Module, config, width: int, layout: str) -> tu
         raise ArchitectureError(f"{type(module).__name__}: no head count to read")
     head_dim = head_dim or width // 3 // heads
     kv = (width // head_dim - heads) // 2 if layout == "blocks" else heads
+    groups = getattr(module, "mp_num", None)
+    if layout == "groups_qvk" and not (isinstance(groups, int) and groups > 0 and heads % groups == 0):
+        raise ArchitectureError(f"{type(module).__name__}: no mp_num groups of its {heads} heads")
     return head_dim, heads, kv
 
 
@@ -327,7 +352,7 @@ def _found(
             latent=True,
         )
     if layout:
-        head_dim, n_heads, n_kv = _fused_heads(module, config, q_mod.out_features, layout)
+        head_dim, n_heads, n_kv = _fused_heads(module, config, _rows(q_mod), layout)
         return Found(
             path=path,
             stack=stack,
@@ -341,6 +366,8 @@ def _found(
             k_bias=q_mod.bias is not None,
             cross=False,
             fused=layout,
+            groups=getattr(module, "mp_num", 1) if layout == "groups_qvk" else 1,
+            transposed=_conv1d(q_mod),
         )
     head_dim = _head_dim(module, config, q_mod.out_features)
     if head_dim is None:
