@@ -117,7 +117,7 @@ def discover(config: PretrainedConfig, layout: str = "") -> Architecture:
         modality=_modality(model, stacks),
         objective=_objective(config.model_type),
         layers=lambda cfg, reader: discovered_layers(cfg, Converted(reader, model), items, rotary),
-        n_layers=lambda cfg: sum(2 if isinstance(i, Found) and i.latent else 1 for i in items),
+        n_layers=lambda cfg: sum(i.forms if isinstance(i, Found) else 1 for i in items),
         notes=_notes(model, items),
         stacks=stacks,
         stack_modality={s: m for s in stacks if (m := _stack_modality(s))},
@@ -125,13 +125,17 @@ def discover(config: PretrainedConfig, layout: str = "") -> Architecture:
 
 
 def _notes(model: torch.nn.Module, items: list[Found | Skipped]) -> str:
-    """``discovered``, and the attention modules discovery leaves unscored (no separate q/k projections)."""
+    """``discovered``, and the attention modules discovery leaves unscored (no separate q/k projections;
+    the mixers of unscored layers say why themselves, layer by layer)."""
     paths = [item.path for item in items if isinstance(item, Found)]
+    mixers = {item.mixer for item in items if isinstance(item, Skipped)}
     missed = []
     for path, module in model.named_modules():
         name = type(module).__name__
-        if "Attention" not in name or any(
-            p == path or p.startswith(path + ".") or path.startswith(p + ".") for p in paths
+        if (
+            "Attention" not in name
+            or name in mixers
+            or any(p == path or p.startswith(path + ".") or path.startswith(p + ".") for p in paths)
         ):
             continue
         if not any(isinstance(c, torch.nn.Linear) for c in module.modules()):

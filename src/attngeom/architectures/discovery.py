@@ -54,6 +54,10 @@ NORMS = (("q_norm", "k_norm"), ("q_layernorm", "k_layernorm"), ("query_layernorm
 CROSS = re.compile(r"cross|encoder_attn|EncDec", re.IGNORECASE)
 """Attention modules whose keys read another stack (decoder queries × encoder keys)."""
 NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
+NOT_SOFTMAX = re.compile(r"^(Text)?(Linear|Delta|GatedDelta|Lightning)")
+"""A mixer class named, after its family's prefix, as linear, delta-rule or lightning attention: q and k
+feed a recurrence or kernel, never softmax(q·k) (Kimi-Linear's delta layers, MiniMax's lightning ones)."""
+WORD = re.compile(r"[A-Z][a-z]*\d*|\d+")
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,13 @@ class Found:
     """The projection is a ``Conv1D`` (GPT-2's): its weight is stored in the x W convention, inputs × outputs."""
     latent: bool = False
     """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
+    rope: bool = True
+    """A latent attention's decoupled rotary part exists (GLM-5-Next's has none: ``qk_rope_head_dim`` 0)."""
+
+    @property
+    def forms(self) -> int:
+        """The layers it yields: a latent attention's content and rotary forms, else one."""
+        return 2 if self.latent and self.rope else 1
 
 
 @dataclass(frozen=True)
@@ -214,7 +225,10 @@ def find_attention(
     them index its layers (T5's ``block.{i}.layer.0.SelfAttention``: i), in module order.
     """
     raw: list[tuple[str, str, str, torch.nn.Module]] = []
+    family = _family_words(model)
     for path, module in model.named_modules():
+        if NOT_SOFTMAX.search("".join(WORD.findall(type(module).__name__)[family:])):
+            continue  # its layers are recorded as unscored, with this class as their mixer
         if _linear(getattr(module, "kv_a_proj_with_mqa", None)) and _linear(
             getattr(module, "kv_b_proj", None)
         ):
@@ -257,6 +271,21 @@ def find_attention(
         key=lambda f: (order.index(f.stack) if f.stack in order else order.index(f.stack + "_cross"), f.layer)
     )
     return found
+
+
+def _family_words(model: torch.nn.Module) -> int:
+    """How many leading CamelCase words the model's own classes share (``KimiLinear`` of
+    ``KimiLinearModel``): the family prefix, not part of what a module class says it is."""
+    from transformers import PreTrainedModel
+
+    names = [WORD.findall(type(m).__name__) for m in model.modules() if isinstance(m, PreTrainedModel)]
+    names = [n[:-1] for n in names if len(n) > 1]  # without Model / ForCausalLM's last word
+    if not names:
+        return 0
+    common = 0
+    while all(len(n) > common and n[common] == names[0][common] for n in names):
+        common += 1
+    return common
 
 
 def _index(path: str, template: str) -> int:
@@ -350,6 +379,7 @@ def _found(
             k_bias=False,
             cross=False,
             latent=True,
+            rope=bool(own.qk_rope_head_dim),
         )
     if layout:
         head_dim, n_heads, n_kv = _fused_heads(module, config, _rows(q_mod), layout)

@@ -245,7 +245,7 @@ def _compare_vectors(layer, ours: list[torch.Tensor], theirs: list[torch.Tensor]
 
 def compare_latent(content, rope, record: dict[str, torch.Tensor]) -> str | None:
     """An MLA module: the content form against the no-rope dims of the attention function's q and k, the
-    rotary form against the rope dims (one key shared by the heads)."""
+    rotary form (``None`` where there is no rotary part) against the rope dims (one key shared by the heads)."""
     if "q_attn" not in record:
         return "a latent attention outside the attention interface"
     nope = content.head_dim
@@ -266,6 +266,8 @@ def compare_latent(content, rope, record: dict[str, torch.Tensor]) -> str | None
         ),
     )
     for layer, part in parts:
+        if layer is None:
+            continue
         why = compare(layer, part)
         if why:
             return f"{layer.stack}: {why}"

@@ -125,7 +125,7 @@ def _attempt(model, config, source, layout: str) -> dict:
         records = capture(model, items)
     except Exception as err:  # noqa: BLE001
         return _refused(f"could not run the tiny model ({_short(err)})")
-    expected = sum(2 if item.latent else 1 for item in items)
+    expected = sum(item.forms for item in items)
     if len(layers) != expected:
         return _refused(f"not validated: {len(layers)} layers read back, {expected} expected")
     pending = iter(layers)
@@ -136,7 +136,7 @@ def _attempt(model, config, source, layout: str) -> dict:
             )
         layer = next(pending)
         if item.latent:
-            rope = next(pending)
+            rope = next(pending) if item.rope else None
             why = compare_latent(layer, rope, records[item.path])
         else:
             why = compare(layer, records[item.path], bool(item.fused))
