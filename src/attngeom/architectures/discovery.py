@@ -383,6 +383,7 @@ def _found(
         )
     if layout:
         head_dim, n_heads, n_kv = _fused_heads(module, config, _rows(q_mod), layout)
+        q_norm, k_norm = _norms(module)
         return Found(
             path=path,
             stack=stack,
@@ -395,6 +396,8 @@ def _found(
             q_bias=q_mod.bias is not None,
             k_bias=q_mod.bias is not None,
             cross=False,
+            q_norm=q_norm,
+            k_norm=k_norm,
             fused=layout,
             groups=getattr(module, "mp_num", 1) if layout == "groups_qvk" else 1,
             transposed=_conv1d(q_mod),

@@ -58,7 +58,7 @@ def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
 def _rotary_neutralised(modules: list[torch.nn.Module]):
     def pre_hook(module, args, kwargs):
         cos_sin = kwargs.get("position_embeddings")
-        if not isinstance(cos_sin, tuple) or len(cos_sin) != 2:
+        if not isinstance(cos_sin, (tuple, list)) or len(cos_sin) != 2:  # MLCD passes a list
             return None
         cos, sin = cos_sin
         return args, {**kwargs, "position_embeddings": (torch.ones_like(cos), torch.zeros_like(sin))}
@@ -106,6 +106,7 @@ def capture(model: torch.nn.Module, items: list[Found]) -> dict[str, dict[str, t
 
     _register()
     _interface.clear()
+    _zero_norm_biases(modules, items)
     with ExitStack() as stack:
         for item in items:
             module = modules[item.path]
@@ -139,6 +140,16 @@ def capture(model: torch.nn.Module, items: list[Found]) -> dict[str, dict[str, t
         if id(module) in _interface and path in seen:
             seen[path]["q_attn"], seen[path]["k_attn"] = _interface[id(module)]
     return seen
+
+
+def _zero_norm_biases(modules: dict[str, torch.nn.Module], items: list[Found]) -> None:
+    """A q/k LayerNorm's bias is a term the form leaves out (``qk_norm_bias``): set to 0 in the random
+    model so that the rest, which the form states, is checked exactly."""
+    for item in items:
+        for norm in (item.q_norm, item.k_norm):
+            if norm is not None and norm.bias:
+                with torch.no_grad():
+                    modules[item.path].get_submodule(norm.name).bias.zero_()
 
 
 def _runners(model: torch.nn.Module, items: list[Found]) -> list[torch.nn.Module]:
@@ -229,16 +240,19 @@ def _compare_vectors(layer, ours: list[torch.Tensor], theirs: list[torch.Tensor]
         their = their.double()
         if mine.shape != their.shape:
             return f"q/k shape {tuple(their.shape)} in the model, {tuple(mine.shape)} from the form"
-        c = (mine * their).sum(-1) / (mine * mine).sum(-1).clamp_min(1e-30)
+        norm = (mine * mine).sum(-1)
+        c = (mine * their).sum(-1) / norm.clamp_min(1e-30)
+        zero = norm <= 1e-24 * norm.max()  # a zero row (padding): any c, and theirs must be 0 too
+        c = torch.where(zero, 1.0, c)
         if not (c > 0).all():
             return "q or k is not a positive multiple of the form's projection"
         error = ((their - c[..., None] * mine).abs().max() / their.abs().max().clamp_min(1e-30)).item()
         if error > RTOL:
             return f"q or k differs from the form's projection (relative error {error:.1e})"
-        scalars.append(c)
+        scalars.append(c[~zero])
     if layer.form == "standard":
         for c in scalars:
-            if ((c - c.flatten()[0]).abs().max() / c.abs().max()).item() > RTOL:
+            if len(c) and ((c - c[0]).abs().max() / c.abs().max()).item() > RTOL:
                 return "a standard form whose q or k is rescaled per token"
     return None
 
