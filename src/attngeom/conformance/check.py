@@ -96,11 +96,31 @@ def capture(model: torch.nn.Module, items: list[Found]) -> dict[str, dict[str, t
     seen: dict[str, dict[str, torch.Tensor]] = {}
     modules = {item.path: model.get_submodule(item.path) for item in items}
 
+    first_call: dict[str, bool] = {}  # path → its first call is under way (True) or over (False)
+
     def keep(path: str, role: str):
         def hook(projection, args, output):
             record = seen.setdefault(path, {})
+            x, y = args[0].detach(), output.detach()
             if f"x_{role}" not in record:
-                record[f"x_{role}"], record[role] = args[0].detach(), output.detach()
+                record[f"x_{role}"], record[role] = x, y
+            elif first_call.get(path) and _joinable(record[role], y) and _joinable(record[f"x_{role}"], x):
+                # a second call within the module's first (T5Gemma 2's merged attention: the keys of the
+                # decoder tokens, then of the encoder's) adds tokens to the same attention call
+                record[f"x_{role}"] = torch.cat((record[f"x_{role}"], x), -2)
+                record[role] = torch.cat((record[role], y), -2)
+
+        return hook
+
+    def opened(path: str):
+        def hook(module, args):
+            first_call.setdefault(path, True)
+
+        return hook
+
+    def closed(path: str):
+        def hook(module, args, output):
+            first_call[path] = False
 
         return hook
 
@@ -110,6 +130,11 @@ def capture(model: torch.nn.Module, items: list[Found]) -> dict[str, dict[str, t
     with ExitStack() as stack:
         for item in items:
             module = modules[item.path]
+            for handle in (
+                module.register_forward_pre_hook(opened(item.path)),
+                module.register_forward_hook(closed(item.path)),
+            ):
+                stack.callback(handle.remove)
             for role, name in (("q", item.q), ("k", item.k)):
                 child = module.get_submodule(name.rsplit(".", 1)[-1])
                 handle = child.register_forward_hook(keep(item.path, role))
@@ -129,6 +154,7 @@ def capture(model: torch.nn.Module, items: list[Found]) -> dict[str, dict[str, t
                     failure = err
                     for key in set(seen) - before:  # a call cut short pairs no projection with its q·k
                         del seen[key]
+                        first_call.pop(key, None)
                     for key in set(_interface) - interface:
                         del _interface[key]
             pending = [p for p in pending if p not in seen]
@@ -164,9 +190,14 @@ def _runners(model: torch.nn.Module, items: list[Found]) -> list[torch.nn.Module
     return runners
 
 
+def _joinable(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dim() == b.dim() >= 2 and a.shape[:-2] == b.shape[:-2] and a.shape[-1] == b.shape[-1]
+
+
 def heads(t: torch.Tensor, n: int, d: int) -> torch.Tensor:
-    """(..., N, n·d) → (B, n, N, d), a 2-D packed input as one batch."""
-    t = t if t.dim() == 3 else t.reshape(1, -1, t.shape[-1])
+    """(B, ..., n·d) → (B, n, N, d): a 2-D packed input as one batch, a grid's positions (B, H, W, ·) as
+    one token axis."""
+    t = t.reshape(1, -1, t.shape[-1]) if t.dim() == 2 else t.flatten(1, -2)
     return t.reshape(t.shape[0], t.shape[1], n, d).transpose(1, 2)
 
 
@@ -190,6 +221,8 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
             heads(record["k"], layer.n_kv_heads, layer.head_dim),
         ]
     )
+    if not all(torch.isfinite(t).all() for t in theirs):
+        return "the tiny model's forward pass gave non-finite q or k"
     if not attn and (layer.form != "standard" or fused):
         return "a normalised form or fused projection outside the attention interface"
     vectors = _compare_vectors(layer, ours, theirs)
