@@ -11,6 +11,7 @@ A module outside the attention interface is checked on its projections' outputs 
 
 from __future__ import annotations
 
+import inspect
 from contextlib import ExitStack, contextmanager
 
 import torch
@@ -56,12 +57,20 @@ def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
 
 @contextmanager
 def _rotary_neutralised(modules: list[torch.nn.Module]):
-    def pre_hook(module, args, kwargs):
-        cos_sin = kwargs.get("position_embeddings")
+    def neutral(cos_sin):
         if not isinstance(cos_sin, (tuple, list)) or len(cos_sin) != 2:  # MLCD passes a list
             return None
         cos, sin = cos_sin
-        return args, {**kwargs, "position_embeddings": (torch.ones_like(cos), torch.zeros_like(sin))}
+        return torch.ones_like(cos), torch.zeros_like(sin)
+
+    def pre_hook(module, args, kwargs):
+        if "position_embeddings" in kwargs:
+            cos_sin = neutral(kwargs["position_embeddings"])
+            return None if cos_sin is None else (args, {**kwargs, "position_embeddings": cos_sin})
+        names = list(inspect.signature(module.forward).parameters)
+        at = names.index("position_embeddings") if "position_embeddings" in names else len(args)
+        cos_sin = neutral(args[at]) if at < len(args) else None  # passed by position (SAM 3's ViT)
+        return None if cos_sin is None else ((*args[:at], cos_sin, *args[at + 1 :]), kwargs)
 
     handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
     try:
