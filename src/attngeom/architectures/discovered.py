@@ -89,8 +89,12 @@ def discovered_layers(
             cross=item.cross,
         )
         if item.q_norm is not None and item.k_norm is not None:
-            q_gain = get(f"{item.path}.{item.q_norm.name}.weight") + item.q_norm.offset
-            k_gain = get(f"{item.path}.{item.k_norm.name}.weight") + item.k_norm.offset
+            q_gain, k_gain = (
+                get(f"{item.path}.{n.name}.weight") + n.offset
+                if n.weight
+                else torch.ones(item.head_dim, dtype=torch.float64)
+                for n in (item.q_norm, item.k_norm)
+            )
             form = QK_NORM_PER_HEAD if q_gain.numel() == item.head_dim else QK_NORM_WHOLE
             layer = normalised(
                 layer, q_gain, k_gain, form, item.q_norm.centre, item.q_norm.bias or item.k_norm.bias

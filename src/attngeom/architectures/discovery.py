@@ -49,7 +49,12 @@ LAYOUTS = ("blocks", "per_head", "groups_qvk")
 per head [q_h | k_h | v_h] (as many kv heads as heads), or in the module's ``mp_num`` model-parallel groups
 [q_g | v_g | k_g] of H/mp_num heads each (CodeGen). The conformance run records which one gives the
 model's own q and k; discovery uses only that one."""
-NORMS = (("q_norm", "k_norm"), ("q_layernorm", "k_layernorm"), ("query_layernorm", "key_layernorm"))
+NORMS = (
+    ("q_norm", "k_norm"),
+    ("q_layernorm", "k_layernorm"),
+    ("query_layernorm", "key_layernorm"),
+    ("qk_norm", "qk_norm"),
+)
 """Child names of q/k norms applied after the projections."""
 CROSS = re.compile(r"cross|encoder_attn|EncDec", re.IGNORECASE)
 """Attention modules whose keys read another stack (decoder queries × encoder keys)."""
@@ -68,6 +73,8 @@ class Norm:
     offset: float
     centre: bool
     bias: bool
+    weight: bool = True
+    """False for a norm without a gain (Muse Spark's shared ``qk_norm``): the gain is 1."""
 
 
 @dataclass(frozen=True)
@@ -175,10 +182,13 @@ def _head_dim(module: torch.nn.Module, config: PretrainedConfig, q_width: int) -
     return None
 
 
-def probe_norm(norm: torch.nn.Module, name: str) -> Norm | None:
+def probe_norm(norm: torch.nn.Module, name: str, width: int = 0) -> Norm | None:
     """How ``norm`` scales: run a CPU copy with weight 0 (gain ``w``: output 0) and with weight set to
-    give gain 1 (a LayerNorm centres its output). ``None`` when it is not an elementwise-gain norm."""
+    give gain 1 (a LayerNorm centres its output). ``None`` when it is not an elementwise-gain norm.
+    A norm without a weight is run on ``width``-wide rows."""
     weight = getattr(norm, "weight", None)
+    if weight is None and width and not list(norm.parameters()):
+        return _probe_plain(norm, name, width)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
         return None
     probe = copy.deepcopy(norm).to_empty(device="cpu").float()
@@ -198,13 +208,25 @@ def probe_norm(norm: torch.nn.Module, name: str) -> Norm | None:
     return Norm(name, offset, centre, isinstance(bias, torch.Tensor))
 
 
-def _norms(module: torch.nn.Module) -> tuple[Norm | None, Norm | None]:
+def _probe_plain(norm: torch.nn.Module, name: str, width: int) -> Norm | None:
+    """A gain-free norm: its output a positive multiple of each row (RMS) or of the centred row (LayerNorm)."""
+    x = torch.randn(3, width, generator=torch.Generator().manual_seed(0)) + 2.0
+    with torch.no_grad():
+        y = norm(x)
+    for centre, base in ((False, x), (True, x - x.mean(-1, keepdim=True))):
+        c = (y * base).sum(-1, keepdim=True) / (base * base).sum(-1, keepdim=True)
+        if (c > 0).all() and (y - c * base).abs().max() < 1e-4 * y.abs().max():
+            return Norm(name, 0.0, centre, False, weight=False)
+    return None
+
+
+def _norms(module: torch.nn.Module, width: int) -> tuple[Norm | None, Norm | None]:
     for q_name, k_name in NORMS:
         q_norm, k_norm = getattr(module, q_name, None), getattr(module, k_name, None)
         if isinstance(q_norm, torch.nn.Identity) and isinstance(k_norm, torch.nn.Identity):
             return None, None  # a family whose q/k norm is switched off in this config
         if isinstance(q_norm, torch.nn.Module) and isinstance(k_norm, torch.nn.Module):
-            q, k = probe_norm(q_norm, q_name), probe_norm(k_norm, k_name)
+            q, k = probe_norm(q_norm, q_name, width), probe_norm(k_norm, k_name, width)
             if q is None or k is None:
                 raise ArchitectureError(f"{type(module).__name__}: q/k norm {q_name} of unknown kind")
             return q, k
@@ -383,7 +405,7 @@ def _found(
         )
     if layout:
         head_dim, n_heads, n_kv = _fused_heads(module, config, _rows(q_mod), layout)
-        q_norm, k_norm = _norms(module)
+        q_norm, k_norm = _norms(module, head_dim)
         return Found(
             path=path,
             stack=stack,
@@ -405,7 +427,7 @@ def _found(
     head_dim = _head_dim(module, config, q_mod.out_features)
     if head_dim is None:
         raise ArchitectureError(f"{type(module).__name__} at {path}: no head width to read")
-    q_norm, k_norm = _norms(module)
+    q_norm, k_norm = _norms(module, head_dim)
     n_heads = q_mod.out_features // head_dim
     stated = getattr(getattr(module, "config", None) or config, "num_attention_heads", None)
     gated = isinstance(stated, int) and n_heads == 2 * stated
