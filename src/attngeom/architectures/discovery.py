@@ -62,6 +62,8 @@ NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
 NOT_SOFTMAX = re.compile(r"^(Text)?(Linear|Delta|GatedDelta|Lightning)")
 """A mixer class named, after its family's prefix, as linear, delta-rule or lightning attention: q and k
 feed a recurrence or kernel, never softmax(q·k) (Kimi-Linear's delta layers, MiniMax's lightning ones)."""
+TOKEN_MIXING = re.compile(r"^(q|k|query|key)_s?conv")
+"""A child of an attention convolving its q or k over neighbouring tokens (Inkling's ``k_sconv``)."""
 WORD = re.compile(r"[A-Z][a-z]*\d*|\d+")
 
 
@@ -427,6 +429,12 @@ def _found(
     head_dim = _head_dim(module, config, q_mod.out_features)
     if head_dim is None:
         raise ArchitectureError(f"{type(module).__name__} at {path}: no head width to read")
+    mixed = [n for n, _ in module.named_children() if TOKEN_MIXING.search(n)]
+    if mixed:
+        raise ArchitectureError(
+            f"{type(module).__name__}: q or k passes through a convolution over tokens (`{mixed[0]}`), "
+            "so it is not a bilinear form of one token's input"
+        )
     q_norm, k_norm = _norms(module, head_dim)
     n_heads = q_mod.out_features // head_dim
     stated = getattr(getattr(module, "config", None) or config, "num_attention_heads", None)
