@@ -133,8 +133,8 @@ def _per_layer_lists(out: dict[str, Any], before: dict[str, Any], layers: int | 
             keep = sorted(set(keep) | set(range(min(layers, LAYERS))))
     out[key] = len(keep)
     for name, value in before.items():
-        if isinstance(value, list) and len(value) == layers and layers > 1:
-            out[name] = [value[i] for i in keep]
+        if isinstance(value, list) and len(value) == layers and layers > 1 and out.get(name) == value:
+            out[name] = [value[i] for i in keep]  # a list ``_hybrid_schedule`` rewrote stays rewritten
 
 
 def _renumber_tokens(out: dict[str, Any]) -> None:
