@@ -109,10 +109,12 @@ def _scores_case(c_q: torch.Tensor, c_k: torch.Tensor, form: str = "mla_rope"):
 def test_scores_match_up_to_per_token_scalars_and_no_more():
     from attngeom.conformance.check import _compare_scores
 
-    c_q, c_k = torch.rand(1, 2, 5, dtype=torch.float64) + 0.5, torch.rand(1, 2, 6, dtype=torch.float64) + 0.5
+    generator = torch.Generator().manual_seed(1)
+    c_q = torch.rand(1, 2, 5, generator=generator, dtype=torch.float64) + 0.5
+    c_k = torch.rand(1, 2, 6, generator=generator, dtype=torch.float64) + 0.5
     layer, ours, theirs = _scores_case(c_q, c_k)
     assert _compare_scores(layer, ours, theirs, "vectors differ") is None
-    theirs[1] = theirs[1] + 1e-3 * torch.randn(theirs[1].shape, dtype=torch.float64)
+    theirs[1] = theirs[1] + 1e-3 * torch.randn(theirs[1].shape, generator=generator, dtype=torch.float64)
     assert _compare_scores(layer, ours, theirs, "vectors differ") == "vectors differ"
     layer, ours, theirs = _scores_case(c_q, c_k, form="standard")
     assert _compare_scores(layer, ours, theirs, "v") == "a standard form whose scores are rescaled per token"

@@ -17,7 +17,6 @@ reason that run recorded.
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .base import ArchitectureError
+from .qk_norms import Norm, qk_norms
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -49,13 +49,6 @@ LAYOUTS = ("blocks", "per_head", "groups_qvk")
 per head [q_h | k_h | v_h] (as many kv heads as heads), or in the module's ``mp_num`` model-parallel groups
 [q_g | v_g | k_g] of H/mp_num heads each (CodeGen). The conformance run records which one gives the
 model's own q and k; discovery uses only that one."""
-NORMS = (
-    ("q_norm", "k_norm"),
-    ("q_layernorm", "k_layernorm"),
-    ("query_layernorm", "key_layernorm"),
-    ("qk_norm", "qk_norm"),
-)
-"""Child names of q/k norms applied after the projections."""
 CROSS = re.compile(r"cross|encoder_attn|EncDec", re.IGNORECASE)
 """Attention modules whose keys read another stack (decoder queries × encoder keys)."""
 NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
@@ -65,18 +58,6 @@ feed a recurrence or kernel, never softmax(q·k) (Kimi-Linear's delta layers, Mi
 TOKEN_MIXING = re.compile(r"^(q|k|query|key)_s?conv")
 """A child of an attention convolving its q or k over neighbouring tokens (Inkling's ``k_sconv``)."""
 WORD = re.compile(r"[A-Z][a-z]*\d*|\d+")
-
-
-@dataclass(frozen=True)
-class Norm:
-    """A q or k norm: the gain is ``weight + offset``; ``centre`` for a LayerNorm; ``bias`` if it adds one."""
-
-    name: str
-    offset: float
-    centre: bool
-    bias: bool
-    weight: bool = True
-    """False for a norm without a gain (Muse Spark's shared ``qk_norm``): the gain is 1."""
 
 
 @dataclass(frozen=True)
@@ -182,57 +163,6 @@ def _head_dim(module: torch.nn.Module, config: PretrainedConfig, q_width: int) -
         if isinstance(value, int) and value > 0 and q_width % value == 0:
             return q_width // value
     return None
-
-
-def probe_norm(norm: torch.nn.Module, name: str, width: int = 0) -> Norm | None:
-    """How ``norm`` scales: run a CPU copy with weight 0 (gain ``w``: output 0) and with weight set to
-    give gain 1 (a LayerNorm centres its output). ``None`` when it is not an elementwise-gain norm.
-    A norm without a weight is run on ``width``-wide rows."""
-    weight = getattr(norm, "weight", None)
-    if weight is None and width and not list(norm.parameters()):
-        return _probe_plain(norm, name, width)
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
-        return None
-    probe = copy.deepcopy(norm).to_empty(device="cpu").float()
-    bias = getattr(probe, "bias", None)
-    x = torch.randn(3, weight.numel(), generator=torch.Generator().manual_seed(0)) + 2.0
-    with torch.no_grad():
-        if isinstance(bias, torch.Tensor):
-            bias.zero_()
-        probe.weight.zero_()
-        at_zero = probe(x)
-        offset = 0.0 if at_zero.abs().max() < 1e-6 else 1.0
-        probe.weight.fill_(1.0 - offset)
-        at_one = probe(x)
-    if offset and (probe(x) - at_zero).abs().max() > 1e-6:
-        return None
-    centre = bool(at_one.mean(-1).abs().max() < 1e-4)
-    return Norm(name, offset, centre, isinstance(bias, torch.Tensor))
-
-
-def _probe_plain(norm: torch.nn.Module, name: str, width: int) -> Norm | None:
-    """A gain-free norm: its output a positive multiple of each row (RMS) or of the centred row (LayerNorm)."""
-    x = torch.randn(3, width, generator=torch.Generator().manual_seed(0)) + 2.0
-    with torch.no_grad():
-        y = norm(x)
-    for centre, base in ((False, x), (True, x - x.mean(-1, keepdim=True))):
-        c = (y * base).sum(-1, keepdim=True) / (base * base).sum(-1, keepdim=True)
-        if (c > 0).all() and (y - c * base).abs().max() < 1e-4 * y.abs().max():
-            return Norm(name, 0.0, centre, False, weight=False)
-    return None
-
-
-def _norms(module: torch.nn.Module, width: int) -> tuple[Norm | None, Norm | None]:
-    for q_name, k_name in NORMS:
-        q_norm, k_norm = getattr(module, q_name, None), getattr(module, k_name, None)
-        if isinstance(q_norm, torch.nn.Identity) and isinstance(k_norm, torch.nn.Identity):
-            return None, None  # a family whose q/k norm is switched off in this config
-        if isinstance(q_norm, torch.nn.Module) and isinstance(k_norm, torch.nn.Module):
-            q, k = probe_norm(q_norm, q_name, width), probe_norm(k_norm, k_name, width)
-            if q is None or k is None:
-                raise ArchitectureError(f"{type(module).__name__}: q/k norm {q_name} of unknown kind")
-            return q, k
-    return None, None
 
 
 def _template(path: str) -> str:
@@ -407,7 +337,7 @@ def _found(
         )
     if layout:
         head_dim, n_heads, n_kv = _fused_heads(module, config, _rows(q_mod), layout)
-        q_norm, k_norm = _norms(module, head_dim)
+        q_norm, k_norm = qk_norms(module, head_dim)
         return Found(
             path=path,
             stack=stack,
@@ -435,7 +365,7 @@ def _found(
             f"{type(module).__name__}: q or k passes through a convolution over tokens (`{mixed[0]}`), "
             "so it is not a bilinear form of one token's input"
         )
-    q_norm, k_norm = _norms(module, head_dim)
+    q_norm, k_norm = qk_norms(module, head_dim)
     n_heads = q_mod.out_features // head_dim
     stated = getattr(getattr(module, "config", None) or config, "num_attention_heads", None)
     gated = isinstance(stated, int) and n_heads == 2 * stated

@@ -264,14 +264,24 @@ def _compare_scores(layer, ours: list[torch.Tensor], theirs: list[torch.Tensor],
     return None
 
 
-def _scalars(mine: torch.Tensor, their: torch.Tensor, rounds: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-query and per-key scalars c_q, c_k minimising |their - diag(c_q) mine diag(c_k)|."""
+def _scalars(
+    mine: torch.Tensor, their: torch.Tensor, rounds: int = 1000
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-query and per-key scalars c_q, c_k minimising |their - diag(c_q) mine diag(c_k)|, by
+    alternating least squares until they stop changing (tens of rounds for an exact fit)."""
     c_k = torch.ones(mine.shape[:-2] + mine.shape[-1:], dtype=mine.dtype)
+    c_q = torch.zeros(mine.shape[:-1], dtype=mine.dtype)
+
+    def fit(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
+        return torch.where(denominator > 0, numerator / denominator.clamp_min(1e-300), 1.0)  # 0 row: any
+
     for _ in range(rounds):
         scaled = mine * c_k[..., None, :]
-        c_q = (their * scaled).sum(-1) / (scaled * scaled).sum(-1).clamp_min(1e-300)
+        previous, c_q = c_q, fit((their * scaled).sum(-1), (scaled * scaled).sum(-1))
         scaled = mine * c_q[..., :, None]
-        c_k = (their * scaled).sum(-2) / (scaled * scaled).sum(-2).clamp_min(1e-300)
+        c_k = fit((their * scaled).sum(-2), (scaled * scaled).sum(-2))
+        if ((c_q - previous).abs().max() / c_q.abs().max().clamp_min(1e-300)).item() < 1e-14:
+            break
     return c_q, c_k
 
 
