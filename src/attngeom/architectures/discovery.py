@@ -52,10 +52,10 @@ model's own q and k; discovery uses only that one."""
 CROSS = re.compile(r"cross|encoder_attn|EncDec", re.IGNORECASE)
 """Attention modules whose keys read another stack (decoder queries × encoder keys)."""
 NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
-NOT_SOFTMAX = re.compile(r"^(Text)?(Linear|Delta|GatedDelta|Lightning)")
+NOT_SOFTMAX = re.compile(r"^(Text)?((Linear|Delta|Lightning)\w*Attention|GatedDeltaNet)$")
 """A mixer class named, after its family's prefix, as linear, delta-rule or lightning attention: q and k
 feed a recurrence or kernel, never softmax(q·k) (Kimi-Linear's delta layers, MiniMax's lightning ones)."""
-TOKEN_MIXING = re.compile(r"^(q|k|query|key)_s?conv")
+TOKEN_MIXING = re.compile(r"^(q|k|query|key)_s?conv$")
 """A child of an attention convolving its q or k over neighbouring tokens (Inkling's ``k_sconv``)."""
 WORD = re.compile(r"[A-Z][a-z]*\d*|\d+")
 
