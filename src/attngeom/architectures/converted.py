@@ -11,6 +11,8 @@ from __future__ import annotations
 from copy import deepcopy
 from typing import TYPE_CHECKING
 
+from .base import ArchitectureError
+
 if TYPE_CHECKING:
     import torch
 
@@ -59,8 +61,15 @@ class Converted:
             for original in originals:
                 converter.add_tensor(first, original, pattern, self._reader.get(original))
         model = self._model
+        params = dict(model.named_parameters())
         for target, value in converter.convert(first, model=model, config=model.config).items():
-            self._made[target] = value[0] if isinstance(value, list) else value
+            tensor = value[0] if isinstance(value, list) else value
+            if target in params and tuple(tensor.shape) != tuple(params[target].shape):
+                raise ArchitectureError(
+                    f"transformers' conversion of {', '.join(o for v in sources.values() for o in v)} gives "
+                    f"{target} of shape {tuple(tensor.shape)}, the model's is {tuple(params[target].shape)}"
+                )
+            self._made[target] = tensor
 
 
 def plan(model: torch.nn.Module, names: list[str]) -> dict[str, tuple[object, dict[str, list[str]], str]]:
