@@ -25,6 +25,8 @@ model's: the full-run test does not compare such entries)."""
 FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv")
 
 
+LINEAR = re.compile(r"Linear\w*Attention$")
+"""A linear (separable, kernel) attention's class: it never forms the per-pair scores a form describes."""
 PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]*")
 """An absolute path in an error message (a temporary folder, the installation): not part of a reason."""
 
@@ -38,6 +40,9 @@ def _no_attention_reason(model) -> str:
     """Why a built model has no discovered attention: a fused projection, another attention, or none."""
     import torch
 
+    linear = sorted({type(m).__name__ for m in model.modules() if LINEAR.search(type(m).__name__)})
+    if linear:
+        return f"linear attention ({linear[0]}): no softmax over q·k scores, no per-head bilinear form"
     for path, module in model.named_modules():
         name = path.rsplit(".", 1)[-1]
         if name in FUSED or isinstance(module, torch.nn.MultiheadAttention):
@@ -96,7 +101,11 @@ def check_type(model_type: str) -> dict:
                 return tried[-1] | {"layout": layout}
         if separate["status"] == "validated":
             return separate
-        return next((r for r in tried if r.get("near")), separate)
+        near = next((r for r in tried if r.get("near")), None)
+        ran = next((r for r in tried[1:] if r["reason"].startswith("could not run")), None)
+        if near is None and ran is not None and "layout not discovered" in separate["reason"]:
+            return ran  # a layout was found, the forward pass that would choose it failed: say why
+        return near or separate
 
 
 def _attempt(model, config, source, layout: str) -> dict:
@@ -116,7 +125,7 @@ def _attempt(model, config, source, layout: str) -> dict:
         records = capture(model, items)
     except Exception as err:  # noqa: BLE001
         return _refused(f"could not run the tiny model ({_short(err)})")
-    expected = sum(2 if item.latent else 1 for item in items)
+    expected = sum(item.forms for item in items)
     if len(layers) != expected:
         return _refused(f"not validated: {len(layers)} layers read back, {expected} expected")
     pending = iter(layers)
@@ -127,7 +136,7 @@ def _attempt(model, config, source, layout: str) -> dict:
             )
         layer = next(pending)
         if item.latent:
-            rope = next(pending)
+            rope = next(pending) if item.rope else None
             why = compare_latent(layer, rope, records[item.path])
         else:
             why = compare(layer, records[item.path], bool(item.fused))
