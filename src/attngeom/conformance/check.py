@@ -27,6 +27,7 @@ def _attention(module, query, key, value, attention_mask, **kwargs):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     _interface.setdefault(id(module), (query.detach(), key.detach()))
+    kwargs.pop("softcap", None)  # scores capped after q·k: no part of q or k, and sdpa refuses it
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from contextlib import ExitStack
+from itertools import product
 
 import torch
 
@@ -37,15 +38,15 @@ def drive(
     with _implementation(model, CAPTURE):
         for item in items:
             module = model.get_submodule(item.path)
-            error: Exception = TypeError("no input the module's forward accepts")
+            errors: list[Exception] = []
             for kwargs in _calls(model, module, item):
                 try:
                     records[item.path] = _run(module, item, kwargs)
                     break
                 except Exception as err:  # noqa: BLE001 — the next generic input, else this module's reason
-                    error = err
-            else:
-                failures[item.path] = error
+                    errors.append(err)
+            else:  # the most ordinary input's error says most
+                failures[item.path] = errors[0] if errors else TypeError("its forward takes no input")
     return records, failures
 
 
@@ -76,12 +77,9 @@ def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.
     return record
 
 
-def _width(projection: torch.nn.Module) -> int:
-    return projection.in_features
-
-
 def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iterator[dict]:
-    """Keyword arguments to try in turn: each generic reading of the module's signature."""
+    """Keyword arguments to try in turn: each generic reading of the module's signature (the most
+    ordinary first), as the product of the choices its arguments leave open."""
     params = [
         p
         for p in inspect.signature(module.forward).parameters.values()
@@ -89,24 +87,29 @@ def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iter
     ]
     if not params:
         return
-    q_in = _width(module.get_submodule(item.q.rsplit(".", 1)[-1]))
-    k_in = _width(module.get_submodule(item.k.rsplit(".", 1)[-1]))
+    q_in = module.get_submodule(item.q.rsplit(".", 1)[-1]).in_features
+    k_in = module.get_submodule(item.k.rsplit(".", 1)[-1]).in_features
     cross = item.cross or q_in != k_in
     packed = any("cu_seqlens" in p.name for p in params)
     generator = torch.Generator().manual_seed(2)
-    lead = (LENGTH,) if packed else (BATCH, LENGTH)
+    leads = [(LENGTH,), (1, LENGTH)] if packed else [(BATCH, LENGTH)]
     kv_length = KV_LENGTH if cross else LENGTH
-    hidden = torch.randn(*lead, q_in, generator=generator, dtype=torch.float64)
-    states = (
-        torch.randn(*lead[:-1], kv_length, k_in, generator=generator, dtype=torch.float64)
-        if cross
-        else hidden
-    )
-    for rotary in _rotary_widths(model, item):
-        for mask in _masks(packed, kv_length):
+    for lead in leads:
+        hidden = torch.randn(*lead, q_in, generator=generator, dtype=torch.float64)
+        kv = torch.randn(*lead[:-1], kv_length, k_in, generator=generator, dtype=torch.float64)
+        options = {
+            "states": [kv] if cross else [None, kv],
+            "rotary": _rotary(model, item, lead),
+            "relative": _relative(lead, q_in),
+            "mask": _masks(lead, kv_length),
+        }
+        kinds = {_kind(p) for p in params[1:]}
+        options = {kind: values for kind, values in options.items() if kind in kinds}
+        for chosen in product(*options.values()):
+            choice = dict(zip(options, chosen, strict=True))
             kwargs = {params[0].name: hidden}
             for p in params[1:]:
-                value = _argument(p, rotary, mask, states, cross, lead)
+                value = _argument(p, choice, lead)
                 if value is not _DEFAULT:
                     kwargs[p.name] = value
             yield kwargs
@@ -115,43 +118,63 @@ def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iter
 _DEFAULT = object()
 
 
-def _argument(p: inspect.Parameter, rotary, mask, states, cross: bool, lead: tuple[int, ...]):
-    """The generic value of argument ``p`` (``_DEFAULT``: leave the module's default)."""
-    name, required = p.name, p.default is inspect.Parameter.empty
-    length = lead[-1]
-    if name == "position_embeddings":
-        if rotary is None:
-            return _DEFAULT if not required else None
-        shape = (*lead, rotary)
-        return torch.ones(shape, dtype=torch.float64), torch.zeros(shape, dtype=torch.float64)
-    if name in ("position_ids", "cache_position"):
-        positions = torch.arange(length)
-        return positions if name == "cache_position" or len(lead) == 1 else positions.expand(*lead)
-    if "cu_seqlens" in name:
-        return torch.tensor([0, length], dtype=torch.int32)
-    if "max_seqlen" in name:
-        return length
+def _kind(p: inspect.Parameter) -> str:
+    """Which generic input argument ``p`` takes."""
+    name = p.name
+    if name == "position_embeddings" and (p.annotation is p.empty or "tuple" in str(p.annotation)):
+        return "rotary"
+    if "pos" in name and "emb" in name:
+        return "relative"
     if "mask" in name:
-        return mask if (mask is not None or required) else _DEFAULT
+        return "mask"
     if name in KEY_VALUE_EXACT or any(part in name for part in KEY_VALUE):
-        return states if (cross or required) else _DEFAULT
+        return "states"
+    return name
+
+
+def _argument(p: inspect.Parameter, choice: dict, lead: tuple[int, ...]):
+    """The generic value of argument ``p`` (``_DEFAULT``: leave the module's default)."""
+    kind, required = _kind(p), p.default is inspect.Parameter.empty
+    length = lead[-1]
+    if kind in choice:
+        return choice[kind] if (choice[kind] is not None or required) else _DEFAULT
+    if kind in ("position_ids", "cache_position"):
+        positions = torch.arange(length)
+        return positions if kind == "cache_position" or len(lead) == 1 else positions.expand(*lead)
+    if "cu_seqlens" in kind:
+        return torch.tensor([0, length], dtype=torch.int32)
+    if "max_seqlen" in kind:
+        return length
     return None if required else _DEFAULT
 
 
-def _rotary_widths(model: torch.nn.Module, item: Found) -> list[int | None]:
-    """Neutral rotary embeddings as wide as the head, as its rotary part, as half of it; then none."""
+def _rotary(model: torch.nn.Module, item: Found, lead: tuple[int, ...]) -> list:
+    """Neutral rotary embeddings (cos 1, sin 0) as wide as the head, as its rotary part, as half of it;
+    then none."""
     config = getattr(model, "config", None)
     factor = getattr(config, "partial_rotary_factor", None) if config is not None else None
     widths = [item.head_dim, int(item.head_dim * factor) if factor else None, item.head_dim // 2]
-    return [*dict.fromkeys(w for w in widths if w), None]
+    shapes = [(*lead, w) for w in dict.fromkeys(w for w in widths if w)]
+    return [(torch.ones(s, dtype=torch.float64), torch.zeros(s, dtype=torch.float64)) for s in shapes] + [
+        None
+    ]
 
 
-def _masks(packed: bool, kv_length: int) -> list[torch.Tensor | None]:
-    """No mask, then an all-visible additive 4-D one, then an all-visible 2-D padding one."""
-    if packed:
+def _relative(lead: tuple[int, ...], width: int) -> list[torch.Tensor | None]:
+    """None, then zero relative position embeddings (their score term is no part of q and k) for the
+    2N - 1 relative offsets, then for the N positions."""
+    *batch, length = lead
+    return [None] + [torch.zeros(*batch, n, width, dtype=torch.float64) for n in (2 * length - 1, length)]
+
+
+def _masks(lead: tuple[int, ...], kv_length: int) -> list[torch.Tensor | None]:
+    """No mask, then an all-visible one: additive 4-D, boolean 4-D, 2-D padding."""
+    if len(lead) == 1:
         return [None]
+    batch, length = lead
     return [
         None,
-        torch.zeros(BATCH, 1, LENGTH, kv_length, dtype=torch.float64),
-        torch.ones(BATCH, kv_length, dtype=torch.long),
+        torch.zeros(batch, 1, length, kv_length, dtype=torch.float64),
+        torch.ones(batch, 1, length, kv_length, dtype=torch.bool),
+        torch.ones(batch, kv_length, dtype=torch.long),
     ]

@@ -1,7 +1,9 @@
 """Run the conformance of every ``model_type`` of the installed transformers and write ``support.json``.
 
 Each type ends as ``table`` (a hand-written map, checked by ``tests/test_arch_*.py``), ``validated``
-(discovered, and the tiny model's forward pass agrees head by head) or ``refused`` with its reason.
+(discovered, and the tiny model's forward pass agrees head by head; where that pass does not run or reach
+an attention module, the module's own forward, ``modules``, and the entry's ``own_forward`` names those
+stacks) or ``refused`` with its reason.
 ``python -m attngeom.conformance.run [OUT] [--jobs N] [--types a,b]`` (default OUT: the packaged file).
 """
 
