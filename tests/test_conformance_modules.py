@@ -109,3 +109,20 @@ def test_the_support_table_marks_and_counts_types_validated_on_their_modules(mon
     assert (
         f"{after['modules']} of them with stacks validated on their attention modules' own forward" in table
     )
+
+
+def test_a_type_whose_attention_modules_do_not_run_on_their_own_stays_refused(monkeypatch):
+    from transformers.models.video_llama_3 import modeling_video_llama_3 as family
+
+    attention = family.VideoLlama3VisionAttention
+    real = attention.forward
+
+    def forward(self, hidden_states, cu_seqlens, position_embeddings, boxes, **kwargs):
+        boxes.any()  # an input no generic driver makes: None fails here, before q and k
+        return real(self, hidden_states, cu_seqlens, position_embeddings, **kwargs)
+
+    monkeypatch.setattr(attention, "forward", forward)
+    entry = check_type(WHOLE_FAILS)
+    assert entry["status"] == "refused"
+    assert entry["reason"].startswith("could not run the tiny model (TypeError: "), entry["reason"]
+    assert "nor did encoder.layers.0.self_attn's own forward run (AttributeError: " in entry["reason"]

@@ -23,7 +23,7 @@ RTOL = 1e-5
 _interface: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _attention(module, query, key, value, attention_mask, **kwargs):
+def _attention(module, query, key, value, attention_mask=None, **kwargs):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     _interface.setdefault(id(module), (query.detach(), key.detach()))

@@ -93,14 +93,15 @@ def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iter
     packed = any("cu_seqlens" in p.name for p in params)
     generator = torch.Generator().manual_seed(2)
     leads = [(LENGTH,), (1, LENGTH)] if packed else [(BATCH, LENGTH)]
-    kv_length = KV_LENGTH if cross else LENGTH
-    for lead in leads:
+    for lead, kv_length in product(leads, (KV_LENGTH, LENGTH) if cross else (LENGTH,)):
         hidden = torch.randn(*lead, q_in, generator=generator, dtype=torch.float64)
         kv = torch.randn(*lead[:-1], kv_length, k_in, generator=generator, dtype=torch.float64)
+        rotary, relative = _rotary(model, item, lead), _relative(lead, q_in)
         options = {
             "states": [kv] if cross else [None, kv],
-            "rotary": _rotary(model, item, lead),
-            "relative": _relative(lead, q_in),
+            "rotary": rotary + relative[1:],
+            "position": relative + rotary[:-1],
+            "relative": relative,
             "mask": _masks(lead, kv_length),
         }
         kinds = {_kind(p) for p in params[1:]}
@@ -121,8 +122,8 @@ _DEFAULT = object()
 def _kind(p: inspect.Parameter) -> str:
     """Which generic input argument ``p`` takes."""
     name = p.name
-    if name == "position_embeddings" and (p.annotation is p.empty or "tuple" in str(p.annotation)):
-        return "rotary"
+    if name == "position_embeddings":  # rotary (cos, sin) or relative, whatever the annotation says
+        return "rotary" if p.annotation is p.empty or "tuple" in str(p.annotation) else "position"
     if "pos" in name and "emb" in name:
         return "relative"
     if "mask" in name:
@@ -149,12 +150,13 @@ def _argument(p: inspect.Parameter, choice: dict, lead: tuple[int, ...]):
 
 
 def _rotary(model: torch.nn.Module, item: Found, lead: tuple[int, ...]) -> list:
-    """Neutral rotary embeddings (cos 1, sin 0) as wide as the head, as its rotary part, as half of it;
-    then none."""
+    """Neutral rotary embeddings (cos 1, sin 0) as wide as the head, as its rotary part, as half of it,
+    per sequence or for all; then none."""
     config = getattr(model, "config", None)
     factor = getattr(config, "partial_rotary_factor", None) if config is not None else None
     widths = [item.head_dim, int(item.head_dim * factor) if factor else None, item.head_dim // 2]
-    shapes = [(*lead, w) for w in dict.fromkeys(w for w in widths if w)]
+    leads = dict.fromkeys([lead, lead[-1:]])  # batched, or one for the whole batch
+    shapes = [(*at, w) for w in dict.fromkeys(w for w in widths if w) for at in leads]
     return [(torch.ones(s, dtype=torch.float64), torch.zeros(s, dtype=torch.float64)) for s in shapes] + [
         None
     ]
@@ -168,7 +170,7 @@ def _relative(lead: tuple[int, ...], width: int) -> list[torch.Tensor | None]:
 
 
 def _masks(lead: tuple[int, ...], kv_length: int) -> list[torch.Tensor | None]:
-    """No mask, then an all-visible one: additive 4-D, boolean 4-D, 2-D padding."""
+    """No mask, then an all-visible one: additive 4-D, boolean 4-D, 2-D padding (integer, boolean)."""
     if len(lead) == 1:
         return [None]
     batch, length = lead
@@ -177,4 +179,5 @@ def _masks(lead: tuple[int, ...], kv_length: int) -> list[torch.Tensor | None]:
         torch.zeros(batch, 1, length, kv_length, dtype=torch.float64),
         torch.ones(batch, 1, length, kv_length, dtype=torch.bool),
         torch.ones(batch, kv_length, dtype=torch.long),
+        torch.ones(batch, kv_length, dtype=torch.bool),
     ]
