@@ -3,11 +3,12 @@
 Where the whole tiny model cannot run (its forward needs inputs a generic driver does not make: image
 grids, inference sessions, boxes, ...) or never reaches a module, the module is called on its own with
 random hidden states of its q projection's input width (cross attention: random key/value states of its k
-projection's input width), rotary position embeddings neutral (cos 1, sin 0), no mask or an all-visible
-one, and ``None`` for any other argument its signature requires. The q and k it computes are captured
-through the same projection hooks and attention interface as the whole forward pass and compared with
-the same functions; a module whose forward does not run to its end is not validated.
-"""
+projection's input width), rotary position embeddings neutral (cos 1, sin 0), relative ones zero, no mask
+or an all-visible one, packed sequences as one (``cu_seqlens``), and ``None`` for any other argument its
+signature requires; the readings its signature leaves open are tried in turn and the first that runs is
+kept (never one picked for agreeing). The q and k it computes are captured through the same projection
+hooks and attention interface as the whole forward pass and compared with the same functions; a module
+whose forward does not run to its end is not validated."""
 
 from __future__ import annotations
 
