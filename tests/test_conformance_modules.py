@@ -57,7 +57,7 @@ def test_a_wrong_discovery_fails_the_module_level_check(monkeypatch, change):
     monkeypatch.setattr(discovered, "find_attention", wrong)
     entry = check_type(WHOLE_FAILS)
     assert entry["status"] == "refused"
-    assert entry["reason"].startswith("not validated: self layer 0: "), entry["reason"]
+    assert entry["reason"].startswith(f"not validated (on {OWN_FORWARD}): self layer 0: "), entry["reason"]
 
 
 class _Boxes(torch.nn.Module):

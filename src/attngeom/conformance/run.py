@@ -142,7 +142,8 @@ def _attempt(model, config, source, layout: str) -> dict:
         else:
             why = compare(layer, records[item.path], bool(item.fused))
         if why:
-            return _refused(f"not validated: {layer.stack} layer {layer.layer}: {why}", near=True)
+            own = f" (on {OWN_FORWARD})" if item.path in driven else ""
+            return _refused(f"not validated{own}: {layer.stack} layer {layer.layer}: {why}", near=True)
     entry = {
         "status": "validated",
         "reason": architecture.notes + _own_forward_note(unrun, whole),
