@@ -24,10 +24,11 @@ RTOL = 1e-5
 _interface: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _attention(module, query, key, value, attention_mask, **kwargs):
+def _attention(module, query, key, value, attention_mask=None, **kwargs):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     _interface.setdefault(id(module), (query.detach(), key.detach()))
+    kwargs.pop("softcap", None)  # scores capped after q·k: no part of q or k, and sdpa refuses it
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -99,9 +100,12 @@ def _implementation(model: torch.nn.Module, name: str):
             config._attn_implementation_internal = before[key]
 
 
-def capture(model: torch.nn.Module, items: list[Found]) -> dict[str, dict[str, torch.Tensor]]:
+def capture(
+    model: torch.nn.Module, items: list[Found]
+) -> tuple[dict[str, dict[str, torch.Tensor]], Exception | None]:
     """By attention path: x_q, x_k (projection inputs), q, k (projection outputs) and, where the module
-    goes through the attention interface, q_attn and k_attn as the attention function got them."""
+    goes through the attention interface, q_attn and k_attn as the attention function got them; with the
+    last error of the forward passes when some modules never ran (``modules`` drives those on their own)."""
     seen: dict[str, dict[str, torch.Tensor]] = {}
     modules = {item.path: model.get_submodule(item.path) for item in items}
 
@@ -169,12 +173,12 @@ def capture(model: torch.nn.Module, items: list[Found]) -> dict[str, dict[str, t
             pending = [p for p in pending if p not in seen]
             if not pending:
                 break
-        if pending and failure is not None:
-            raise failure
+        if not pending:
+            failure = None
     for path, module in modules.items():
         if id(module) in _interface and path in seen:
             seen[path]["q_attn"], seen[path]["k_attn"] = _interface[id(module)]
-    return seen
+    return seen, failure
 
 
 def _zero_norm_biases(modules: dict[str, torch.nn.Module], items: list[Found]) -> None:

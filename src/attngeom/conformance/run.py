@@ -1,7 +1,9 @@
 """Run the conformance of every ``model_type`` of the installed transformers and write ``support.json``.
 
 Each type ends as ``table`` (a hand-written map, checked by ``tests/test_arch_*.py``), ``validated``
-(discovered, and the tiny model's forward pass agrees head by head) or ``refused`` with its reason.
+(discovered, and the tiny model's forward pass agrees head by head; where that pass does not run or reach
+an attention module, the module's own forward, ``modules``, and the entry's ``own_forward`` names those
+stacks) or ``refused`` with its reason.
 ``python -m attngeom.conformance.run [OUT] [--jobs N] [--types a,b]`` (default OUT: the packaged file).
 """
 
@@ -22,6 +24,8 @@ from ..architectures.validated import SUPPORT_FILE
 TIMEOUT_S = 120
 """A type whose check takes longer is refused with a TimeoutError (a slow machine's verdict, not the
 model's: the full-run test does not compare such entries)."""
+OWN_FORWARD = "the attention modules' own forward"
+"""Said by the reason of a type validated (in part) on its attention modules called one by one."""
 FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv")
 
 
@@ -113,6 +117,7 @@ def _attempt(model, config, source, layout: str) -> dict:
     from ..architectures.discovered import discover
     from ..architectures.discovery import Found, find_attention
     from .check import capture, compare, compare_latent
+    from .modules import drive
 
     try:
         architecture = discover(config, layout)
@@ -122,18 +127,23 @@ def _attempt(model, config, source, layout: str) -> dict:
     items = [i for i in find_attention(model, config, layout) if isinstance(i, Found)]
     try:
         layers = [l for l in architecture.layers(source.config, source) if hasattr(l, "w_q")]
-        records = capture(model, items)
     except Exception as err:  # noqa: BLE001
-        return _refused(f"could not run the tiny model ({_short(err)})")
+        return _refused(f"could not read the tiny model's layers back ({_short(err)})")
     expected = sum(item.forms for item in items)
     if len(layers) != expected:
         return _refused(f"not validated: {len(layers)} layers read back, {expected} expected")
+    records, whole = capture(model, items)
+    unrun = [item for item in items if item.path not in records]
+    driven, failures = drive(model, unrun)
+    if failures:
+        path, err = next(iter(failures.items()))
+        own = f"nor did {path}'s own forward run ({_short(err)})"
+        if whole is not None:
+            return _refused(f"could not run the tiny model ({_short(whole)}); {own}")
+        return _refused(f"not validated: {path} never ran in the tiny model's forward pass, {own}", near=True)
+    records |= driven
     pending = iter(layers)
     for item in items:
-        if item.path not in records:
-            return _refused(
-                f"not validated: {item.path} never ran in the tiny model's forward pass", near=True
-            )
         layer = next(pending)
         if item.latent:
             rope = next(pending) if item.rope else None
@@ -141,14 +151,29 @@ def _attempt(model, config, source, layout: str) -> dict:
         else:
             why = compare(layer, records[item.path], bool(item.fused))
         if why:
-            return _refused(f"not validated: {layer.stack} layer {layer.layer}: {why}", near=True)
-    return {
+            own = f" (on {OWN_FORWARD})" if item.path in driven else ""
+            return _refused(f"not validated{own}: {layer.stack} layer {layer.layer}: {why}", near=True)
+    entry = {
         "status": "validated",
-        "reason": architecture.notes,
+        "reason": architecture.notes + _own_forward_note(unrun, whole),
         "stacks": list(architecture.stacks),
         "modality": architecture.modality,
         "objective": architecture.objective,
     }
+    return entry | ({"own_forward": list(dict.fromkeys(i.stack for i in unrun))} if unrun else {})
+
+
+def _own_forward_note(unrun: list, whole: Exception | None) -> str:
+    """What a validation on the attention modules' own forward says: which stacks, and why not whole."""
+    if not unrun:
+        return ""
+    stacks = ", ".join(f"`{s}`" for s in dict.fromkeys(item.stack for item in unrun))
+    why = (
+        f"the tiny model's whole forward pass did not run: {_short(whole)}"
+        if whole is not None
+        else "the whole model's forward pass does not run them"
+    )
+    return f"; {stacks} validated on {OWN_FORWARD} ({why})"
 
 
 def _default_reason(model_type: str) -> str | None:
