@@ -82,7 +82,7 @@ def _codegen_layers(layout: str):
     config.rotary_dim = 8  # the default (64) is wider than the tiny heads
     model = randomized(AutoModel.from_config(config))
     items = [i for i in find_attention(model, config, layout) if isinstance(i, Found)]
-    records = capture(model, items)
+    records, _ = capture(model, items)
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
         source = open_source_for(folder)
