@@ -59,7 +59,7 @@ def shrink(entries: dict[str, Any]) -> dict[str, Any]:
         ):
             out[key] = _shrunk_list(str(key), value)
             continue
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, int) or _counts_stages(entries, value):
             continue
         for pattern, tiny in RULES:
             if re.search(pattern, key):
@@ -70,6 +70,7 @@ def shrink(entries: dict[str, Any]) -> dict[str, Any]:
     if "kv_lora_rank" in out and isinstance(out.get("num_key_value_heads"), int):
         out["num_key_value_heads"] = out.get("num_attention_heads", HEADS)  # MLA: one key per head
     _per_layer_lists(out, entries, layers_before)
+    _stage_outputs(out, entries)
     _renumber_tokens(out)
     return out
 
@@ -86,6 +87,32 @@ def _shrunk_list(key: str, value: list[int]) -> list[int]:
     if LIST_WIDTHS.search(key):
         return [min(v, 32) for v in value]
     return value
+
+
+def _counts_stages(entries: dict[str, Any], value: int) -> bool:
+    """Whether ``value`` is the length of a per-stage depth list (Swin's ``num_layers`` = its stage count)."""
+    return any(
+        re.search(LIST_RULES[0][0], str(k)) and isinstance(v, list) and len(v) == value
+        for k, v in entries.items()
+    )
+
+
+def _stage_outputs(out: dict[str, Any], before: dict[str, Any]) -> None:
+    """A backbone's ``out_indices`` name stages of the default depth: they become the last stages of
+    the tiny one (as many as before, the depth grown to hold them; the stem stays the stem)."""
+    names, indices = before.get("stage_names"), before.get("out_indices")
+    if not isinstance(names, list) or not isinstance(indices, list) or not names:
+        return
+    stages = len(names) - 1
+    key = next((k for k, v in before.items() if re.search(RULES[7][0], str(k)) and v == stages), None)
+    if key is None or _counts_stages(before, stages) or not isinstance(out.get(key), int):
+        return
+    picked = sorted({i for i in indices if isinstance(i, int) and i > 0})
+    out[key] = depth = max(out[key], len(picked))
+    moved = {i: depth - len(picked) + rank + 1 for rank, i in enumerate(picked)}
+    out["out_indices"] = [moved.get(i, i) for i in indices]
+    out["stage_names"] = [names[0]] + [f"stage{i}" for i in range(1, depth + 1)]
+    out["out_features"] = [out["stage_names"][i] for i in out["out_indices"]]
 
 
 def _hybrid_schedule(out: dict[str, Any]) -> None:
@@ -117,7 +144,7 @@ def _fit_patches(out: dict[str, Any]) -> None:
 def _per_layer_lists(out: dict[str, Any], before: dict[str, Any], layers: int | None) -> None:
     """Lists with one entry per layer keep the first layer of each kind; the layer count follows."""
     key = next((k for k in out if re.search(RULES[7][0], k) and isinstance(out[k], int)), None)
-    if key is None or not layers:
+    if key is None or not layers or _counts_stages(before, layers):
         return
     kinds = next(
         (before[k] for k in PER_LAYER if isinstance(before.get(k), list) and len(before[k]) == layers), None
@@ -135,6 +162,21 @@ def _per_layer_lists(out: dict[str, Any], before: dict[str, Any], layers: int | 
     for name, value in before.items():
         if isinstance(value, list) and len(value) == layers and layers > 1:
             out[name] = [value[i] for i in keep]
+        elif _by_layer(value, layers):
+            kept = {int(k): v for k, v in value.items() if int(k) in keep}
+            out[name] = {
+                f"{keep.index(i):0{len(str(len(keep) - 1))}d}": shrink(v) if isinstance(v, dict) else v
+                for i, v in kept.items()
+            }
+
+
+def _by_layer(value: Any, layers: int) -> bool:
+    """A dict keyed by layer index (Gemma 4's ``per_layer_config``: ``{"05": {"head_dim": 512}}``)."""
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and all(str(k).isdigit() and int(k) < layers for k in value)
+    )
 
 
 def _renumber_tokens(out: dict[str, Any]) -> None:
