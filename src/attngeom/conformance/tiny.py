@@ -75,7 +75,11 @@ def shrink(entries: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-LIST_RULES = ((r"(^|_)(depths|num_layers|layers|blocks)$", 1), (r"(^|_)(num_heads|heads)$", 2))
+LIST_RULES = (
+    (r"(^|_)(depths|num_layers|layers|blocks)$", 1),
+    (r"(^|_)(num_heads|heads)$", 2),
+    (r"(key_value_heads|kv_heads)", KV_HEADS),
+)
 LIST_WIDTHS = re.compile(r"(^|_)(hidden_sizes|embed_dims?|dims|channels|widths|hidden_dims)$")
 
 
@@ -212,6 +216,28 @@ def reserved_tokens(entries: dict[str, Any]) -> set[int]:
         elif TOKEN_ID.search(str(key)) and isinstance(value, list):
             ids |= {v for v in value if isinstance(v, int)}
     return ids
+
+
+UNAVAILABLE = {
+    "timm": "whose torchvision dependency is built on PyPI against torch's CUDA libraries and does not load "
+    "with the CPU torch installed here",
+    "torchaudio": "whose newest PyPI build (2.11) is for torch 2.11 and does not load with torch 2.13",
+    "detectron2": "which is not on PyPI (it installs from its source repository)",
+    "natten": "which PyPI has only as source to compile against torch (no wheel)",
+}
+"""Optional packages some models import, and why the test environment cannot hold them."""
+NEEDS = re.compile(r"requires the ([\w.-]+) library")
+
+
+def needed_package(err: BaseException) -> str | None:
+    """The refusal of a model that imports an optional package the environment lacks, else None."""
+    found = NEEDS.search(str(err)) if isinstance(err, ImportError) else None
+    name = found.group(1) if found else getattr(err, "name", None)
+    if not isinstance(err, ImportError) or not name:
+        return None
+    package = name.split(".")[0]
+    why = UNAVAILABLE.get(package, "which is not installed")
+    return f"needs the {package} package, {why}"
 
 
 def tiny_config(model_type: str):
