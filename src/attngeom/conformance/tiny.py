@@ -13,6 +13,16 @@ from typing import Any
 
 WIDTH, HEADS, KV_HEADS, HEAD_DIM, LAYERS, VOCAB, FFN = 64, 4, 2, 16, 2, 128, 64
 
+LAYER_KEYS = r"(^|_)(num_hidden_layers|n_layers?|num_layers|encoder_layers|decoder_layers|depth)$"
+COUNT_RULES: tuple[tuple[str, int], ...] = (
+    (LAYER_KEYS, LAYERS),
+    (r"(^|_)vocab_size$", VOCAB),
+    (r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_routed_experts)$", 4),
+    (r"^(num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|top_k|num_selected_experts)$", 2),
+    (r"^(n_group|topk_group|n_shared_experts|num_shared_experts)$", 1),
+    (r"^(max_position_embeddings|max_seq_len|n_positions|max_source_positions|max_target_positions)$", 512),
+)
+"""The counts: layers, vocabulary, experts, positions (shrunk even where the widths must stay)."""
 RULES: tuple[tuple[str, int], ...] = (
     (
         r"^(num_key_value_heads|num_kv_heads|n_kv_heads?|multi_query_group_num|num_key_value_groups)$",
@@ -24,44 +34,40 @@ RULES: tuple[tuple[str, int], ...] = (
     (r"^(q_lora_rank|kv_lora_rank)$", 32),
     (r"(^|_)(hidden_size|d_model|n_embd|embed_dim|dim|hidden_dim|embedding_size|projection_dim)$", WIDTH),
     (r"^(word_embed_proj_dim|n_positions_dim|proj_dim|output_dim|text_embed_dim|vision_embed_dim)$", WIDTH),
-    (r"(^|_)(num_hidden_layers|n_layers?|num_layers|encoder_layers|decoder_layers|depth)$", LAYERS),
     (r"(^|_)(intermediate_size|ffn_dim|n_inner|d_ff|mlp_dim|ffn_hidden_size|intermediate_dim)$", FFN),
-    (r"(^|_)vocab_size$", VOCAB),
-    (r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_routed_experts)$", 4),
-    (r"^(num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|top_k|num_selected_experts)$", 2),
-    (r"^(n_group|topk_group|n_shared_experts|num_shared_experts)$", 1),
     (r"^(image_size|img_size)$", 64),
     (r"^mamba_n_heads$", 4),
     (r"^mamba_d_head$", 2 * WIDTH // 4),
     (r"^mamba_d_ssm$", 2 * WIDTH),
     (r"^mamba_d_state$", 16),
-    (r"^(max_position_embeddings|max_seq_len|n_positions|max_source_positions|max_target_positions)$", 512),
+    *COUNT_RULES,
 )
 """Entry-name pattern → the tiny value (applied only where the default is a larger int)."""
 TOKEN_ID = re.compile(r"(_token_id|_token_index|_token_ids|_id)$")
 PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "layers_block_type", "block_types")
 
 
-def shrink(entries: dict[str, Any]) -> dict[str, Any]:
-    """``entries`` (a config's ``to_dict()``) with every size made tiny, sub-configs included."""
+def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
+    """``entries`` (a config's ``to_dict()``) with every size made tiny, sub-configs included;
+    ``widths=False``: the counts only (for a config whose widths are tied by rules of its own)."""
     out = dict(entries)
     layers_before = next(
-        (v for k, v in entries.items() if re.search(RULES[7][0], k) and isinstance(v, int)), None
+        (v for k, v in entries.items() if re.search(LAYER_KEYS, k) and isinstance(v, int)), None
     )
     for key, value in entries.items():
         if isinstance(value, dict) and ("model_type" in value or str(key).endswith("_config")):
-            out[key] = shrink(value)
+            out[key] = shrink(value, widths)
             continue
         if (
             isinstance(value, list)
             and value
             and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
         ):
-            out[key] = _shrunk_list(str(key), value)
+            out[key] = _shrunk_list(str(key), value, widths)
             continue
         if isinstance(value, bool) or not isinstance(value, int) or _counts_stages(entries, value):
             continue
-        for pattern, tiny in RULES:
+        for pattern, tiny in RULES if widths else COUNT_RULES:
             if re.search(pattern, key):
                 out[key] = min(value, tiny) if value > 0 else value
                 break
@@ -69,7 +75,7 @@ def shrink(entries: dict[str, Any]) -> dict[str, Any]:
     _hybrid_schedule(out)
     if "kv_lora_rank" in out and isinstance(out.get("num_key_value_heads"), int):
         out["num_key_value_heads"] = out.get("num_attention_heads", HEADS)  # MLA: one key per head
-    _per_layer_lists(out, entries, layers_before)
+    _per_layer_lists(out, entries, layers_before, widths)
     _stage_outputs(out, entries)
     _renumber_tokens(out)
     return out
@@ -83,12 +89,12 @@ LIST_RULES = (
 LIST_WIDTHS = re.compile(r"(^|_)(hidden_sizes|embed_dims?|dims|channels|widths|hidden_dims)$")
 
 
-def _shrunk_list(key: str, value: list[int]) -> list[int]:
+def _shrunk_list(key: str, value: list[int], widths: bool = True) -> list[int]:
     """Per-stage lists: depths to 1, head counts to 2, widths to 32 (keeping the stages)."""
-    for pattern, tiny in LIST_RULES:
+    for pattern, tiny in LIST_RULES if widths else LIST_RULES[:1]:
         if re.search(pattern, key):
             return [min(v, tiny) for v in value]
-    if LIST_WIDTHS.search(key):
+    if widths and LIST_WIDTHS.search(key):
         return [min(v, 32) for v in value]
     return value
 
@@ -108,7 +114,7 @@ def _stage_outputs(out: dict[str, Any], before: dict[str, Any]) -> None:
     if not isinstance(names, list) or not isinstance(indices, list) or not names:
         return
     stages = len(names) - 1
-    key = next((k for k, v in before.items() if re.search(RULES[7][0], str(k)) and v == stages), None)
+    key = next((k for k, v in before.items() if re.search(LAYER_KEYS, str(k)) and v == stages), None)
     if key is None or _counts_stages(before, stages) or not isinstance(out.get(key), int):
         return
     picked = sorted({i for i in indices if isinstance(i, int) and i > 0})
@@ -132,9 +138,7 @@ def _hybrid_schedule(out: dict[str, Any]) -> None:
         if "pattern" in str(key) and isinstance(value, str) and len(value) > LAYERS:
             kinds = "".join(dict.fromkeys(value))
             out[key] = kinds
-            layers = next(
-                (k for k in out if re.search(RULES[7][0], str(k)) and isinstance(out[k], int)), None
-            )
+            layers = next((k for k in out if re.search(LAYER_KEYS, str(k)) and isinstance(out[k], int)), None)
             if layers:
                 out[layers] = len(kinds)
 
@@ -145,9 +149,9 @@ def _fit_patches(out: dict[str, Any]) -> None:
         out["image_size"] = max(out["image_size"], 4 * patch) // patch * patch
 
 
-def _per_layer_lists(out: dict[str, Any], before: dict[str, Any], layers: int | None) -> None:
+def _per_layer_lists(out: dict[str, Any], before: dict[str, Any], layers: int | None, widths: bool) -> None:
     """Lists with one entry per layer keep the first layer of each kind; the layer count follows."""
-    key = next((k for k in out if re.search(RULES[7][0], k) and isinstance(out[k], int)), None)
+    key = next((k for k in out if re.search(LAYER_KEYS, k) and isinstance(out[k], int)), None)
     if key is None or not layers or _counts_stages(before, layers):
         return
     kinds = next(
@@ -165,11 +169,14 @@ def _per_layer_lists(out: dict[str, Any], before: dict[str, Any], layers: int | 
     out[key] = len(keep)
     for name, value in before.items():
         if isinstance(value, list) and len(value) == layers and layers > 1:
-            out[name] = [value[i] for i in keep]
+            shrunk = out[name] if len(out[name]) == layers else value  # kv heads per layer ...
+            out[name] = [shrunk[i] for i in keep]
         elif _by_layer(value, layers):
             kept = {int(k): v for k, v in value.items() if int(k) in keep}
             out[name] = {
-                f"{keep.index(i):0{len(str(len(keep) - 1))}d}": shrink(v) if isinstance(v, dict) else v
+                f"{keep.index(i):0{len(str(len(keep) - 1))}d}": shrink(v, widths)
+                if isinstance(v, dict)
+                else v
                 for i, v in kept.items()
             }
 
@@ -177,9 +184,7 @@ def _per_layer_lists(out: dict[str, Any], before: dict[str, Any], layers: int | 
 def _by_layer(value: Any, layers: int) -> bool:
     """A dict keyed by layer index (Gemma 4's ``per_layer_config``: ``{"05": {"head_dim": 512}}``)."""
     return (
-        isinstance(value, dict)
-        and bool(value)
-        and all(str(k).isdigit() and int(k) < layers for k in value)
+        isinstance(value, dict) and bool(value) and all(str(k).isdigit() and int(k) < layers for k in value)
     )
 
 
@@ -241,11 +246,74 @@ def needed_package(err: BaseException) -> str | None:
 
 
 def tiny_config(model_type: str):
-    """The tiny config of ``model_type`` (transformers' class built from the shrunk defaults)."""
+    """The tiny config of ``model_type``: the first of :func:`candidates` whose model builds (on the
+    meta device), attributes the model reads and the config lacks added; else the first error."""
     from transformers import CONFIG_MAPPING
 
     cls = CONFIG_MAPPING[model_type]
-    entries = shrink(cls().to_dict())
-    for drop in ("transformers_version", "_name_or_path", "architectures"):
-        entries.pop(drop, None)
-    return cls.from_dict(entries)
+    first: Exception | None = None
+    for entries in candidates(cls().to_dict()):
+        for drop in ("transformers_version", "_name_or_path", "architectures"):
+            entries.pop(drop, None)
+        try:
+            return _repaired(cls.from_dict(entries))
+        except Exception as err:  # noqa: BLE001 — the next candidate may build
+            first = first or err
+    raise first
+
+
+def candidates(defaults: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tiny entries to try, most shrunk first: all sizes; then sizes the defaults leave unset
+    (``head_dim: None``) given their tiny value; then the counts only (widths tied by the config's own
+    rules: groups dividing channels, axial factors summing to the width ...)."""
+    tiny = shrink(defaults)
+    return [tiny, _unset_sizes(tiny), _unset_sizes(shrink(defaults, widths=False))]
+
+
+def _unset_sizes(entries: dict[str, Any]) -> dict[str, Any]:
+    """Entries whose size is unset (None) where the name says which size: the tiny value."""
+    out = dict(entries)
+    for key, value in entries.items():
+        if isinstance(value, dict) and ("model_type" in value or str(key).endswith("_config")):
+            out[key] = _unset_sizes(value)
+        elif value is None and (tiny := _tiny_value(str(key))) is not None:
+            out[key] = tiny
+    return out
+
+
+def _tiny_value(name: str) -> int | float | None:
+    """The tiny value an entry's name implies (``dropout``, ``layerdrop``: 0.0), else None."""
+    if re.search(r"drop", name):  # dropout, layerdrop
+        return 0.0
+    return next((tiny for pattern, tiny in RULES if re.search(pattern, name)), None)
+
+
+MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
+
+
+def _repaired(config, tries: int = 8):
+    """``config`` once its model builds on the meta device; an attribute the model reads that the
+    config (or a sub-config) lacks gets the tiny value its name implies (MusicGen-Melody's ``dropout``)."""
+    from ..architectures.discovery import meta_model
+
+    for _ in range(tries):
+        try:
+            meta_model(config)
+            return config
+        except AttributeError as err:
+            found = MISSING.search(str(err))
+            owner = found and next((c for c in _configs(config) if type(c).__name__ == found[1]), None)
+            value = found and _tiny_value(found[2])
+            if owner is None or value is None:
+                raise
+            setattr(owner, found[2], value)
+    meta_model(config)
+    return config
+
+
+def _configs(config) -> list:
+    """``config`` and its sub-configs, depth first."""
+    from transformers import PretrainedConfig
+
+    subs = [v for v in vars(config).values() if isinstance(v, PretrainedConfig)]
+    return [config] + [c for sub in subs for c in _configs(sub)]
