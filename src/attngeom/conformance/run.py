@@ -54,7 +54,7 @@ def check_type(model_type: str) -> dict:
 
     from ..architectures.registry import REGISTRY
     from .check import randomized
-    from .tiny import needed_package, tiny_config
+    from .tiny import build_refusal, tiny_config
 
     if model_type in REGISTRY:
         return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}
@@ -69,7 +69,7 @@ def check_type(model_type: str) -> dict:
         config = tiny_config(model_type)
         skeleton = meta_model(config)
     except Exception as err:  # noqa: BLE001 — any failure is this type's result
-        why = _default_reason(model_type) or needed_package(err)
+        why = _default_reason(model_type) or build_refusal(err)
         return _refused(why or f"could not build a tiny model ({_short(err)})")
     if not _has_attention(skeleton, config):
         return _refused(_no_attention_reason(skeleton))

@@ -234,8 +234,13 @@ UNAVAILABLE = {
 NEEDS = re.compile(r"requires the ([\w.-]+) library")
 
 
-def needed_package(err: BaseException) -> str | None:
-    """The refusal of a model that imports an optional package the environment lacks, else None."""
+def build_refusal(err: BaseException) -> str | None:
+    """The specific refusal of a type whose tiny model could not be built, where ``err`` says it: a
+    missing optional package, or no model class (discovery's own error); else None."""
+    from ..architectures.base import ArchitectureError
+
+    if isinstance(err, ArchitectureError):
+        return str(err)
     found = NEEDS.search(str(err)) if isinstance(err, ImportError) else None
     name = found.group(1) if found else getattr(err, "name", None)
     if not isinstance(err, ImportError) or not name:
@@ -252,11 +257,11 @@ def tiny_config(model_type: str):
 
     cls = CONFIG_MAPPING[model_type]
     first: Exception | None = None
-    for entries in candidates(cls().to_dict()):
+    for tried, entries in enumerate(candidates(cls().to_dict())):
         for drop in ("transformers_version", "_name_or_path", "architectures"):
             entries.pop(drop, None)
         try:
-            return _repaired(cls.from_dict(entries))
+            return _repaired(cls.from_dict(entries), MAX_PARAMS if tried else None)
         except Exception as err:  # noqa: BLE001 — the next candidate may build
             first = first or err
     raise first
@@ -267,7 +272,57 @@ def candidates(defaults: dict[str, Any]) -> list[dict[str, Any]]:
     (``head_dim: None``) given their tiny value; then the counts only (widths tied by the config's own
     rules: groups dividing channels, axial factors summing to the width ...)."""
     tiny = shrink(defaults)
-    return [tiny, _unset_sizes(tiny), _unset_sizes(shrink(defaults, widths=False))]
+    return [
+        tiny,
+        _unset_sizes(_related(tiny, defaults)),
+        _unset_sizes(shrink(defaults, widths=False)),
+    ]
+
+
+def _related(tiny: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``tiny`` with the relations the defaults' widths hold kept (each config and sub-config): sizes
+    equal by default stay equal (kv heads = heads, Mimi's groups = width), a width that is heads × head
+    width of its part stays so (Falcon-H1's ``mamba_d_ssm``), and rotary
+    ``mrope_section`` splits sum to half the tiny rotary width."""
+    out = dict(tiny)
+    for key, value in tiny.items():
+        if isinstance(value, dict) and isinstance(defaults.get(key), dict):
+            out[key] = _related(value, defaults[key])
+    sizes = {
+        k: v
+        for k, v in defaults.items()
+        if isinstance(v, int)
+        and not isinstance(v, bool)
+        and v > 1
+        and isinstance(out.get(k), int)
+        and not any(re.search(pattern, str(k)) for pattern, _ in COUNT_RULES)
+    }
+    for value in set(sizes.values()):
+        group = [k for k, v in sizes.items() if v == value]
+        shrunk = [out[k] for k in group if out[k] != value]
+        for k in group if shrunk else ():
+            out[k] = max(shrunk)
+    for a in sizes:  # heads × head width of one part (``mamba_*``), the first in the config's order
+        part = str(a).split("_")[0]
+        kin = [k for k in sizes if str(k).split("_")[0] == part and part not in ("num", "n", "max")]
+        pairs = ((b, c) for b in kin for c in kin if "heads" in b and "head" in c.replace("heads", ""))
+        b, c = next(((b, c) for b, c in pairs if sizes[a] == sizes[b] * sizes[c]), (None, None))
+        if b is not None and out[b] * out[c] > 1:
+            out[a] = out[b] * out[c]
+    _rotary_sections(out)
+    return out
+
+
+def _rotary_sections(out: dict[str, Any]) -> None:
+    """``mrope_section`` (in the config or its rope parameters) rescaled to sum to half the rotary width."""
+    width = out.get("qk_rope_head_dim") or out.get("head_dim") or HEAD_DIM
+    for holder in [out] + [v for v in out.values() if isinstance(v, dict) and "mrope_section" in v]:
+        sections = holder.get("mrope_section")
+        if isinstance(sections, list) and sections and all(isinstance(x, int) for x in sections):
+            half, total = width // 2, sum(sections)
+            scaled = [max(1, x * half // total) for x in sections]
+            scaled[0] += half - sum(scaled)
+            holder["mrope_section"] = scaled
 
 
 def _unset_sizes(entries: dict[str, Any]) -> dict[str, Any]:
@@ -291,14 +346,21 @@ def _tiny_value(name: str) -> int | float | None:
 MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
 
 
-def _repaired(config, tries: int = 8):
-    """``config`` once its model builds on the meta device; an attribute the model reads that the
-    config (or a sub-config) lacks gets the tiny value its name implies (MusicGen-Melody's ``dropout``)."""
+MAX_PARAMS = 64_000_000
+"""A fallback candidate (default widths) is taken only up to this size: its forward pass stays quick."""
+
+
+def _repaired(config, max_params: int | None = None, tries: int = 8):
+    """``config`` once its model builds on the meta device (with at most ``max_params``); an attribute
+    the model reads that the config (or a sub-config) lacks gets the tiny value its name implies
+    (MusicGen-Melody's ``dropout``)."""
     from ..architectures.discovery import meta_model
 
     for _ in range(tries):
         try:
-            meta_model(config)
+            params = sum(p.numel() for p in meta_model(config).parameters())
+            if max_params is not None and params > max_params:
+                raise ValueError(f"{params} parameters at the default widths, over {max_params}")
             return config
         except AttributeError as err:
             found = MISSING.search(str(err))
@@ -307,8 +369,7 @@ def _repaired(config, tries: int = 8):
             if owner is None or value is None:
                 raise
             setattr(owner, found[2], value)
-    meta_model(config)
-    return config
+    raise ValueError(f"attributes still missing after {tries} repairs")
 
 
 def _configs(config) -> list:
