@@ -76,6 +76,8 @@ def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
     if "kv_lora_rank" in out and isinstance(out.get("num_key_value_heads"), int):
         out["num_key_value_heads"] = out.get("num_attention_heads", HEADS)  # MLA: one key per head
     _per_layer_lists(out, entries, layers_before, widths)
+    if "sliding_window" in out and out["sliding_window"] is None and _names_sliding(out):
+        out["sliding_window"] = 512  # sliding layers with no default window (Step3p5's text model)
     _stage_outputs(out, entries)
     _renumber_tokens(out)
     return out
@@ -99,10 +101,19 @@ def _shrunk_list(key: str, value: list[int], widths: bool = True) -> list[int]:
     return value
 
 
+def _names_sliding(out: dict[str, Any]) -> bool:
+    """Whether an entry other than ``sliding_window`` names sliding-window attention in use (a layer
+    type, a head count of sliding layers; not ``use_sliding_window: False``)."""
+    others = {k: v for k, v in out.items() if k != "sliding_window"}
+    return any(
+        ("sliding" in str(k) and v not in (None, False, 0)) or "sliding" in str(v) for k, v in others.items()
+    )
+
+
 def _counts_stages(entries: dict[str, Any], value: int) -> bool:
     """Whether ``value`` is the length of a per-stage depth list (Swin's ``num_layers`` = its stage count)."""
     return any(
-        re.search(LIST_RULES[0][0], str(k)) and isinstance(v, list) and len(v) == value
+        re.search(r"(^|_)depths$", str(k)) and isinstance(v, list) and len(v) == value
         for k, v in entries.items()
     )
 
@@ -169,8 +180,8 @@ def _per_layer_lists(out: dict[str, Any], before: dict[str, Any], layers: int | 
     out[key] = len(keep)
     for name, value in before.items():
         if isinstance(value, list) and len(value) == layers and layers > 1:
-            shrunk = out[name] if len(out[name]) == layers else value  # kv heads per layer ...
-            out[name] = [shrunk[i] for i in keep]
+            heads = "heads" in str(name) and len(out[name]) == layers  # Sapiens2's kv heads per layer
+            out[name] = [(out[name] if heads else value)[i] for i in keep]
         elif _by_layer(value, layers):
             kept = {int(k): v for k, v in value.items() if int(k) in keep}
             out[name] = {
@@ -184,7 +195,9 @@ def _per_layer_lists(out: dict[str, Any], before: dict[str, Any], layers: int | 
 def _by_layer(value: Any, layers: int) -> bool:
     """A dict keyed by layer index (Gemma 4's ``per_layer_config``: ``{"05": {"head_dim": 512}}``)."""
     return (
-        isinstance(value, dict) and bool(value) and all(str(k).isdigit() and int(k) < layers for k in value)
+        isinstance(value, dict)
+        and bool(value)
+        and all(str(k).isdigit() and int(k) < layers and isinstance(v, dict) for k, v in value.items())
     )
 
 
@@ -310,7 +323,21 @@ def _related(tiny: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
         if b is not None and out[b] * out[c] > 1:
             out[a] = out[b] * out[c]
     _rotary_sections(out)
+    _layer_shares(out, defaults)
     return out
+
+
+def _layer_shares(out: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """A count of some of the layers (Gemma 3n's ``num_kv_shared_layers``) keeps its share of the tiny
+    layers, rounded down."""
+    key = next((k for k in defaults if re.search(LAYER_KEYS, str(k)) and isinstance(out.get(k), int)), None)
+    layers = defaults.get(key) if key else None
+    if not isinstance(layers, int) or layers <= out[key]:
+        return
+    for name, value in defaults.items():
+        some = isinstance(value, int) and not isinstance(value, bool) and 0 < value < layers
+        if some and name != key and str(name).endswith("_layers") and out.get(name) == value:
+            out[name] = value * out[key] // layers
 
 
 def _rotary_sections(out: dict[str, Any]) -> None:
@@ -340,6 +367,8 @@ def _tiny_value(name: str) -> int | float | None:
     """The tiny value an entry's name implies (``dropout``, ``layerdrop``: 0.0), else None."""
     if re.search(r"drop", name):  # dropout, layerdrop
         return 0.0
+    if re.search(r"^prediction_length$", name):  # time series: the horizon has no default
+        return 8
     return next((tiny for pattern, tiny in RULES if re.search(pattern, name)), None)
 
 
