@@ -324,7 +324,20 @@ def _related(tiny: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
             out[a] = out[b] * out[c]
     _rotary_sections(out)
     _layer_shares(out, defaults)
+    _layer_indices(out)
     return out
+
+
+def _layer_indices(out: dict[str, Any]) -> None:
+    """Indices of layers a tower's features are read from (Molmo2's ``vision_feature_layer``: [24, 18])
+    become the last tiny layers, in the same order (negative ones count from the end already)."""
+    for key, value in out.items():
+        values = value if isinstance(value, list) else [value]
+        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+        if re.search(r"feature_layers?$", str(key)) and values and ints and max(values) >= LAYERS:
+            above = sorted({v for v in values if v >= 0}, reverse=True)
+            moved = [max(0, LAYERS - 1 - above.index(v)) if v >= 0 else v for v in values]
+            out[key] = moved if isinstance(value, list) else moved[0]
 
 
 def _layer_shares(out: dict[str, Any], defaults: dict[str, Any]) -> None:
