@@ -96,3 +96,30 @@ def test_a_model_class_no_auto_mapping_names_is_found_by_its_config_class():
         build_refusal(raised.value)
         == "transformers defines no model for it (a configuration and processor only)"
     )
+
+
+def test_second_candidate_rules_on_layer_counts_indices_and_unset_defaults():
+    from transformers import CONFIG_MAPPING
+
+    gemma = candidates(CONFIG_MAPPING["gemma3n_text"]().to_dict())[1]
+    assert gemma["num_kv_shared_layers"] == 15 * gemma["num_hidden_layers"] // 35  # its share, rounded down
+    molmo = tiny_config("molmo2").adapter_config
+    assert molmo.vision_feature_layer == [1, 0]  # [24, 18] of the default depth: the last two, in order
+    assert tiny_config("time_series_transformer").prediction_length == 8  # no default horizon
+    assert tiny_config("step3p5").sliding_window == 512  # sliding heads, no default window
+    assert tiny_config("qwen2").sliding_window is None  # `use_sliding_window: False` keeps it unset
+
+
+@pytest.mark.parametrize(
+    ("model_type", "reason"),
+    [
+        ("layoutxlm", "transformers defines no model for it (a configuration and processor only)"),
+        ("timm_wrapper", "needs the timm package, whose torchvision dependency"),
+        ("nougat", "transformers' default config of it does not build its model either (ValueError: "),
+    ],
+)
+def test_a_type_that_cannot_be_built_is_refused_with_its_specific_reason(model_type, reason):
+    from attngeom.conformance.run import check_type
+
+    entry = check_type(model_type)
+    assert entry["status"] == "refused" and entry["reason"].startswith(reason), entry
