@@ -7,7 +7,8 @@ import pytest
 
 from attngeom.architectures import ArchitectureError
 from attngeom.architectures.discovery import meta_model, model_class
-from attngeom.conformance.tiny import _repaired, build_refusal, candidates, shrink, tiny_config
+from attngeom.conformance.refusals import build_refusal
+from attngeom.conformance.tiny import _repaired, candidates, shrink, tiny_config
 
 
 def _stages(n: int) -> list[str]:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .base import ArchitectureError
+from .model_classes import own_model_class
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -112,31 +113,10 @@ def model_class(model_type: str) -> type:
         if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and model_type in mapping:
             names = mapping[model_type]
             return getattr(transformers, names[0] if isinstance(names, (list, tuple)) else names)
-    own = _own_model_class(model_type)
+    own = own_model_class(model_type)
     if own is None:
         raise ArchitectureError("transformers defines no model for it (a configuration and processor only)")
     return own
-
-
-def _own_model_class(model_type: str) -> type | None:
-    """A model class no auto mapping names, declared for this config class in its module (a sub-config's
-    tower such as Step3p7's text model under its ``step3p5`` name, a vocoder): the base ``...Model`` first."""
-    import importlib
-
-    from transformers import CONFIG_MAPPING, PreTrainedModel
-
-    config_class = CONFIG_MAPPING[model_type]
-    module = importlib.import_module(config_class.__module__.rsplit(".", 1)[0])
-    values = ((name, getattr(module, name)) for name in sorted(dir(module)))  # a lazy module: not vars()
-    found = [
-        value
-        for name, value in values
-        if isinstance(value, type)
-        and issubclass(value, PreTrainedModel)
-        and "PreTrained" not in name
-        and getattr(value, "config_class", None) is config_class
-    ]
-    return next((c for c in found if c.__name__.endswith("Model")), found[0] if found else None)
 
 
 def meta_model(config: PretrainedConfig) -> torch.nn.Module:

@@ -54,7 +54,8 @@ def check_type(model_type: str) -> dict:
 
     from ..architectures.registry import REGISTRY
     from .check import randomized
-    from .tiny import build_refusal, tiny_config
+    from .refusals import build_refusal
+    from .tiny import tiny_config
 
     if model_type in REGISTRY:
         return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}

@@ -3,7 +3,8 @@
 Sizes are shrunk generically (widths to 64, 4 query heads and 2 kv heads of width 16, 2 layers, a
 128-token vocabulary, 4 experts, 2 per token, images of 4×4 patches) wherever a default is larger, in
 the config and each sub-config; token ids the smaller vocabulary no longer holds are renumbered;
-per-layer lists keep one layer of each kind.
+per-layer lists keep one layer of each kind. Where that config's model does not build, the next of
+:func:`candidates` is tried (the defaults' relations kept, then the counts only).
 """
 
 from __future__ import annotations
@@ -234,33 +235,6 @@ def reserved_tokens(entries: dict[str, Any]) -> set[int]:
         elif TOKEN_ID.search(str(key)) and isinstance(value, list):
             ids |= {v for v in value if isinstance(v, int)}
     return ids
-
-
-UNAVAILABLE = {
-    "timm": "whose torchvision dependency is built on PyPI against torch's CUDA libraries and does not load "
-    "with the CPU torch installed here",
-    "torchaudio": "whose newest PyPI build (2.11) is for torch 2.11 and does not load with torch 2.13",
-    "detectron2": "which is not on PyPI (it installs from its source repository)",
-    "natten": "which PyPI has only as source to compile against torch (no wheel)",
-}
-"""Optional packages some models import, and why the test environment cannot hold them."""
-NEEDS = re.compile(r"requires the ([\w.-]+) library")
-
-
-def build_refusal(err: BaseException) -> str | None:
-    """The specific refusal of a type whose tiny model could not be built, where ``err`` says it: a
-    missing optional package, or no model class (discovery's own error); else None."""
-    from ..architectures.base import ArchitectureError
-
-    if isinstance(err, ArchitectureError):
-        return str(err)
-    found = NEEDS.search(str(err)) if isinstance(err, ImportError) else None
-    name = found.group(1) if found else getattr(err, "name", None)
-    if not isinstance(err, ImportError) or not name:
-        return None
-    package = name.split(".")[0]
-    why = UNAVAILABLE.get(package, "which is not installed")
-    return f"needs the {package} package, {why}"
 
 
 def tiny_config(model_type: str):
