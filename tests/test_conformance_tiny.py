@@ -60,11 +60,11 @@ def test_sizes_left_unset_and_attributes_the_model_reads_get_their_tiny_value():
 def test_the_second_candidate_keeps_the_relations_of_the_default_widths():
     from transformers import CONFIG_MAPPING
 
-    mimi = candidates(CONFIG_MAPPING["mimi"]().to_dict())[1]
+    mimi = list(candidates(CONFIG_MAPPING["mimi"]().to_dict()))[1]
     assert mimi["upsample_groups"] == mimi["hidden_size"] == 64  # equal by default (grouped convolution)
-    falcon = candidates(CONFIG_MAPPING["falcon_h1"]().to_dict())[1]
+    falcon = list(candidates(CONFIG_MAPPING["falcon_h1"]().to_dict()))[1]
     assert falcon["mamba_d_ssm"] == falcon["mamba_n_heads"] * falcon["mamba_d_head"] < 1024
-    esmc = candidates(CONFIG_MAPPING["esmc"]().to_dict())[1]
+    esmc = list(candidates(CONFIG_MAPPING["esmc"]().to_dict()))[1]
     assert esmc["num_key_value_heads"] == esmc["num_attention_heads"] == 4  # no grouped-query attention
     cosmos = tiny_config("cosmos3_edge_text")
     assert sum(cosmos.rope_parameters["mrope_section"]) == cosmos.head_dim // 2
@@ -73,7 +73,9 @@ def test_the_second_candidate_keeps_the_relations_of_the_default_widths():
 def test_a_fallback_at_the_default_widths_is_refused_above_the_size_cap():
     from transformers import CONFIG_MAPPING
 
-    config = CONFIG_MAPPING["falcon_h1"].from_dict(candidates(CONFIG_MAPPING["falcon_h1"]().to_dict())[2])
+    config = CONFIG_MAPPING["falcon_h1"].from_dict(
+        list(candidates(CONFIG_MAPPING["falcon_h1"]().to_dict()))[2]
+    )
     with pytest.raises(ValueError, match="parameters at the default widths"):
         _repaired(config, max_params=64_000_000)
 
@@ -102,7 +104,7 @@ def test_a_model_class_no_auto_mapping_names_is_found_by_its_config_class():
 def test_second_candidate_rules_on_layer_counts_indices_and_unset_defaults():
     from transformers import CONFIG_MAPPING
 
-    gemma = candidates(CONFIG_MAPPING["gemma3n_text"]().to_dict())[1]
+    gemma = list(candidates(CONFIG_MAPPING["gemma3n_text"]().to_dict()))[1]
     assert gemma["num_kv_shared_layers"] == 15 * gemma["num_hidden_layers"] // 35  # its share, rounded down
     molmo = tiny_config("molmo2").adapter_config
     assert molmo.vision_feature_layer == [1, 0]  # [24, 18] of the default depth: the last two, in order
@@ -124,3 +126,12 @@ def test_a_type_that_cannot_be_built_is_refused_with_its_specific_reason(model_t
 
     entry = check_type(model_type)
     assert entry["status"] == "refused" and entry["reason"].startswith(reason), entry
+
+
+def test_a_later_candidate_is_derived_only_when_the_earlier_fails():
+    from transformers import CONFIG_MAPPING
+
+    defaults = CONFIG_MAPPING["aria"]().to_dict()  # a dict keyed by ints: {1225: 128, 4900: 256}
+    first = next(candidates(defaults))
+    assert first == shrink(defaults)
+    meta_model(tiny_config("aria"))

@@ -10,6 +10,7 @@ per-layer lists keep one layer of each kind. Where that config's model does not 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 WIDTH, HEADS, KV_HEADS, HEAD_DIM, LAYERS, VOCAB, FFN = 64, 4, 2, 16, 2, 128, 64
@@ -254,16 +255,15 @@ def tiny_config(model_type: str):
     raise first
 
 
-def candidates(defaults: dict[str, Any]) -> list[dict[str, Any]]:
-    """The tiny entries to try, most shrunk first: all sizes; then sizes the defaults leave unset
-    (``head_dim: None``) given their tiny value; then the counts only (widths tied by the config's own
-    rules: groups dividing channels, axial factors summing to the width ...)."""
+def candidates(defaults: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The tiny entries to try, most shrunk first (each derived only when the one before fails): all
+    sizes; then the defaults' relations kept and sizes they leave unset (``head_dim: None``) given their
+    tiny value; then the counts only (widths tied by the config's own rules: axial factors summing to the
+    width ...)."""
     tiny = shrink(defaults)
-    return [
-        tiny,
-        _unset_sizes(_related(tiny, defaults)),
-        _unset_sizes(shrink(defaults, widths=False)),
-    ]
+    yield tiny
+    yield _unset_sizes(_related(tiny, defaults))
+    yield _unset_sizes(shrink(defaults, widths=False))
 
 
 def _related(tiny: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -292,7 +292,9 @@ def _related(tiny: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     for a in sizes:  # heads × head width of one part (``mamba_*``), the first in the config's order
         part = str(a).split("_")[0]
         kin = [k for k in sizes if str(k).split("_")[0] == part and part not in ("num", "n", "max")]
-        pairs = ((b, c) for b in kin for c in kin if "heads" in b and "head" in c.replace("heads", ""))
+        pairs = (
+            (b, c) for b in kin for c in kin if "heads" in str(b) and "head" in str(c).replace("heads", "")
+        )
         b, c = next(((b, c) for b, c in pairs if sizes[a] == sizes[b] * sizes[c]), (None, None))
         if b is not None and out[b] * out[c] > 1:
             out[a] = out[b] * out[c]
@@ -330,12 +332,14 @@ def _layer_shares(out: dict[str, Any], defaults: dict[str, Any]) -> None:
 def _rotary_sections(out: dict[str, Any]) -> None:
     """``mrope_section`` (in the config or its rope parameters) rescaled to sum to half the rotary width."""
     width = out.get("qk_rope_head_dim") or out.get("head_dim") or HEAD_DIM
-    for holder in [out] + [v for v in out.values() if isinstance(v, dict) and "mrope_section" in v]:
+    for key, holder in [(None, out)] + [(k, v) for k, v in out.items() if isinstance(v, dict)]:
         sections = holder.get("mrope_section")
         if isinstance(sections, list) and sections and all(isinstance(x, int) for x in sections):
             half, total = width // 2, sum(sections)
             scaled = [max(1, x * half // total) for x in sections]
             scaled[0] += half - sum(scaled)
+            if key is not None:
+                out[key] = holder = dict(holder)  # a copy: the first candidate keeps its own
             holder["mrope_section"] = scaled
 
 
