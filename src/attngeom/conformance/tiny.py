@@ -13,38 +13,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-WIDTH, HEADS, KV_HEADS, HEAD_DIM, LAYERS, VOCAB, FFN = 64, 4, 2, 16, 2, 128, 64
+from .relations import related, tiny_value, unset_sizes
+from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES
 
-LAYER_KEYS = r"(^|_)(num_hidden_layers|n_layers?|num_layers|encoder_layers|decoder_layers|depth)$"
-COUNT_RULES: tuple[tuple[str, int], ...] = (
-    (LAYER_KEYS, LAYERS),
-    (r"(^|_)vocab_size$", VOCAB),
-    (r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_routed_experts)$", 4),
-    (r"^(num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|top_k|num_selected_experts)$", 2),
-    (r"^(n_group|topk_group|n_shared_experts|num_shared_experts)$", 1),
-    (r"^(max_position_embeddings|max_seq_len|n_positions|max_source_positions|max_target_positions)$", 512),
-)
-"""The counts: layers, vocabulary, experts, positions (shrunk even where the widths must stay)."""
-RULES: tuple[tuple[str, int], ...] = (
-    (
-        r"^(num_key_value_heads|num_kv_heads|n_kv_heads?|multi_query_group_num|num_key_value_groups)$",
-        KV_HEADS,
-    ),
-    (r"(^|_)(num_attention_heads|attention_heads|n_heads?|num_heads|heads)$", HEADS),
-    (r"^(head_dim|attention_head_dim|d_kv|kv_channels|qk_nope_head_dim|v_head_dim|head_size)$", HEAD_DIM),
-    (r"^qk_rope_head_dim$", 8),
-    (r"^(q_lora_rank|kv_lora_rank)$", 32),
-    (r"(^|_)(hidden_size|d_model|n_embd|embed_dim|dim|hidden_dim|embedding_size|projection_dim)$", WIDTH),
-    (r"^(word_embed_proj_dim|n_positions_dim|proj_dim|output_dim|text_embed_dim|vision_embed_dim)$", WIDTH),
-    (r"(^|_)(intermediate_size|ffn_dim|n_inner|d_ff|mlp_dim|ffn_hidden_size|intermediate_dim)$", FFN),
-    (r"^(image_size|img_size)$", 64),
-    (r"^mamba_n_heads$", 4),
-    (r"^mamba_d_head$", 2 * WIDTH // 4),
-    (r"^mamba_d_ssm$", 2 * WIDTH),
-    (r"^mamba_d_state$", 16),
-    *COUNT_RULES,
-)
-"""Entry-name pattern → the tiny value (applied only where the default is a larger int)."""
 TOKEN_ID = re.compile(r"(_token_id|_token_index|_token_ids|_id)$")
 PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "layers_block_type", "block_types")
 
@@ -104,8 +75,7 @@ def _shrunk_list(key: str, value: list[int], widths: bool = True) -> list[int]:
 
 
 def _names_sliding(out: dict[str, Any]) -> bool:
-    """Whether an entry other than ``sliding_window`` names sliding-window attention in use (a layer
-    type, a head count of sliding layers; not ``use_sliding_window: False``)."""
+    """Whether another entry names sliding attention in use (not ``use_sliding_window: False``)."""
     others = {k: v for k, v in out.items() if k != "sliding_window"}
     return any(
         ("sliding" in str(k) and v not in (None, False, 0)) or "sliding" in str(v) for k, v in others.items()
@@ -157,9 +127,22 @@ def _hybrid_schedule(out: dict[str, Any]) -> None:
 
 
 def _fit_patches(out: dict[str, Any]) -> None:
+    """Images of whole patches, 4 a side at least; a map keyed by the vision tower's patch count (Aria's
+    ``projector_patch_to_query_dict``) gains the tiny count."""
     patch = out.get("patch_size")
     if isinstance(patch, int) and isinstance(out.get("image_size"), int):
         out["image_size"] = max(out["image_size"], 4 * patch) // patch * patch
+    vision = out.get("vision_config") if isinstance(out.get("vision_config"), dict) else {}
+    if isinstance(vision.get("patch_size"), int) and isinstance(vision.get("image_size"), int):
+        count = (vision["image_size"] // vision["patch_size"]) ** 2
+        for key, value in list(out.items()):
+            if (
+                "patch" in str(key)
+                and isinstance(value, dict)
+                and value
+                and all(isinstance(k, int) for k in value)
+            ):
+                out[key] = {count: min(value.values()), **value}
 
 
 def _per_layer_lists(out: dict[str, Any], before: dict[str, Any], layers: int | None, widths: bool) -> None:
@@ -262,105 +245,8 @@ def candidates(defaults: dict[str, Any]) -> Iterator[dict[str, Any]]:
     width ...)."""
     tiny = shrink(defaults)
     yield tiny
-    yield _unset_sizes(_related(tiny, defaults))
-    yield _unset_sizes(shrink(defaults, widths=False))
-
-
-def _related(tiny: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """``tiny`` with the relations the defaults' widths hold kept (each config and sub-config): sizes
-    equal by default stay equal (kv heads = heads, Mimi's groups = width), a width that is heads × head
-    width of its part stays so (Falcon-H1's ``mamba_d_ssm``), and rotary
-    ``mrope_section`` splits sum to half the tiny rotary width."""
-    out = dict(tiny)
-    for key, value in tiny.items():
-        if isinstance(value, dict) and isinstance(defaults.get(key), dict):
-            out[key] = _related(value, defaults[key])
-    sizes = {
-        k: v
-        for k, v in defaults.items()
-        if isinstance(v, int)
-        and not isinstance(v, bool)
-        and v > 1
-        and isinstance(out.get(k), int)
-        and not any(re.search(pattern, str(k)) for pattern, _ in COUNT_RULES)
-    }
-    for value in set(sizes.values()):
-        group = [k for k, v in sizes.items() if v == value]
-        shrunk = [out[k] for k in group if out[k] != value]
-        for k in group if shrunk else ():
-            out[k] = max(shrunk)
-    for a in sizes:  # heads × head width of one part (``mamba_*``), the first in the config's order
-        part = str(a).split("_")[0]
-        kin = [k for k in sizes if str(k).split("_")[0] == part and part not in ("num", "n", "max")]
-        pairs = (
-            (b, c) for b in kin for c in kin if "heads" in str(b) and "head" in str(c).replace("heads", "")
-        )
-        b, c = next(((b, c) for b, c in pairs if sizes[a] == sizes[b] * sizes[c]), (None, None))
-        if b is not None and out[b] * out[c] > 1:
-            out[a] = out[b] * out[c]
-    _rotary_sections(out)
-    _layer_shares(out, defaults)
-    _layer_indices(out)
-    return out
-
-
-def _layer_indices(out: dict[str, Any]) -> None:
-    """Indices of layers a tower's features are read from (Molmo2's ``vision_feature_layer``: [24, 18])
-    become the last tiny layers, in the same order (negative ones count from the end already)."""
-    for key, value in out.items():
-        values = value if isinstance(value, list) else [value]
-        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
-        if re.search(r"feature_layers?$", str(key)) and values and ints and max(values) >= LAYERS:
-            above = sorted({v for v in values if v >= 0}, reverse=True)
-            moved = [max(0, LAYERS - 1 - above.index(v)) if v >= 0 else v for v in values]
-            out[key] = moved if isinstance(value, list) else moved[0]
-
-
-def _layer_shares(out: dict[str, Any], defaults: dict[str, Any]) -> None:
-    """A count of some of the layers (Gemma 3n's ``num_kv_shared_layers``) keeps its share of the tiny
-    layers, rounded down."""
-    key = next((k for k in defaults if re.search(LAYER_KEYS, str(k)) and isinstance(out.get(k), int)), None)
-    layers = defaults.get(key) if key else None
-    if not isinstance(layers, int) or layers <= out[key]:
-        return
-    for name, value in defaults.items():
-        some = isinstance(value, int) and not isinstance(value, bool) and 0 < value < layers
-        if some and name != key and str(name).endswith("_layers") and out.get(name) == value:
-            out[name] = value * out[key] // layers
-
-
-def _rotary_sections(out: dict[str, Any]) -> None:
-    """``mrope_section`` (in the config or its rope parameters) rescaled to sum to half the rotary width."""
-    width = out.get("qk_rope_head_dim") or out.get("head_dim") or HEAD_DIM
-    for key, holder in [(None, out)] + [(k, v) for k, v in out.items() if isinstance(v, dict)]:
-        sections = holder.get("mrope_section")
-        if isinstance(sections, list) and sections and all(isinstance(x, int) for x in sections):
-            half, total = width // 2, sum(sections)
-            scaled = [max(1, x * half // total) for x in sections]
-            scaled[0] += half - sum(scaled)
-            if key is not None:
-                out[key] = holder = dict(holder)  # a copy: the first candidate keeps its own
-            holder["mrope_section"] = scaled
-
-
-def _unset_sizes(entries: dict[str, Any]) -> dict[str, Any]:
-    """Entries whose size is unset (None) where the name says which size: the tiny value."""
-    out = dict(entries)
-    for key, value in entries.items():
-        if isinstance(value, dict) and ("model_type" in value or str(key).endswith("_config")):
-            out[key] = _unset_sizes(value)
-        elif value is None and (tiny := _tiny_value(str(key))) is not None:
-            out[key] = tiny
-    return out
-
-
-def _tiny_value(name: str) -> int | float | None:
-    """The tiny value an entry's name implies (``dropout``, ``layerdrop``: 0.0), else None."""
-    if re.search(r"drop", name):  # dropout, layerdrop
-        return 0.0
-    if re.search(r"^prediction_length$", name):  # time series: the horizon has no default
-        return 8
-    return next((tiny for pattern, tiny in RULES if re.search(pattern, name)), None)
+    yield unset_sizes(related(tiny, defaults))
+    yield unset_sizes(shrink(defaults, widths=False))
 
 
 MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
@@ -385,7 +271,7 @@ def _repaired(config, max_params: int | None = None, tries: int = 8):
         except AttributeError as err:
             found = MISSING.search(str(err))
             owner = found and next((c for c in _configs(config) if type(c).__name__ == found[1]), None)
-            value = found and _tiny_value(found[2])
+            value = found and tiny_value(found[2])
             if owner is None or value is None:
                 raise
             setattr(owner, found[2], value)
