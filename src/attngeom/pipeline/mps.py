@@ -1,8 +1,8 @@
 """NVIDIA MPS for training runs that share a GPU (``runs_per_gpu`` with ``mps: true``).
 
 Processes that share a GPU take turns on it (time-slicing); under MPS one server runs the kernels of all
-of them, so they overlap: two BERT-mini runs on an H100 train 4.01M tokens/s together under MPS against
-3.58M time-sliced (benchmarks/README.md). The pipeline starts no daemon of its own accord, so each shared
+of them, so they overlap: four BERT-mini runs on an H100 train 4.36M tokens/s together under MPS against
+3.70M time-sliced (benchmarks/README.md; for two runs the machines measured disagree). The pipeline starts no daemon of its own accord, so each shared
 train job makes sure one serves its GPU before anything in it initialises CUDA (``mps_share``): one
 control daemon per user and GPU, its pipe and log folders in a folder of that GPU (``mps_folder``), started
 by the first job and quit by the last. A lock serialises the starting and stopping; every job holds a
