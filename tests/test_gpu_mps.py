@@ -128,7 +128,7 @@ def test_a_later_job_starts_it_again_and_a_killed_daemons_socket_is_no_daemon(ma
     assert "started by this job" in log.getvalue() and not answers(pipe)
 
 
-def test_the_users_own_daemon_is_used_and_never_stopped(machine, tmp_path):
+def test_the_users_own_daemon_is_used_and_never_stopped(machine):
     environ, calls = machine
     pipe = Path(tempfile.mkdtemp(prefix="own", dir=Path(environ["MPS_STANDIN_RECORD"]).parent))
     tool = Path(environ["PATH"].split(os.pathsep)[0]) / "nvidia-cuda-mps-control"
