@@ -319,6 +319,8 @@ def test_two_runs_of_the_train_rule_share_one_gpu(tmp_path):
     frame = holds(logs)
     assert frame["gpus"].tolist() == [["0"], ["0"]] and (frame["slots"] == "1 of 2").all()
     assert per_gpu_peak(frame) == {"0": 2}, "the two runs did not share the GPU at once"
+    for log in logs:  # mps: false, the default: the mode beside the GPU, and no daemon
+        assert "CUDA_VISIBLE_DEVICES=0\nGPU sharing: time-sliced (mps: false)\n" in log.read_text()
     for run in ("a", "b"):
         losses = pd.read_parquet(tmp_path / "results" / "training" / run / "loss.parquet")
         assert losses["step"].max() == 4 and losses["loss"].notna().all()
