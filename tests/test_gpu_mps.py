@@ -30,6 +30,7 @@ from test_gpu_share import TINY_TRAIN, per_gpu_peak, pipeline_config
 from test_gpu_slots import holds
 
 from attngeom.errors import InputError
+from attngeom.pipeline import mps
 from attngeom.pipeline.mps import LOG_VARIABLE, MODE, PIPE_VARIABLE, answers, mps_folder, mps_share
 from attngeom.pipeline.training_runs import training_runs
 from attngeom.training.cli import configure_parser
@@ -165,6 +166,22 @@ def test_without_the_program_or_when_it_fails_one_warning_and_time_sliced(machin
         assert f"{MODE}time-sliced" in log.getvalue()
         assert env == before  # CUDA is not pointed at any daemon
     assert [call["argv"] for call in read_calls(calls)] == [["-d"]]  # only the failing start ran
+
+
+def test_a_started_daemon_that_does_not_answer_is_quit_not_left_running(machine, monkeypatch):
+    environ, calls = machine
+    monkeypatch.setattr(mps, "START_SECONDS", 1.0)
+    env = {**environ, "MPS_STANDIN_SOCKET": "elsewhere"}
+    log = io.StringIO()
+    with mps_share(log, env) as mode:
+        assert mode == "time-sliced"
+    assert "-d started no daemon answering in" in log.getvalue()
+    assert [call["argv"] for call in read_calls(calls)] == [["-d"], []]  # started, then quit
+    elsewhere = mps_folder("3", environ) / "pipe" / "elsewhere"
+    deadline = time.monotonic() + 30
+    while elsewhere.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not elsewhere.exists(), "the daemon was left running"
 
 
 def test_the_daemons_folder_is_per_gpu_and_under_slurm_per_job_too(machine, monkeypatch):

@@ -87,6 +87,7 @@ def _start(executable: str, environ: dict[str, str], pipe: Path, logs: Path) -> 
     deadline = time.monotonic() + START_SECONDS
     while not answers(pipe):
         if time.monotonic() > deadline:
+            _quit(executable, environ, pipe, logs)  # in case it runs and only its socket is not found
             return f"{executable} -d started no daemon answering in {pipe} (see {logs}/control.log)"
         time.sleep(0.1)
     return None
