@@ -6,8 +6,8 @@ listens on the socket ``control`` in ``CUDA_MPS_PIPE_DIRECTORY`` and returns; wi
 commands from stdin and sends them to that daemon (an error, exit code 1, when none listens); ``quit``
 makes the daemon remove its socket and end. Every call appends one JSON line (its arguments, what it read,
 its pipe folder and CUDA_VISIBLE_DEVICES) to the file named by ``MPS_STANDIN_RECORD``; ``MPS_STANDIN_FAIL``
-set makes ``-d`` fail as a driver without MPS support would; ``MPS_STANDIN_SOCKET`` names its socket otherwise than
-``control`` (a daemon that runs but does not answer where it is looked for).
+set makes ``-d`` fail as a driver without MPS support would; ``MPS_STANDIN_SOCKET`` names its socket
+otherwise than ``control`` (a daemon that runs but does not answer where it is looked for).
 """
 
 import json

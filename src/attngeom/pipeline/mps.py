@@ -2,12 +2,12 @@
 
 Processes that share a GPU take turns on it (time-slicing); under MPS one server runs the kernels of all
 of them, so they overlap: four BERT-mini runs on an H100 train 4.36M tokens/s together under MPS against
-3.70M time-sliced (benchmarks/README.md; for two runs the machines measured disagree). The pipeline starts no daemon of its own accord, so each shared
-train job makes sure one serves its GPU before anything in it initialises CUDA (``mps_share``): one
-control daemon per user and GPU, its pipe and log folders in a folder of that GPU (``mps_folder``), started
-by the first job and quit by the last. A lock serialises the starting and stopping; every job holds a
-second lock file shared while it uses the daemon, so the job that can take it exclusively on leaving is
-the last one. A daemon the user runs (``CUDA_MPS_PIPE_DIRECTORY`` set) is used and never stopped. No GPU
+3.70M time-sliced (benchmarks/README.md; for two runs the machines measured disagree). Nothing starts a
+daemon by itself, so each shared train job makes sure one serves its GPU before anything in it
+initialises CUDA (``mps_share``): one control daemon per user and GPU, its pipe and log folders in a
+folder of that GPU (``mps_folder``), started by the first job and quit by the last. A lock serialises
+the starting and stopping; every job holds a second lock file shared while it uses the daemon, so the
+job that can take it exclusively on leaving is the last one. A daemon the user runs (``CUDA_MPS_PIPE_DIRECTORY`` set) is used and never stopped. No GPU
 setting (compute mode) is changed: MPS clients and other processes share a GPU in its default mode.
 """
 
