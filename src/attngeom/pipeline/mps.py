@@ -7,8 +7,9 @@ daemon by itself, so each shared train job makes sure one serves its GPU before 
 initialises CUDA (``mps_share``): one control daemon per user and GPU, its pipe and log folders in a
 folder of that GPU (``mps_folder``), started by the first job and quit by the last. A lock serialises
 the starting and stopping; every job holds a second lock file shared while it uses the daemon, so the
-job that can take it exclusively on leaving is the last one. A daemon the user runs (``CUDA_MPS_PIPE_DIRECTORY`` set) is used and never stopped. No GPU
-setting (compute mode) is changed: MPS clients and other processes share a GPU in its default mode.
+job that can take it exclusively on leaving is the last one. A daemon the user runs
+(``CUDA_MPS_PIPE_DIRECTORY`` set) is used and never stopped. No GPU setting (compute mode) is changed:
+MPS clients and other processes share a GPU in its default mode.
 """
 
 from __future__ import annotations
