@@ -28,7 +28,7 @@ def record(**fields) -> None:
 
 
 def serve(path: str) -> None:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as server:
         server.bind(path)
         server.listen()
         while True:
@@ -58,7 +58,7 @@ def main() -> int:
         return 0
     commands = sys.stdin.read()
     record(stdin=commands)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as client:
         try:
             client.connect(path)
         except OSError:

@@ -2,7 +2,7 @@
 attngeom.pipeline.mps, and the config's one-line errors.
 
 There is no GPU on the CI box, so no real ``nvidia-cuda-mps-control``: the tests put a stand-in of that
-name first on PATH (tests/mps_standin.py, a real daemon on a real Unix socket that records every call).
+name first on PATH (tests/mps_standin.py, a real daemon on a real Unix socket, sequenced-packet like the real one, that records every call).
 The locks, the socket probe and the subprocess calls are the real ones. The check on a GPU is
 benchmarks/mps_check.sh.
 """

@@ -49,8 +49,9 @@ def mps_folder(gpu: str, environ: dict[str, str] = os.environ) -> Path:
 
 def answers(pipe: Path) -> bool:
     """Whether a control daemon listens in ``pipe`` (its socket ``control`` takes a connection). A
-    ``control`` left behind by a daemon that was killed takes none."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+    ``control`` left behind by a daemon that was killed takes none. It is a sequenced-packet socket (a
+    stream probe is refused as the wrong type: seen on an H100, driver 580.159.04)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as probe:
         probe.settimeout(5)
         try:
             probe.connect(str(pipe / "control"))
