@@ -11,6 +11,7 @@ A module outside the attention interface is checked on its projections' outputs 
 
 from __future__ import annotations
 
+import sys
 from contextlib import ExitStack, contextmanager
 
 import torch
@@ -27,6 +28,10 @@ def _attention(module, query, key, value, attention_mask, **kwargs):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     _interface.setdefault(id(module), (query.detach(), key.detach()))
+    if kwargs.get("softcap") is not None:  # sdpa has no softcap: the model's own eager attention
+        eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+        if eager is not None:
+            return eager(module, query, key, value, attention_mask, **kwargs)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 

@@ -1,59 +1,210 @@
-"""Random inputs for a tiny model's forward pass: whatever kinds of input its ``forward`` takes."""
+"""Random inputs for a tiny model's forward pass, made by the names of its ``forward``'s parameters.
+
+Sizes come from the config (and its sub-configs: a runner's audio or vision width may sit in
+``audio_config``) or from the module itself (a vision tower fed flattened patches: the width its patch
+embedding takes). Where two layouts are in use under one name (mel features as (B, mel, T) or (B, T, mel),
+a waveform with or without a channel axis, images one or two per example) both are offered, in turn.
+"""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Iterator
 
 import torch
 
 from .tiny import reserved_tokens
 
+GRID = (1, 4, 4)
+"""A patch-grid image (t, h, w): 4 × 4 patches, divisible by the usual 2 × 2 merge."""
+GRIDS = ("grid_thw", "image_grid_thw")
+MERGES = ("merge_sizes", "image_merge_sizes")
+AUDIO = ("input_features", "input_values")
+FEATURE_MASKS = ("input_features_mask", "feature_attention_mask")
 
-def _pixels(config, batch: int, generator: torch.Generator) -> torch.Tensor:
-    vision = getattr(config, "vision_config", None) or config
-    size = getattr(vision, "image_size", 32)
-    size = size[0] if isinstance(size, (list, tuple)) else size
-    channels = getattr(vision, "num_channels", 3)
-    return torch.randn(batch, channels, size, size, generator=generator, dtype=torch.float64)
+
+def _configs(config) -> Iterator:
+    """``config`` and its sub-configs, breadth first."""
+    from transformers import PretrainedConfig
+
+    queue, seen = [config], set()
+    while queue:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        queue += [v for v in vars(current).values() if isinstance(v, PretrainedConfig)]
 
 
-def _tokens(config, batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
-    text = getattr(config, "text_config", None)
-    vocab = getattr(config, "vocab_size", None) or getattr(text, "vocab_size", None) or 128
-    allowed = torch.tensor(sorted(set(range(vocab)) - reserved_tokens(config.to_dict())))
-    return allowed[torch.randint(0, len(allowed), (batch, length), generator=generator)]
+def _find(config, *names: str, default=None):
+    """The first positive int of ``names`` in ``config`` or its sub-configs (lists: the first entry)."""
+    for current in _configs(config):
+        for name in names:
+            value = getattr(current, name, None)
+            value = value[0] if isinstance(value, (list, tuple)) and value else value
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return default
+
+
+def _patch_shape(model: torch.nn.Module) -> tuple[int, ...]:
+    """What one patch holds: the input of the model's first linear map, or the block its first
+    convolution reads (channels, then the kernel)."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            return (module.in_features,)
+        if isinstance(module, (torch.nn.Conv2d, torch.nn.Conv3d)):
+            return (module.in_channels, *module.kernel_size)
+    raise ValueError("no patch embedding")
+
+
+class _Maker:
+    """The inputs of one forward signature; ``variant`` 1 picks the second layout where there are two."""
+
+    def __init__(self, model: torch.nn.Module, batch: int, length: int, variant: int):
+        self.model, self.config = model, model.config
+        self.params = inspect.signature(model.forward).parameters
+        self.batch, self.length, self.variant = batch, length, variant
+        self.generator = torch.Generator().manual_seed(1)
+
+    def randn(self, *shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=self.generator, dtype=torch.float64)
+
+    def tokens(self, vocab: int | None = None, length: int | None = None) -> torch.Tensor:
+        vocab = vocab or _find(self.config, "vocab_size", default=128)
+        allowed = torch.tensor(sorted(set(range(vocab)) - reserved_tokens(self.config.to_dict())))
+        shape = (self.batch, length or self.length)
+        return allowed[torch.randint(0, len(allowed), shape, generator=self.generator)]
+
+    def pixels(self) -> dict[str, torch.Tensor]:
+        if any(name in self.params for name in GRIDS):  # a tower fed flattened patches and their grid
+            patches = self.batch * GRID[0] * GRID[1] * GRID[2]
+            grid = torch.tensor([GRID] * self.batch)
+            merge = _find(self.config, "spatial_merge_size", "merge_size", "merge_kernel_size", default=1)
+            shape = _patch_shape(self.model)
+            shape = shape if self.variant else (torch.tensor(shape).prod().item(),)  # as a conv reads it
+            out = {"pixel_values": self.randn(patches, *shape)}
+            out |= {name: grid for name in GRIDS if name in self.params}
+            return out | {name: torch.tensor([merge] * self.batch) for name in MERGES if name in self.params}
+        if "spatial_shapes" in self.params:  # patches of variable-size images, padded per image
+            patches = GRID[1] * GRID[2]
+            return {
+                "pixel_values": self.randn(
+                    self.batch, patches, torch.tensor(_patch_shape(self.model)).prod().item()
+                ),
+                "spatial_shapes": torch.tensor([GRID[1:]] * self.batch),
+                "pixel_attention_mask": torch.ones(self.batch, patches, dtype=torch.long),
+            }
+        size = _find(self.config, "image_size", "img_size", default=32)
+        channels = _find(self.config, "num_channels", "in_channels", "in_chans", default=3)
+        images = (self.batch, 2) if self.variant else (self.batch,)  # pairs (matching) or image lists
+        return {"pixel_values": self.randn(*images, channels, size, size)}
+
+    def features(self) -> dict[str, torch.Tensor]:
+        """Mel features: T frames, a multiple of the encoder's window where it has one."""
+        mel = _find(self.config, "num_mel_bins", "feature_size", "input_feat_size", "n_mels", default=80)
+        frames = 2 * _find(self.config, "max_source_positions", default=32)
+        window = 2 * _find(self.config, "n_window", default=1)
+        frames = -(-frames // window) * window
+        if self.variant == 2:  # frames stacked as the first linear map reads them
+            mel = next((m.in_features for m in self.model.modules() if isinstance(m, torch.nn.Linear)), mel)
+        features = (
+            self.randn(self.batch, frames, mel) if self.variant else self.randn(self.batch, mel, frames)
+        )
+        masks = {
+            n: torch.ones(self.batch, frames, dtype=torch.long) for n in FEATURE_MASKS if n in self.params
+        }
+        return {"input_features": features} | masks
+
+    def values(self) -> dict[str, torch.Tensor]:
+        samples = 4000
+        return {
+            "input_values": self.randn(self.batch, 1, samples)
+            if self.variant
+            else self.randn(self.batch, samples)
+        }
+
+    def videos(self) -> dict[str, torch.Tensor]:
+        """Clips of ``num_frames`` frames (the count a video tower's positions are built for)."""
+        frames = _find(self.config, "num_frames", default=2)
+        image = _Maker(self.model, self.batch, self.length, 0).pixels()["pixel_values"]
+        return {"pixel_values_videos": image.unsqueeze(1).expand(-1, frames, *image.shape[1:]).contiguous()}
+
+    def kinds(self) -> dict[str, Callable[[], dict[str, torch.Tensor]]]:
+        """The main kinds of input this forward takes, by name."""
+        makers = {
+            "input_ids": lambda: {"input_ids": self.tokens()},
+            "pixel_values": self.pixels,
+            "input_features": self.features,
+            "input_values": self.values,
+            "pixel_values_videos": self.videos,
+        }
+        return {name: maker for name, maker in makers.items() if name in self.params}
+
+    def companions(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Inputs that go with the main ones: decoder tokens, a q-former's prompt, a language, region
+        features (``visual_feats`` of width ``visual_feat_dim``)."""
+        out: dict[str, torch.Tensor] = {}
+        if "decoder_input_ids" in self.params and getattr(self.config, "is_encoder_decoder", False):
+            out["decoder_input_ids"] = self.tokens(_find(self.config, "decoder_vocab_size"), 5)
+        if "qformer_input_ids" in self.params:
+            qformer = getattr(self.config, "qformer_config", None)
+            out["qformer_input_ids"] = self.tokens(getattr(qformer, "vocab_size", None))
+        if "lang_ids" in self.params:
+            out["lang_ids"] = torch.zeros(self.batch, dtype=torch.long)
+        for name in self.params:
+            width = _find(self.config, f"{name}_dim", f"{name.removesuffix('s')}_dim")
+            if name.startswith("visual_") and width:
+                out[name] = self.randn(self.batch, 3, width)
+        if "encoder_hidden_states" in self.params and self.cross():
+            width = _find(
+                self.config, "encoder_hidden_size", "cross_attention_hidden_size", "hidden_size", "d_model"
+            )
+            out["encoder_hidden_states"] = self.randn(self.batch, 5, width)
+        pixels = inputs.get("pixel_values")
+        if "image_attention_mask" in self.params and pixels is not None and pixels.dim() == 5:
+            out["image_attention_mask"] = torch.ones(
+                self.batch, self.length, pixels.shape[1], dtype=torch.long
+            )
+        return out
+
+    def cross(self) -> bool:
+        """Whether this forward is a decoder's (or a q-former's) that reads another stack's states."""
+        config = self.config
+        reads = getattr(config, "add_cross_attention", False) or getattr(config, "encoder_hidden_size", None)
+        return bool(reads) or type(self.model).__name__.endswith("Decoder")
 
 
 def input_sets(model: torch.nn.Module, batch: int = 2, length: int = 7) -> list[dict[str, torch.Tensor]]:
-    """Random inputs to try in turn: every kind the forward takes (text and image towers together), then
-    the model's main kind alone (token ids, pixels, audio features or samples)."""
-    config = model.config
+    """Random inputs to try in turn: every kind the forward takes (text and image towers together; one
+    kind of audio), then the model's main kind alone; then both again in the other layouts."""
     params = inspect.signature(model.forward).parameters
     main = getattr(model, "main_input_name", "input_ids")
     if main not in params:
-        main = next((n for n in ("pixel_values", "input_features", "input_values") if n in params), main)
-    makers = {
-        "input_ids": lambda g: _tokens(config, batch, length, g),
-        "pixel_values": lambda g: _pixels(config, batch, g),
-        "input_features": lambda g: torch.randn(
-            batch,
-            getattr(config, "num_mel_bins", None) or getattr(config, "feature_size", 80),
-            2 * getattr(config, "max_source_positions", 32),
-            generator=g,
-            dtype=torch.float64,
-        ),
-        "input_values": lambda g: torch.randn(batch, 4000, generator=g, dtype=torch.float64),
-    }
-    sets = []
-    for names in ([n for n in makers if n in params], [main]):
-        generator = torch.Generator().manual_seed(1)
-        inputs = {n: makers[n](generator) for n in names if n in makers}
-        if (
-            "input_ids" in inputs
-            and "decoder_input_ids" in params
-            and getattr(config, "is_encoder_decoder", False)
-        ):
-            inputs["decoder_input_ids"] = inputs["input_ids"][:, :5]
-        if inputs and all(set(inputs) != set(other) for other in sets):
-            sets.append(inputs)
+        main = next((n for n in ("pixel_values", *AUDIO) if n in params), main)
+    sets: list[dict[str, torch.Tensor]] = []
+    for variant in (0, 1, 2):
+        maker = _Maker(model, batch, length, variant)
+        kinds = maker.kinds()
+        audio = [n for n in AUDIO if n in kinds]
+        choices = [main] if main in audio else audio or [None]
+        everies = [[n for n in kinds if n not in AUDIO or n == choice] for choice in choices]
+        for names in (*everies, [main]):
+            inputs: dict[str, torch.Tensor] = {}
+            for name in names:
+                if name in kinds:
+                    try:
+                        inputs |= kinds[name]()
+                    except ValueError:  # no patch embedding to size patches by
+                        continue
+            if not inputs:
+                continue
+            inputs |= maker.companions(inputs)
+            if all(_signature(inputs) != _signature(other) for other in sets):
+                sets.append(inputs)
     return sets
+
+
+def _signature(inputs: dict[str, torch.Tensor]) -> tuple:
+    return tuple(sorted((name, tuple(value.shape)) for name, value in inputs.items()))
