@@ -140,6 +140,8 @@ class _Maker:
             "input_values": self.values,
             "pixel_values_videos": self.videos,
         }
+        if "pixel_values" in self.params:  # a model of images and videos: its images suffice
+            del makers["pixel_values_videos"]
         return {name: maker for name, maker in makers.items() if name in self.params}
 
     def companions(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -172,12 +172,31 @@ def reserved_tokens(entries: dict[str, Any]) -> set[int]:
     return ids
 
 
+def _mrope_sections(cls, entries: dict[str, Any]) -> None:
+    """Multimodal rotary sections (t, h, w) that fit the tiny head: the modules' defaults split the
+    rotary half of a full-size head. A config class says it takes them (``ignore_keys_at_rope_validation``)."""
+    for key, sub in (getattr(cls, "sub_configs", None) or {}).items():
+        if isinstance(entries.get(key), dict):
+            _mrope_sections(sub, entries[key])
+    rope = entries.get("rope_parameters")
+    if "mrope_section" not in getattr(cls, "ignore_keys_at_rope_validation", ()) or not isinstance(
+        rope, dict
+    ):
+        return
+    head = entries.get("head_dim") or entries.get("hidden_size", WIDTH) // entries.get(
+        "num_attention_heads", HEADS
+    )
+    half = int(head * rope.get("partial_rotary_factor", entries.get("partial_rotary_factor", 1.0))) // 2
+    rope["mrope_section"] = [half - 2 * (half // 3), half // 3, half // 3]
+
+
 def tiny_config(model_type: str):
     """The tiny config of ``model_type`` (transformers' class built from the shrunk defaults)."""
     from transformers import CONFIG_MAPPING
 
     cls = CONFIG_MAPPING[model_type]
     entries = shrink(cls().to_dict())
+    _mrope_sections(cls, entries)
     for drop in ("transformers_version", "_name_or_path", "architectures"):
         entries.pop(drop, None)
     return cls.from_dict(entries)
