@@ -1,0 +1,118 @@
+"""The generated conformance's input makers: each family's tiny random model accepts one of the input
+sets made from its forward's parameter names and its config (real transformers models, no mocks)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attngeom.architectures.discovery import Found, find_attention, model_class
+from attngeom.conformance.check import capture, randomized
+from attngeom.conformance.inputs import input_sets
+from attngeom.conformance.tiny import tiny_config
+
+
+def _model(model_type: str) -> torch.nn.Module:
+    from transformers import AutoModel
+    from transformers.initialization import no_init_weights
+
+    config = tiny_config(model_type)
+    with no_init_weights():
+        cls = model_class(model_type)
+        return randomized(cls.from_config(config) if cls is AutoModel else cls._from_config(config))
+
+
+def _accepted(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The first input set the forward runs on (as the conformance tries them), or the last error."""
+    error: Exception | None = None
+    for inputs in input_sets(model):
+        try:
+            with torch.no_grad():
+                model(**inputs)
+            return inputs
+        except Exception as err:  # noqa: BLE001 — the next set
+            error = err
+    raise AssertionError(f"no input set runs: {error}")
+
+
+def test_patch_grid_tower_takes_flattened_patches_and_their_grid():
+    model = _model("lfm3_vl_vision")
+    inputs = _accepted(model)
+    width = model.patch_embed.in_features
+    assert inputs["grid_thw"].tolist() == [[1, 4, 4], [1, 4, 4]]
+    assert tuple(inputs["pixel_values"].shape) == (32, width)
+
+
+def test_patch_grid_tower_with_a_convolution_gets_patches_as_it_reads_them():
+    model = _model("kimi_k25_vision")
+    inputs = _accepted(model)
+    conv = model.patch_embed.proj
+    assert tuple(inputs["pixel_values"].shape) == (32, conv.in_channels, *conv.kernel_size)
+
+
+def test_mel_features_are_offered_time_first_after_mel_first():
+    model = _model("parakeet_encoder")
+    mel = model.config.num_mel_bins
+    first = input_sets(model)[0]["input_features"]
+    assert first.shape[1] == mel
+    accepted = _accepted(model)["input_features"]
+    assert accepted.shape[0] == 2 and accepted.shape[2] == mel
+
+
+def test_stacked_frames_are_as_wide_as_the_first_linear_map_reads():
+    model = _model("fun_asr_nano_encoder")
+    inputs = _accepted(model)
+    config = model.config
+    assert inputs["input_features"].shape[-1] == config.num_mel_bins * config.num_stacked_frames
+    assert tuple(inputs["input_features_mask"].shape) == tuple(inputs["input_features"].shape[:2])
+
+
+def test_features_fill_whole_windows_and_come_with_their_mask():
+    model = _model("qwen3_asr_encoder")
+    inputs = _accepted(model)
+    frames = inputs["input_features"].shape[-1]
+    assert frames % (2 * model.config.n_window) == 0
+    assert tuple(inputs["input_features_mask"].shape) == (2, frames)
+
+
+def test_waveform_gets_a_channel_axis_where_the_model_reads_one():
+    assert tuple(_accepted(_model("omniasr_ctc"))["input_values"].shape) == (2, 1, 4000)
+    assert tuple(_accepted(_model("moonshine"))["input_values"].shape) == (2, 4000)
+
+
+def test_one_kind_of_audio_per_set():
+    model = _model("speech-encoder-decoder")
+    sets = input_sets(model)
+    assert all(not {"input_values", "input_features"} <= set(inputs) for inputs in sets)
+    assert "input_values" in _accepted(model)
+
+
+def test_region_features_take_their_widths_from_the_config():
+    model = _model("lxmert")
+    inputs = _accepted(model)
+    assert inputs["visual_feats"].shape[-1] == model.config.visual_feat_dim
+    assert inputs["visual_pos"].shape[-1] == model.config.visual_pos_dim
+
+
+def test_a_decoder_alone_gets_states_to_cross_attend():
+    decoder = _model("t5gemma").decoder
+    inputs = _accepted(decoder)
+    assert inputs["encoder_hidden_states"].shape[-1] == decoder.config.hidden_size
+    assert "encoder_hidden_states" not in input_sets(_model("bert"))[0]
+
+
+def test_tiny_multimodal_rotary_sections_fit_the_tiny_head():
+    config = tiny_config("glm4v").text_config
+    head = config.hidden_size // config.num_attention_heads
+    assert sum(config.rope_parameters["mrope_section"]) == head // 2
+    _accepted(_model("glm4v_text"))
+
+
+@pytest.mark.parametrize("model_type", ["vaultgemma", "xglm"])
+def test_capture_runs_softcapped_and_float64_mask_families(model_type):
+    """vaultgemma caps its logits (sdpa cannot); xglm builds its own masks in the default dtype."""
+    model = _model(model_type)
+    items = [i for i in find_attention(model, model.config, "") if isinstance(i, Found)]
+    records = capture(model, items)
+    assert items and all(records[i.path]["q"].dtype == torch.float64 for i in items)
+    assert torch.get_default_dtype() == torch.float32
