@@ -20,6 +20,7 @@ GRID = (1, 4, 4)
 GRIDS = ("grid_thw", "image_grid_thw")
 MERGES = ("merge_sizes", "image_merge_sizes")
 AUDIO = ("input_features", "input_values")
+MEDIA = {"pixel_values", "pixel_values_videos", *AUDIO}
 FEATURE_MASKS = ("input_features_mask", "feature_attention_mask")
 
 
@@ -98,7 +99,8 @@ class _Maker:
             }
         size = _find(self.config, "image_size", "img_size", default=32)
         channels = _find(self.config, "num_channels", "in_channels", "in_chans", default=3)
-        images = (self.batch, 2) if self.variant else (self.batch,)  # pairs (matching) or image lists
+        lists = self.variant and "image_attention_mask" in self.params  # images per example, masked per token
+        images = (self.batch, 2) if lists else (self.batch,)
         return {"pixel_values": self.randn(*images, channels, size, size)}
 
     def features(self) -> dict[str, torch.Tensor]:
@@ -187,17 +189,20 @@ def input_sets(model: torch.nn.Module, batch: int = 2, length: int = 7) -> list[
         main = next((n for n in ("pixel_values", *AUDIO) if n in params), main)
     sets: list[dict[str, torch.Tensor]] = []
     for variant in (0, 1, 2):
-        maker = _Maker(model, batch, length, variant)
-        kinds = maker.kinds()
+        kinds = _Maker(model, batch, length, variant).kinds()
         audio = [n for n in AUDIO if n in kinds]
         choices = [main] if main in audio else audio or [None]
         everies = [[n for n in kinds if n not in AUDIO or n == choice] for choice in choices]
         for names in (*everies, [main]):
+            # one image or recording: packed patches or windows keep to one attention call, as the
+            # projections' inputs do (a batch of several is split per example)
+            maker = _Maker(model, 1 if set(names) & MEDIA else batch, length, variant)
+            makers = maker.kinds()
             inputs: dict[str, torch.Tensor] = {}
             for name in names:
-                if name in kinds:
+                if name in makers:
                     try:
-                        inputs |= kinds[name]()
+                        inputs |= makers[name]()
                     except ValueError:  # no patch embedding to size patches by
                         continue
             if not inputs:
