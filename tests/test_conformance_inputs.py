@@ -116,3 +116,11 @@ def test_capture_runs_softcapped_and_float64_mask_families(model_type):
     records = capture(model, items)
     assert items and all(records[i.path]["q"].dtype == torch.float64 for i in items)
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_a_required_stack_input_is_states_of_the_model_width():
+    qformer = _model("granite_speech").projector.qformer
+    inputs = _accepted(qformer)
+    assert inputs["query_embeds"].shape[-1] == qformer.config.hidden_size
+    assert inputs["encoder_hidden_states"].shape[-1] == qformer.config.encoder_hidden_size
+    assert "inputs_embeds" not in input_sets(_model("bert"))[0]  # optional there: token ids instead

@@ -9,6 +9,7 @@ a waveform with or without a channel axis, images one or two per example) both a
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Iterator
 
 import torch
@@ -20,6 +21,8 @@ GRID = (1, 4, 4)
 GRIDS = ("grid_thw", "image_grid_thw")
 MERGES = ("merge_sizes", "image_merge_sizes")
 AUDIO = ("input_features", "input_values")
+STATES = re.compile(r"^(hidden_states|\w+_embeds)$")
+"""A required input of this name is states of the model's width (a q-former's queries, a fusion stack's input)."""
 MEDIA = {"pixel_values", "pixel_values_videos", *AUDIO}
 FEATURE_MASKS = ("input_features_mask", "feature_attention_mask")
 
@@ -144,7 +147,13 @@ class _Maker:
         }
         if "pixel_values" in self.params:  # a model of images and videos: its images suffice
             del makers["pixel_values_videos"]
+        for name, param in self.params.items():  # states a stack inside a model is handed
+            if param.default is inspect.Parameter.empty and STATES.search(name) and name not in makers:
+                makers[name] = lambda name=name: {name: self.randn(self.batch, self.length, self.width())}
         return {name: maker for name, maker in makers.items() if name in self.params}
+
+    def width(self) -> int:
+        return _find(self.config, "hidden_size", "d_model", "embed_dim", default=64)
 
     def companions(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Inputs that go with the main ones: decoder tokens, a q-former's prompt, a language, region
