@@ -102,7 +102,7 @@ class _Maker:
             }
         size = _find(self.config, "image_size", "img_size", default=32)
         channels = _find(self.config, "num_channels", "in_channels", "in_chans", default=3)
-        lists = self.variant and "image_attention_mask" in self.params  # images per example, masked per token
+        lists = self.variant and {"image_attention_mask", "pixel_attention_mask"} & set(self.params)
         images = (self.batch, 2) if lists else (self.batch,)
         return {"pixel_values": self.randn(*images, channels, size, size)}
 

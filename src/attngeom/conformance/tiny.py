@@ -175,9 +175,12 @@ def reserved_tokens(entries: dict[str, Any]) -> set[int]:
 def _mrope_sections(cls, entries: dict[str, Any]) -> None:
     """Multimodal rotary sections (t, h, w) that fit the tiny head: the modules' defaults split the
     rotary half of a full-size head. A config class says it takes them (``ignore_keys_at_rope_validation``)."""
+    from transformers import CONFIG_MAPPING
+
     for key, sub in (getattr(cls, "sub_configs", None) or {}).items():
         if isinstance(entries.get(key), dict):
-            _mrope_sections(sub, entries[key])
+            kind = entries[key].get("model_type")
+            _mrope_sections(CONFIG_MAPPING[kind] if kind in CONFIG_MAPPING else sub, entries[key])
     rope = entries.get("rope_parameters")
     if "mrope_section" not in getattr(cls, "ignore_keys_at_rope_validation", ()) or not isinstance(
         rope, dict
