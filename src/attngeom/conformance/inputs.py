@@ -104,7 +104,11 @@ class _Maker:
         channels = _find(self.config, "num_channels", "in_channels", "in_chans", default=3)
         lists = self.variant and {"image_attention_mask", "pixel_attention_mask"} & set(self.params)
         images = (self.batch, 2) if lists else (self.batch,)
-        return {"pixel_values": self.randn(*images, channels, size, size)}
+        out = {"pixel_values": self.randn(*images, channels, size, size)}
+        if "target_sizes" in self.params and not lists:  # each image's size in patches (packed towers)
+            side = size // _find(self.config, "patch_size", default=size)
+            out["target_sizes"] = torch.tensor([[side, side]] * self.batch)
+        return out
 
     def features(self) -> dict[str, torch.Tensor]:
         """Mel features: T frames, a multiple of the encoder's window where it has one."""
