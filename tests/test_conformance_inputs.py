@@ -124,3 +124,17 @@ def test_a_required_stack_input_is_states_of_the_model_width():
     assert inputs["query_embeds"].shape[-1] == qformer.config.hidden_size
     assert inputs["encoder_hidden_states"].shape[-1] == qformer.config.encoder_hidden_size
     assert "inputs_embeds" not in input_sets(_model("bert"))[0]  # optional there: token ids instead
+
+
+def test_images_reach_the_language_model_through_their_placeholder_tokens():
+    """A VLM's whole forward with an image: one image token per image embedding, as many as the
+    model's own get_image_features gives; the token fits the tiny text vocabulary."""
+    model = _model("llava")
+    token = model.config.image_token_id
+    assert token < model.config.text_config.vocab_size
+    inputs = _accepted(model)
+    assert "pixel_values" in inputs
+    with torch.no_grad():
+        features = model.get_image_features(pixel_values=inputs["pixel_values"]).pooler_output
+    count = sum(f.numel() // f.shape[-1] for f in features)
+    assert (inputs["input_ids"] == token).sum().item() == count > 0

@@ -138,8 +138,9 @@ def _per_layer_lists(out: dict[str, Any], before: dict[str, Any], layers: int | 
 
 
 def _renumber_tokens(out: dict[str, Any]) -> None:
-    """Token ids beyond the tiny vocabulary get distinct ids at its top."""
-    vocab = out.get("vocab_size")
+    """Token ids beyond the tiny vocabulary (a multimodal config's: its text model's) get distinct ids
+    at its top."""
+    vocab = out.get("vocab_size") or (out.get("text_config") or {}).get("vocab_size")
     if not isinstance(vocab, int):
         return
     spare = vocab - 1
