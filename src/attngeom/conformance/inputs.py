@@ -3,7 +3,9 @@
 Sizes come from the config (and its sub-configs: a runner's audio or vision width may sit in
 ``audio_config``) or from the module itself (a vision tower fed flattened patches: the width its patch
 embedding takes). Where two layouts are in use under one name (mel features as (B, mel, T) or (B, T, mel),
-a waveform with or without a channel axis, images one or two per example) both are offered, in turn.
+a waveform with or without a channel axis, images one or several per example) both are offered, in turn.
+A set with media holds one image or recording, and a model that merges media into its text gets one
+placeholder token per media embedding, so that its whole forward reaches every tower.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ class _Maker:
             }
         size = _find(self.config, "image_size", "img_size", default=32)
         channels = _find(self.config, "num_channels", "in_channels", "in_chans", default=3)
-        lists = self.variant and {"image_attention_mask", "pixel_attention_mask"} & set(self.params)
+        lists = bool(self.variant and {"image_attention_mask", "pixel_attention_mask"} & set(self.params))
         images = (self.batch, 2) if lists else (self.batch,)
         out = {"pixel_values": self.randn(*images, channels, size, size)}
         if "target_sizes" in self.params and not lists:  # each image's size in patches (packed towers)
