@@ -138,3 +138,13 @@ def test_images_reach_the_language_model_through_their_placeholder_tokens():
         features = model.get_image_features(pixel_values=inputs["pixel_values"]).pooler_output
     count = sum(f.numel() // f.shape[-1] for f in features)
     assert (inputs["input_ids"] == token).sum().item() == count > 0
+
+
+def test_an_omni_model_runs_whole_with_image_audio_and_text():
+    """Placeholders for each medium (image and audio tokens together); the patch width from the vision
+    tower's patch embedding, not the model's first linear map."""
+    model = _model("qwen2_5_omni_thinker")
+    inputs = _accepted(model)
+    assert {"pixel_values", "image_grid_thw", "input_features"} <= set(inputs)
+    ids = inputs["input_ids"]
+    assert (ids == model.config.image_token_id).sum() > 0 and (ids == model.config.audio_token_id).sum() > 0

@@ -56,9 +56,10 @@ def _find(config, *names: str, default=None):
 
 
 def _patch_shape(model: torch.nn.Module) -> tuple[int, ...]:
-    """What one patch holds: the input of the model's first linear map, or the block its first
-    convolution reads (channels, then the kernel)."""
-    for module in model.modules():
+    """What one patch holds: the input of the patch embedding's (else the model's) first linear map, or
+    the block its first convolution reads (channels, then the kernel)."""
+    embedding = next((m for name, m in model.named_modules() if "patch_embed" in name), model)
+    for module in embedding.modules():
         if isinstance(module, torch.nn.Linear):
             return (module.in_features,)
         if isinstance(module, (torch.nn.Conv2d, torch.nn.Conv3d)):
@@ -127,6 +128,8 @@ class _Maker:
         masks = {
             n: torch.ones(self.batch, frames, dtype=torch.long) for n in FEATURE_MASKS if n in self.params
         }
+        if "feature_lens" in self.params:  # an encoder told each recording's length instead
+            masks["feature_lens"] = torch.tensor([frames] * self.batch)
         return {"input_features": features} | masks
 
     def values(self) -> dict[str, torch.Tensor]:
@@ -241,11 +244,11 @@ def _placeholders(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> di
     """Token ids with one placeholder per media embedding, where the model merges media into its text
     so: the count is what the model's own ``get_*_features`` gives (on a copy without the capture's hooks)."""
     out: dict[str, torch.Tensor] = {}
+    ids = inputs.get("input_ids")
     for media, getter, names in PLACEHOLDERS:
         token = next(
             (getattr(model.config, n) for n in names if isinstance(getattr(model.config, n, None), int)), None
         )
-        ids = inputs.get("input_ids")
         if media not in inputs or ids is None or len(ids) != 1 or token is None or not hasattr(model, getter):
             continue
         count = _feature_count(model, getter, inputs)
