@@ -115,11 +115,11 @@ class _Maker:
         return out
 
     def features(self) -> dict[str, torch.Tensor]:
-        """Mel features: T frames, a multiple of the encoder's window where it has one."""
+        """Mel features: as many frames as the encoder's positions cover, or one window of an encoder that
+        attends window by window (one attention call, as its projections see the frames)."""
         mel = _find(self.config, "num_mel_bins", "feature_size", "input_feat_size", "n_mels", default=80)
-        frames = 2 * _find(self.config, "max_source_positions", default=32)
-        window = 2 * _find(self.config, "n_window", default=1)
-        frames = -(-frames // window) * window
+        window = _find(self.config, "n_window")
+        frames = 2 * window if window else 2 * _find(self.config, "max_source_positions", default=32)
         if self.variant == 2:  # frames stacked as the first linear map reads them
             mel = next((m.in_features for m in self.model.modules() if isinstance(m, torch.nn.Linear)), mel)
         features = (
