@@ -26,6 +26,8 @@ MERGES = ("merge_sizes", "image_merge_sizes")
 AUDIO = ("input_features", "input_values")
 STATES = re.compile(r"^(hidden_states|\w+_embeds)$")
 """A required input of this name is states of the model's width (a q-former's queries, a fusion stack's input)."""
+LAYOUTS = (0, 1, 2)
+"""``_Maker`` variants: the usual layout, the second one in use, frames stacked as the first linear map reads them."""
 MEDIA = {"pixel_values", "pixel_values_videos", *AUDIO}
 FEATURE_MASKS = ("input_features_mask", "feature_attention_mask")
 
@@ -201,34 +203,35 @@ class _Maker:
 
 def input_sets(model: torch.nn.Module, batch: int = 2, length: int = 7) -> list[dict[str, torch.Tensor]]:
     """Random inputs to try in turn: every kind the forward takes (text and image towers together; one
-    kind of audio), then the model's main kind alone; then both again in the other layouts."""
+    kind of audio) in each layout, then the model's main kind alone in each layout (the capture keeps
+    the first set that runs: the one that reaches most towers comes first)."""
     params = inspect.signature(model.forward).parameters
     main = getattr(model, "main_input_name", "input_ids")
     if main not in params:
         main = next((n for n in ("pixel_values", *AUDIO) if n in params), main)
+    kinds = _Maker(model, batch, length, 0).kinds()
+    audio = [n for n in AUDIO if n in kinds]
+    choices = [main] if main in audio else audio or [None]
+    everies = [[n for n in kinds if n not in AUDIO or n == choice] for choice in choices]
+    order = [(names, v) for names in everies for v in LAYOUTS] + [([main], v) for v in LAYOUTS]
     sets: list[dict[str, torch.Tensor]] = []
-    for variant in (0, 1, 2):
-        kinds = _Maker(model, batch, length, variant).kinds()
-        audio = [n for n in AUDIO if n in kinds]
-        choices = [main] if main in audio else audio or [None]
-        everies = [[n for n in kinds if n not in AUDIO or n == choice] for choice in choices]
-        for names in (*everies, [main]):
-            # one image or recording: packed patches or windows keep to one attention call, as the
-            # projections' inputs do (a batch of several is split per example)
-            maker = _Maker(model, 1 if set(names) & MEDIA else batch, length, variant)
-            makers = maker.kinds()
-            inputs: dict[str, torch.Tensor] = {}
-            for name in names:
-                if name in makers:
-                    try:
-                        inputs |= makers[name]()
-                    except ValueError:  # no patch embedding to size patches by
-                        continue
-            if not inputs:
-                continue
-            inputs |= maker.companions(inputs) | _placeholders(model, inputs)
-            if all(_signature(inputs) != _signature(other) for other in sets):
-                sets.append(inputs)
+    for names, variant in order:
+        # one image or recording: packed patches or windows keep to one attention call, as the
+        # projections' inputs do (a batch of several is split per example)
+        maker = _Maker(model, 1 if set(names) & MEDIA else batch, length, variant)
+        makers = maker.kinds()
+        inputs: dict[str, torch.Tensor] = {}
+        for name in names:
+            if name in makers:
+                try:
+                    inputs |= makers[name]()
+                except ValueError:  # no patch embedding to size patches by
+                    continue
+        if not inputs:
+            continue
+        inputs |= maker.companions(inputs) | _placeholders(model, inputs)
+        if all(_signature(inputs) != _signature(other) for other in sets):
+            sets.append(inputs)
     return sets
 
 
