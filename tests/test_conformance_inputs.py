@@ -148,3 +148,12 @@ def test_an_omni_model_runs_whole_with_image_audio_and_text():
     assert {"pixel_values", "image_grid_thw", "input_features"} <= set(inputs)
     ids = inputs["input_ids"]
     assert (ids == model.config.image_token_id).sum() > 0 and (ids == model.config.audio_token_id).sum() > 0
+
+
+def test_every_kind_together_comes_before_the_main_kind_alone():
+    """idefics2 takes image lists: the set of text with an image list (and its placeholders) runs, and
+    comes before text alone, which would run too but never reach the vision towers."""
+    model = _model("idefics2")
+    inputs = _accepted(model)
+    assert inputs["pixel_values"].dim() == 5
+    assert (inputs["input_ids"] == model.config.image_token_id).sum() > 0
