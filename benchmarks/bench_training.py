@@ -51,6 +51,7 @@ SYSTEMS = (
     "plain-compiled-mask",
     "attngeom-paper",
     "attngeom-paper-accum",
+    "attngeom-paper-stacked",
     "attngeom-eager",
     "attngeom-compiled",
     "attngeom-compiled-nodocs",
@@ -416,6 +417,56 @@ def attngeom_paper(preset: int, steps: int, warmup: int, cache: Path, kind: str)
     }
 
 
+def stacked_configs(preset: int, runs: int, stop: int, cache: Path) -> list:
+    """``runs`` runs of one Table 1 row in the paper's setting: random and symmetric init in turn, seeds 0, 1, …"""
+    inits = ("random", "symmetric")
+    return [
+        bench_config(cache, preset, 32, **paper_settings("documents", stop), seed=r // 2, init=inits[r % 2])
+        for r in range(runs)
+    ]
+
+
+def attngeom_paper_stacked(preset: int, runs: int, steps: int, warmup: int, cache: Path) -> dict:
+    """``runs`` runs in one process, one compiled step (``train_stacked``), timed like ``attngeom_paper``;
+    tokens/s adds the runs' tokens over the window; the Table 1 row estimate assumes one such process
+    on each GPU of a ``HOST_GPUS``-GPU host, in as many rounds as the row's runs need."""
+    import shutil
+
+    from attngeom.training.stacked import train_stacked
+
+    stop = warmup + steps
+    configs = stacked_configs(preset, runs, stop, cache)
+    work = cache / f"run-{preset}L-paper-stacked-{runs}"
+    shutil.rmtree(work, ignore_errors=True)
+    outs = train_stacked(configs, [work / f"run{r}" for r in range(runs)], progress=False, stop_at=stop)
+    tokens, seconds = 0.0, []
+    for out in outs:
+        log = pd.read_parquet(out / "loss.parquet").set_index("step")
+        seconds.append(float(log.loc[stop, "elapsed_s"] - log.loc[warmup, "elapsed_s"]))
+        tokens += float(log.loc[warmup + 1 : stop, "update_tokens"].sum())
+    shutil.rmtree(work, ignore_errors=True)
+    window = max(seconds)
+    return {
+        "runs": runs,
+        "tokens_per_s": tokens / window,
+        "seconds": window,
+        "ms_per_update": 1e3 * window / steps,
+        "tokens_per_update": tokens / steps / runs,
+        "table1_row_min_4gpu": table1_row_minutes(runs, steps / window),
+        "flops": float("nan"),
+    }
+
+
+HOST_GPUS = 4
+
+
+def table1_row_minutes(runs_per_gpu: int, updates_per_s_per_run: float) -> float:
+    """Minutes for the 4-layer Table 1 row (``PAPER_ROW_RUNS`` runs of ``PAPER_UPDATES`` updates) on a
+    ``HOST_GPUS``-GPU host with ``runs_per_gpu`` runs on each GPU, in rounds."""
+    rounds = -(-PAPER_ROW_RUNS // (HOST_GPUS * runs_per_gpu))
+    return rounds * PAPER_UPDATES / updates_per_s_per_run / 60
+
+
 def attngeom_steps(
     preset: int,
     steps: int,
@@ -528,6 +579,12 @@ def run_system(name: str, preset: int, args: argparse.Namespace) -> dict:
         "plain-compiled-mask": lambda: plain_loop(*common, True, args.profile, mask=True),
         "attngeom-paper": lambda: attngeom_paper(preset, args.paper_steps, 100, CACHE, "documents"),
         "attngeom-paper-accum": lambda: attngeom_paper(preset, args.paper_steps, 100, CACHE, "accum"),
+        **{
+            f"attngeom-paper-stacked-{r}": partial(
+                attngeom_paper_stacked, preset, r, args.paper_steps, 100, CACHE
+            )
+            for r in args.stack
+        },
         "attngeom-compiled-nographs": lambda: attngeom_steps(
             *common, CACHE, True, True, args.profile, mode="default"
         ),
@@ -544,6 +601,8 @@ def run_system(name: str, preset: int, args: argparse.Namespace) -> dict:
     began = time.perf_counter()
     try:
         result = runs[name]()
+        if name == "attngeom-paper":
+            result["table1_row_min_4gpu"] = table1_row_minutes(1, 1e3 / result["ms_per_update"])
     except Exception as err:  # noqa: BLE001 - report and go on with the other systems
         result = {"error": f"{type(err).__name__}: {err}"[:500]}
     finally:
@@ -579,6 +638,7 @@ def table(results: list[dict]) -> pd.DataFrame:
         "system",
         "tokens_per_s",
         "ms_per_update",
+        "table1_row_min_4gpu",
         "mfu",
         "vs_plain_compiled",
         "vs_faster_plain",
@@ -610,6 +670,13 @@ def main() -> None:
         "--runs", type=int, nargs="+", default=[1, 2, 4, 8], help="concurrent: runs sharing the GPU"
     )
     parser.add_argument(
+        "--stack",
+        type=int,
+        nargs="+",
+        default=[2, 4, 6, 8],
+        help="attngeom-paper-stacked: runs in one process (one row each)",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         help="also profile 5 steps of each system into this folder (attngeom: its step alone, not train())",
@@ -633,8 +700,13 @@ def main() -> None:
         print(attention_kernels(CACHE, args.batch).to_string(index=False), flush=True)
         return
     results = []
+    systems = [
+        variant
+        for name in args.systems
+        for variant in ([f"{name}-{r}" for r in args.stack] if name == "attngeom-paper-stacked" else [name])
+    ]
     for preset in args.preset:
-        for name in args.systems:
+        for name in systems:
             results.append(run_system(name, preset, args))
             print(json.dumps({k: v for k, v in results[-1].items() if k != "profile"}), flush=True)
             args.out.parent.mkdir(parents=True, exist_ok=True)

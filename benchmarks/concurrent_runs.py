@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from bench_training import PAPER_ROW_RUNS, PAPER_UPDATES, bench_config, paper_settings
+from bench_training import bench_config, paper_settings, table1_row_minutes
 
-HOST_GPUS = 4
 WARMUP = 100
 
 
@@ -59,8 +58,6 @@ def concurrent_table(presets: list[int], runs: list[int], steps: int, cache: Pat
             rates = [rate(work / f"seed{seed}", stop) for seed in range(n)]
             tokens = sum(r[0] for r in rates)
             updates = sum(r[1] for r in rates)
-            waves = -(-PAPER_ROW_RUNS // (HOST_GPUS * n))  # rounds of n runs on each GPU
-            row_s = waves * PAPER_UPDATES / (updates / n)
             rows.append(
                 {
                     "preset": preset,
@@ -68,7 +65,8 @@ def concurrent_table(presets: list[int], runs: list[int], steps: int, cache: Pat
                     "tokens_per_s_per_gpu": tokens,
                     "tokens_per_s_per_run": tokens / n,
                     "updates_per_s_per_gpu": updates,
-                    "table1_row_min_4gpu": row_s / 60,
+                    "table1_row_min_4gpu": table1_row_minutes(n, updates / n),
+                    "mps": bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")),
                     "wall_s": time.perf_counter() - began,
                 }
             )

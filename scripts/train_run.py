@@ -3,8 +3,8 @@ trained again from scratch (the old run moved aside).
 
 One process per GPU through torchrun when the run has several; on several SLURM nodes, one torchrun per
 node, started with srun (attngeom.training.launch). Run locally, the job first takes GPUs of its own
-(attngeom.pipeline.gpus) so that no other job shares them; torch is imported only then, because CUDA
-reads CUDA_VISIBLE_DEVICES once, when it starts.
+(attngeom.pipeline.gpus) so that no other job shares them (or, for a run with runs_per_gpu, slots of
+one GPU); torch is imported only then, because CUDA reads CUDA_VISIBLE_DEVICES once, when it starts.
 """
 
 import contextlib
@@ -38,8 +38,11 @@ with (
     open(snakemake.log[0], "w") as log,
     contextlib.redirect_stdout(log),
     contextlib.redirect_stderr(log),
-    job_gpus(int(snakemake.resources.get("gpu", 0)), log) as held,
+    job_gpus(
+        int(snakemake.resources.get("gpu", 0)), log, slots=int(snakemake.resources.get("gpu_slots", 0))
+    ) as held,
 ):
+    print(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)  # what CUDA sees
     if held is not None and nodes > 1:
         refuse(f"asks for {nodes} nodes: run it through SLURM (snakemake --profile profiles/slurm)")
     if held is not None and len(held) < gpus:

@@ -145,7 +145,7 @@ def test_discovery_refuses_a_model_without_attention():
 
 
 def test_rms_norm_probe_tells_gain_offsets_apart():
-    from attngeom.architectures.discovery import probe_norm
+    from attngeom.architectures.qk_norms import probe_norm
 
     gemma = tiny_config("gemma3_text")
     llama_like = tiny_config("qwen3")

@@ -191,6 +191,10 @@ def exercise_training(command: str, tmp_path: Path) -> None:
     for line in [c for c in readme_commands() if c.startswith("attngeom train ")]:
         run([*shlex.split(line), *TINY_TRAINING], cwd=tmp_path, ATTNGEOM_CACHE=str(tmp_path / "cache"))
     assert (tmp_path / "runs" / "enc-sym" / "final").is_dir() and (tmp_path / "runs" / "x" / "final").is_dir()
+    stacked = [
+        tmp_path / "runs" / f"enc-{init}-{seed}" for init in ("random", "symmetric") for seed in (0, 1, 2)
+    ]
+    assert all((run / "final").is_dir() and (run / "loss.parquet").is_file() for run in stacked)
     run(shlex.split("attngeom score runs/enc-sym/final"), cwd=tmp_path)
     assert len(pd.read_parquet(tmp_path / "scores.parquet")) > 0
 
@@ -292,6 +296,8 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "attngeom train --out runs/enc-sym --restart steps=4000 n_layers=4 objective=encoder init=symmetric "
     "dataset=sotu": covered_by_training,
     "attngeom train --out runs/x --config config/config.yaml --run decoder-random": covered_by_training,
+    "attngeom train --out runs/enc-{init}-{seed} --seeds 0,1,2 --inits random,symmetric steps=2000 n_layers=4 "
+    "objective=encoder dataset=sotu": covered_by_training,
     "attngeom score runs/enc-sym/final": covered_by_training,
     "export ATTNGEOM_SLURM_PARTITION=gpu ATTNGEOM_SLURM_ACCOUNT=myproject": exercise_slurm,
     "attngeom zoo resolve config/zoo.yaml": exercise_zoo,

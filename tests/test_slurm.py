@@ -486,3 +486,38 @@ def test_a_training_run_on_two_nodes_is_one_ddp_run_across_them(tmp_path):
     pd.testing.assert_frame_equal(
         two.drop(columns="elapsed_s"), one.drop(columns="elapsed_s"), rtol=1e-5, atol=1e-6
     )
+
+
+def test_two_runs_that_share_a_gpu_train_side_by_side_in_one_sbatch_job_with_one_gpu(tmp_path):
+    """``runs_per_gpu: 2``: the two train jobs are one sbatch job (group gpu_share_2) that asks for one GPU
+    and both jobs' CPUs and memory, and Snakemake runs both in it at once."""
+    from pipeline_support import TINY_MODELS, write_config
+
+    settings = {**TRAIN_SETTINGS, "steps": 20, "checkpoint_every": 10, "score_every": 20}
+    settings["cache_dir"] = str(tmp_path / "cache")
+    config = write_config(tmp_path / "tiny.yaml", TINY_MODELS)
+    data = yaml.safe_load(config.read_text())
+    shared = {**TRAIN_RESOURCES, "mem_mb": 1000, "runs_per_gpu": 2}
+    data["training"] = {"defaults": {**settings, **shared}, "runs": [{"name": "a"}, {"name": "b", "seed": 1}]}
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    targets = [f"results/training/{run}/final" for run in ("a", "b")]
+    args = ("--configfile", str(config), "--slurm-keep-successful-logs")
+    run = run_snakemake(ROOT / "workflow" / "Snakefile", tmp_path, *targets, *args, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+
+    jobs = check_every_job_went_through_sbatch(run.stderr, tmp_path)
+    (group,) = submissions(run.stderr)
+    assert group.rule == "group gpu_share_2" and [m[0] for m in group.members] == ["train", "train"]
+    (job,) = [row for _, row in jobs.iterrows()]
+    assert re.search(r"gres/gpu=1\b", job["ReqTRES"]), job["ReqTRES"]  # one GPU for both
+    assert int(job["ReqCPUS"]) == 2 and megabytes(job["ReqMem"]) >= 2000  # both jobs' CPUs and memory
+    assert minutes(job["Timelimit"]) == 2 * TRAIN_RESOURCES["runtime"]  # a shared run's: twice its own
+    (log,) = (tmp_path / ".snakemake" / "slurm_logs").rglob(f"{group.slurm_id}.log")
+    text = log.read_text()
+    first_done = text.index("Finished jobid")
+    assert text[:first_done].count("rule train:") == 2, "the two runs did not start side by side"
+    for name in ("a", "b"):
+        losses = pd.read_parquet(tmp_path / "results" / "training" / name / "loss.parquet")
+        assert losses["step"].max() == settings["steps"]
+        train_log = (tmp_path / "results" / "training" / "logs" / "train" / f"{name}.log").read_text()
+        assert re.search(r"^CUDA_VISIBLE_DEVICES=0$", train_log, re.M), train_log[:2000]  # the job's GPU

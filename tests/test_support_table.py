@@ -27,7 +27,9 @@ def test_table_has_one_row_per_model_type_and_states_the_counts():
     c = counts()
     assert f"**{c['scored']} of the {c['attention']} model types" in lines[0]
     assert sum(" | table | " in r for r in rows) == c["table"]
-    assert sum(" | discovered | " in r for r in rows) == c["discovered"]
+    modules = sum(" | discovered (modules) | " in r for r in rows)
+    assert sum(" | discovered | " in r for r in rows) + modules == c["discovered"]
+    assert modules == c["modules"] and (modules > 0) == ("attention modules' own forward" in lines[0])
 
 
 def test_section_is_replaced_in_place_and_text_without_it_is_refused():

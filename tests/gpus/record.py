@@ -7,7 +7,11 @@ import time
 from attngeom.files import write_text
 from attngeom.pipeline.gpus import job_gpus
 
-with open(snakemake.log[0], "w") as log, job_gpus(int(snakemake.resources.gpu), log) as held:
+resources = snakemake.resources
+with (
+    open(snakemake.log[0], "w") as log,
+    job_gpus(int(resources.gpu), log, slots=int(resources.get("gpu_slots", 0))) as held,
+):
     seen = os.environ.get("CUDA_VISIBLE_DEVICES")
     time.sleep(snakemake.params.seconds)
 write_text(snakemake.output[0], json.dumps({"held": held, "seen": seen}))

@@ -94,7 +94,7 @@ def resource(name):
 
 def train_resource(name):
     """A scheduler resource of the train job of run ``wildcards.run``; None (unset) if it has none."""
-    return lambda wildcards: TRAINING_RUNS[wildcards.run].resources().get(name)
+    return lambda wildcards: TRAINING_RUNS[wildcards.run].resources(SLOTS_PER_GPU, GPUS_HERE).get(name)
 
 
 def score_device(wildcards):

@@ -3,10 +3,11 @@
 # (attngeom.training.config.TrainConfig; its defaults are the paper's hyper-parameters); a run may also
 # set the scheduler resources gpus, threads and mem_mb (per node), runtime (minutes) and nodes (several:
 # DDP across SLURM nodes, profiles/slurm/README.md). Locally each job gets GPUs of its own
-# (workflow/rules/gpus.smk). Runs come from
-# `training: runs:` (a list of {name, overrides}) and/or `training: grid:` (setting → list of values, one
-# run per combination, named by its values); `training: seeds:` repeats every run once per seed
-# (<name>-s<seed>). The paper's grid (config/paper.yaml holds it with the paper's optimisation and
+# (workflow/rules/gpus.smk); a one-GPU run with `runs_per_gpu: K` shares its GPU with up to K-1 others
+# (locally: slots of a GPU; under SLURM: K jobs in one sbatch job with one GPU, group gpu_share_K).
+# Runs come from `training: runs:` (a list of {name, overrides}) and/or `training: grid:` (setting → list
+# of values, one run per combination, named by its values); `training: seeds:` repeats every run once per
+# seed (<name>-s<seed>). The paper's grid (config/paper.yaml holds it with the paper's optimisation and
 # `batch_documents: 256`; `attngeom paper-config` writes it):
 #
 #   training:
@@ -37,6 +38,8 @@ if TRAINING_RUNS:
             f"{TR}/benchmarks/train/{{run}}.tsv"
         wildcard_constraints:
             run="|".join(re.escape(name) for name in TRAINING_RUNS),
+        group:
+            train_group
         conda:
             ENV
         threads: lambda wildcards: TRAINING_RUNS[wildcards.run].threads
@@ -44,6 +47,8 @@ if TRAINING_RUNS:
             mem_mb=train_resource("mem_mb"),
             runtime=train_resource("runtime"),
             gpu=train_resource("gpu"),
+            # a run that shares its GPU, or any train job while some run does (locally)
+            gpu_slots=train_resource("gpu_slots"),
             # a run on several SLURM nodes (TrainingRun.resources); unset otherwise
             nodes=train_resource("nodes"),
             tasks=train_resource("tasks"),

@@ -1,8 +1,8 @@
 """Discovered architectures: the layers of what ``discovery`` found, read from a checkpoint.
 
 ``discover(config)`` is the ``Architecture`` the engine consumes for a ``model_type`` without a table
-(see ``discovery`` for how the layout is found): the tensor names are the model's parameter names, or the
-names transformers saves them under where its checkpoint conversion renames them.
+(see ``discovery`` for how the layout is found): the tensor names are the model's parameter names, read
+through ``Converted`` where transformers saves them under other names or in another shape.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer, linear
+from .converted import Converted
 from .discovery import Found, Skipped, find_attention, meta_model
 
 if TYPE_CHECKING:
@@ -28,53 +29,27 @@ def _terms(config: PretrainedConfig, found: Found, rotary: bool) -> tuple[str, .
     return ("scale",) + (window(config, found.layer) if found.stack == "self" else ())
 
 
-def saved_names(model: torch.nn.Module, items: list[Found | Skipped]) -> dict[str, str]:
-    """In-memory parameter name → the name ``save_pretrained`` writes, for the q/k tensors of ``items``.
-
-    transformers 5 saves some families in their legacy layout (e.g. ``language_model.model.layers``);
-    its own reverse of the checkpoint conversion mapping gives the names.
-    """
-    from transformers.core_model_loading import revert_weight_conversion
-
-    params = dict(model.named_parameters())
-    wanted = {}
-    for item in items:
-        if isinstance(item, Found):
-            norms = [f"{item.path}.{n.name}" for n in (item.q_norm, item.k_norm) if n is not None]
-            for prefix in (item.q, item.k, *norms):
-                for suffix in (".weight", ".bias"):
-                    if prefix + suffix in params:
-                        wanted[prefix + suffix] = params[prefix + suffix]
-    try:
-        reverted = revert_weight_conversion(model, dict(wanted))
-    except Exception:  # noqa: BLE001 — a converter that needs real tensors: keep the in-memory names
-        return {}
-    by_tensor = {id(t): name for name, t in reverted.items()}
-    return {name: by_tensor[id(t)] for name, t in wanted.items() if by_tensor.get(id(t), name) != name}
-
-
-def _get(reader: TensorReader, renamed: dict[str, str], name: str) -> torch.Tensor:
-    return reader.get(*dict.fromkeys((renamed.get(name, name), name)))
-
-
 def discovered_layers(
     config: PretrainedConfig,
     reader: TensorReader,
     items: list[Found | Skipped],
     rotary: bool,
-    renamed: dict[str, str],
 ) -> Iterator[AttentionLayer | UnscoredLayer]:
-    """The layers of ``items`` read from ``reader`` (``renamed``: checkpoint names that differ)."""
+    """The layers of ``items`` read from ``reader`` (by the model's own parameter names)."""
     from .normalised_decoders import QK_NORM_PER_HEAD, QK_NORM_WHOLE, normalised
 
-    def get(name: str) -> torch.Tensor:
-        return _get(reader, renamed, name)
+    get = reader.get
 
     def split(item: Found, suffix: str, role: int) -> torch.Tensor:
         tensor = get(f"{item.q}.{suffix}")
+        if item.transposed and suffix == "weight":
+            tensor = tensor.T  # a Conv1D's inputs × outputs, as nn.Linear's outputs × inputs
         h, kv, d = item.n_heads, item.n_kv_heads, item.head_dim
         if item.fused == "blocks":
             return tensor[: h * d] if role == 0 else tensor[h * d : (h + kv) * d]
+        if item.fused == "groups_qvk":  # per group [q_g | v_g | k_g]
+            grouped = tensor.reshape(item.groups, 3, h * d // item.groups, *tensor.shape[1:])
+            return grouped[:, (0, 2)[role]].reshape(h * d, *tensor.shape[1:])
         per_head = tensor.reshape(h, 3, d, *tensor.shape[1:])[:, role]
         return per_head.reshape(h * d, *tensor.shape[1:])
 
@@ -114,8 +89,12 @@ def discovered_layers(
             cross=item.cross,
         )
         if item.q_norm is not None and item.k_norm is not None:
-            q_gain = get(f"{item.path}.{item.q_norm.name}.weight") + item.q_norm.offset
-            k_gain = get(f"{item.path}.{item.k_norm.name}.weight") + item.k_norm.offset
+            q_gain, k_gain = (
+                get(f"{item.path}.{n.name}.weight") + n.offset
+                if n.weight
+                else torch.ones(item.head_dim, dtype=torch.float64)
+                for n in (item.q_norm, item.k_norm)
+            )
             form = QK_NORM_PER_HEAD if q_gain.numel() == item.head_dim else QK_NORM_WHOLE
             layer = normalised(
                 layer, q_gain, k_gain, form, item.q_norm.centre, item.q_norm.bias or item.k_norm.bias
@@ -136,14 +115,13 @@ def discover(config: PretrainedConfig, layout: str = "") -> Architecture:
     if not any(isinstance(item, Found) for item in items):
         raise ArchitectureError("no attention module with separate query and key projections")
     rotary = any("Rotary" in type(m).__name__ for m in model.modules())
-    renamed = saved_names(model, items)
     stacks = tuple(dict.fromkeys(item.stack for item in items if isinstance(item, Found)))
     return Architecture(
         model_types=(config.model_type,),
         modality=_modality(model, stacks),
         objective=_objective(config.model_type),
-        layers=lambda cfg, reader: discovered_layers(cfg, reader, items, rotary, renamed),
-        n_layers=lambda cfg: sum(2 if isinstance(i, Found) and i.latent else 1 for i in items),
+        layers=lambda cfg, reader: discovered_layers(cfg, Converted(reader, model), items, rotary),
+        n_layers=lambda cfg: sum(i.forms if isinstance(i, Found) else 1 for i in items),
         notes=_notes(model, items),
         stacks=stacks,
         stack_modality={s: m for s in stacks if (m := _stack_modality(s))},
@@ -151,13 +129,17 @@ def discover(config: PretrainedConfig, layout: str = "") -> Architecture:
 
 
 def _notes(model: torch.nn.Module, items: list[Found | Skipped]) -> str:
-    """``discovered``, and the attention modules discovery leaves unscored (no separate q/k projections)."""
+    """``discovered``, and the attention modules discovery leaves unscored (no separate q/k projections;
+    the mixers of unscored layers say why themselves, layer by layer)."""
     paths = [item.path for item in items if isinstance(item, Found)]
+    mixers = {item.mixer for item in items if isinstance(item, Skipped)}
     missed = []
     for path, module in model.named_modules():
         name = type(module).__name__
-        if "Attention" not in name or any(
-            p == path or p.startswith(path + ".") or path.startswith(p + ".") for p in paths
+        if (
+            "Attention" not in name
+            or name in mixers
+            or any(p == path or p.startswith(path + ".") or path.startswith(p + ".") for p in paths)
         ):
             continue
         if not any(isinstance(c, torch.nn.Linear) for c in module.modules()):

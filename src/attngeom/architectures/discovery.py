@@ -17,7 +17,6 @@ reason that run recorded.
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .base import ArchitectureError
+from .qk_norms import Norm, qk_norms
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -44,25 +44,20 @@ PAIRS = (
 """Child names of separate query and key projections."""
 FUSED = ("qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv", "c_attn")
 """Child names of one linear projection yielding q, k and v together."""
-LAYOUTS = ("blocks", "per_head")
+LAYOUTS = ("blocks", "per_head", "groups_qvk")
 """How a fused projection's output rows are ordered: [q | k | v] (q: H·d_h rows, k and v: H_kv·d_h each),
-or per head [q_h | k_h | v_h] (as many kv heads as heads). The conformance run records which one gives the
+per head [q_h | k_h | v_h] (as many kv heads as heads), or in the module's ``mp_num`` model-parallel groups
+[q_g | v_g | k_g] of H/mp_num heads each (CodeGen). The conformance run records which one gives the
 model's own q and k; discovery uses only that one."""
-NORMS = (("q_norm", "k_norm"), ("q_layernorm", "k_layernorm"), ("query_layernorm", "key_layernorm"))
-"""Child names of q/k norms applied after the projections."""
 CROSS = re.compile(r"cross|encoder_attn|EncDec", re.IGNORECASE)
 """Attention modules whose keys read another stack (decoder queries × encoder keys)."""
 NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
-
-
-@dataclass(frozen=True)
-class Norm:
-    """A q or k norm: the gain is ``weight + offset``; ``centre`` for a LayerNorm; ``bias`` if it adds one."""
-
-    name: str
-    offset: float
-    centre: bool
-    bias: bool
+NOT_SOFTMAX = re.compile(r"^(Text)?((Linear|Delta|Lightning)\w*Attention|GatedDeltaNet)$")
+"""A mixer class named, after its family's prefix, as linear, delta-rule or lightning attention: q and k
+feed a recurrence or kernel, never softmax(q·k) (Kimi-Linear's delta layers, MiniMax's lightning ones)."""
+TOKEN_MIXING = re.compile(r"^(q|k|query|key)_s?conv$")
+"""A child of an attention convolving its q or k over neighbouring tokens (Inkling's ``k_sconv``)."""
+WORD = re.compile(r"[A-Z][a-z]*\d*|\d+")
 
 
 @dataclass(frozen=True)
@@ -86,8 +81,19 @@ class Found:
     """The q projection yields [q_h | gate_h] per head (Qwen3-Next's output gate); q is each first half."""
     fused: str = ""
     """The layout of ``LAYOUTS`` when q and k come from one projection (``q`` and ``k`` then name it)."""
+    groups: int = 1
+    """The fused projection's model-parallel groups (layout ``groups_qvk``)."""
+    transposed: bool = False
+    """The projection is a ``Conv1D`` (GPT-2's): its weight is stored in the x W convention, inputs × outputs."""
     latent: bool = False
     """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
+    rope: bool = True
+    """A latent attention's decoupled rotary part exists (GLM-5-Next's has none: ``qk_rope_head_dim`` 0)."""
+
+    @property
+    def forms(self) -> int:
+        """The layers it yields: a latent attention's content and rotary forms, else one."""
+        return 2 if self.latent and self.rope else 1
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,23 @@ def _linear(module: object) -> bool:
     return isinstance(module, torch.nn.Linear)
 
 
+def _conv1d(module: object) -> bool:
+    """transformers' ``Conv1D``: a linear layer whose weight is stored transposed (inputs × outputs)."""
+    from transformers.pytorch_utils import Conv1D
+
+    return isinstance(module, Conv1D)
+
+
+def _rows(module: torch.nn.Module) -> int:
+    """A projection's output width (a ``Conv1D`` calls it ``nf``)."""
+    return module.nf if _conv1d(module) else module.out_features
+
+
+def _inputs(module: torch.nn.Module) -> int:
+    """A projection's input width."""
+    return module.weight.shape[0] if _conv1d(module) else module.in_features
+
+
 def _head_dim(module: torch.nn.Module, config: PretrainedConfig, q_width: int) -> int | None:
     for name in ("head_dim", "attention_head_size", "head_size", "d_head", "dim_head"):
         value = getattr(module, name, None)
@@ -140,42 +163,6 @@ def _head_dim(module: torch.nn.Module, config: PretrainedConfig, q_width: int) -
         if isinstance(value, int) and value > 0 and q_width % value == 0:
             return q_width // value
     return None
-
-
-def probe_norm(norm: torch.nn.Module, name: str) -> Norm | None:
-    """How ``norm`` scales: run a CPU copy with weight 0 (gain ``w``: output 0) and with weight set to
-    give gain 1 (a LayerNorm centres its output). ``None`` when it is not an elementwise-gain norm."""
-    weight = getattr(norm, "weight", None)
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
-        return None
-    probe = copy.deepcopy(norm).to_empty(device="cpu").float()
-    bias = getattr(probe, "bias", None)
-    x = torch.randn(3, weight.numel(), generator=torch.Generator().manual_seed(0)) + 2.0
-    with torch.no_grad():
-        if isinstance(bias, torch.Tensor):
-            bias.zero_()
-        probe.weight.zero_()
-        at_zero = probe(x)
-        offset = 0.0 if at_zero.abs().max() < 1e-6 else 1.0
-        probe.weight.fill_(1.0 - offset)
-        at_one = probe(x)
-    if offset and (probe(x) - at_zero).abs().max() > 1e-6:
-        return None
-    centre = bool(at_one.mean(-1).abs().max() < 1e-4)
-    return Norm(name, offset, centre, isinstance(bias, torch.Tensor))
-
-
-def _norms(module: torch.nn.Module) -> tuple[Norm | None, Norm | None]:
-    for q_name, k_name in NORMS:
-        q_norm, k_norm = getattr(module, q_name, None), getattr(module, k_name, None)
-        if isinstance(q_norm, torch.nn.Identity) and isinstance(k_norm, torch.nn.Identity):
-            return None, None  # a family whose q/k norm is switched off in this config
-        if isinstance(q_norm, torch.nn.Module) and isinstance(k_norm, torch.nn.Module):
-            q, k = probe_norm(q_norm, q_name), probe_norm(k_norm, k_name)
-            if q is None or k is None:
-                raise ArchitectureError(f"{type(module).__name__}: q/k norm {q_name} of unknown kind")
-            return q, k
-    return None, None
 
 
 def _template(path: str) -> str:
@@ -192,7 +179,10 @@ def find_attention(
     them index its layers (T5's ``block.{i}.layer.0.SelfAttention``: i), in module order.
     """
     raw: list[tuple[str, str, str, torch.nn.Module]] = []
+    family = _family_words(model)
     for path, module in model.named_modules():
+        if NOT_SOFTMAX.search("".join(WORD.findall(type(module).__name__)[family:])):
+            continue  # its layers are recorded as unscored, with this class as their mixer
         if _linear(getattr(module, "kv_a_proj_with_mqa", None)) and _linear(
             getattr(module, "kv_b_proj", None)
         ):
@@ -210,7 +200,7 @@ def find_attention(
                 raw.append((path, q, k, module))
                 break
         else:
-            fused = next((n for n in FUSED if _linear(getattr(module, n, None))), None)
+            fused = next((n for n in FUSED if _linear(p := getattr(module, n, None)) or _conv1d(p)), None)
             if fused and layout and path:
                 raw.append((path, fused, fused, module))
     groups: dict[str, list[tuple[str, str, str, torch.nn.Module]]] = {}
@@ -235,6 +225,21 @@ def find_attention(
         key=lambda f: (order.index(f.stack) if f.stack in order else order.index(f.stack + "_cross"), f.layer)
     )
     return found
+
+
+def _family_words(model: torch.nn.Module) -> int:
+    """How many leading CamelCase words the model's own classes share (``KimiLinear`` of
+    ``KimiLinearModel``): the family prefix, not part of what a module class says it is."""
+    from transformers import PreTrainedModel
+
+    names = [WORD.findall(type(m).__name__) for m in model.modules() if isinstance(m, PreTrainedModel)]
+    names = [n[:-1] for n in names if len(n) > 1]  # without Model / ForCausalLM's last word
+    if not names:
+        return 0
+    common = 0
+    while all(len(n) > common and n[common] == names[0][common] for n in names):
+        common += 1
+    return common
 
 
 def _index(path: str, template: str) -> int:
@@ -284,7 +289,7 @@ def _stack_names(groups: dict[str, list]) -> dict[str, str]:
 def _is_cross(entry: tuple) -> bool:
     path, q, k, module = entry
     name = path.rsplit(".", 1)[-1]
-    return bool(CROSS.search(name)) or getattr(module, q).in_features != getattr(module, k).in_features
+    return bool(CROSS.search(name)) or _inputs(getattr(module, q)) != _inputs(getattr(module, k))
 
 
 def _fused_heads(module: torch.nn.Module, config, width: int, layout: str) -> tuple[int, int, int]:
@@ -303,6 +308,9 @@ def _fused_heads(module: torch.nn.Module, config, width: int, layout: str) -> tu
         raise ArchitectureError(f"{type(module).__name__}: no head count to read")
     head_dim = head_dim or width // 3 // heads
     kv = (width // head_dim - heads) // 2 if layout == "blocks" else heads
+    groups = getattr(module, "mp_num", None)
+    if layout == "groups_qvk" and not (isinstance(groups, int) and groups > 0 and heads % groups == 0):
+        raise ArchitectureError(f"{type(module).__name__}: no mp_num groups of its {heads} heads")
     return head_dim, heads, kv
 
 
@@ -325,9 +333,11 @@ def _found(
             k_bias=False,
             cross=False,
             latent=True,
+            rope=bool(own.qk_rope_head_dim),
         )
     if layout:
-        head_dim, n_heads, n_kv = _fused_heads(module, config, q_mod.out_features, layout)
+        head_dim, n_heads, n_kv = _fused_heads(module, config, _rows(q_mod), layout)
+        q_norm, k_norm = qk_norms(module, head_dim)
         return Found(
             path=path,
             stack=stack,
@@ -340,12 +350,22 @@ def _found(
             q_bias=q_mod.bias is not None,
             k_bias=q_mod.bias is not None,
             cross=False,
+            q_norm=q_norm,
+            k_norm=k_norm,
             fused=layout,
+            groups=getattr(module, "mp_num", 1) if layout == "groups_qvk" else 1,
+            transposed=_conv1d(q_mod),
         )
     head_dim = _head_dim(module, config, q_mod.out_features)
     if head_dim is None:
         raise ArchitectureError(f"{type(module).__name__} at {path}: no head width to read")
-    q_norm, k_norm = _norms(module)
+    mixed = [n for n, _ in module.named_children() if TOKEN_MIXING.search(n)]
+    if mixed:
+        raise ArchitectureError(
+            f"{type(module).__name__}: q or k passes through a convolution over tokens (`{mixed[0]}`), "
+            "so it is not a bilinear form of one token's input"
+        )
+    q_norm, k_norm = qk_norms(module, head_dim)
     n_heads = q_mod.out_features // head_dim
     stated = getattr(getattr(module, "config", None) or config, "num_attention_heads", None)
     gated = isinstance(stated, int) and n_heads == 2 * stated

@@ -93,6 +93,8 @@ def mla_layer(
         left_out=left_out,
         form=CONTENT_FORM,
     )
+    if not rope:
+        return  # no decoupled rotary part (GLM-5-Next's latent attention)
     w_q_rope, b_q_rope = _query(q_a, b_q_latent, q_b, heads, qk_dim, slice(nope, qk_dim))
     yield AttentionLayer(
         stack=f"{stack}_rope",

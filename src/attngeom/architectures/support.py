@@ -2,8 +2,10 @@
 registry, so the README, the run and the tables cannot drift.
 
 Every ``model_type`` of the transformers the run used is one row: ``table`` (a hand-written map),
-``discovered`` (validated against a tiny model's forward pass) or ``refused`` with its reason; model
-types only the registry knows (remote-code families) are rows too.
+``discovered`` (validated against a tiny model's forward pass), ``discovered (modules)`` (some of its
+stacks validated on their attention modules' own forward, where the whole tiny model's forward pass did not
+run or reach them: the weaker check) or ``refused`` with its reason; model types only the registry knows
+(remote-code families) are rows too.
 """
 
 from __future__ import annotations
@@ -40,15 +42,17 @@ def _row(model_type: str, entry: dict | None) -> str:
     assert entry is not None
     if entry["status"] == "validated":
         stacks = ", ".join(f"`{s}`" for s in entry["stacks"])
+        how = "discovered (modules)" if entry.get("own_forward") else "discovered"
         return (
-            f"| `{model_type}` | discovered | {entry.get('modality', '')} | {entry.get('objective', '')} "
+            f"| `{model_type}` | {how} | {entry.get('modality', '')} | {entry.get('objective', '')} "
             f"| {stacks} | {_cell(entry['reason'])} |"
         )
     return f"| `{model_type}` | refused | | | | {_cell(entry['reason'])} |"
 
 
 def counts() -> dict[str, int]:
-    """Scored (by table or validated discovery), with dot-product attention, and all model types."""
+    """Scored (by table or validated discovery; ``modules``: discovered types with stacks validated on
+    their attention modules' own forward), with dot-product attention, and all model types."""
     entries = conformance()
     types = set(entries) | set(REGISTRY)
     scored = {t for t in types if t in REGISTRY or entries[t]["status"] == "validated"}
@@ -57,6 +61,7 @@ def counts() -> dict[str, int]:
         "scored": len(scored),
         "table": len(set(REGISTRY)),
         "discovered": len(scored - set(REGISTRY)),
+        "modules": sum(bool(entries[t].get("own_forward")) for t in scored - set(REGISTRY)),
         "attention": len(types - without),
         "total": len(types),
     }
@@ -66,9 +71,15 @@ def summary() -> str:
     """The counts as the README states them."""
     c = counts()
     share = 100 * c["scored"] / c["attention"] if c["attention"] else 0.0
+    modules = (
+        f" ({c['modules']} of them with stacks validated on their attention modules' own forward, "
+        "`discovered (modules)`: the whole tiny model's forward pass did not run or reach them)"
+        if c["modules"]
+        else ""
+    )
     return (
         f"**{c['scored']} of the {c['attention']} model types with dot-product attention are scored and "
-        f"validated ({share:.1f}%)**: {c['table']} by a hand-written table, {c['discovered']} discovered; "
+        f"validated ({share:.1f}%)**: {c['table']} by a hand-written table, {c['discovered']} discovered{modules}; "
         f"{c['total']} model types in all (those without dot-product attention, and sub-configs scored "
         "through their parent, are outside the denominator)."
     )

@@ -11,7 +11,7 @@ A module outside the attention interface is checked on its projections' outputs 
 
 from __future__ import annotations
 
-import sys
+import inspect
 from contextlib import ExitStack, contextmanager
 
 import torch
@@ -24,14 +24,11 @@ RTOL = 1e-5
 _interface: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _attention(module, query, key, value, attention_mask, **kwargs):
+def _attention(module, query, key, value, attention_mask=None, **kwargs):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     _interface.setdefault(id(module), (query.detach(), key.detach()))
-    if kwargs.get("softcap") is not None:  # sdpa has no softcap: the model's own eager attention
-        eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
-        if eager is not None:
-            return eager(module, query, key, value, attention_mask, **kwargs)
+    kwargs.pop("softcap", None)  # scores capped after q·k: no part of q or k, and sdpa refuses it
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -61,12 +58,20 @@ def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
 
 @contextmanager
 def _rotary_neutralised(modules: list[torch.nn.Module]):
-    def pre_hook(module, args, kwargs):
-        cos_sin = kwargs.get("position_embeddings")
-        if not isinstance(cos_sin, tuple) or len(cos_sin) != 2:
+    def neutral(cos_sin):
+        if not isinstance(cos_sin, (tuple, list)) or len(cos_sin) != 2:  # MLCD passes a list
             return None
         cos, sin = cos_sin
-        return args, {**kwargs, "position_embeddings": (torch.ones_like(cos), torch.zeros_like(sin))}
+        return torch.ones_like(cos), torch.zeros_like(sin)
+
+    def pre_hook(module, args, kwargs):
+        if "position_embeddings" in kwargs:
+            cos_sin = neutral(kwargs["position_embeddings"])
+            return None if cos_sin is None else (args, {**kwargs, "position_embeddings": cos_sin})
+        names = list(inspect.signature(module.forward).parameters)
+        at = names.index("position_embeddings") if "position_embeddings" in names else len(args)
+        cos_sin = neutral(args[at]) if at < len(args) else None  # passed by position (SAM 3's ViT)
+        return None if cos_sin is None else ((*args[:at], cos_sin, *args[at + 1 :]), kwargs)
 
     handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
     try:
@@ -105,25 +110,54 @@ def _default_dtype(dtype: torch.dtype):
         torch.set_default_dtype(before)
 
 
-def capture(model: torch.nn.Module, items: list[Found]) -> dict[str, dict[str, torch.Tensor]]:
+def capture(
+    model: torch.nn.Module, items: list[Found]
+) -> tuple[dict[str, dict[str, torch.Tensor]], Exception | None]:
     """By attention path: x_q, x_k (projection inputs), q, k (projection outputs) and, where the module
-    goes through the attention interface, q_attn and k_attn as the attention function got them."""
+    goes through the attention interface, q_attn and k_attn as the attention function got them; with the
+    last error of the forward passes when some modules never ran (``modules`` drives those on their own)."""
     seen: dict[str, dict[str, torch.Tensor]] = {}
     modules = {item.path: model.get_submodule(item.path) for item in items}
+
+    first_call: dict[str, bool] = {}  # path → its first call is under way (True) or over (False)
 
     def keep(path: str, role: str):
         def hook(projection, args, output):
             record = seen.setdefault(path, {})
+            x, y = args[0].detach(), output.detach()
             if f"x_{role}" not in record:
-                record[f"x_{role}"], record[role] = args[0].detach(), output.detach()
+                record[f"x_{role}"], record[role] = x, y
+            elif first_call.get(path) and _joinable(record[role], y) and _joinable(record[f"x_{role}"], x):
+                # a second call within the module's first (T5Gemma 2's merged attention: the keys of the
+                # decoder tokens, then of the encoder's) adds tokens to the same attention call
+                record[f"x_{role}"] = torch.cat((record[f"x_{role}"], x), -2)
+                record[role] = torch.cat((record[role], y), -2)
+
+        return hook
+
+    def opened(path: str):
+        def hook(module, args):
+            first_call.setdefault(path, True)
+
+        return hook
+
+    def closed(path: str):
+        def hook(module, args, output):
+            first_call[path] = False
 
         return hook
 
     _register()
     _interface.clear()
+    _zero_norm_biases(modules, items)
     with ExitStack() as stack:
         for item in items:
             module = modules[item.path]
+            for handle in (
+                module.register_forward_pre_hook(opened(item.path)),
+                module.register_forward_hook(closed(item.path)),
+            ):
+                stack.callback(handle.remove)
             for role, name in (("q", item.q), ("k", item.k)):
                 child = module.get_submodule(name.rsplit(".", 1)[-1])
                 handle = child.register_forward_hook(keep(item.path, role))
@@ -144,17 +178,28 @@ def capture(model: torch.nn.Module, items: list[Found]) -> dict[str, dict[str, t
                     failure = err
                     for key in set(seen) - before:  # a call cut short pairs no projection with its q·k
                         del seen[key]
+                        first_call.pop(key, None)
                     for key in set(_interface) - interface:
                         del _interface[key]
             pending = [p for p in pending if p not in seen]
             if not pending:
                 break
-        if pending and failure is not None:
-            raise failure
+        if not pending:
+            failure = None
     for path, module in modules.items():
         if id(module) in _interface and path in seen:
             seen[path]["q_attn"], seen[path]["k_attn"] = _interface[id(module)]
-    return seen
+    return seen, failure
+
+
+def _zero_norm_biases(modules: dict[str, torch.nn.Module], items: list[Found]) -> None:
+    """A q/k LayerNorm's bias is a term the form leaves out (``qk_norm_bias``): set to 0 in the random
+    model so that the rest, which the form states, is checked exactly."""
+    for item in items:
+        for norm in (item.q_norm, item.k_norm):
+            if norm is not None and norm.bias:
+                with torch.no_grad():
+                    modules[item.path].get_submodule(norm.name).bias.zero_()
 
 
 def _runners(model: torch.nn.Module, items: list[Found]) -> list[torch.nn.Module]:
@@ -169,9 +214,14 @@ def _runners(model: torch.nn.Module, items: list[Found]) -> list[torch.nn.Module
     return runners
 
 
+def _joinable(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dim() == b.dim() >= 2 and a.shape[:-2] == b.shape[:-2] and a.shape[-1] == b.shape[-1]
+
+
 def heads(t: torch.Tensor, n: int, d: int) -> torch.Tensor:
-    """(..., N, n·d) → (B, n, N, d), a 2-D packed input as one batch."""
-    t = t if t.dim() == 3 else t.reshape(1, -1, t.shape[-1])
+    """(B, ..., n·d) → (B, n, N, d): a 2-D packed input as one batch, a grid's positions (B, H, W, ·) as
+    one token axis."""
+    t = t.reshape(1, -1, t.shape[-1]) if t.dim() == 2 else t.flatten(1, -2)
     return t.reshape(t.shape[0], t.shape[1], n, d).transpose(1, 2)
 
 
@@ -195,6 +245,8 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
             heads(record["k"], layer.n_kv_heads, layer.head_dim),
         ]
     )
+    if not all(torch.isfinite(t).all() for t in theirs):
+        return "the tiny model's forward pass gave non-finite q or k"
     if not attn and (layer.form != "standard" or fused):
         return "a normalised form or fused projection outside the attention interface"
     vectors = _compare_vectors(layer, ours, theirs)
@@ -203,25 +255,49 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
 
 def _compare_scores(layer, ours: list[torch.Tensor], theirs: list[torch.Tensor], vectors: str) -> str | None:
     """The scores Q_h K_gᵀ against diag(c_q) (form's scores) diag(c_k): for a model that permutes the
-    head dims of q and k alike (interleaved rotary layouts), which changes no score."""
+    head dims of q and k alike (interleaved rotary layouts), which changes no score. The positive scalars
+    are fitted by alternating least squares and the residual is measured against the largest score (a
+    ratio of scores is ill-conditioned where the form's score is near zero)."""
     group = layer.n_heads // layer.n_kv_heads
     mine = ours[0] @ ours[1].double().repeat_interleave(group, dim=1).mT
     their = theirs[0].double() @ theirs[1].double().repeat_interleave(group, dim=1).mT
     if mine.shape != their.shape:
         return vectors
-    ratio = their / mine
-    if not (ratio > 0).all():
+    c_q, c_k = _scalars(mine, their)
+    if not ((c_q > 0).all() and (c_k > 0).all()):
         return vectors
-    rank_one = ratio * ratio[..., :1, :1] - ratio[..., :, :1] * ratio[..., :1, :]
-    error = (rank_one.abs().max() / (ratio.abs().max() ** 2)).item()
+    fitted = c_q[..., :, None] * mine * c_k[..., None, :]
+    error = ((their - fitted).abs().max() / their.abs().max().clamp_min(1e-30)).item()
     if error > RTOL:
         return vectors
+    product = c_q[..., :, None] * c_k[..., None, :]
     if (
         layer.form == "standard"
-        and ((ratio - ratio.flatten()[0]).abs().max() / ratio.abs().max()).item() > RTOL
+        and ((product - product.flatten()[0]).abs().max() / product.abs().max()).item() > RTOL
     ):
         return "a standard form whose scores are rescaled per token"
     return None
+
+
+def _scalars(
+    mine: torch.Tensor, their: torch.Tensor, rounds: int = 1000
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-query and per-key scalars c_q, c_k minimising |their - diag(c_q) mine diag(c_k)|, by
+    alternating least squares until they stop changing (tens of rounds for an exact fit)."""
+    c_k = torch.ones(mine.shape[:-2] + mine.shape[-1:], dtype=mine.dtype)
+    c_q = torch.zeros(mine.shape[:-1], dtype=mine.dtype)
+
+    def fit(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
+        return torch.where(denominator > 0, numerator / denominator.clamp_min(1e-300), 1.0)  # 0 row: any
+
+    for _ in range(rounds):
+        scaled = mine * c_k[..., None, :]
+        previous, c_q = c_q, fit((their * scaled).sum(-1), (scaled * scaled).sum(-1))
+        scaled = mine * c_q[..., :, None]
+        c_k = fit((their * scaled).sum(-2), (scaled * scaled).sum(-2))
+        if ((c_q - previous).abs().max() / c_q.abs().max().clamp_min(1e-300)).item() < 1e-14:
+            break
+    return c_q, c_k
 
 
 def _compare_vectors(layer, ours: list[torch.Tensor], theirs: list[torch.Tensor]) -> str | None:
@@ -231,23 +307,26 @@ def _compare_vectors(layer, ours: list[torch.Tensor], theirs: list[torch.Tensor]
         their = their.double()
         if mine.shape != their.shape:
             return f"q/k shape {tuple(their.shape)} in the model, {tuple(mine.shape)} from the form"
-        c = (mine * their).sum(-1) / (mine * mine).sum(-1).clamp_min(1e-30)
+        norm = (mine * mine).sum(-1)
+        c = (mine * their).sum(-1) / norm.clamp_min(1e-30)
+        zero = norm <= 1e-24 * norm.max()  # a zero row (padding): any c, and theirs must be 0 too
+        c = torch.where(zero, 1.0, c)
         if not (c > 0).all():
             return "q or k is not a positive multiple of the form's projection"
         error = ((their - c[..., None] * mine).abs().max() / their.abs().max().clamp_min(1e-30)).item()
         if error > RTOL:
             return f"q or k differs from the form's projection (relative error {error:.1e})"
-        scalars.append(c)
+        scalars.append(c[~zero])
     if layer.form == "standard":
         for c in scalars:
-            if ((c - c.flatten()[0]).abs().max() / c.abs().max()).item() > RTOL:
+            if len(c) and ((c - c[0]).abs().max() / c.abs().max()).item() > RTOL:
                 return "a standard form whose q or k is rescaled per token"
     return None
 
 
 def compare_latent(content, rope, record: dict[str, torch.Tensor]) -> str | None:
     """An MLA module: the content form against the no-rope dims of the attention function's q and k, the
-    rotary form against the rope dims (one key shared by the heads)."""
+    rotary form (``None`` where there is no rotary part) against the rope dims (one key shared by the heads)."""
     if "q_attn" not in record:
         return "a latent attention outside the attention interface"
     nope = content.head_dim
@@ -268,6 +347,8 @@ def compare_latent(content, rope, record: dict[str, torch.Tensor]) -> str | None
         ),
     )
     for layer, part in parts:
+        if layer is None:
+            continue
         why = compare(layer, part)
         if why:
             return f"{layer.stack}: {why}"

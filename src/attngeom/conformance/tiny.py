@@ -66,10 +66,12 @@ def shrink(entries: dict[str, Any]) -> dict[str, Any]:
                 out[key] = min(value, tiny) if value > 0 else value
                 break
     _fit_patches(out)
+    unscheduled = dict(out)
     _hybrid_schedule(out)
+    scheduled = {k for k in out if out[k] != unscheduled.get(k)}
     if "kv_lora_rank" in out and isinstance(out.get("num_key_value_heads"), int):
         out["num_key_value_heads"] = out.get("num_attention_heads", HEADS)  # MLA: one key per head
-    _per_layer_lists(out, entries, layers_before)
+    _per_layer_lists(out, entries, layers_before, scheduled)
     _renumber_tokens(out)
     return out
 
@@ -114,8 +116,11 @@ def _fit_patches(out: dict[str, Any]) -> None:
         out["image_size"] = max(out["image_size"], 4 * patch) // patch * patch
 
 
-def _per_layer_lists(out: dict[str, Any], before: dict[str, Any], layers: int | None) -> None:
-    """Lists with one entry per layer keep the first layer of each kind; the layer count follows."""
+def _per_layer_lists(
+    out: dict[str, Any], before: dict[str, Any], layers: int | None, scheduled: set[str]
+) -> None:
+    """Lists with one entry per layer keep the first layer of each kind; the layer count follows. The lists
+    ``_hybrid_schedule`` rewrote (``scheduled``) stay as it wrote them."""
     key = next((k for k in out if re.search(RULES[7][0], k) and isinstance(out[k], int)), None)
     if key is None or not layers:
         return
@@ -133,7 +138,7 @@ def _per_layer_lists(out: dict[str, Any], before: dict[str, Any], layers: int | 
             keep = sorted(set(keep) | set(range(min(layers, LAYERS))))
     out[key] = len(keep)
     for name, value in before.items():
-        if isinstance(value, list) and len(value) == layers and layers > 1:
+        if isinstance(value, list) and len(value) == layers and layers > 1 and name not in scheduled:
             out[name] = [value[i] for i in keep]
 
 

@@ -7,7 +7,9 @@ number and hands the list and a lock folder to its jobs through the environment 
 held with ``flock``, which the kernel releases when the job's process ends, however it ends; then it
 sets ``CUDA_VISIBLE_DEVICES`` before anything in the job initialises CUDA (and ``CUDA_DEVICE_ORDER``, if
 unset, to nvidia-smi's order, so GPU 1 is the GPU nvidia-smi calls 1). A job that needs none sees
-none. Under SLURM nothing is handed out: the scheduler pins each job's GPUs itself.
+none. A training run that shares its GPU (``runs_per_gpu``) takes slots of one GPU instead
+(``hold_share``): each GPU is cut into ``PER_GPU_VARIABLE`` slots, one lock file each. Under SLURM
+nothing is handed out: the scheduler pins each job's GPUs itself.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from ..errors import InputError
 SLOTS_VARIABLE = "ATTNGEOM_GPU_SLOTS"
 """The GPUs a local pipeline's jobs share, comma-separated ids as ``CUDA_VISIBLE_DEVICES`` takes them."""
 LOCKS_VARIABLE = "ATTNGEOM_GPU_LOCKS"
-"""The folder of their lock files (one per GPU)."""
+"""The folder of their lock files (one per GPU, and one per slot of a GPU)."""
+PER_GPU_VARIABLE = "ATTNGEOM_GPU_SLOTS_PER_GPU"
+"""How many slots each GPU is cut into for the jobs that share one (1 when none does)."""
 RECORD = "gpu slots: "
 """Prefix of the two lines a job logs: the GPUs it holds from when, and when it gave them back."""
 POLL_SECONDS = 0.5
@@ -75,10 +79,14 @@ def lock_folder() -> Path:
     return Path(tempfile.gettempdir()) / f"attngeom-gpus-{os.getuid()}"
 
 
-def share_gpus(gpus: Sequence[str], folder: Path, environ: dict[str, str] = os.environ) -> None:
-    """Hand ``gpus`` and their lock folder to the jobs this process starts (they inherit ``environ``)."""
+def share_gpus(
+    gpus: Sequence[str], folder: Path, environ: dict[str, str] = os.environ, slots_per_gpu: int = 1
+) -> None:
+    """Hand ``gpus``, their lock folder and how many slots each has to the jobs this process starts
+    (they inherit ``environ``)."""
     environ[SLOTS_VARIABLE] = ",".join(gpus)
     environ[LOCKS_VARIABLE] = str(folder)
+    environ[PER_GPU_VARIABLE] = str(slots_per_gpu)
 
 
 def _own_folder(folder: Path) -> Path:
@@ -130,19 +138,89 @@ def hold_gpus(count: int, gpus: Sequence[str], folder: Path, log: TextIO) -> Ite
             handle.close()
 
 
+def _try_lock(path: Path, operation: int) -> TextIO | None:
+    """``path`` opened and locked (``fcntl.LOCK_SH`` or ``LOCK_EX``) without waiting; None if taken."""
+    handle = open(path, "a")  # held by the caller past this function
+    try:
+        fcntl.flock(handle, operation | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
 @contextlib.contextmanager
-def job_gpus(count: int, log: TextIO, environ: dict[str, str] = os.environ) -> Iterator[list[str] | None]:
+def hold_share(
+    slots: int, per_gpu: int, gpus: Sequence[str], folder: Path, log: TextIO
+) -> Iterator[list[str]]:
+    """``slots`` of the ``per_gpu`` slots of one of ``gpus``, for the duration of the block; the GPU
+    yielded as a list of one.
+
+    The jobs sharing a GPU each hold its lock file shared (so a job that needs the whole GPU, which
+    holds it exclusively in ``hold_gpus``, gets neither it nor in the way) and their slots' lock files
+    exclusively, so at most ``per_gpu`` slots of a GPU are ever held. Of the GPUs with enough free slots
+    the one with the most is taken (the lowest on a tie): K runs spread over the GPUs before they pile
+    onto one. While none has enough it waits, holding nothing.
+    """
+    if not gpus:
+        raise InputError(
+            "the job needs a share of a GPU and the pipeline has none (CUDA_VISIBLE_DEVICES, nvidia-smi); "
+            "run it on a machine with a GPU"
+        )
+    _own_folder(folder)
+    waiting = False
+    while True:
+        best: list[TextIO] = []
+        chosen = None
+        for gpu in gpus:
+            name = quote(gpu, safe="")
+            handles = [_try_lock(folder / f"{name}.lock", fcntl.LOCK_SH)]
+            if handles[0] is not None:
+                handles += [_try_lock(folder / f"{name}.slot{i}.lock", fcntl.LOCK_EX) for i in range(per_gpu)]
+            held = [handle for handle in handles if handle is not None]
+            if len(held) - 1 >= slots and len(held) > len(best):
+                best, held, chosen = held, best, gpu
+            for handle in held:
+                handle.close()
+        if chosen is not None:
+            break
+        if not waiting:
+            print(
+                f"{RECORD}waiting for {slots} free slots of one of {','.join(gpus)} (locks in {folder})",
+                file=log,
+            )
+            waiting = True
+        time.sleep(POLL_SECONDS)
+    for handle in best[1 + slots :]:  # the GPU's lock and ``slots`` slots stay held
+        handle.close()
+    try:
+        yield [chosen]
+    finally:
+        for handle in best[: 1 + slots]:
+            handle.close()
+
+
+@contextlib.contextmanager
+def job_gpus(
+    count: int, log: TextIO, environ: dict[str, str] = os.environ, slots: int = 0
+) -> Iterator[list[str] | None]:
     """What a pipeline job runs under. With a local pipeline's GPUs handed out: ``count`` of them held
-    and made the only ones CUDA sees (none for ``count`` 0), their ids yielded, and both moments logged
-    (``read_records``). Otherwise (SLURM, or outside a pipeline) nothing changes and None is yielded."""
+    (or, for ``count`` 0 and ``slots`` > 0, that many slots of one GPU) and made the only ones CUDA sees
+    (none for ``count`` and ``slots`` 0), their ids yielded, and both moments logged (``read_records``).
+    Otherwise (SLURM, or outside a pipeline) nothing changes and None is yielded."""
     if SLOTS_VARIABLE not in environ:
         yield None
         return
     gpus = device_list(environ[SLOTS_VARIABLE])
-    with hold_gpus(count, gpus, Path(environ[LOCKS_VARIABLE]), log) as held:
+    folder = Path(environ[LOCKS_VARIABLE])
+    per_gpu = int(environ.get(PER_GPU_VARIABLE, "1"))
+    share = count == 0 and slots > 0
+    holding = hold_share(slots, per_gpu, gpus, folder, log) if share else hold_gpus(count, gpus, folder, log)
+    with holding as held:
         environ["CUDA_VISIBLE_DEVICES"] = ",".join(held)
         environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # ids as nvidia-smi numbers the GPUs
-        _record(log, held=held, of=gpus, pid=os.getpid())
+        shared = {"slots": f"{slots} of {per_gpu}"} if share else {}
+        _record(log, held=held, of=gpus, pid=os.getpid(), **shared)
         try:
             yield held
         finally:
@@ -156,7 +234,8 @@ def _record(log: TextIO, **fields: object) -> None:
 
 def read_records(text: str) -> list[dict]:
     """The GPU holds a job log records: ``gpus`` (ids), ``start`` and ``end`` (datetimes; ``end`` None
-    if the job ended before it could log it), ``pid``."""
+    if the job ended before it could log it), ``pid``, and ``slots`` ("k of n" for a share of a GPU,
+    else None)."""
     holds: list[dict] = []
     for line in text.splitlines():
         if not line.startswith(RECORD + "{"):
@@ -164,7 +243,15 @@ def read_records(text: str) -> list[dict]:
         fields = json.loads(line.removeprefix(RECORD))
         at = datetime.datetime.fromisoformat(fields["at"])
         if "held" in fields:
-            holds.append({"gpus": fields["held"], "start": at, "end": None, "pid": fields["pid"]})
+            holds.append(
+                {
+                    "gpus": fields["held"],
+                    "start": at,
+                    "end": None,
+                    "pid": fields["pid"],
+                    "slots": fields.get("slots"),
+                }
+            )
         elif holds and holds[-1]["end"] is None and holds[-1]["gpus"] == fields["released"]:
             holds[-1]["end"] = at
     return holds

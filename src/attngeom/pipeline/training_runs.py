@@ -8,7 +8,9 @@ once per seed as ``<name>-s<seed>``.
 from __future__ import annotations
 
 import itertools
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -36,14 +38,29 @@ class TrainingRun:
     init: str
     regularised: bool
     nodes: int = 1
+    runs_per_gpu: int = 1
+    """More than 1: the run's one GPU is shared with up to ``runs_per_gpu - 1`` other such runs."""
 
-    def resources(self) -> dict[str, int | str]:
-        """The train job's scheduler resources. One node: ``gpu`` (the local profile's GPU slots, SLURM's
-        ``--gpus``). Several nodes (SLURM only): one launcher task per node started by the job itself
-        through ``mpi`` (srun), and the GPUs per node as ``gres`` (``--gpus`` would count the whole job)."""
-        common = {"mem_mb": self.mem_mb, "runtime": self.runtime}
+    def resources(self, slots_per_gpu: int = 1, here: bool = True) -> dict[str, int | str]:
+        """The train job's scheduler resources. One node: ``gpu`` (whole GPUs: the local profile's count,
+        SLURM's ``--gpus``). Several nodes (SLURM only): one launcher task per node started by the job
+        itself through ``mpi`` (srun), and the GPUs per node as ``gres`` (``--gpus`` would count the whole
+        job).
+
+        A run that shares its GPU (``runs_per_gpu`` K > 1) runs about K times as long as alone, so its
+        ``runtime`` is K times the run's. Run ``here`` (the local profile, which cuts each GPU into
+        ``slots_per_gpu`` slots, ``slots_per_gpu(runs)``) it takes no whole GPU but ``gpu_slots``: its
+        1/K of one; whole-GPU jobs then count their slots too. Under SLURM it asks for ``gres``
+        "gpu:1", a string: Snakemake adds up the numbers of the jobs in a group job but keeps a string
+        that they all share, so the K jobs of group ``share_group(run)`` ask for one GPU together (the
+        plugin's job step refuses a string ``gpu``; the step gets the job's GRES without asking)."""
+        common = {"mem_mb": self.mem_mb, "runtime": self.runtime * self.runs_per_gpu}
+        if self.nodes == 1 and self.runs_per_gpu > 1:
+            share = {"gpu": 0, "gpu_slots": slots_per_gpu // self.runs_per_gpu} if here else {"gres": "gpu:1"}
+            return {**common, **share}
         if self.nodes == 1:
-            return {**common, "gpu": self.gpus}
+            slots = {"gpu_slots": self.gpus * slots_per_gpu} if here and slots_per_gpu > 1 else {}
+            return {**common, "gpu": self.gpus, **slots}
         # tasks_per_gpu 0: the SLURM plugin would otherwise ask for --ntasks-per-gpu=<tasks>
         multi = {"nodes": self.nodes, "tasks": self.nodes, "mpi": "srun", "tasks_per_gpu": 0}
         return {**common, **multi, **({"gres": f"gpu:{self.gpus}"} if self.gpus else {})}
@@ -106,11 +123,14 @@ def training_runs(training: dict, results: str) -> dict[str, TrainingRun]:
         except (InputError, TypeError, ValueError) as err:
             raise InputError(f"config: training run {name!r}: {err}") from None
         gpus = int(merged.get("gpus", 1 if cfg.device == "cuda" else 0))
+        nodes = int(merged.get("nodes", 1))
+        share = _runs_per_gpu(name, merged.get("runs_per_gpu", 1), gpus, nodes)
         runs[name] = TrainingRun(
             name=name,
             settings=settings,
             gpus=gpus,
-            threads=int(merged.get("threads", 8 if gpus else 2)),
+            # a GPU's share of the CPUs (8 a GPU), so that K shared runs fit the CPUs of one GPU
+            threads=int(merged.get("threads", max(1, 8 // share) if gpus else 2)),
             mem_mb=int(merged.get("mem_mb", 32000 if gpus else 4000)),
             runtime=int(merged.get("runtime", 24 * 60 if gpus else 60)),
             dataset=dataset_label(cfg.dataset),
@@ -118,9 +138,76 @@ def training_runs(training: dict, results: str) -> dict[str, TrainingRun]:
             objective=cfg.objective,
             init=cfg.init,
             regularised=cfg.reg_weight != 0,
-            nodes=int(merged.get("nodes", 1)),
+            nodes=nodes,
+            runs_per_gpu=share,
         )
     return runs
+
+
+MAX_SLOTS_PER_GPU = 64
+"""The most slots a GPU is cut into (one lock file each)."""
+
+
+def _runs_per_gpu(name: str, value: object, gpus: int, nodes: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SLOTS_PER_GPU:
+        raise InputError(
+            f"config: training run {name!r}: runs_per_gpu must be a whole number from 1 to "
+            f"{MAX_SLOTS_PER_GPU}, not {value!r}"
+        )
+    if value > 1 and (gpus != 1 or nodes != 1):
+        raise InputError(
+            f"config: training run {name!r} sets runs_per_gpu: {value} with gpus: {gpus} and nodes: {nodes}; "
+            "only runs of one GPU on one node share a GPU: set gpus: 1, or runs_per_gpu: 1 for this run"
+        )
+    return value
+
+
+def slots_per_gpu(runs: Mapping[str, TrainingRun]) -> int:
+    """How many slots the local profile cuts each GPU into: the least common multiple of the runs'
+    ``runs_per_gpu``, so that a run of K takes a whole number of slots (1/K of the GPU) whatever the
+    others' K; 1 when no run shares."""
+    values = sorted({run.runs_per_gpu for run in runs.values()})
+    slots = math.lcm(*values) if values else 1
+    if slots > MAX_SLOTS_PER_GPU:
+        raise InputError(
+            f"config: training runs set runs_per_gpu {', '.join(map(str, values))}: a GPU would be cut into "
+            f"{slots} slots (their least common multiple), more than {MAX_SLOTS_PER_GPU}; use values that "
+            "divide one another (e.g. 2, 4, 8)"
+        )
+    return slots
+
+
+def share_group(run: TrainingRun) -> str | None:
+    """The job group of a run that shares its GPU (SLURM: ``group-components: gpu_share_K=K`` puts K of
+    these jobs in one sbatch job with one GPU); None for a run with GPUs of its own."""
+    return f"gpu_share_{run.runs_per_gpu}" if run.runs_per_gpu > 1 else None
+
+
+def share_problem(
+    runs: Mapping[str, TrainingRun], components: Mapping[str, int], cores: int | None
+) -> str | None:
+    """Why a cluster profile would not run K shared runs side by side in one job, or None: each group
+    ``gpu_share_K`` needs ``group-components`` K (else every job goes alone and asks for a GPU of its
+    own), and K jobs' threads must fit ``cores``, the widest a group job gets (else Snakemake runs them
+    one after another)."""
+    for run in sorted(runs.values(), key=lambda run: run.name):
+        group = share_group(run)
+        if group is None:
+            continue
+        if components.get(group) != run.runs_per_gpu:
+            return (
+                f"training run {run.name!r} sets runs_per_gpu: {run.runs_per_gpu} and the profile's "
+                f"group-components give {group} {components.get(group, 'nothing')}; add "
+                f"{group}={run.runs_per_gpu} to group-components (profiles/slurm/config.yaml lists 2 to 8)"
+            )
+        if cores is not None and run.runs_per_gpu * run.threads > cores:
+            return (
+                f"training run {run.name!r} sets runs_per_gpu: {run.runs_per_gpu} with threads: {run.threads}, "
+                f"more than the {cores} cores a group job gets (the profile's cores) for "
+                f"{run.runs_per_gpu} jobs side by side; lower threads to {max(1, cores // run.runs_per_gpu)} "
+                "or raise cores"
+            )
+    return None
 
 
 def evolution_groups(runs: dict[str, TrainingRun]) -> list[tuple[str, int]]:

@@ -24,9 +24,16 @@ def save_checkpoint(
     device: torch.device,
 ) -> None:
     """Written beside, then renamed over the previous checkpoint (never a half-written file)."""
+    save_state(path, model.state_dict(), optimizer.state_dict(), step, elapsed_s, device)
+
+
+def save_state(
+    path: Path, model_state: dict, optimizer_state: dict, step: int, elapsed_s: float, device: torch.device
+) -> None:
+    """``save_checkpoint`` given the model's and optimizer's state dicts (stacked runs make their own)."""
     state = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
+        "model": model_state,
+        "optimizer": optimizer_state,
         "step": step,
         "elapsed_s": elapsed_s,
         "rng_cpu": torch.get_rng_state(),

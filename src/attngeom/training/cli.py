@@ -44,6 +44,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="with a pipeline --config: take the overrides of this run",
     )
+    parser.add_argument(
+        "--seeds",
+        metavar="SEED,SEED,...",
+        help="train one run per seed (and per --inits init) together in one process, their weights stacked "
+        "in one compiled step; --out then names each run's folder with {seed} (and {init})",
+    )
+    parser.add_argument("--inits", metavar="INIT,INIT,...", help="with or without --seeds: these inits")
     parser.add_argument("--stop-at", type=int, metavar="STEP", help="stop after this step (resume later)")
     parser.add_argument(
         "--restart",
@@ -72,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
         layers.append(select_run(args.config, args.run_name))
     layers.append(parse_overrides(args.settings))
     config = make_config(*layers)
+    if args.seeds or args.inits:
+        return run_stacked(args, layers, config)
     out = train(
         config,
         args.out,
@@ -80,4 +89,47 @@ def run(args: argparse.Namespace) -> int:
         restart=args.restart,
     )
     print(f"run folder: {out}")
+    return 0
+
+
+def _listed(value: str, name: str) -> list[str]:
+    """``0,1,2`` → ["0", "1", "2"] (each checked as the setting ``name`` by ``make_config``)."""
+    items = [item.strip() for item in value.split(",")]
+    if not all(items):
+        raise ConfigError(f"--{name}s {value!r}: give a comma-separated list, e.g. --{name}s 0,1,2")
+    return items
+
+
+def run_folders(template: str, seeds: list, inits: list[str]) -> list[tuple[str, str, str]]:
+    """(folder, seed, init) of every run: ``{seed}`` and ``{init}`` in ``template`` name each one's folder."""
+    for key, values in (("seed", seeds), ("init", inits)):
+        if len(set(values)) > 1 and f"{{{key}}}" not in template:
+            raise ConfigError(
+                f"--out {template} names one folder for several runs: put {{{key}}} in it "
+                "(e.g. --out runs/enc-{init}-{seed})"
+            )
+    return [
+        (template.replace("{seed}", str(seed)).replace("{init}", init), seed, init)
+        for init in inits
+        for seed in seeds
+    ]
+
+
+def run_stacked(args: argparse.Namespace, layers: list[dict], config) -> int:
+    """``--seeds``/``--inits``: every combination trained together (``stacked.train_stacked``)."""
+    from .stacked import train_stacked
+
+    seeds = _listed(args.seeds, "seed") if args.seeds else [str(config.seed)]
+    inits = _listed(args.inits, "init") if args.inits else [config.init]
+    runs = run_folders(args.out, seeds, inits)
+    configs = [make_config(*layers, {"seed": seed, "init": init}) for _, seed, init in runs]
+    outs = train_stacked(
+        configs,
+        [folder for folder, _, _ in runs],
+        progress="lines" if args.log_lines else not args.quiet,
+        stop_at=args.stop_at,
+        restart=args.restart,
+    )
+    for out in outs:
+        print(f"run folder: {out}")
     return 0

@@ -35,7 +35,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
-RESOURCE_KEYS = ("gpus", "nodes", "threads", "mem_mb", "runtime")
+RESOURCE_KEYS = ("gpus", "nodes", "threads", "mem_mb", "runtime", "runs_per_gpu")
 """Keys a pipeline config may add to a run (scheduler resources); they are not training settings."""
 
 

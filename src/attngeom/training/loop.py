@@ -103,11 +103,16 @@ def _warn_if_slow(config: TrainConfig, rt: Runtime, model: torch.nn.Module) -> N
         )
 
 
+def decays(name: str, ndim: int) -> bool:
+    """Whether a parameter gets weight decay: matrices do, biases and LayerNorm weights not."""
+    return ndim >= 2 and "LayerNorm" not in name
+
+
 def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
     """AdamW with no weight decay on biases and LayerNorm weights (as transformers' Trainer does)."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
-        (no_decay if param.ndim < 2 or "LayerNorm" in name else decay).append(param)
+        (decay if decays(name, param.ndim) else no_decay).append(param)
     groups = [
         {"params": decay, "weight_decay": config.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},

@@ -85,9 +85,14 @@ def head_symmetry(model: PreTrainedModel) -> torch.Tensor:
 def symmetry_penalty(model: PreTrainedModel, target: str) -> torch.Tensor:
     """L_c of Eq. S147 / S148 averaged over heads: ‖M‖² / ‖M_s‖² = 2 / (1 + s) pulls s to 1;
     ‖M‖² / ‖M_n‖² = 2 / (1 − s) pulls s to −1 (both are 1 at their optimum)."""
-    s = head_symmetry(model)
+    return penalty(head_symmetry(model), target)
+
+
+def penalty(symmetry: torch.Tensor, target: str, dims: tuple[int, ...] | None = None) -> torch.Tensor:
+    """L_c from the heads' symmetries: the mean over ``dims`` (all of them by default)."""
     sign = 1.0 if target == "symmetric" else -1.0
-    return (2.0 / (1.0 + sign * s).clamp_min(1e-6)).mean()
+    terms = 2.0 / (1.0 + sign * symmetry).clamp_min(1e-6)
+    return terms.mean() if dims is None else terms.mean(dim=dims)
 
 
 def hidden_states(

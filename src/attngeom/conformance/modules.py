@@ -1,0 +1,184 @@
+"""The fallback of the conformance check: each discovered attention module driven through its own forward.
+
+Where the whole tiny model cannot run (its forward needs inputs a generic driver does not make: image
+grids, inference sessions, boxes, ...) or never reaches a module, the module is called on its own with
+random hidden states of its q projection's input width (cross attention: random key/value states of its k
+projection's input width), rotary position embeddings neutral (cos 1, sin 0), relative ones zero, no mask
+or an all-visible one, packed sequences as one (``cu_seqlens``), and ``None`` for any other argument its
+signature requires; the readings its signature leaves open are tried in turn and the first that runs is
+kept (never one picked for agreeing). The q and k it computes are captured through the same projection
+hooks and attention interface as the whole forward pass and compared with the same functions; a module
+whose forward does not run to its end is not validated."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from contextlib import ExitStack
+from itertools import product
+
+import torch
+
+from ..architectures.discovery import Found
+from .check import CAPTURE, _implementation, _interface, _register, _rotary_neutralised
+
+BATCH, LENGTH, KV_LENGTH = 2, 7, 5
+KEY_VALUE = ("encoder_hidden", "key_value", "context", "memory", "cross_attention", "encoder_states")
+"""Argument names (parts) that take the key/value input of a cross attention."""
+KEY_VALUE_EXACT = ("inputs", "key", "value", "keys", "values", "kv")
+
+
+def drive(
+    model: torch.nn.Module, items: list[Found]
+) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Exception]]:
+    """The records (as ``check.capture`` makes them) of the modules of ``items`` whose own forward ran,
+    and the error of each one whose forward did not run with any of the generic inputs."""
+    records: dict[str, dict[str, torch.Tensor]] = {}
+    failures: dict[str, Exception] = {}
+    _register()
+    with _implementation(model, CAPTURE):
+        for item in items:
+            module = model.get_submodule(item.path)
+            errors: list[Exception] = []
+            for kwargs in _calls(model, module, item):
+                try:
+                    records[item.path] = _run(module, item, kwargs)
+                    break
+                except Exception as err:  # noqa: BLE001 — the next generic input, else this module's reason
+                    errors.append(err)
+            else:  # the most ordinary input's error says most
+                failures[item.path] = errors[0] if errors else TypeError("its forward takes no input")
+    return records, failures
+
+
+def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.Tensor]:
+    """One call of ``module`` with ``kwargs``: the q/k projections' inputs and outputs and, where it goes
+    through the attention interface, the q and k the attention function got."""
+    record: dict[str, torch.Tensor] = {}
+
+    def keep(role: str):
+        def hook(projection, args, output):
+            if f"x_{role}" not in record:
+                record[f"x_{role}"], record[role] = args[0].detach(), output.detach()
+
+        return hook
+
+    _interface.pop(id(module), None)
+    with ExitStack() as stack:
+        for role, name in (("q", item.q), ("k", item.k)):
+            handle = module.get_submodule(name.rsplit(".", 1)[-1]).register_forward_hook(keep(role))
+            stack.callback(handle.remove)
+        stack.enter_context(_rotary_neutralised([module]))
+        with torch.no_grad():
+            module(**kwargs)
+    if not {"x_q", "q", "x_k", "k"} <= set(record):
+        raise RuntimeError("the module's forward did not use its q and k projections")
+    if id(module) in _interface:
+        record["q_attn"], record["k_attn"] = _interface.pop(id(module))
+    return record
+
+
+def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iterator[dict]:
+    """Keyword arguments to try in turn: each generic reading of the module's signature (the most
+    ordinary first), as the product of the choices its arguments leave open."""
+    params = [
+        p
+        for p in inspect.signature(module.forward).parameters.values()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if not params:
+        return
+    q_in = module.get_submodule(item.q.rsplit(".", 1)[-1]).in_features
+    k_in = module.get_submodule(item.k.rsplit(".", 1)[-1]).in_features
+    cross = item.cross or q_in != k_in
+    packed = any("cu_seqlens" in p.name for p in params)
+    generator = torch.Generator().manual_seed(2)
+    leads = [(LENGTH,), (1, LENGTH)] if packed else [(BATCH, LENGTH)]
+    for lead, kv_length in product(leads, (KV_LENGTH, LENGTH) if cross else (LENGTH,)):
+        hidden = torch.randn(*lead, q_in, generator=generator, dtype=torch.float64)
+        kv = torch.randn(*lead[:-1], kv_length, k_in, generator=generator, dtype=torch.float64)
+        rotary, relative = _rotary(model, item, lead), _relative(lead, q_in)
+        options = {
+            "states": [kv] if cross else [None, kv],
+            "rotary": rotary + relative[1:],
+            "position": relative + rotary[:-1],
+            "relative": relative,
+            "mask": _masks(lead, kv_length),
+        }
+        kinds = {_kind(p) for p in params[1:]}
+        options = {kind: values for kind, values in options.items() if kind in kinds}
+        for chosen in product(*options.values()):
+            choice = dict(zip(options, chosen, strict=True))
+            kwargs = {params[0].name: hidden}
+            for p in params[1:]:
+                value = _argument(p, choice, lead)
+                if value is not _DEFAULT:
+                    kwargs[p.name] = value
+            yield kwargs
+
+
+_DEFAULT = object()
+
+
+def _kind(p: inspect.Parameter) -> str:
+    """Which generic input argument ``p`` takes."""
+    name = p.name
+    if name == "position_embeddings":  # rotary (cos, sin) or relative, whatever the annotation says
+        return "rotary" if p.annotation is p.empty or "tuple" in str(p.annotation) else "position"
+    if "pos" in name and "emb" in name:
+        return "relative"
+    if "mask" in name:
+        return "mask"
+    if name in KEY_VALUE_EXACT or any(part in name for part in KEY_VALUE):
+        return "states"
+    return name
+
+
+def _argument(p: inspect.Parameter, choice: dict, lead: tuple[int, ...]):
+    """The generic value of argument ``p`` (``_DEFAULT``: leave the module's default)."""
+    kind, required = _kind(p), p.default is inspect.Parameter.empty
+    length = lead[-1]
+    if kind in choice:
+        return choice[kind] if (choice[kind] is not None or required) else _DEFAULT
+    if kind in ("position_ids", "cache_position"):
+        positions = torch.arange(length)
+        return positions if kind == "cache_position" or len(lead) == 1 else positions.expand(*lead)
+    if "cu_seqlens" in kind:
+        return torch.tensor([0, length], dtype=torch.int32)
+    if "max_seqlen" in kind:
+        return length
+    return None if required else _DEFAULT
+
+
+def _rotary(model: torch.nn.Module, item: Found, lead: tuple[int, ...]) -> list:
+    """Neutral rotary embeddings (cos 1, sin 0) as wide as the head, as its rotary part, as half of it,
+    per sequence or for all; then none."""
+    config = getattr(model, "config", None)
+    factor = getattr(config, "partial_rotary_factor", None) if config is not None else None
+    widths = [item.head_dim, int(item.head_dim * factor) if factor else None, item.head_dim // 2]
+    leads = dict.fromkeys([lead, lead[-1:]])  # batched, or one for the whole batch
+    shapes = [(*at, w) for w in dict.fromkeys(w for w in widths if w) for at in leads]
+    return [(torch.ones(s, dtype=torch.float64), torch.zeros(s, dtype=torch.float64)) for s in shapes] + [
+        None
+    ]
+
+
+def _relative(lead: tuple[int, ...], width: int) -> list[torch.Tensor | None]:
+    """None, then zero relative position embeddings (their score term is no part of q and k) for the
+    2N - 1 relative offsets, then for the N positions."""
+    *batch, length = lead
+    return [None] + [torch.zeros(*batch, n, width, dtype=torch.float64) for n in (2 * length - 1, length)]
+
+
+def _masks(lead: tuple[int, ...], kv_length: int) -> list[torch.Tensor | None]:
+    """No mask, then an all-visible one: additive 4-D, boolean 4-D, 2-D padding (integer, boolean)."""
+    if len(lead) == 1:
+        return [None]
+    batch, length = lead
+    return [
+        None,
+        torch.zeros(batch, 1, length, kv_length, dtype=torch.float64),
+        torch.ones(batch, 1, length, kv_length, dtype=torch.bool),
+        torch.ones(batch, kv_length, dtype=torch.long),
+        torch.ones(batch, kv_length, dtype=torch.bool),
+    ]

@@ -1,0 +1,135 @@
+"""Discovery's layouts and the conformance check's comparisons, each run on a tiny random model.
+
+The named families of issue 22 run through the generated conformance here (not read from the committed
+``support.json``): each must end scored, or refused for a reason about the model, never because the
+generic tiny config or inputs did not suit it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import AutoModel
+
+from attngeom.architectures.discovered import discover
+from attngeom.architectures.discovery import Found, Skipped, find_attention, meta_model
+from attngeom.conformance.check import capture, compare, randomized
+from attngeom.conformance.run import open_source_for, run_all
+from attngeom.conformance.tiny import tiny_config
+
+NAMED = (
+    "gpt_oss qwen3_5 qwen3_5_text qwen3_next qwen3_vl ernie4_5 olmo3 glm4_moe minimax seed_oss gemma3n gemma4 "
+    "deepseek_v32 exaone4_5 ministral3 mistral3 lfm2 hunyuan_v1_dense apertus arcee smolvlm internvl idefics2 "
+    "idefics3 granitemoehybrid nemotron_h falcon_h1 jamba bamba zamba zamba2 kimi_linear"
+).split()
+"""The families issue 22 names (Jamba, Bamba, Zamba, Kimi-Linear by their model types)."""
+
+LAYOUTS = {
+    "gte": "a fused qkv_proj checkpoint, chunked by transformers' loading rules",
+    "jina_embeddings_v3": "a fused Wqkv checkpoint under other module names",
+    "gpt-sw3": "a Conv1D c_attn (x W convention) with [q | k | v] columns",
+    "fuyu": "a per-head fused projection with centring q/k LayerNorms and their biases",
+    "mlcd": "rotary embeddings handed over as a list",
+    "pegasus_x": "padded (zero) rows in a block-local attention",
+    "t5gemma2": "merged self- and cross-attention keys from one projection",
+    "sam3_vit_model": "grid-shaped inputs and rotary passed by position",
+    "muse_spark_text": "a shared q/k norm without a gain",
+    "deepseek_v32": "latent attention whose interleaved rotary part permutes head dims",
+    "glm5_next_text": "latent attention without a rotary part, beside linear-attention layers",
+    "kimi_linear": "delta-rule linear-attention layers beside latent attention",
+    "granitemoehybrid": "a hybrid whose default has no attention layer",
+}
+"""Types that each exercise one case of discovery or of the check, and must validate."""
+
+
+def test_named_families_are_scored_or_refused_for_a_reason_about_the_model():
+    results = run_all(NAMED, jobs=1)
+    unsuited = {
+        t: r["reason"]
+        for t, r in results.items()
+        if r["status"] == "refused" and r["reason"].startswith(("could not build", "could not run"))
+    }
+    assert not unsuited, f"{len(unsuited)} named families not checked: {unsuited}"
+    assert all(r["status"] in ("table", "validated") or len(r["reason"]) > 20 for r in results.values())
+
+
+def test_each_layout_case_validates():
+    results = run_all(list(LAYOUTS), jobs=1)
+    failed = {t: r["reason"] for t, r in results.items() if r["status"] != "validated"}
+    assert not failed, failed
+
+
+def test_refusals_name_what_the_model_computes():
+    results = run_all(["inkling_text", "mobilevitv2"], jobs=1)
+    assert "convolution over tokens (`k_sconv`)" in results["inkling_text"]["reason"]
+    assert results["mobilevitv2"]["reason"].startswith("linear attention (MobileViTV2LinearSelfAttention)")
+
+
+def test_linear_attention_layers_are_unscored_mixers():
+    for model_type, mixer in (("kimi_linear", "DeltaAttention"), ("glm5_next_text", "LinearAttention")):
+        config = tiny_config(model_type)
+        items = find_attention(meta_model(config), config)
+        skipped = [i for i in items if isinstance(i, Skipped)]
+        assert skipped and all(mixer in i.mixer for i in skipped), model_type
+        assert any(isinstance(i, Found) and i.latent for i in items), model_type
+
+
+def _codegen_layers(layout: str):
+    config = tiny_config("codegen")
+    config.rotary_dim = 8  # the default (64) is wider than the tiny heads
+    model = randomized(AutoModel.from_config(config))
+    items = [i for i in find_attention(model, config, layout) if isinstance(i, Found)]
+    records, _ = capture(model, items)
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        source = open_source_for(folder)
+        layers = [x for x in discover(config, layout).layers(source.config, source) if hasattr(x, "w_q")]
+    return [(layer, records[item.path]) for item, layer in zip(items, layers, strict=True)]
+
+
+def test_codegen_groups_its_fused_rows_by_model_parallel_part():
+    assert all(compare(layer, record, fused=True) is None for layer, record in _codegen_layers("groups_qvk"))
+    assert all(compare(layer, record, fused=True) for layer, record in _codegen_layers("blocks"))
+
+
+def _scores_case(c_q: torch.Tensor, c_k: torch.Tensor, form: str = "mla_rope"):
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 5, 4, generator=generator, dtype=torch.float64)
+    k = torch.randn(1, 2, 6, 4, generator=generator, dtype=torch.float64)
+    q[0, 0, 1] *= 1e-6  # near-zero scores: a ratio of scores would be ill-conditioned there
+    layer = SimpleNamespace(n_heads=2, n_kv_heads=2, head_dim=4, form=form)
+    permuted = [1, 0, 3, 2]  # the same permutation of head dims for q and k changes no score
+    theirs = [(q * c_q[..., None])[..., permuted], (k * c_k[..., None])[..., permuted]]
+    return layer, [q, k], theirs
+
+
+def test_scores_match_up_to_per_token_scalars_and_no_more():
+    from attngeom.conformance.check import _compare_scores
+
+    generator = torch.Generator().manual_seed(1)
+    c_q = torch.rand(1, 2, 5, generator=generator, dtype=torch.float64) + 0.5
+    c_k = torch.rand(1, 2, 6, generator=generator, dtype=torch.float64) + 0.5
+    layer, ours, theirs = _scores_case(c_q, c_k)
+    assert _compare_scores(layer, ours, theirs, "vectors differ") is None
+    theirs[1] = theirs[1] + 1e-3 * torch.randn(theirs[1].shape, generator=generator, dtype=torch.float64)
+    assert _compare_scores(layer, ours, theirs, "vectors differ") == "vectors differ"
+    layer, ours, theirs = _scores_case(c_q, c_k, form="standard")
+    assert _compare_scores(layer, ours, theirs, "v") == "a standard form whose scores are rescaled per token"
+
+
+@pytest.mark.parametrize("model_type", ["gte", "hrm_text"])
+def test_fused_checkpoints_are_read_by_the_models_own_names(model_type, tmp_path):
+    from attngeom.architectures.converted import Converted
+
+    config = tiny_config(model_type)
+    model = randomized(AutoModel.from_config(config))
+    model.save_pretrained(tmp_path)
+    source = open_source_for(tmp_path)
+    item = next(i for i in find_attention(model, config) if isinstance(i, Found))
+    name = f"{item.q}.weight"
+    assert not source.has(name)  # saved fused, under another name
+    read = Converted(source, meta_model(config)).get(name)
+    assert torch.equal(read.double(), model.get_submodule(item.q).weight.detach())
