@@ -116,6 +116,10 @@ class _Maker:
             out["target_sizes"] = torch.tensor([[side, side]] * self.batch)
         return out
 
+    def patches(self) -> dict[str, torch.Tensor]:
+        pixels = self.pixels()
+        return {"hidden_states": pixels.pop("pixel_values")} | pixels
+
     def features(self) -> dict[str, torch.Tensor]:
         """Mel features: as many frames as the encoder's positions cover, or one window of an encoder that
         attends window by window (one attention call, as its projections see the frames)."""
@@ -159,6 +163,8 @@ class _Maker:
         }
         if "pixel_values" in self.params:  # a model of images and videos: its images suffice
             del makers["pixel_values_videos"]
+        elif "hidden_states" in self.params and any(name in self.params for name in GRIDS):
+            makers["hidden_states"] = self.patches  # a vision tower that names its patches so
         for name, param in self.params.items():  # states a stack inside a model is handed
             if param.default is inspect.Parameter.empty and STATES.search(name) and name not in makers:
                 makers[name] = lambda name=name: {name: self.randn(self.batch, self.length, self.width())}
@@ -230,6 +236,8 @@ def input_sets(model: torch.nn.Module, batch: int = 2, length: int = 7) -> list[
         if not inputs:
             continue
         inputs |= maker.companions(inputs) | _placeholders(model, inputs)
+        if "mm_token_type_ids" in params and "input_ids" in inputs:  # which tokens stand for which medium
+            inputs["mm_token_type_ids"] = _token_types(model.config, inputs["input_ids"])
         if all(_signature(inputs) != _signature(other) for other in sets):
             sets.append(inputs)
     return sets
@@ -258,6 +266,19 @@ def _placeholders(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> di
         if count:
             out["input_ids"] = ids = torch.cat([ids, torch.full((1, count), token)], dim=1)
     return out
+
+
+def _token_types(config, ids: torch.Tensor) -> torch.Tensor:
+    """0 for text, 1 for an image placeholder, 2 for a video one."""
+    types = torch.zeros_like(ids)
+    for kind, names in (
+        (1, ("image_token_id", "image_token_index")),
+        (2, ("video_token_id", "video_token_index")),
+    ):
+        token = next((getattr(config, n) for n in names if isinstance(getattr(config, n, None), int)), None)
+        if token is not None:
+            types[ids == token] = kind
+    return types
 
 
 def _feature_count(model: torch.nn.Module, getter: str, inputs: dict[str, torch.Tensor]) -> int | None:
