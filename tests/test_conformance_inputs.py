@@ -156,3 +156,18 @@ def test_every_kind_together_comes_before_the_main_kind_alone():
     inputs = _accepted(model)
     assert inputs["pixel_values"].dim() == 5
     assert (inputs["input_ids"] == model.config.image_token_id).sum() > 0
+
+
+def test_multimodal_rotary_models_are_told_which_tokens_are_image_placeholders():
+    """Qwen3-VL computes its M-RoPE positions from mm_token_type_ids: 1 at each image placeholder."""
+    model = _model("qwen3_vl")
+    inputs = _accepted(model)
+    assert "pixel_values" in inputs
+    placeholders = inputs["input_ids"] == model.config.image_token_id
+    assert placeholders.any() and torch.equal(inputs["mm_token_type_ids"], placeholders.long())
+
+
+def test_a_patch_grid_tower_that_names_its_patches_hidden_states_gets_them():
+    tower = _model("qwen3_vl").visual
+    inputs = _accepted(tower)
+    assert inputs["grid_thw"].tolist() == [[1, 4, 4]] and inputs["hidden_states"].shape[0] == 16

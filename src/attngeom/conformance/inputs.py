@@ -224,7 +224,8 @@ def input_sets(model: torch.nn.Module, batch: int = 2, length: int = 7) -> list[
     for names, variant in order:
         # one image or recording: packed patches or windows keep to one attention call, as the
         # projections' inputs do (a batch of several is split per example)
-        maker = _Maker(model, 1 if set(names) & MEDIA else batch, length, variant)
+        patches = "hidden_states" in names and any(name in params for name in GRIDS)
+        maker = _Maker(model, 1 if set(names) & MEDIA or patches else batch, length, variant)
         makers = maker.kinds()
         inputs: dict[str, torch.Tensor] = {}
         for name in names:
