@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .base import ArchitectureError
+from .model_classes import own_model_class
 from .qk_norms import Norm, qk_norms
 
 if TYPE_CHECKING:
@@ -118,7 +119,10 @@ def model_class(model_type: str) -> type:
         if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and model_type in mapping:
             names = mapping[model_type]
             return getattr(transformers, names[0] if isinstance(names, (list, tuple)) else names)
-    raise ArchitectureError("transformers has no model class for it")
+    own = own_model_class(model_type)
+    if own is None:
+        raise ArchitectureError("transformers defines no model for it (a configuration and processor only)")
+    return own
 
 
 def meta_model(config: PretrainedConfig) -> torch.nn.Module:

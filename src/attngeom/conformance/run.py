@@ -63,6 +63,7 @@ def check_type(model_type: str) -> dict:
 
     from ..architectures.registry import REGISTRY
     from .check import randomized
+    from .refusals import build_refusal
     from .tiny import tiny_config
 
     if model_type in REGISTRY:
@@ -78,7 +79,8 @@ def check_type(model_type: str) -> dict:
         config = tiny_config(model_type)
         skeleton = meta_model(config)
     except Exception as err:  # noqa: BLE001 — any failure is this type's result
-        return _refused(_default_reason(model_type) or f"could not build a tiny model ({_short(err)})")
+        why = _default_reason(model_type) or build_refusal(err) or _default_failure(model_type)
+        return _refused(why or f"could not build a tiny model ({_short(err)})")
     if not _has_attention(skeleton, config):
         return _refused(_no_attention_reason(skeleton))
     try:
@@ -188,6 +190,20 @@ def _default_reason(model_type: str) -> str | None:
     except Exception:  # noqa: BLE001
         return None
     return None if _has_attention(skeleton, config) else _no_attention_reason(skeleton)
+
+
+def _default_failure(model_type: str) -> str | None:
+    """Where transformers' own default config does not build its model either (a default left unset that
+    the model needs), the refusal saying so; else None."""
+    from transformers import CONFIG_MAPPING
+
+    from ..architectures.discovery import meta_model
+
+    try:
+        meta_model(CONFIG_MAPPING[model_type]())
+    except Exception as err:  # noqa: BLE001
+        return f"transformers' default config of it does not build its model either ({_short(err)})"
+    return None
 
 
 def _has_attention(skeleton, config) -> bool:

@@ -3,65 +3,44 @@
 Sizes are shrunk generically (widths to 64, 4 query heads and 2 kv heads of width 16, 2 layers, a
 128-token vocabulary, 4 experts, 2 per token, images of 4×4 patches) wherever a default is larger, in
 the config and each sub-config; token ids the smaller vocabulary no longer holds are renumbered;
-per-layer lists keep one layer of each kind.
+per-layer lists keep one layer of each kind. Where that config's model does not build, the next of
+:func:`candidates` is tried (the defaults' relations kept, then the counts only).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
-WIDTH, HEADS, KV_HEADS, HEAD_DIM, LAYERS, VOCAB, FFN = 64, 4, 2, 16, 2, 128, 64
+from .relations import related, tiny_value, unset_sizes
+from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH
 
-RULES: tuple[tuple[str, int], ...] = (
-    (
-        r"^(num_key_value_heads|num_kv_heads|n_kv_heads?|multi_query_group_num|num_key_value_groups)$",
-        KV_HEADS,
-    ),
-    (r"(^|_)(num_attention_heads|attention_heads|n_heads?|num_heads|heads)$", HEADS),
-    (r"^(head_dim|attention_head_dim|d_kv|kv_channels|qk_nope_head_dim|v_head_dim|head_size)$", HEAD_DIM),
-    (r"^qk_rope_head_dim$", 8),
-    (r"^(q_lora_rank|kv_lora_rank)$", 32),
-    (r"(^|_)(hidden_size|d_model|n_embd|embed_dim|dim|hidden_dim|embedding_size|projection_dim)$", WIDTH),
-    (r"^(word_embed_proj_dim|n_positions_dim|proj_dim|output_dim|text_embed_dim|vision_embed_dim)$", WIDTH),
-    (r"(^|_)(num_hidden_layers|n_layers?|num_layers|encoder_layers|decoder_layers|depth)$", LAYERS),
-    (r"(^|_)(intermediate_size|ffn_dim|n_inner|d_ff|mlp_dim|ffn_hidden_size|intermediate_dim)$", FFN),
-    (r"(^|_)vocab_size$", VOCAB),
-    (r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_routed_experts)$", 4),
-    (r"^(num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|top_k|num_selected_experts)$", 2),
-    (r"^(n_group|topk_group|n_shared_experts|num_shared_experts)$", 1),
-    (r"^(image_size|img_size)$", 64),
-    (r"^mamba_n_heads$", 4),
-    (r"^mamba_d_head$", 2 * WIDTH // 4),
-    (r"^mamba_d_ssm$", 2 * WIDTH),
-    (r"^mamba_d_state$", 16),
-    (r"^(max_position_embeddings|max_seq_len|n_positions|max_source_positions|max_target_positions)$", 512),
-)
-"""Entry-name pattern → the tiny value (applied only where the default is a larger int)."""
 TOKEN_ID = re.compile(r"(_token_id|_token_index|_token_ids|_id)$")
 PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "layers_block_type", "block_types")
 
 
-def shrink(entries: dict[str, Any]) -> dict[str, Any]:
-    """``entries`` (a config's ``to_dict()``) with every size made tiny, sub-configs included."""
+def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
+    """``entries`` (a config's ``to_dict()``) with every size made tiny, sub-configs included;
+    ``widths=False``: the counts only (for a config whose widths are tied by rules of its own)."""
     out = dict(entries)
     layers_before = next(
-        (v for k, v in entries.items() if re.search(RULES[7][0], k) and isinstance(v, int)), None
+        (v for k, v in entries.items() if re.search(LAYER_KEYS, k) and isinstance(v, int)), None
     )
     for key, value in entries.items():
         if isinstance(value, dict) and ("model_type" in value or str(key).endswith("_config")):
-            out[key] = shrink(value)
+            out[key] = shrink(value, widths)
             continue
         if (
             isinstance(value, list)
             and value
             and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
         ):
-            out[key] = _shrunk_list(str(key), value)
+            out[key] = _shrunk_list(str(key), value, widths)
             continue
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, int) or _counts_stages(entries, value):
             continue
-        for pattern, tiny in RULES:
+        for pattern, tiny in RULES if widths else COUNT_RULES:
             if re.search(pattern, key):
                 out[key] = min(value, tiny) if value > 0 else value
                 break
@@ -71,23 +50,64 @@ def shrink(entries: dict[str, Any]) -> dict[str, Any]:
     scheduled = {k for k in out if out[k] != unscheduled.get(k)}
     if "kv_lora_rank" in out and isinstance(out.get("num_key_value_heads"), int):
         out["num_key_value_heads"] = out.get("num_attention_heads", HEADS)  # MLA: one key per head
-    _per_layer_lists(out, entries, layers_before, scheduled)
+    _per_layer_lists(out, entries, layers_before, widths, scheduled)
+    if "sliding_window" in out and out["sliding_window"] is None and _names_sliding(out):
+        out["sliding_window"] = 512  # sliding layers with no default window (Step3p5's text model)
+    _stage_outputs(out, entries)
     _renumber_tokens(out)
     return out
 
 
-LIST_RULES = ((r"(^|_)(depths|num_layers|layers|blocks)$", 1), (r"(^|_)(num_heads|heads)$", 2))
+LIST_RULES = (
+    (r"(^|_)(depths|num_layers|layers|blocks)$", 1),
+    (r"(^|_)(num_heads|heads)$", 2),
+    (r"(key_value_heads|kv_heads)", KV_HEADS),
+)
 LIST_WIDTHS = re.compile(r"(^|_)(hidden_sizes|embed_dims?|dims|channels|widths|hidden_dims)$")
 
 
-def _shrunk_list(key: str, value: list[int]) -> list[int]:
+def _shrunk_list(key: str, value: list[int], widths: bool = True) -> list[int]:
     """Per-stage lists: depths to 1, head counts to 2, widths to 32 (keeping the stages)."""
-    for pattern, tiny in LIST_RULES:
+    for pattern, tiny in LIST_RULES if widths else LIST_RULES[:1]:
         if re.search(pattern, key):
             return [min(v, tiny) for v in value]
-    if LIST_WIDTHS.search(key):
+    if widths and LIST_WIDTHS.search(key):
         return [min(v, 32) for v in value]
     return value
+
+
+def _names_sliding(out: dict[str, Any]) -> bool:
+    """Whether another entry names sliding attention in use (not ``use_sliding_window: False``)."""
+    others = {k: v for k, v in out.items() if k != "sliding_window"}
+    return any(
+        ("sliding" in str(k) and v not in (None, False, 0)) or "sliding" in str(v) for k, v in others.items()
+    )
+
+
+def _counts_stages(entries: dict[str, Any], value: int) -> bool:
+    """Whether ``value`` is the length of a per-stage depth list (Swin's ``num_layers`` = its stage count)."""
+    return any(
+        re.search(r"(^|_)depths$", str(k)) and isinstance(v, list) and len(v) == value
+        for k, v in entries.items()
+    )
+
+
+def _stage_outputs(out: dict[str, Any], before: dict[str, Any]) -> None:
+    """A backbone's ``out_indices`` name stages of the default depth: they become the last stages of
+    the tiny one (as many as before, the depth grown to hold them; the stem stays the stem)."""
+    names, indices = before.get("stage_names"), before.get("out_indices")
+    if not isinstance(names, list) or not isinstance(indices, list) or not names:
+        return
+    stages = len(names) - 1
+    key = next((k for k, v in before.items() if re.search(LAYER_KEYS, str(k)) and v == stages), None)
+    if key is None or _counts_stages(before, stages) or not isinstance(out.get(key), int):
+        return
+    picked = sorted({i for i in indices if isinstance(i, int) and i > 0})
+    out[key] = depth = max(out[key], len(picked))
+    moved = {i: depth - len(picked) + rank + 1 for rank, i in enumerate(picked)}
+    out["out_indices"] = [moved.get(i, i) for i in indices]
+    out["stage_names"] = [names[0]] + [f"stage{i}" for i in range(1, depth + 1)]
+    out["out_features"] = [out["stage_names"][i] for i in out["out_indices"]]
 
 
 def _hybrid_schedule(out: dict[str, Any]) -> None:
@@ -103,26 +123,37 @@ def _hybrid_schedule(out: dict[str, Any]) -> None:
         if "pattern" in str(key) and isinstance(value, str) and len(value) > LAYERS:
             kinds = "".join(dict.fromkeys(value))
             out[key] = kinds
-            layers = next(
-                (k for k in out if re.search(RULES[7][0], str(k)) and isinstance(out[k], int)), None
-            )
+            layers = next((k for k in out if re.search(LAYER_KEYS, str(k)) and isinstance(out[k], int)), None)
             if layers:
                 out[layers] = len(kinds)
 
 
 def _fit_patches(out: dict[str, Any]) -> None:
+    """Images of whole patches, 4 a side at least; a map keyed by the vision tower's patch count (Aria's
+    ``projector_patch_to_query_dict``) gains the tiny count."""
     patch = out.get("patch_size")
     if isinstance(patch, int) and isinstance(out.get("image_size"), int):
         out["image_size"] = max(out["image_size"], 4 * patch) // patch * patch
+    vision = out.get("vision_config") if isinstance(out.get("vision_config"), dict) else {}
+    if isinstance(vision.get("patch_size"), int) and isinstance(vision.get("image_size"), int):
+        count = (vision["image_size"] // vision["patch_size"]) ** 2
+        for key, value in list(out.items()):
+            if (
+                "patch" in str(key)
+                and isinstance(value, dict)
+                and value
+                and all(isinstance(k, int) for k in value)
+            ):
+                out[key] = {count: min(value.values()), **value}
 
 
 def _per_layer_lists(
-    out: dict[str, Any], before: dict[str, Any], layers: int | None, scheduled: set[str]
+    out: dict[str, Any], before: dict[str, Any], layers: int | None, widths: bool, scheduled: set[str]
 ) -> None:
     """Lists with one entry per layer keep the first layer of each kind; the layer count follows. The lists
     ``_hybrid_schedule`` rewrote (``scheduled``) stay as it wrote them."""
-    key = next((k for k in out if re.search(RULES[7][0], k) and isinstance(out[k], int)), None)
-    if key is None or not layers:
+    key = next((k for k in out if re.search(LAYER_KEYS, k) and isinstance(out[k], int)), None)
+    if key is None or not layers or _counts_stages(before, layers):
         return
     kinds = next(
         (before[k] for k in PER_LAYER if isinstance(before.get(k), list) and len(before[k]) == layers), None
@@ -139,7 +170,25 @@ def _per_layer_lists(
     out[key] = len(keep)
     for name, value in before.items():
         if isinstance(value, list) and len(value) == layers and layers > 1 and name not in scheduled:
-            out[name] = [value[i] for i in keep]
+            heads = "heads" in str(name) and len(out[name]) == layers  # Sapiens2's kv heads per layer
+            out[name] = [(out[name] if heads else value)[i] for i in keep]
+        elif _by_layer(value, layers):
+            kept = {int(k): v for k, v in value.items() if int(k) in keep}
+            out[name] = {
+                f"{keep.index(i):0{len(str(len(keep) - 1))}d}": shrink(v, widths)
+                if isinstance(v, dict)
+                else v
+                for i, v in kept.items()
+            }
+
+
+def _by_layer(value: Any, layers: int) -> bool:
+    """A dict keyed by layer index (Gemma 4's ``per_layer_config``: ``{"05": {"head_dim": 512}}``)."""
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and all(str(k).isdigit() and int(k) < layers and isinstance(v, dict) for k, v in value.items())
+    )
 
 
 def _renumber_tokens(out: dict[str, Any]) -> None:
@@ -179,8 +228,9 @@ def reserved_tokens(entries: dict[str, Any]) -> set[int]:
 
 
 def _mrope_sections(cls, entries: dict[str, Any]) -> None:
-    """Multimodal rotary sections (t, h, w) that fit the tiny head: the modules' defaults split the
-    rotary half of a full-size head. A config class says it takes them (``ignore_keys_at_rope_validation``)."""
+    """Multimodal rotary sections (t, h, w) that fit the tiny head where the config has none: the
+    modules' defaults split the rotary half of a full-size head. A config class says it takes them
+    (``ignore_keys_at_rope_validation``); sections the config has are rescaled by ``shrink``."""
     from transformers import CONFIG_MAPPING
 
     for key, sub in (getattr(cls, "sub_configs", None) or {}).items():
@@ -188,9 +238,8 @@ def _mrope_sections(cls, entries: dict[str, Any]) -> None:
             kind = entries[key].get("model_type")
             _mrope_sections(CONFIG_MAPPING[kind] if kind in CONFIG_MAPPING else sub, entries[key])
     rope = entries.get("rope_parameters")
-    if "mrope_section" not in getattr(cls, "ignore_keys_at_rope_validation", ()) or not isinstance(
-        rope, dict
-    ):
+    takes = "mrope_section" in getattr(cls, "ignore_keys_at_rope_validation", ())
+    if not takes or not isinstance(rope, dict) or "mrope_section" in rope:
         return
     head = entries.get("head_dim") or entries.get("hidden_size", WIDTH) // entries.get(
         "num_attention_heads", HEADS
@@ -200,12 +249,66 @@ def _mrope_sections(cls, entries: dict[str, Any]) -> None:
 
 
 def tiny_config(model_type: str):
-    """The tiny config of ``model_type`` (transformers' class built from the shrunk defaults)."""
+    """The tiny config of ``model_type``: the first of :func:`candidates` whose model builds (on the
+    meta device), attributes the model reads and the config lacks added; else the first error."""
     from transformers import CONFIG_MAPPING
 
     cls = CONFIG_MAPPING[model_type]
-    entries = shrink(cls().to_dict())
-    _mrope_sections(cls, entries)
-    for drop in ("transformers_version", "_name_or_path", "architectures"):
-        entries.pop(drop, None)
-    return cls.from_dict(entries)
+    first: Exception | None = None
+    for tried, entries in enumerate(candidates(cls().to_dict())):
+        for drop in ("transformers_version", "_name_or_path", "architectures"):
+            entries.pop(drop, None)
+        _mrope_sections(cls, entries)
+        try:
+            return _repaired(cls.from_dict(entries), MAX_PARAMS if tried else None)
+        except Exception as err:  # noqa: BLE001 — the next candidate may build
+            first = first or err
+    raise first
+
+
+def candidates(defaults: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The tiny entries to try, most shrunk first (each derived only when the one before fails): all
+    sizes; then the defaults' relations kept and sizes they leave unset (``head_dim: None``) given their
+    tiny value; then the counts only (widths tied by the config's own rules: axial factors summing to the
+    width ...)."""
+    tiny = shrink(defaults)
+    yield tiny
+    yield unset_sizes(related(tiny, defaults))
+    yield unset_sizes(shrink(defaults, widths=False))
+
+
+MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
+
+
+MAX_PARAMS = 64_000_000
+"""A fallback candidate (default widths) is taken only up to this size: its forward pass stays quick."""
+
+
+def _repaired(config, max_params: int | None = None, tries: int = 8):
+    """``config`` once its model builds on the meta device (with at most ``max_params``); an attribute
+    the model reads that the config (or a sub-config) lacks gets the tiny value its name implies
+    (MusicGen-Melody's ``dropout``)."""
+    from ..architectures.discovery import meta_model
+
+    for _ in range(tries):
+        try:
+            params = sum(p.numel() for p in meta_model(config).parameters())
+            if max_params is not None and params > max_params:
+                raise ValueError(f"{params} parameters at the default widths, over {max_params}")
+            return config
+        except AttributeError as err:
+            found = MISSING.search(str(err))
+            owner = found and next((c for c in _configs(config) if type(c).__name__ == found[1]), None)
+            value = found and tiny_value(found[2])
+            if owner is None or value is None:
+                raise
+            setattr(owner, found[2], value)
+    raise ValueError(f"attributes still missing after {tries} repairs")
+
+
+def _configs(config) -> list:
+    """``config`` and its sub-configs, depth first."""
+    from transformers import PretrainedConfig
+
+    subs = [v for v in vars(config).values() if isinstance(v, PretrainedConfig)]
+    return [config] + [c for sub in subs for c in _configs(sub)]

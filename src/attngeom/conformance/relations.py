@@ -1,0 +1,106 @@
+"""The second tiny-config candidate: the relations the default widths hold, kept at the tiny sizes,
+and sizes the defaults leave unset given their tiny value (for configs whose first candidate fails)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .sizes import COUNT_RULES, HEAD_DIM, LAYER_KEYS, LAYERS, RULES
+
+
+def related(tiny: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``tiny`` with the relations the defaults' widths hold kept (each config and sub-config): sizes
+    equal by default stay equal (kv heads = heads, Mimi's groups = width), a width that is heads × head
+    width of its part stays so (Falcon-H1's ``mamba_d_ssm``), and rotary
+    ``mrope_section`` splits sum to half the tiny rotary width."""
+    out = dict(tiny)
+    for key, value in tiny.items():
+        if isinstance(value, dict) and isinstance(defaults.get(key), dict):
+            out[key] = related(value, defaults[key])
+    sizes = {
+        k: v
+        for k, v in defaults.items()
+        if isinstance(v, int)
+        and not isinstance(v, bool)
+        and v > 1
+        and isinstance(out.get(k), int)
+        and not any(re.search(pattern, str(k)) for pattern, _ in COUNT_RULES)
+    }
+    for value in set(sizes.values()):
+        group = [k for k, v in sizes.items() if v == value]
+        shrunk = [out[k] for k in group if out[k] != value]
+        for k in group if shrunk else ():
+            out[k] = max(shrunk)
+    for a in sizes:  # heads × head width of one part (``mamba_*``), the first in the config's order
+        part = str(a).split("_")[0]
+        kin = [k for k in sizes if str(k).split("_")[0] == part and part not in ("num", "n", "max")]
+        pairs = (
+            (b, c) for b in kin for c in kin if "heads" in str(b) and "head" in str(c).replace("heads", "")
+        )
+        b, c = next(((b, c) for b, c in pairs if sizes[a] == sizes[b] * sizes[c]), (None, None))
+        if b is not None and out[b] * out[c] > 1:
+            out[a] = out[b] * out[c]
+    _rotary_sections(out)
+    _layer_shares(out, defaults)
+    _layer_indices(out)
+    return out
+
+
+def _layer_indices(out: dict[str, Any]) -> None:
+    """Indices of layers a tower's features are read from (Molmo2's ``vision_feature_layer``: [24, 18])
+    become the last tiny layers, in the same order (negative ones count from the end already)."""
+    for key, value in out.items():
+        values = value if isinstance(value, list) else [value]
+        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+        if re.search(r"feature_layers?$", str(key)) and values and ints and max(values) >= LAYERS:
+            above = sorted({v for v in values if v >= 0}, reverse=True)
+            moved = [max(0, LAYERS - 1 - above.index(v)) if v >= 0 else v for v in values]
+            out[key] = moved if isinstance(value, list) else moved[0]
+
+
+def _layer_shares(out: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """A count of some of the layers (Gemma 3n's ``num_kv_shared_layers``) keeps its share of the tiny
+    layers, rounded down."""
+    key = next((k for k in defaults if re.search(LAYER_KEYS, str(k)) and isinstance(out.get(k), int)), None)
+    layers = defaults.get(key) if key else None
+    if not isinstance(layers, int) or layers <= out[key]:
+        return
+    for name, value in defaults.items():
+        some = isinstance(value, int) and not isinstance(value, bool) and 0 < value < layers
+        if some and name != key and str(name).endswith("_layers") and out.get(name) == value:
+            out[name] = value * out[key] // layers
+
+
+def _rotary_sections(out: dict[str, Any]) -> None:
+    """``mrope_section`` (in the config or its rope parameters) rescaled to sum to half the rotary width."""
+    width = out.get("qk_rope_head_dim") or out.get("head_dim") or HEAD_DIM
+    for key, holder in [(None, out)] + [(k, v) for k, v in out.items() if isinstance(v, dict)]:
+        sections = holder.get("mrope_section")
+        if isinstance(sections, list) and sections and all(isinstance(x, int) for x in sections):
+            half, total = width // 2, sum(sections)
+            scaled = [max(1, x * half // total) for x in sections]
+            scaled[0] += half - sum(scaled)
+            if key is not None:
+                out[key] = holder = dict(holder)  # a copy: the first candidate keeps its own
+            holder["mrope_section"] = scaled
+
+
+def unset_sizes(entries: dict[str, Any]) -> dict[str, Any]:
+    """Entries whose size is unset (None) where the name says which size: the tiny value."""
+    out = dict(entries)
+    for key, value in entries.items():
+        if isinstance(value, dict) and ("model_type" in value or str(key).endswith("_config")):
+            out[key] = unset_sizes(value)
+        elif value is None and (tiny := tiny_value(str(key))) is not None:
+            out[key] = tiny
+    return out
+
+
+def tiny_value(name: str) -> int | float | None:
+    """The tiny value an entry's name implies (``dropout``, ``layerdrop``: 0.0), else None."""
+    if re.search(r"drop", name):  # dropout, layerdrop
+        return 0.0
+    if re.search(r"^prediction_length$", name):  # time series: the horizon has no default
+        return 8
+    return next((tiny for pattern, tiny in RULES if re.search(pattern, name)), None)

@@ -1,0 +1,137 @@
+"""The tiny configs of the generated conformance: the derivation rules, on config entries and on the
+installed transformers' own defaults (configs and meta-device models only: no weights, quick)."""
+
+from __future__ import annotations
+
+import pytest
+
+from attngeom.architectures import ArchitectureError
+from attngeom.architectures.discovery import meta_model, model_class
+from attngeom.conformance.refusals import build_refusal
+from attngeom.conformance.tiny import _repaired, candidates, shrink, tiny_config
+
+
+def _stages(n: int) -> list[str]:
+    return ["stem"] + [f"stage{i}" for i in range(1, n + 1)]
+
+
+def test_backbone_outputs_become_the_last_stages_of_the_shrunk_depth():
+    entries = {"num_hidden_layers": 12, "stage_names": _stages(12), "out_indices": [9, 10, 11, 12]}
+    out = shrink(entries | {"out_features": ["stage9", "stage10", "stage11", "stage12"]})
+    assert out["num_hidden_layers"] == 4  # grown to hold the four outputs a DPT neck reads
+    assert out["out_indices"] == [1, 2, 3, 4] and out["out_features"] == _stages(4)[1:]
+    assert out["stage_names"] == _stages(4)
+    one = shrink({"num_hidden_layers": 24, "stage_names": _stages(24), "out_indices": [0, 24]})
+    assert one["num_hidden_layers"] == 2 and one["out_indices"] == [0, 2]  # the stem stays the stem
+    config = tiny_config("depth_anything").backbone_config
+    assert config.num_hidden_layers == 4 and config.out_indices == [1, 2, 3, 4]
+
+
+def test_a_stage_count_is_not_shrunk_as_a_layer_count():
+    out = shrink({"depths": [2, 2, 6, 2], "num_layers": 4, "num_heads": [3, 6, 12, 24]})
+    assert out["num_layers"] == 4 and out["depths"] == [1, 1, 1, 1] and out["num_heads"] == [2, 2, 2, 2]
+    backbone = tiny_config("grounding-dino").backbone_config
+    assert len(backbone.depths) == backbone.num_layers == 4 and backbone.out_indices == [2, 3, 4]
+
+
+def test_per_layer_config_keeps_the_kept_layers_renumbered_and_shrunk():
+    kinds = ["sliding"] * 5 + ["full"]
+    entries = {
+        "num_hidden_layers": 6,
+        "layer_types": kinds,
+        "per_layer_config": {"02": {"head_dim": 512}, "05": {"head_dim": 512}},
+        "num_key_value_heads_per_layer": [16, 16, 16, 16, 16, 8],
+    }
+    out = shrink(entries)
+    assert out["layer_types"] == ["sliding", "full"]  # the first layer of each kind: 0 and 5
+    assert out["per_layer_config"] == {"1": {"head_dim": 16}}  # layer 5 is now layer 1; layer 2 dropped
+    assert out["num_key_value_heads_per_layer"] == [2, 2]
+    text = tiny_config("gemma4_text")  # its defaults name layers 5, 11, ... 29 (the full-attention ones)
+    assert text.layer_types == ["sliding_attention", "full_attention"]
+    assert [layer.head_dim for layer in text.per_layer_config] == [16, 16]
+
+
+def test_sizes_left_unset_and_attributes_the_model_reads_get_their_tiny_value():
+    assert tiny_config("ministral").head_dim == 16  # its default is None; its model computes head_dim**-0.5
+    assert tiny_config("t5gemma2_encoder").text_config.dropout_rate == 0.0  # read, never declared
+    meta_model(tiny_config("moonshine_streaming"))
+
+
+def test_the_second_candidate_keeps_the_relations_of_the_default_widths():
+    from transformers import CONFIG_MAPPING
+
+    mimi = list(candidates(CONFIG_MAPPING["mimi"]().to_dict()))[1]
+    assert mimi["upsample_groups"] == mimi["hidden_size"] == 64  # equal by default (grouped convolution)
+    falcon = list(candidates(CONFIG_MAPPING["falcon_h1"]().to_dict()))[1]
+    assert falcon["mamba_d_ssm"] == falcon["mamba_n_heads"] * falcon["mamba_d_head"] < 1024
+    esmc = list(candidates(CONFIG_MAPPING["esmc"]().to_dict()))[1]
+    assert esmc["num_key_value_heads"] == esmc["num_attention_heads"] == 4  # no grouped-query attention
+    cosmos = tiny_config("cosmos3_edge_text")
+    assert sum(cosmos.rope_parameters["mrope_section"]) == cosmos.head_dim // 2
+
+
+def test_a_fallback_at_the_default_widths_is_refused_above_the_size_cap():
+    from transformers import CONFIG_MAPPING
+
+    config = CONFIG_MAPPING["falcon_h1"].from_dict(
+        list(candidates(CONFIG_MAPPING["falcon_h1"]().to_dict()))[2]
+    )
+    with pytest.raises(ValueError, match="parameters at the default widths"):
+        _repaired(config, max_params=64_000_000)
+
+
+def test_a_missing_optional_package_is_the_refusal_naming_it():
+    timm = ImportError("TimmWrapperModel requires the timm library but it was not found in your environment.")
+    assert build_refusal(timm).startswith("needs the timm package, whose torchvision dependency")
+    scipy = ModuleNotFoundError("No module named 'scipy.optimize'", name="scipy.optimize")
+    assert build_refusal(scipy) == "needs the scipy package, which is not installed"
+    assert build_refusal(ValueError("in_channels must be divisible by groups")) is None
+
+
+def test_a_model_class_no_auto_mapping_names_is_found_by_its_config_class():
+    import transformers
+
+    assert model_class("step3p5") is transformers.Step3p7TextModel  # Step3p7's text tower, legacy name
+    assert model_class("speecht5_hifigan") is transformers.SpeechT5HifiGan
+    with pytest.raises(ArchitectureError, match="configuration and processor only") as raised:
+        model_class("layoutxlm")
+    assert (
+        build_refusal(raised.value)
+        == "transformers defines no model for it (a configuration and processor only)"
+    )
+
+
+def test_second_candidate_rules_on_layer_counts_indices_and_unset_defaults():
+    from transformers import CONFIG_MAPPING
+
+    gemma = list(candidates(CONFIG_MAPPING["gemma3n_text"]().to_dict()))[1]
+    assert gemma["num_kv_shared_layers"] == 15 * gemma["num_hidden_layers"] // 35  # its share, rounded down
+    molmo = tiny_config("molmo2").adapter_config
+    assert molmo.vision_feature_layer == [1, 0]  # [24, 18] of the default depth: the last two, in order
+    assert tiny_config("time_series_transformer").prediction_length == 8  # no default horizon
+    assert tiny_config("step3p5").sliding_window == 512  # sliding heads, no default window
+    assert tiny_config("qwen2").sliding_window is None  # `use_sliding_window: False` keeps it unset
+
+
+@pytest.mark.parametrize(
+    ("model_type", "reason"),
+    [
+        ("layoutxlm", "transformers defines no model for it (a configuration and processor only)"),
+        ("timm_wrapper", "needs the timm package, whose torchvision dependency"),
+        ("nougat", "transformers' default config of it does not build its model either (ValueError: "),
+    ],
+)
+def test_a_type_that_cannot_be_built_is_refused_with_its_specific_reason(model_type, reason):
+    from attngeom.conformance.run import check_type
+
+    entry = check_type(model_type)
+    assert entry["status"] == "refused" and entry["reason"].startswith(reason), entry
+
+
+def test_a_later_candidate_is_derived_only_when_the_earlier_fails():
+    from transformers import CONFIG_MAPPING
+
+    defaults = CONFIG_MAPPING["aria"]().to_dict()  # a dict keyed by ints: {1225: 128, 4900: 256}
+    first = next(candidates(defaults))
+    assert first == shrink(defaults)
+    meta_model(tiny_config("aria"))
