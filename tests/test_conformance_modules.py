@@ -18,16 +18,16 @@ from attngeom.architectures.validated import conformance
 from attngeom.conformance.modules import drive
 from attngeom.conformance.run import OWN_FORWARD, check_type
 
-WHOLE_FAILS = "video_llama_3_vision"
-"""Its whole forward needs ``grid_thw`` and ``merge_sizes``, which the generic inputs do not make; its
-attention modules (packed sequences, rotary embeddings) run on their own."""
+WHOLE_FAILS = "inkling2_vision"
+"""Its whole forward takes each image token's block of patches as (tokens, p·m, p·m, channels), which the
+generic inputs do not make; its attention modules (packed sequences, rotary embeddings) run on their own."""
 
 
 def test_a_type_whose_whole_forward_fails_is_validated_on_its_modules_and_says_so():
     entry = check_type(WHOLE_FAILS)
     assert entry["status"] == "validated", entry["reason"]
     assert entry["own_forward"] == entry["stacks"] == ["self"]
-    assert OWN_FORWARD in entry["reason"] and "grid_thw" in entry["reason"]
+    assert OWN_FORWARD in entry["reason"] and "whole forward pass did not run" in entry["reason"]
 
 
 def _wrong(change):
@@ -122,7 +122,7 @@ def test_a_type_whose_attention_modules_do_not_run_on_their_own_stays_refused(mo
         return real(self, hidden_states, cu_seqlens, position_embeddings, **kwargs)
 
     monkeypatch.setattr(attention, "forward", forward)
-    entry = check_type(WHOLE_FAILS)
+    entry = check_type("video_llama_3_vision")  # its whole forward fails too: the same missing input
     assert entry["status"] == "refused"
     assert entry["reason"].startswith("could not run the tiny model (TypeError: "), entry["reason"]
     assert "nor did encoder.layers.0.self_attn's own forward run (AttributeError: " in entry["reason"]

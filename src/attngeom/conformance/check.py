@@ -100,6 +100,16 @@ def _implementation(model: torch.nn.Module, name: str):
             config._attn_implementation_internal = before[key]
 
 
+@contextmanager
+def _default_dtype(dtype: torch.dtype):
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
 def capture(
     model: torch.nn.Module, items: list[Found]
 ) -> tuple[dict[str, dict[str, torch.Tensor]], Exception | None]:
@@ -154,6 +164,7 @@ def capture(
                 stack.callback(handle.remove)
         stack.enter_context(_rotary_neutralised(list(modules.values())))
         stack.enter_context(_implementation(model, CAPTURE))
+        stack.enter_context(_default_dtype(torch.float64))  # tensors a model makes itself (masks, positions)
         pending = [item.path for item in items]
         failure: Exception | None = None
         for runner in _runners(model, items):

@@ -1,59 +1,309 @@
-"""Random inputs for a tiny model's forward pass: whatever kinds of input its ``forward`` takes."""
+"""Random inputs for a tiny model's forward pass, made by the names of its ``forward``'s parameters.
+
+Sizes come from the config (and its sub-configs: a runner's audio or vision width may sit in
+``audio_config``) or from the module itself (a vision tower fed flattened patches: the width its patch
+embedding takes). Where two layouts are in use under one name (mel features as (B, mel, T) or (B, T, mel),
+a waveform with or without a channel axis, images one or several per example) both are offered, in turn.
+A set with media holds one image or recording, and a model that merges media into its text gets one
+placeholder token per media embedding, so that its whole forward reaches every tower.
+"""
 
 from __future__ import annotations
 
 import inspect
+import re
+from collections.abc import Callable, Iterator
+from copy import deepcopy
 
 import torch
 
 from .tiny import reserved_tokens
 
+GRID = (1, 4, 4)
+"""A patch-grid image (t, h, w): 4 × 4 patches, divisible by the usual 2 × 2 merge."""
+GRIDS = ("grid_thw", "image_grid_thw")
+MERGES = ("merge_sizes", "image_merge_sizes")
+AUDIO = ("input_features", "input_values")
+STATES = re.compile(r"^(hidden_states|\w+_embeds)$")
+"""A required input of this name is states of the model's width (a q-former's queries, a fusion stack's input)."""
+LAYOUTS = (0, 1, 2)
+"""``_Maker`` variants: the usual layout, the second one in use, frames stacked as the first linear map reads them."""
+MEDIA = {"pixel_values", "pixel_values_videos", *AUDIO}
+FEATURE_MASKS = ("input_features_mask", "feature_attention_mask")
 
-def _pixels(config, batch: int, generator: torch.Generator) -> torch.Tensor:
-    vision = getattr(config, "vision_config", None) or config
-    size = getattr(vision, "image_size", 32)
-    size = size[0] if isinstance(size, (list, tuple)) else size
-    channels = getattr(vision, "num_channels", 3)
-    return torch.randn(batch, channels, size, size, generator=generator, dtype=torch.float64)
+
+def _configs(config) -> Iterator:
+    """``config`` and its sub-configs, breadth first."""
+    from transformers import PretrainedConfig
+
+    queue, seen = [config], set()
+    while queue:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        queue += [v for v in vars(current).values() if isinstance(v, PretrainedConfig)]
 
 
-def _tokens(config, batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
-    text = getattr(config, "text_config", None)
-    vocab = getattr(config, "vocab_size", None) or getattr(text, "vocab_size", None) or 128
-    allowed = torch.tensor(sorted(set(range(vocab)) - reserved_tokens(config.to_dict())))
-    return allowed[torch.randint(0, len(allowed), (batch, length), generator=generator)]
+def _find(config, *names: str, default=None):
+    """The first positive int of ``names`` in ``config`` or its sub-configs (lists: the first entry)."""
+    for current in _configs(config):
+        for name in names:
+            value = getattr(current, name, None)
+            value = value[0] if isinstance(value, (list, tuple)) and value else value
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return default
+
+
+def _patch_shape(model: torch.nn.Module) -> tuple[int, ...]:
+    """What one patch holds: the input of the patch embedding's (else the model's) first linear map, or
+    the block its first convolution reads (channels, then the kernel)."""
+    embedding = next((m for name, m in model.named_modules() if "patch_embed" in name), model)
+    for module in embedding.modules():
+        if isinstance(module, torch.nn.Linear):
+            return (module.in_features,)
+        if isinstance(module, (torch.nn.Conv2d, torch.nn.Conv3d)):
+            return (module.in_channels, *module.kernel_size)
+    raise ValueError("no patch embedding")
+
+
+class _Maker:
+    """The inputs of one forward signature; ``variant`` 1 picks the second layout where there are two."""
+
+    def __init__(self, model: torch.nn.Module, batch: int, length: int, variant: int):
+        self.model, self.config = model, model.config
+        self.params = inspect.signature(model.forward).parameters
+        self.batch, self.length, self.variant = batch, length, variant
+        self.generator = torch.Generator().manual_seed(1)
+
+    def randn(self, *shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=self.generator, dtype=torch.float64)
+
+    def tokens(self, vocab: int | None = None, length: int | None = None) -> torch.Tensor:
+        vocab = vocab or _find(self.config, "vocab_size", default=128)
+        allowed = torch.tensor(sorted(set(range(vocab)) - reserved_tokens(self.config.to_dict())))
+        shape = (self.batch, length or self.length)
+        return allowed[torch.randint(0, len(allowed), shape, generator=self.generator)]
+
+    def pixels(self) -> dict[str, torch.Tensor]:
+        if any(name in self.params for name in GRIDS):  # a tower fed flattened patches and their grid
+            patches = self.batch * GRID[0] * GRID[1] * GRID[2]
+            grid = torch.tensor([GRID] * self.batch)
+            merge = _find(self.config, "spatial_merge_size", "merge_size", "merge_kernel_size", default=1)
+            shape = _patch_shape(self.model)
+            shape = shape if self.variant else (torch.tensor(shape).prod().item(),)  # as a conv reads it
+            out = {"pixel_values": self.randn(patches, *shape)}
+            out |= {name: grid for name in GRIDS if name in self.params}
+            return out | {name: torch.tensor([merge] * self.batch) for name in MERGES if name in self.params}
+        if "spatial_shapes" in self.params:  # patches of variable-size images, padded per image
+            patches = GRID[1] * GRID[2]
+            return {
+                "pixel_values": self.randn(
+                    self.batch, patches, torch.tensor(_patch_shape(self.model)).prod().item()
+                ),
+                "spatial_shapes": torch.tensor([GRID[1:]] * self.batch),
+                "pixel_attention_mask": torch.ones(self.batch, patches, dtype=torch.long),
+            }
+        size = _find(self.config, "image_size", "img_size", default=32)
+        channels = _find(self.config, "num_channels", "in_channels", "in_chans", default=3)
+        lists = bool(self.variant and {"image_attention_mask", "pixel_attention_mask"} & set(self.params))
+        images = (self.batch, 2) if lists else (self.batch,)
+        out = {"pixel_values": self.randn(*images, channels, size, size)}
+        if "target_sizes" in self.params and not lists:  # each image's size in patches (packed towers)
+            side = size // _find(self.config, "patch_size", default=size)
+            out["target_sizes"] = torch.tensor([[side, side]] * self.batch)
+        return out
+
+    def patches(self) -> dict[str, torch.Tensor]:
+        pixels = self.pixels()
+        return {"hidden_states": pixels.pop("pixel_values")} | pixels
+
+    def features(self) -> dict[str, torch.Tensor]:
+        """Mel features: as many frames as the encoder's positions cover, or one window of an encoder that
+        attends window by window (one attention call, as its projections see the frames)."""
+        mel = _find(self.config, "num_mel_bins", "feature_size", "input_feat_size", "n_mels", default=80)
+        window = _find(self.config, "n_window")
+        frames = 2 * window if window else 2 * _find(self.config, "max_source_positions", default=32)
+        if self.variant == 2:  # frames stacked as the first linear map reads them
+            mel = next((m.in_features for m in self.model.modules() if isinstance(m, torch.nn.Linear)), mel)
+        features = (
+            self.randn(self.batch, frames, mel) if self.variant else self.randn(self.batch, mel, frames)
+        )
+        masks = {
+            n: torch.ones(self.batch, frames, dtype=torch.long) for n in FEATURE_MASKS if n in self.params
+        }
+        if "feature_lens" in self.params:  # an encoder told each recording's length instead
+            masks["feature_lens"] = torch.tensor([frames] * self.batch)
+        return {"input_features": features} | masks
+
+    def values(self) -> dict[str, torch.Tensor]:
+        samples = 4000
+        return {
+            "input_values": self.randn(self.batch, 1, samples)
+            if self.variant
+            else self.randn(self.batch, samples)
+        }
+
+    def videos(self) -> dict[str, torch.Tensor]:
+        """Clips of ``num_frames`` frames (the count a video tower's positions are built for)."""
+        frames = _find(self.config, "num_frames", default=2)
+        image = _Maker(self.model, self.batch, self.length, 0).pixels()["pixel_values"]
+        return {"pixel_values_videos": image.unsqueeze(1).expand(-1, frames, *image.shape[1:]).contiguous()}
+
+    def kinds(self) -> dict[str, Callable[[], dict[str, torch.Tensor]]]:
+        """The main kinds of input this forward takes, by name."""
+        makers = {
+            "input_ids": lambda: {"input_ids": self.tokens()},
+            "pixel_values": self.pixels,
+            "input_features": self.features,
+            "input_values": self.values,
+            "pixel_values_videos": self.videos,
+        }
+        if "pixel_values" in self.params:  # a model of images and videos: its images suffice
+            del makers["pixel_values_videos"]
+        elif "hidden_states" in self.params and any(name in self.params for name in GRIDS):
+            makers["hidden_states"] = self.patches  # a vision tower that names its patches so
+        for name, param in self.params.items():  # states a stack inside a model is handed
+            if param.default is inspect.Parameter.empty and STATES.search(name) and name not in makers:
+                makers[name] = lambda name=name: {name: self.randn(self.batch, self.length, self.width())}
+        return {name: maker for name, maker in makers.items() if name in self.params}
+
+    def width(self) -> int:
+        return _find(self.config, "hidden_size", "d_model", "embed_dim", default=64)
+
+    def companions(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Inputs that go with the main ones: decoder tokens, a q-former's prompt, a language, region
+        features (``visual_feats`` of width ``visual_feat_dim``)."""
+        out: dict[str, torch.Tensor] = {}
+        if "decoder_input_ids" in self.params and getattr(self.config, "is_encoder_decoder", False):
+            out["decoder_input_ids"] = self.tokens(_find(self.config, "decoder_vocab_size"), 5)
+        if "qformer_input_ids" in self.params:
+            qformer = getattr(self.config, "qformer_config", None)
+            out["qformer_input_ids"] = self.tokens(getattr(qformer, "vocab_size", None))
+        if "lang_ids" in self.params:
+            out["lang_ids"] = torch.zeros(self.batch, dtype=torch.long)
+        for name in self.params:
+            width = _find(self.config, f"{name}_dim", f"{name.removesuffix('s')}_dim")
+            if name.startswith("visual_") and width:
+                out[name] = self.randn(self.batch, 3, width)
+        if "encoder_hidden_states" in self.params and self.cross():
+            width = _find(
+                self.config, "encoder_hidden_size", "cross_attention_hidden_size", "hidden_size", "d_model"
+            )
+            out["encoder_hidden_states"] = self.randn(self.batch, 5, width)
+        pixels = inputs.get("pixel_values")
+        if "image_attention_mask" in self.params and pixels is not None and pixels.dim() == 5:
+            out["image_attention_mask"] = torch.ones(
+                self.batch, self.length, pixels.shape[1], dtype=torch.long
+            )
+        return out
+
+    def cross(self) -> bool:
+        """Whether this forward is a decoder's (or a q-former's) that reads another stack's states."""
+        config = self.config
+        reads = getattr(config, "add_cross_attention", False) or getattr(config, "encoder_hidden_size", None)
+        return bool(reads) or type(self.model).__name__.endswith("Decoder")
 
 
 def input_sets(model: torch.nn.Module, batch: int = 2, length: int = 7) -> list[dict[str, torch.Tensor]]:
-    """Random inputs to try in turn: every kind the forward takes (text and image towers together), then
-    the model's main kind alone (token ids, pixels, audio features or samples)."""
-    config = model.config
+    """Random inputs to try in turn: every kind the forward takes (text and image towers together; one
+    kind of audio) in each layout, then the model's main kind alone in each layout (the capture keeps
+    the first set that runs: the one that reaches most towers comes first)."""
     params = inspect.signature(model.forward).parameters
     main = getattr(model, "main_input_name", "input_ids")
     if main not in params:
-        main = next((n for n in ("pixel_values", "input_features", "input_values") if n in params), main)
-    makers = {
-        "input_ids": lambda g: _tokens(config, batch, length, g),
-        "pixel_values": lambda g: _pixels(config, batch, g),
-        "input_features": lambda g: torch.randn(
-            batch,
-            getattr(config, "num_mel_bins", None) or getattr(config, "feature_size", 80),
-            2 * getattr(config, "max_source_positions", 32),
-            generator=g,
-            dtype=torch.float64,
-        ),
-        "input_values": lambda g: torch.randn(batch, 4000, generator=g, dtype=torch.float64),
-    }
-    sets = []
-    for names in ([n for n in makers if n in params], [main]):
-        generator = torch.Generator().manual_seed(1)
-        inputs = {n: makers[n](generator) for n in names if n in makers}
-        if (
-            "input_ids" in inputs
-            and "decoder_input_ids" in params
-            and getattr(config, "is_encoder_decoder", False)
-        ):
-            inputs["decoder_input_ids"] = inputs["input_ids"][:, :5]
-        if inputs and all(set(inputs) != set(other) for other in sets):
+        main = next((n for n in ("pixel_values", *AUDIO) if n in params), main)
+    kinds = _Maker(model, batch, length, 0).kinds()
+    audio = [n for n in AUDIO if n in kinds]
+    choices = [main] if main in audio else audio or [None]
+    everies = [[n for n in kinds if n not in AUDIO or n == choice] for choice in choices]
+    order = [(names, v) for names in everies for v in LAYOUTS] + [([main], v) for v in LAYOUTS]
+    sets: list[dict[str, torch.Tensor]] = []
+    for names, variant in order:
+        # one image or recording: packed patches or windows keep to one attention call, as the
+        # projections' inputs do (a batch of several is split per example)
+        patches = "hidden_states" in names and any(name in params for name in GRIDS)
+        maker = _Maker(model, 1 if set(names) & MEDIA or patches else batch, length, variant)
+        makers = maker.kinds()
+        inputs: dict[str, torch.Tensor] = {}
+        for name in names:
+            if name in makers:
+                try:
+                    inputs |= makers[name]()
+                except ValueError:  # no patch embedding to size patches by
+                    continue
+        if not inputs:
+            continue
+        inputs |= maker.companions(inputs) | _placeholders(model, inputs)
+        if "mm_token_type_ids" in params and "input_ids" in inputs:  # which tokens stand for which medium
+            inputs["mm_token_type_ids"] = _token_types(model.config, inputs["input_ids"])
+        if all(_signature(inputs) != _signature(other) for other in sets):
             sets.append(inputs)
     return sets
+
+
+PLACEHOLDERS = (
+    ("pixel_values", "get_image_features", ("image_token_id", "image_token_index")),
+    ("input_features", "get_audio_features", ("audio_token_id", "audio_token_index")),
+)
+"""Media, the model's method that turns it into the language model's embeddings, and the token standing
+for one of them in the text."""
+
+
+def _placeholders(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Token ids with one placeholder per media embedding, where the model merges media into its text
+    so: the count is what the model's own ``get_*_features`` gives (on a copy without the capture's hooks)."""
+    out: dict[str, torch.Tensor] = {}
+    ids = inputs.get("input_ids")
+    for media, getter, names in PLACEHOLDERS:
+        token = next(
+            (getattr(model.config, n) for n in names if isinstance(getattr(model.config, n, None), int)), None
+        )
+        if media not in inputs or ids is None or len(ids) != 1 or token is None or not hasattr(model, getter):
+            continue
+        count = _feature_count(model, getter, inputs)
+        if count:
+            out["input_ids"] = ids = torch.cat([ids, torch.full((1, count), token)], dim=1)
+    return out
+
+
+def _token_types(config, ids: torch.Tensor) -> torch.Tensor:
+    """0 for text, 1 for an image placeholder, 2 for a video one."""
+    types = torch.zeros_like(ids)
+    for kind, names in (
+        (1, ("image_token_id", "image_token_index")),
+        (2, ("video_token_id", "video_token_index")),
+    ):
+        token = next((getattr(config, n) for n in names if isinstance(getattr(config, n, None), int)), None)
+        if token is not None:
+            types[ids == token] = kind
+    return types
+
+
+def _feature_count(model: torch.nn.Module, getter: str, inputs: dict[str, torch.Tensor]) -> int | None:
+    copy = deepcopy(model)
+    for module in copy.modules():
+        for hooks in (module._forward_hooks, module._forward_pre_hooks):
+            hooks.clear()
+    method = getattr(copy, getter)
+    accepted = inspect.signature(method).parameters
+    try:
+        with torch.no_grad():
+            output = method(**{k: v for k, v in inputs.items() if k in accepted and k != "input_ids"})
+    except Exception:  # noqa: BLE001 — no count: the set goes without placeholders
+        return None
+    output = (
+        getattr(output, "pooler_output", None)
+        if not isinstance(output, (torch.Tensor, tuple, list))
+        else output
+    )
+    parts = [output] if isinstance(output, torch.Tensor) else list(output or ())
+    if not all(isinstance(p, torch.Tensor) and p.dim() >= 2 for p in parts):
+        return None
+    return sum(p.numel() // p.shape[-1] for p in parts)
+
+
+def _signature(inputs: dict[str, torch.Tensor]) -> tuple:
+    return tuple(sorted((name, tuple(value.shape)) for name, value in inputs.items()))

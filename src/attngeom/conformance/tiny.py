@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .relations import related, tiny_value, unset_sizes
-from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES
+from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH
 
 TOKEN_ID = re.compile(r"(_token_id|_token_index|_token_ids|_id)$")
 PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "layers_block_type", "block_types")
@@ -192,8 +192,9 @@ def _by_layer(value: Any, layers: int) -> bool:
 
 
 def _renumber_tokens(out: dict[str, Any]) -> None:
-    """Token ids beyond the tiny vocabulary get distinct ids at its top."""
-    vocab = out.get("vocab_size")
+    """Token ids beyond the tiny vocabulary (a multimodal config's: its text model's) get distinct ids
+    at its top."""
+    vocab = out.get("vocab_size") or (out.get("text_config") or {}).get("vocab_size")
     if not isinstance(vocab, int):
         return
     spare = vocab - 1
@@ -226,6 +227,27 @@ def reserved_tokens(entries: dict[str, Any]) -> set[int]:
     return ids
 
 
+def _mrope_sections(cls, entries: dict[str, Any]) -> None:
+    """Multimodal rotary sections (t, h, w) that fit the tiny head where the config has none: the
+    modules' defaults split the rotary half of a full-size head. A config class says it takes them
+    (``ignore_keys_at_rope_validation``); sections the config has are rescaled by ``shrink``."""
+    from transformers import CONFIG_MAPPING
+
+    for key, sub in (getattr(cls, "sub_configs", None) or {}).items():
+        if isinstance(entries.get(key), dict):
+            kind = entries[key].get("model_type")
+            _mrope_sections(CONFIG_MAPPING[kind] if kind in CONFIG_MAPPING else sub, entries[key])
+    rope = entries.get("rope_parameters")
+    takes = "mrope_section" in getattr(cls, "ignore_keys_at_rope_validation", ())
+    if not takes or not isinstance(rope, dict) or "mrope_section" in rope:
+        return
+    head = entries.get("head_dim") or entries.get("hidden_size", WIDTH) // entries.get(
+        "num_attention_heads", HEADS
+    )
+    half = int(head * rope.get("partial_rotary_factor", entries.get("partial_rotary_factor", 1.0))) // 2
+    rope["mrope_section"] = [half - 2 * (half // 3), half // 3, half // 3]
+
+
 def tiny_config(model_type: str):
     """The tiny config of ``model_type``: the first of :func:`candidates` whose model builds (on the
     meta device), attributes the model reads and the config lacks added; else the first error."""
@@ -236,6 +258,7 @@ def tiny_config(model_type: str):
     for tried, entries in enumerate(candidates(cls().to_dict())):
         for drop in ("transformers_version", "_name_or_path", "architectures"):
             entries.pop(drop, None)
+        _mrope_sections(cls, entries)
         try:
             return _repaired(cls.from_dict(entries), MAX_PARAMS if tried else None)
         except Exception as err:  # noqa: BLE001 — the next candidate may build
