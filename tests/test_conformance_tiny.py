@@ -135,3 +135,10 @@ def test_a_later_candidate_is_derived_only_when_the_earlier_fails():
     first = next(candidates(defaults))
     assert first == shrink(defaults)
     meta_model(tiny_config("aria"))
+
+
+def test_a_periodic_attention_schedule_keeps_two_periods():
+    """Zamba shares one attention block across its hybrid layers: one hybrid layer ties nothing."""
+    config = tiny_config("zamba")
+    assert config.num_hidden_layers == 4
+    assert config.layer_types.count("hybrid") == 2

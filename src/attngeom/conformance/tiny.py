@@ -51,6 +51,12 @@ def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
     if "kv_lora_rank" in out and isinstance(out.get("num_key_value_heads"), int):
         out["num_key_value_heads"] = out.get("num_attention_heads", HEADS)  # MLA: one key per head
     _per_layer_lists(out, entries, layers_before, widths, scheduled)
+    if out.get("attn_layer_period") == 2 and out.get("num_hidden_layers") == 2:
+        # two periods: a block shared by the attention layers needs two of them (Zamba)
+        out["num_hidden_layers"] = 4
+        for key in PER_LAYER:
+            if isinstance(out.get(key), list) and len(out[key]) == 2:
+                out[key] = out[key] * 2
     if "sliding_window" in out and out["sliding_window"] is None and _names_sliding(out):
         out["sliding_window"] = 512  # sliding layers with no default window (Step3p5's text model)
     _stage_outputs(out, entries)
