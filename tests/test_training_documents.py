@@ -22,13 +22,18 @@ TINY = dict(n_layers=2, hidden_size=32, n_heads=4, intermediate_size=64, seq_len
 WORDS = "the a nation people congress state war peace law union free trade tax year work we our".split()
 
 
-@pytest.fixture
-def config(tmp_path):
-    rng = random.Random(3)
-    path = tmp_path / "corpus.txt"
+def documents_corpus(path, seed: int) -> str:
+    """200 documents of 1 to 70 words, one a line (some fill a row, most share one)."""
+    rng = random.Random(seed)
     lines = [" ".join(rng.choices(WORDS, k=rng.choice([1, 3, 9, 20, 70]))) for _ in range(200)]
     path.write_text("\n".join(lines) + "\n")
-    settings = dict(TINY, dataset=str(path), cache_dir=str(tmp_path / "cache"), batch_size=4)
+    return str(path)
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = documents_corpus(tmp_path / "corpus.txt", seed=3)
+    settings = dict(TINY, dataset=path, cache_dir=str(tmp_path / "cache"), batch_size=4)
     return make_config(settings, {"batch_documents": 16, "dropout": 0.0, "steps": 3, "warmup_steps": 1})
 
 

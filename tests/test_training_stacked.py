@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import random
-
 import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_training_documents import TINY, documents_corpus  # the tiny model and corpus of the documents tests
 
 from attngeom.training.cli import run_folders
 from attngeom.training.config import ConfigError, make_config
@@ -17,8 +16,6 @@ from attngeom.training.model import LanguageModelLoss, build_model
 from attngeom.training.stacked import check_stackable, clip_per_run, train_stacked
 from attngeom.training.stacked_model import StackedLoss
 
-TINY = dict(n_layers=2, hidden_size=32, n_heads=4, intermediate_size=64, seq_len=48, vocab_size=301)
-WORDS = "the a nation people congress state war peace law union free trade tax year work we our".split()
 LOSS_RTOL = 1e-5
 """float32: the stacked path sums in another order (batched products, a per-run mean of the loss)."""
 WEIGHT_ATOL = 1e-5
@@ -26,11 +23,8 @@ WEIGHT_ATOL = 1e-5
 
 @pytest.fixture
 def corpus(tmp_path):
-    rng = random.Random(5)
-    path = tmp_path / "corpus.txt"
-    lines = [" ".join(rng.choices(WORDS, k=rng.choice([1, 3, 9, 20, 70]))) for _ in range(200)]
-    path.write_text("\n".join(lines) + "\n")
-    return dict(TINY, dataset=str(path), cache_dir=str(tmp_path / "cache"), device="cpu")
+    path = documents_corpus(tmp_path / "corpus.txt", seed=5)
+    return dict(TINY, dataset=path, cache_dir=str(tmp_path / "cache"), device="cpu")
 
 
 def settings(corpus, **extra):
