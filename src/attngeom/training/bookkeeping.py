@@ -95,6 +95,12 @@ def progress_line(step: int, steps: int, loss: float, tokens_per_s: float, secon
     )
 
 
+def progress_since(step: int, steps: int, loss: float, tokens: int, seconds: float, first: int) -> str:
+    """``progress_line`` at the pace of the steps since ``first``, which trained ``tokens`` in ``seconds``."""
+    rate = tokens / seconds if seconds > 0 else math.inf
+    return progress_line(step, steps, loss, rate, seconds / (step - first))
+
+
 class LossLog(ParquetLog):
     """One row per optimizer step: loss, LM loss, gradient norm, learning rate, the update's size in tokens
     (and documents, where counted), tokens seen so far, wall time.

@@ -11,7 +11,6 @@ its own micro-batches, rank 0 writes.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 import time
@@ -27,7 +26,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
 from ..files import atomic_dir
-from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord, progress_line
+from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord, progress_since
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ConfigError, TrainConfig
 from .data import Corpus, PackedBatches, load_corpus
@@ -219,10 +218,8 @@ def train(
             loss = losses.flush(clock)
             bar.set_postfix(loss=f"{loss:.3f}")
             if progress == "lines":
-                seconds = clock() - elapsed
-                per_step = seconds / (done - start)
-                rate = (losses.tokens - tokens_before) / seconds if seconds > 0 else math.inf
-                print(progress_line(done, config.steps, loss, rate, per_step), flush=True)
+                tokens, seconds = losses.tokens - tokens_before, clock() - elapsed
+                print(progress_since(done, config.steps, loss, tokens, seconds, start), flush=True)
         if when.score(done):
             scores.append(score_live(model, folder.path.name, done))
         if when.checkpoint(done):

@@ -19,7 +19,7 @@ from typing import Literal
 import torch
 from tqdm.auto import tqdm
 
-from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord, progress_line
+from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord, progress_since
 from .checkpoint import load_checkpoint, save_state
 from .config import ConfigError, TrainConfig
 from .data import IGNORED, MicroBatch, PackedBatches, load_corpus
@@ -213,9 +213,8 @@ def train_stacked(
             for r, (log, folder, clock) in enumerate(zip(losses, folders, clocks, strict=True)):
                 loss = log.flush(clock)
                 if progress == "lines":
-                    seconds = clock() - elapsed[r]
-                    rate = (log.tokens - tokens_before[r]) / seconds if seconds > 0 else math.inf
-                    line = progress_line(done, config.steps, loss, rate, seconds / (done - start))
+                    tokens, seconds = log.tokens - tokens_before[r], clock() - elapsed[r]
+                    line = progress_since(done, config.steps, loss, tokens, seconds, start)
                     print(f"{folder.path.name}: {line}", flush=True)
         if when.score(done):
             for model, folder, log in zip(models, folders, scores, strict=True):
