@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TextIO
 from urllib.parse import quote
 
-from .gpus import _own_folder, device_list, lock_folder
+from .gpus import _own_folder, _try_lock, device_list, lock_folder
 
 CONTROL = "nvidia-cuda-mps-control"
 PIPE_VARIABLE = "CUDA_MPS_PIPE_DIRECTORY"
@@ -188,12 +188,11 @@ def mps_share(log: TextIO, environ: dict[str, str] = os.environ) -> Iterator[str
         with open(folder / "start.lock", "a") as mutex:
             fcntl.flock(mutex, fcntl.LOCK_EX)
             user.close()  # no new user can come while the mutex is held: the conversion is safe
-            with open(folder / "users.lock", "a") as last:
-                try:
-                    fcntl.flock(last, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    print(f"{MODE}other jobs still use the MPS control daemon: left running", file=log)
-                else:
+            last = _try_lock(folder / "users.lock", fcntl.LOCK_EX)
+            if last is None:
+                print(f"{MODE}other jobs still use the MPS control daemon: left running", file=log)
+            else:
+                with last:
                     if problem := _quit(executable, environ, pipe, logs):
                         _warn(log, problem)
                     else:
