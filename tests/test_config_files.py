@@ -147,3 +147,25 @@ def test_a_local_llama_score_imports_neither_transformers_nor_pandas(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(result.stdout.splitlines()[-1]) == [0, []], result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("global_kv_heads", [1, 0])
+def test_a_per_layer_head_count_is_checked_layer_by_layer(global_kv_heads, tmp_path):
+    """EmbeddingGemma 2's global layers set their own kv heads (a per-layer attribute that transformers
+    refuses to read globally): every layer's count is checked, a bad one refused."""
+    entries = {
+        "model_type": "embedding_gemma2_text",
+        **SIZES,
+        "num_hidden_layers": 6,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "vocab_size": 128,
+    }
+    config = AutoConfig.for_model(**entries, num_global_key_value_heads=global_kv_heads)
+    config.save_pretrained(tmp_path)
+    if global_kv_heads:
+        loaded = load_config(tmp_path / "config.json", "test")
+        assert loaded.per_layer_config[5].num_key_value_heads == 1
+    else:
+        with pytest.raises(InputError, match="num_key_value_heads"):
+            load_config(tmp_path / "config.json", "test")

@@ -150,6 +150,17 @@ def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def _head_count(config: PretrainedConfig | FileConfig, name: str) -> Any:
+    """``config``'s ``name``; a per-layer attribute of a heterogeneous config (EmbeddingGemma 2's kv
+    heads, which its global layers set apart) as the list of every layer's value, since transformers
+    refuses to give one global value for it."""
+    spec = vars(config).get("_heterogeneity_spec")
+    if spec is not None and name in spec.per_layer_attributes:
+        layers = config.per_layer_config
+        return [getattr(layers[i], name, None) for i in range(config.num_hidden_layers)]
+    return getattr(config, name, None)
+
+
 def check_head_counts(config: PretrainedConfig | FileConfig, raw: dict, where: str, path: str = "") -> None:
     """Every head count of ``config`` (and of its sub-configs) is a positive integer, and those that
     transformers would otherwise fill in with a default are stated in ``raw`` (the file's JSON)."""
@@ -174,7 +185,7 @@ def check_head_counts(config: PretrainedConfig | FileConfig, raw: dict, where: s
                 f"{where} has no {path}{name} (transformers would assume a default head count); "
                 "add the model's head count to it"
             )
-        value = getattr(config, name, None)
+        value = _head_count(config, name)
         if value is None and not stated:
             continue
         values = value if isinstance(value, (list, tuple)) else [value]
