@@ -142,3 +142,14 @@ def test_a_periodic_attention_schedule_keeps_two_periods():
     config = tiny_config("zamba")
     assert config.num_hidden_layers == 4
     assert config.layer_types.count("hybrid") == 2
+
+
+def test_a_width_that_is_the_sum_of_its_parts_stays_their_sum():
+    """LongCat-Flash's q/k head width is its content and rotary parts' sum (its modules read it): shrunk,
+    it stays the sum; a head width with its own tiny value keeps it even where two others add up to it."""
+    out = shrink({"qk_head_dim": 192, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "hidden_size": 1024})
+    assert out["qk_head_dim"] == out["qk_nope_head_dim"] + out["qk_rope_head_dim"] == 24
+    other = shrink({"head_dim": 256, "index_head_dim": 128, "v_head_dim": 128})
+    assert other["head_dim"] == 16
+    config = tiny_config("longcat_flash")
+    assert config.qk_head_dim == config.qk_nope_head_dim + config.qk_rope_head_dim

@@ -156,3 +156,13 @@ def test_rms_norm_probe_tells_gain_offsets_apart():
     assert [n.offset for n in norms] == [1.0, 0.0] and not any(n.centre for n in norms)
     layer_norm = probe_norm(torch.nn.LayerNorm(8), "q_norm")
     assert layer_norm.centre and layer_norm.bias and layer_norm.offset == 0.0
+
+
+def test_a_latent_attention_whose_query_reads_more_than_its_latent_is_refused():
+    """AXK2's query projection reads the normalised and the raw query latent together: no form; a
+    DeepSeek-V3 latent attention (q_b_proj of the latent alone) is found."""
+    with pytest.raises(ArchitectureError, match="no q_b_proj maps the 32-wide query latent alone"):
+        find_attention(meta_model(tiny_config("axk2")), tiny_config("axk2"))
+    config = tiny_config("deepseek_v3")
+    found = [i for i in find_attention(meta_model(config), config) if isinstance(i, Found)]
+    assert found and all(i.latent and i.q.endswith("q_a_proj") for i in found)

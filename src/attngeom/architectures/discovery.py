@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .base import ArchitectureError
+from .latent import latent_query
 from .model_classes import own_model_class
 from .qk_norms import Norm, qk_norms
 
@@ -190,14 +191,8 @@ def find_attention(
         if _linear(getattr(module, "kv_a_proj_with_mqa", None)) and _linear(
             getattr(module, "kv_b_proj", None)
         ):
-            raw.append(
-                (
-                    path,
-                    "q_a_proj" if _linear(getattr(module, "q_a_proj", None)) else "q_proj",
-                    "kv_a_proj_with_mqa",
-                    module,
-                )
-            )
+            first = "q_a_proj" if _linear(getattr(module, "q_a_proj", None)) else "q_proj"
+            raw.append((path, first, "kv_a_proj_with_mqa", module))
             continue
         for q, k in PAIRS:
             if _linear(getattr(module, q, None)) and _linear(getattr(module, k, None)):
@@ -324,6 +319,7 @@ def _found(
     q_mod, k_mod = getattr(module, q), getattr(module, k)
     if k == "kv_a_proj_with_mqa":
         own = getattr(module, "config", None) or config
+        latent_query(module, q)
         return Found(
             path=path,
             stack=stack,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import Architecture, AttentionLayer, TensorReader, linear
+from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, linear
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -51,6 +51,26 @@ def _query(
 def _mla_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     for i in range(config.num_hidden_layers):
         yield from mla_layer(config, reader, f"layers.{i}.self_attn", i)
+
+
+def latent_query(module: torch.nn.Module, q: str) -> None:
+    """Refuse a latent attention (``module``, its query's first projection ``q``) whose query latent no
+    ``q_b_proj`` maps alone: AXK2's ``q_gate_proj`` reads the RMS-normalised latent and the raw one side
+    by side, so q is a per-token-scaled map of x plus an unscaled one, not the form up to a scalar."""
+    up = getattr(module, "q_b_proj", None)
+    rank = module.q_a_proj.out_features if q == "q_a_proj" else None
+    if rank is None or (isinstance(up, torch.nn.Linear) and up.in_features == rank):
+        return
+    wider = [
+        f"`{n}` reads {c.in_features}"
+        for n, c in module.named_children()
+        if isinstance(c, torch.nn.Linear) and n.startswith("q") and n != q
+    ]
+    raise ArchitectureError(
+        f"{type(module).__name__}: no q_b_proj maps the {rank}-wide query latent alone "
+        f"({', '.join(wider) or 'none reads it'}): q is read from more than the latent, which the "
+        "latent attention's form does not state"
+    )
 
 
 def mla_layer(

@@ -5,6 +5,8 @@ from __future__ import annotations
 WIDTH, HEADS, KV_HEADS, HEAD_DIM, LAYERS, VOCAB, FFN = 64, 4, 2, 16, 2, 128, 64
 
 LAYER_KEYS = r"(^|_)(num_hidden_layers|n_layers?|num_layers|encoder_layers|decoder_layers|depth)$"
+HEAD_WIDTHS = r"^(head_dim|attention_head_dim|d_kv|kv_channels|qk_nope_head_dim|v_head_dim|head_size)$"
+"""The entries that are one head's width."""
 COUNT_RULES: tuple[tuple[str, int], ...] = (
     (LAYER_KEYS, LAYERS),
     (r"(^|_)vocab_size$", VOCAB),
@@ -20,7 +22,7 @@ RULES: tuple[tuple[str, int], ...] = (
         KV_HEADS,
     ),
     (r"(^|_)(num_attention_heads|attention_heads|n_heads?|num_heads|heads)$", HEADS),
-    (r"^(head_dim|attention_head_dim|d_kv|kv_channels|qk_nope_head_dim|v_head_dim|head_size)$", HEAD_DIM),
+    (HEAD_WIDTHS, HEAD_DIM),
     (r"^qk_rope_head_dim$", 8),
     (r"^(q_lora_rank|kv_lora_rank)$", 32),
     (r"(^|_)(hidden_size|d_model|n_embd|embed_dim|dim|hidden_dim|embedding_size|projection_dim)$", WIDTH),

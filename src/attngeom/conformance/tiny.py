@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .relations import related, tiny_value, unset_sizes
-from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH
+from .sizes import COUNT_RULES, HEAD_WIDTHS, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH
 
 TOKEN_ID = re.compile(r"(_token_id|_token_index|_token_ids|_id)$")
 PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "layers_block_type", "block_types")
@@ -45,6 +45,7 @@ def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
                 out[key] = min(value, tiny) if value > 0 else value
                 break
     _fit_patches(out)
+    _sums(out, entries)
     unscheduled = dict(out)
     _hybrid_schedule(out)
     scheduled = {k for k in out if out[k] != unscheduled.get(k)}
@@ -70,6 +71,26 @@ LIST_RULES = (
     (r"(key_value_heads|kv_heads)", KV_HEADS),
 )
 LIST_WIDTHS = re.compile(r"(^|_)(hidden_sizes|embed_dims?|dims|channels|widths|hidden_dims)$")
+
+
+def _sums(out: dict[str, Any], before: dict[str, Any]) -> None:
+    """A width that is by default the sum of two of its parts, named as it is with one word more
+    (LongCat-Flash's ``qk_head_dim`` = ``qk_nope_head_dim`` + ``qk_rope_head_dim``), stays their sum; a
+    head width with a tiny value of its own keeps it (dots3's ``head_dim``, by chance the sum of two)."""
+    ints = {k: v for k, v in before.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+    for key, value in ints.items():
+        if re.search(HEAD_WIDTHS, str(key)):
+            continue
+        words = str(key).split("_")
+        parts = [
+            k
+            for k in ints
+            if len(k.split("_")) == len(words) + 1
+            and any(k.split("_")[:i] + k.split("_")[i + 1 :] == words for i in range(len(words) + 1))
+        ]
+        pairs = [(a, b) for a in parts for b in parts if a < b and ints[a] + ints[b] == value]
+        if len(pairs) == 1 and all(isinstance(out.get(p), int) for p in pairs[0]):
+            out[key] = out[pairs[0][0]] + out[pairs[0][1]]
 
 
 def _shrunk_list(key: str, value: list[int], widths: bool = True) -> list[int]:
