@@ -7,6 +7,8 @@ fresh run; the whole run (every model type of the installed transformers) is ``s
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import AutoConfig
@@ -166,3 +168,27 @@ def test_a_latent_attention_whose_query_reads_more_than_its_latent_is_refused():
     config = tiny_config("deepseek_v3")
     found = [i for i in find_attention(meta_model(config), config) if isinstance(i, Found)]
     assert found and all(i.latent and i.q.endswith("q_a_proj") for i in found)
+
+
+def test_a_query_temperature_is_left_out_and_neutralised_and_a_wrong_discovery_still_fails(monkeypatch):
+    """Mistral Large 4 rescales each head's q by its position (a learned ``log(pos + 1)`` temperature):
+    left out of the form and neutralised in the check as rotary is; a discovery that misses it fails."""
+    import attngeom.architectures.discovered as discovered_module
+    import attngeom.architectures.discovery as discovery_module
+    from attngeom.conformance.run import check_type
+
+    config = tiny_config("mistral_large4_text")
+    found = [i for i in find_attention(meta_model(config), config) if isinstance(i, Found)]
+    assert found and all(i.temperature == "softmax_scaling" for i in found)
+    assert check_type("mistral_large4_text")["status"] == "validated"
+    real = discovery_module.find_attention
+
+    def missed(model, config, layout=""):
+        return [
+            replace(i, temperature="") if isinstance(i, Found) else i for i in real(model, config, layout)
+        ]
+
+    monkeypatch.setattr(discovery_module, "find_attention", missed)
+    monkeypatch.setattr(discovered_module, "find_attention", missed)
+    entry = check_type("mistral_large4_text")
+    assert entry["status"] == "refused" and "positive multiple" in entry["reason"], entry["reason"]

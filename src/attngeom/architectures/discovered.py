@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,6 +28,10 @@ def _terms(config: PretrainedConfig, found: Found, rotary: bool) -> tuple[str, .
     if found.stack == "self" and rotary:
         return rotary_terms(config, found.layer)
     return ("scale",) + (window(config, found.layer) if found.stack == "self" else ())
+
+
+def _temperature(found: Found) -> tuple[str, ...]:
+    return ("query_temperature",) if found.temperature else ()
 
 
 def discovered_layers(
@@ -72,7 +77,8 @@ def discovered_layers(
         if item.latent:
             from .latent import mla_layer
 
-            yield from mla_layer(config.get_text_config(), reader, item.path, item.layer, item.stack)
+            for layer in mla_layer(config.get_text_config(), reader, item.path, item.layer, item.stack):
+                yield replace(layer, left_out=layer.left_out + _temperature(item))
             continue
         bias = ("bias",) if item.q_bias or item.k_bias else ()
         layer = AttentionLayer(
@@ -85,7 +91,7 @@ def discovered_layers(
             n_heads=item.n_heads,
             n_kv_heads=item.n_kv_heads,
             head_dim=item.head_dim,
-            left_out=bias + _terms(config, item, rotary),
+            left_out=bias + _terms(config, item, rotary) + _temperature(item),
             cross=item.cross,
         )
         if item.q_norm is not None and item.k_norm is not None:

@@ -27,6 +27,7 @@ from .base import ArchitectureError
 from .latent import latent_query
 from .model_classes import own_model_class
 from .qk_norms import Norm, qk_norms
+from .temperature import query_temperature
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -91,6 +92,7 @@ class Found:
     """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
     rope: bool = True
     """A latent attention's decoupled rotary part exists (GLM-5-Next's has none: ``qk_rope_head_dim`` 0)."""
+    temperature: str = ""  # the child rescaling q by position (``temperature``): left out as rotary is
 
     @property
     def forms(self) -> int:
@@ -334,6 +336,7 @@ def _found(
             cross=False,
             latent=True,
             rope=bool(own.qk_rope_head_dim),
+            temperature=query_temperature(module),
         )
     if layout:
         head_dim, n_heads, n_kv = _fused_heads(module, config, _rows(q_mod), layout)
@@ -384,6 +387,7 @@ def _found(
         q_norm=q_norm,
         k_norm=k_norm,
         gated=gated,
+        temperature=query_temperature(module),
     )
 
 

@@ -82,6 +82,23 @@ def _rotary_neutralised(modules: list[torch.nn.Module]):
 
 
 @contextmanager
+def temperature_neutralised(pairs: list[tuple[torch.nn.Module, Found]]):
+    """A query temperature (``Found.temperature``) passes q on unchanged: the form leaves it out, as it
+    does rotary, so the check compares what the form states."""
+
+    def identity(child, args, kwargs, output):
+        return args[0] if args else next(iter(kwargs.values()))
+
+    children = [m.get_submodule(f.temperature) for m, f in pairs if f.temperature]
+    handles = [c.register_forward_hook(identity, with_kwargs=True) for c in children]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
 def _implementation(model: torch.nn.Module, name: str):
     from transformers import PretrainedConfig
 
@@ -163,6 +180,7 @@ def capture(
                 handle = child.register_forward_hook(keep(item.path, role))
                 stack.callback(handle.remove)
         stack.enter_context(_rotary_neutralised(list(modules.values())))
+        stack.enter_context(temperature_neutralised([(modules[i.path], i) for i in items]))
         stack.enter_context(_implementation(model, CAPTURE))
         stack.enter_context(_default_dtype(torch.float64))  # tensors a model makes itself (masks, positions)
         pending = [item.path for item in items]

@@ -20,7 +20,14 @@ from itertools import product
 import torch
 
 from ..architectures.discovery import Found
-from .check import CAPTURE, _implementation, _interface, _register, _rotary_neutralised
+from .check import (
+    CAPTURE,
+    _implementation,
+    _interface,
+    _register,
+    _rotary_neutralised,
+    temperature_neutralised,
+)
 
 BATCH, LENGTH, KV_LENGTH = 2, 7, 5
 KEY_VALUE = ("encoder_hidden", "key_value", "context", "memory", "cross_attention", "encoder_states")
@@ -69,6 +76,7 @@ def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.
             handle = module.get_submodule(name.rsplit(".", 1)[-1]).register_forward_hook(keep(role))
             stack.callback(handle.remove)
         stack.enter_context(_rotary_neutralised([module]))
+        stack.enter_context(temperature_neutralised([(module, item)]))
         with torch.no_grad():
             module(**kwargs)
     if not {"x_q", "q", "x_k", "k"} <= set(record):
