@@ -116,7 +116,7 @@ def test_second_candidate_rules_on_layer_counts_indices_and_unset_defaults():
 @pytest.mark.parametrize(
     ("model_type", "reason"),
     [
-        ("layoutxlm", "transformers defines no model for it (a configuration and processor only)"),
+        ("layoutxlm", "a sub-config class (its config extends `layoutlmv2`'s; transformers defines no model"),
         ("timm_wrapper", "needs the timm package, whose torchvision dependency"),
         ("nougat", "transformers' default config of it does not build its model either (ValueError: "),
     ],
@@ -153,3 +153,12 @@ def test_a_width_that_is_the_sum_of_its_parts_stays_their_sum():
     assert other["head_dim"] == 16
     config = tiny_config("longcat_flash")
     assert config.qk_head_dim == config.qk_nope_head_dim + config.qk_rope_head_dim
+
+
+def test_only_a_config_without_a_model_is_traced_to_the_config_it_extends():
+    """LayoutXLM's modular config extends LayoutLMv2's and transformers defines no model for it; a type
+    with its own model (LayoutLMv3, whose config stands alone) is never traced so."""
+    from attngeom.conformance.run import config_base_of
+
+    assert config_base_of("layoutxlm") == "layoutlmv2"
+    assert config_base_of("layoutlmv3") is None and config_base_of("llama") is None

@@ -70,6 +70,11 @@ def check_type(model_type: str) -> dict:
         return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}
     if model_type not in MODEL_MAPPING_NAMES and (parent := parent_of(model_type)):
         return _refused(f"a sub-config, scored through its parent `{parent}`")
+    if model_type not in MODEL_MAPPING_NAMES and (base := config_base_of(model_type)):
+        return _refused(
+            f"a sub-config class (its config extends `{base}`'s; transformers defines no model for it): "
+            f"its checkpoints are `{base}` models, scored through `{base}`"
+        )
     try:
         from transformers import AutoModel
         from transformers.initialization import no_init_weights
@@ -245,6 +250,33 @@ def parent_of(model_type: str) -> str | None:
         if any(getattr(sub, "model_type", None) == model_type for sub in subs):
             return parent
     return None
+
+
+def config_base_of(model_type: str) -> str | None:
+    """The model type whose config ``model_type``'s extends in transformers' modular source, where
+    transformers defines no model for ``model_type`` itself (LayoutXLM's config is LayoutLMv2's, and its
+    checkpoints load into LayoutLMv2's model)."""
+    import importlib.util
+
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    from ..architectures.base import ArchitectureError
+    from ..architectures.discovery import model_class
+
+    try:
+        model_class(model_type)
+        return None
+    except ArchitectureError:  # no model: a config (and processor) only
+        pass
+    config = CONFIG_MAPPING[model_type]
+    package = config.__module__.rsplit(".", 1)[0]
+    spec = importlib.util.find_spec(f"{package}.modular_{package.rsplit('.', 1)[-1]}")
+    if spec is None or spec.origin is None:
+        return None
+    found = re.search(rf"^class {config.__name__}\((\w+)\)", Path(spec.origin).read_text(), re.MULTILINE)
+    names = {CONFIG_MAPPING[t].__name__: t for t in MODEL_MAPPING_NAMES if t in CONFIG_MAPPING}
+    return names.get(found.group(1)) if found else None
 
 
 def _worker(model_type: str) -> tuple[str, dict]:
