@@ -192,3 +192,16 @@ def test_a_query_temperature_is_left_out_and_neutralised_and_a_wrong_discovery_s
     monkeypatch.setattr(discovered_module, "find_attention", missed)
     entry = check_type("mistral_large4_text")
     assert entry["status"] == "refused" and "positive multiple" in entry["reason"], entry["reason"]
+
+
+def test_a_gated_recurrence_with_q_and_k_is_no_dot_product_attention():
+    """xLSTM's mLSTM forms q·k but weights it by exponential gates and normalises by their sum (no
+    softmax): skipped by discovery and refused as no dot-product attention; a softmax model is not."""
+    from attngeom.architectures.recurrence import recurrence_reason
+    from attngeom.conformance.run import _no_attention_reason
+
+    config = tiny_config("xlstm")
+    model = meta_model(config)
+    assert not [i for i in find_attention(model, config) if isinstance(i, Found)]
+    assert _no_attention_reason(model).startswith("no dot-product attention (gated recurrence xLSTMLayer")
+    assert recurrence_reason(meta_model(tiny_config("llama"))) is None

@@ -27,6 +27,7 @@ from .base import ArchitectureError
 from .latent import latent_query
 from .model_classes import own_model_class
 from .qk_norms import Norm, qk_norms
+from .recurrence import gated_recurrence as recurrent
 from .temperature import query_temperature
 
 if TYPE_CHECKING:
@@ -50,14 +51,13 @@ FUSED = ("qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "
 LAYOUTS = ("blocks", "per_head", "groups_qvk")
 """How a fused projection's output rows are ordered: [q | k | v] (q: H·d_h rows, k and v: H_kv·d_h each),
 per head [q_h | k_h | v_h] (as many kv heads as heads), or in the module's ``mp_num`` model-parallel groups
-[q_g | v_g | k_g] of H/mp_num heads each (CodeGen). The conformance run records which one gives the
-model's own q and k; discovery uses only that one."""
+[q_g | v_g | k_g] of H/mp_num heads each (CodeGen). The conformance run records which one is the model's."""
 CROSS = re.compile(r"cross|encoder_attn|EncDec", re.IGNORECASE)
 """Attention modules whose keys read another stack (decoder queries × encoder keys)."""
 NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
 NOT_SOFTMAX = re.compile(r"^(Text)?((Linear|Delta|Lightning)\w*Attention|GatedDeltaNet)$")
-"""A mixer class named, after its family's prefix, as linear, delta-rule or lightning attention: q and k
-feed a recurrence or kernel, never softmax(q·k) (Kimi-Linear's delta layers, MiniMax's lightning ones)."""
+"""Mixers named (after the family prefix) linear, delta-rule or lightning attention, q·k fed to a recurrence
+or kernel, never softmax(q·k) (Kimi-Linear's, MiniMax's layers; xLSTM's gated ones: ``recurrent``)."""
 TOKEN_MIXING = re.compile(r"^(q|k|query|key)_s?conv$")
 """A child of an attention convolving its q or k over neighbouring tokens (Inkling's ``k_sconv``)."""
 WORD = re.compile(r"[A-Z][a-z]*\d*|\d+")
@@ -188,7 +188,7 @@ def find_attention(
     raw: list[tuple[str, str, str, torch.nn.Module]] = []
     family = _family_words(model)
     for path, module in model.named_modules():
-        if NOT_SOFTMAX.search("".join(WORD.findall(type(module).__name__)[family:])):
+        if NOT_SOFTMAX.search("".join(WORD.findall(type(module).__name__)[family:])) or recurrent(module):
             continue  # its layers are recorded as unscored, with this class as their mixer
         if _linear(getattr(module, "kv_a_proj_with_mqa", None)) and _linear(
             getattr(module, "kv_b_proj", None)

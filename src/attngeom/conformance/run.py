@@ -44,6 +44,10 @@ def _no_attention_reason(model) -> str:
     """Why a built model has no discovered attention: a fused projection, another attention, or none."""
     import torch
 
+    from ..architectures.recurrence import recurrence_reason
+
+    if recurrent := recurrence_reason(model):
+        return recurrent
     linear = sorted({type(m).__name__ for m in model.modules() if LINEAR.search(type(m).__name__)})
     if linear:
         return f"linear attention ({linear[0]}): no softmax over q·k scores, no per-head bilinear form"
