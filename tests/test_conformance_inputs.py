@@ -171,3 +171,9 @@ def test_a_patch_grid_tower_that_names_its_patches_hidden_states_gets_them():
     tower = _model("qwen3_vl").visual
     inputs = _accepted(tower)
     assert inputs["grid_thw"].tolist() == [[1, 4, 4]] and inputs["hidden_states"].shape[0] == 16
+
+
+def test_images_are_as_high_and_wide_as_the_config_says():
+    """MGP-STR reads text lines of 32 × 128 pixels (``image_size`` as height and width)."""
+    model = _model("mgp-str")
+    assert tuple(_accepted(model)["pixel_values"].shape[-2:]) == tuple(model.config.image_size) == (32, 128)

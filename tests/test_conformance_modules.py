@@ -126,3 +126,18 @@ def test_a_type_whose_attention_modules_do_not_run_on_their_own_stays_refused(mo
     assert entry["status"] == "refused"
     assert entry["reason"].startswith("could not run the tiny model (TypeError: "), entry["reason"]
     assert "nor did encoder.layers.0.self_attn's own forward run (AttributeError: " in entry["reason"]
+
+
+@pytest.mark.parametrize("model_type", ["gpt_neox_japanese", "mgp-str"])
+def test_a_fused_projection_outside_the_interface_is_checked_on_its_own_q_k_product(monkeypatch, model_type):
+    """GPT-NeoX-Japanese (per-head rows, ``baddbmm``) and MGP-STR ([q | k | v] rows, ``q @ kᵀ``) split
+    their fused projection themselves: the first product's operands confirm the layout; another fails."""
+    entry = check_type(model_type)
+    assert entry["status"] == "validated", entry["reason"]
+    wrong = {"per_head": "blocks", "blocks": "per_head"}[entry["layout"]]
+    swapped = _wrong(lambda i: replace(i, fused=wrong) if i.fused else i)
+    monkeypatch.setattr(discovery, "find_attention", swapped)
+    monkeypatch.setattr(discovered, "find_attention", swapped)
+    monkeypatch.setattr("attngeom.conformance.run.LAYOUTS", (entry["layout"],))
+    refused = check_type(model_type)
+    assert refused["status"] == "refused" and "self layer 0: q or k " in refused["reason"], refused

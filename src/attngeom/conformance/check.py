@@ -18,6 +18,7 @@ import torch
 
 from ..architectures.discovery import Found
 from .inputs import input_sets
+from .products import FirstProducts, as_heads
 
 CAPTURE = "attngeom_conformance"
 RTOL = 1e-5
@@ -152,15 +153,19 @@ def capture(
 
         return hook
 
+    products = FirstProducts(seen)
+
     def opened(path: str):
         def hook(module, args):
             first_call.setdefault(path, True)
+            products.active.append(path)
 
         return hook
 
     def closed(path: str):
         def hook(module, args, output):
             first_call[path] = False
+            products.active.remove(path)
 
         return hook
 
@@ -183,11 +188,13 @@ def capture(
         stack.enter_context(temperature_neutralised([(modules[i.path], i) for i in items]))
         stack.enter_context(_implementation(model, CAPTURE))
         stack.enter_context(_default_dtype(torch.float64))  # tensors a model makes itself (masks, positions)
+        stack.enter_context(products)
         pending = [item.path for item in items]
         failure: Exception | None = None
         for runner in _runners(model, items):
             for inputs in input_sets(runner):
                 before, interface = set(seen), set(_interface)
+                products.active.clear()  # a call cut short leaves its modules open
                 try:
                     with torch.no_grad():
                         runner(**inputs)
@@ -255,18 +262,24 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
         out = x @ w.double() + (0 if b is None else b.double())
         ours.append(heads(out, n, layer.head_dim))
     attn = "q_attn" in record
-    theirs = (
-        [record["q_attn"], record["k_attn"]]
-        if attn
-        else [
-            heads(record["q"], layer.n_heads, layer.head_dim),
-            heads(record["k"], layer.n_kv_heads, layer.head_dim),
+    if not attn and (layer.form != "standard" or fused):  # only the module's own q·k product tells
+        theirs = [
+            as_heads(record[k], mine) for k, mine in zip(("q_mm", "k_mm"), ours, strict=True) if k in record
         ]
-    )
+        if len(theirs) < 2 or theirs[0] is None or theirs[1] is None:
+            return "a normalised form or fused projection outside the attention interface"
+        attn = True
+    else:
+        theirs = (
+            [record["q_attn"], record["k_attn"]]
+            if attn
+            else [
+                heads(record["q"], layer.n_heads, layer.head_dim),
+                heads(record["k"], layer.n_kv_heads, layer.head_dim),
+            ]
+        )
     if not all(torch.isfinite(t).all() for t in theirs):
         return "the tiny model's forward pass gave non-finite q or k"
-    if not attn and (layer.form != "standard" or fused):
-        return "a normalised form or fused projection outside the attention interface"
     vectors = _compare_vectors(layer, ours, theirs)
     return vectors and _compare_scores(layer, ours, theirs, vectors)
 

@@ -57,6 +57,23 @@ def _find(config, *names: str, default=None):
     return default
 
 
+def _image_size(config) -> tuple[int, int]:
+    """Height and width of the images a config is built for: ``image_size`` as one side or as (h, w)
+    (MGP-STR's 32 × 128 text lines)."""
+    for current in _configs(config):
+        for name in ("image_size", "img_size"):
+            value = getattr(current, name, None)
+            if (
+                isinstance(value, (list, tuple))
+                and len(value) == 2
+                and all(isinstance(v, int) for v in value)
+            ):
+                return value[0], value[1]
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value, value
+    return 32, 32
+
+
 def _patch_shape(model: torch.nn.Module) -> tuple[int, ...]:
     """What one patch holds: the input of the patch embedding's (else the model's) first linear map, or
     the block its first convolution reads (channels, then the kernel)."""
@@ -106,14 +123,14 @@ class _Maker:
                 "spatial_shapes": torch.tensor([GRID[1:]] * self.batch),
                 "pixel_attention_mask": torch.ones(self.batch, patches, dtype=torch.long),
             }
-        size = _find(self.config, "image_size", "img_size", default=32)
+        height, width = _image_size(self.config)
         channels = _find(self.config, "num_channels", "in_channels", "in_chans", default=3)
         lists = bool(self.variant and {"image_attention_mask", "pixel_attention_mask"} & set(self.params))
         images = (self.batch, 2) if lists else (self.batch,)
-        out = {"pixel_values": self.randn(*images, channels, size, size)}
+        out = {"pixel_values": self.randn(*images, channels, height, width)}
         if "target_sizes" in self.params and not lists:  # each image's size in patches (packed towers)
-            side = size // _find(self.config, "patch_size", default=size)
-            out["target_sizes"] = torch.tensor([[side, side]] * self.batch)
+            patch = _find(self.config, "patch_size", default=height)
+            out["target_sizes"] = torch.tensor([[height // patch, width // patch]] * self.batch)
         return out
 
     def patches(self) -> dict[str, torch.Tensor]:
