@@ -199,6 +199,8 @@ class _Maker:
         if "qformer_input_ids" in self.params:
             qformer = getattr(self.config, "qformer_config", None)
             out["qformer_input_ids"] = self.tokens(getattr(qformer, "vocab_size", None))
+        if "bbox" in self.params and "input_ids" in inputs:  # a document model's word boxes
+            out["bbox"] = self.boxes(inputs["input_ids"].shape[-1])
         if "lang_ids" in self.params:
             out["lang_ids"] = torch.zeros(self.batch, dtype=torch.long)
         for name in self.params:
@@ -216,6 +218,12 @@ class _Maker:
                 self.batch, self.length, pixels.shape[1], dtype=torch.long
             )
         return out
+
+    def boxes(self, length: int) -> torch.Tensor:
+        """One box (x0, y0, x1, y1) per token, corners ordered, within the 2-D positions the model embeds."""
+        top = min(1000, _find(self.config, "max_2d_position_embeddings", default=1024) - 1)
+        corners = torch.randint(0, top, (self.batch, length, 2, 2), generator=self.generator)
+        return torch.cat([corners.min(dim=2).values, corners.max(dim=2).values], dim=-1)
 
     def cross(self) -> bool:
         """Whether this forward is a decoder's (or a q-former's) that reads another stack's states."""

@@ -282,15 +282,35 @@ def tiny_config(model_type: str):
 
     cls = CONFIG_MAPPING[model_type]
     first: Exception | None = None
-    for tried, entries in enumerate(candidates(cls().to_dict())):
+    defaults = cls().to_dict()
+    for tried, entries in enumerate(candidates(defaults)):
         for drop in ("transformers_version", "_name_or_path", "architectures"):
             entries.pop(drop, None)
         _mrope_sections(cls, entries)
-        try:
-            return _repaired(cls.from_dict(entries), MAX_PARAMS if tried else None)
-        except Exception as err:  # noqa: BLE001 — the next candidate may build
-            first = first or err
+        derived = _derived(cls, entries, defaults)
+        rederived = {k: v for k, v in entries.items() if k not in derived}
+        for tried_entries in [rederived, entries] if derived else [entries]:
+            try:
+                return _repaired(cls.from_dict(tried_entries), MAX_PARAMS if tried else None)
+            except Exception as err:  # noqa: BLE001 — as the defaults had them, or the next candidate
+                first = first or err
     raise first
+
+
+def _derived(cls, entries: dict[str, Any], defaults: dict[str, Any]) -> list[str]:
+    """Sizes the config computes from its fields (no field of its own) that no rule shrank, such as
+    BROS's ``dim_bbox_projection`` = width / heads: left out, so that the config derives them again from
+    the tiny sizes rather than keep the default model's (kept where the config then does not build)."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(cls):
+        return []
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return [
+        k
+        for k, v in entries.items()
+        if k not in fields and isinstance(v, int) and not isinstance(v, bool) and v == defaults.get(k)
+    ]
 
 
 def candidates(defaults: dict[str, Any]) -> Iterator[dict[str, Any]]:
