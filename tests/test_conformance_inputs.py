@@ -177,3 +177,11 @@ def test_images_are_as_high_and_wide_as_the_config_says():
     """MGP-STR reads text lines of 32 × 128 pixels (``image_size`` as height and width)."""
     model = _model("mgp-str")
     assert tuple(_accepted(model)["pixel_values"].shape[-2:]) == tuple(model.config.image_size) == (32, 128)
+
+
+def test_a_document_model_gets_one_ordered_box_per_token():
+    """BROS requires word boxes (x0, y0, x1, y1), one per token, within its 2-D positions."""
+    inputs = _accepted(_model("bros"))
+    boxes = inputs["bbox"]
+    assert boxes.shape == (*inputs["input_ids"].shape, 4)
+    assert (boxes[..., 2] >= boxes[..., 0]).all() and (boxes[..., 3] >= boxes[..., 1]).all()

@@ -162,3 +162,11 @@ def test_only_a_config_without_a_model_is_traced_to_the_config_it_extends():
 
     assert config_base_of("layoutxlm") == "layoutlmv2"
     assert config_base_of("layoutlmv3") is None and config_base_of("llama") is None
+
+
+def test_a_size_the_config_derives_is_derived_again_from_the_tiny_sizes():
+    """BROS computes ``dim_bbox_projection`` (width / heads) from its fields: the tiny config derives it
+    from the tiny width, not the default model's 64."""
+    config = tiny_config("bros")
+    assert config.dim_bbox_projection == config.hidden_size // config.num_attention_heads == 16
+    assert config.dim_bbox_sinusoid_emb_2d == config.hidden_size // 4
