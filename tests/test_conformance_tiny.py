@@ -170,3 +170,14 @@ def test_a_size_the_config_derives_is_derived_again_from_the_tiny_sizes():
     config = tiny_config("bros")
     assert config.dim_bbox_projection == config.hidden_size // config.num_attention_heads == 16
     assert config.dim_bbox_sinusoid_emb_2d == config.hidden_size // 4
+
+
+def test_a_fused_projection_split_in_equal_parts_keeps_as_many_kv_heads_as_heads():
+    """transformers loads GradiumPhonon's fused ``in_proj`` by cutting it in three equal parts: its tiny
+    config keeps kv heads = heads (else the saved model could not be read back); Llama keeps 2 of 4."""
+    from attngeom.conformance.relations import equal_chunks
+
+    assert equal_chunks("gradium_phonon_tts") and not equal_chunks("llama")
+    config = tiny_config("gradium_phonon_tts")
+    assert config.num_key_value_heads == config.num_attention_heads == 4
+    assert tiny_config("llama").num_key_value_heads == 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .sizes import COUNT_RULES, HEAD_DIM, LAYER_KEYS, LAYERS, RULES
+from .sizes import COUNT_RULES, HEAD_COUNTS, HEAD_DIM, KV_HEAD_COUNTS, LAYER_KEYS, LAYERS, RULES
 
 
 def related(tiny: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -104,3 +104,30 @@ def tiny_value(name: str) -> int | float | None:
     if re.search(r"^prediction_length$", name):  # time series: the horizon has no default
         return 8
     return next((tiny for pattern, tiny in RULES if re.search(pattern, name)), None)
+
+
+def equal_chunks(model_type: str) -> bool:
+    """Whether transformers' loading rules for ``model_type`` split a fused projection into equal q, k
+    and v parts (GradiumPhonon's ``in_proj``, NeMo's ``w_qkv``): its checkpoints have as many kv heads
+    as heads, and a tiny model with fewer could not be read back."""
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    from transformers.core_model_loading import Chunk
+
+    for rule in get_checkpoint_conversion_mapping(model_type) or []:
+        targets = " ".join(getattr(rule, "target_patterns", None) or [])
+        chunks = any(isinstance(op, Chunk) for op in getattr(rule, "operations", None) or [])
+        if chunks and re.search(r"(^|[._])(k_proj|key)\b", targets):
+            return True
+    return False
+
+
+def kv_as_heads(entries: dict[str, Any]) -> None:
+    """Every kv head count of ``entries`` (and its sub-configs) set to the query heads beside it."""
+    heads = next(
+        (v for k, v in entries.items() if re.search(HEAD_COUNTS, str(k)) and isinstance(v, int)), None
+    )
+    for key, value in entries.items():
+        if isinstance(value, dict):
+            kv_as_heads(value)
+        elif re.search(KV_HEAD_COUNTS, str(key)) and isinstance(value, int) and heads:
+            entries[key] = heads

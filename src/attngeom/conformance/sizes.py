@@ -5,6 +5,10 @@ from __future__ import annotations
 WIDTH, HEADS, KV_HEADS, HEAD_DIM, LAYERS, VOCAB, FFN = 64, 4, 2, 16, 2, 128, 64
 
 LAYER_KEYS = r"(^|_)(num_hidden_layers|n_layers?|num_layers|encoder_layers|decoder_layers|depth)$"
+HEAD_COUNTS = r"(^|_)(num_attention_heads|attention_heads|n_heads?|num_heads|heads)$"
+KV_HEAD_COUNTS = (
+    r"^(num_key_value_heads|num_kv_heads|n_kv_heads?|multi_query_group_num|num_key_value_groups)$"
+)
 HEAD_WIDTHS = r"^(head_dim|attention_head_dim|d_kv|kv_channels|qk_nope_head_dim|v_head_dim|head_size)$"
 """The entries that are one head's width."""
 COUNT_RULES: tuple[tuple[str, int], ...] = (
@@ -17,11 +21,8 @@ COUNT_RULES: tuple[tuple[str, int], ...] = (
 )
 """The counts: layers, vocabulary, experts, positions (shrunk even where the widths must stay)."""
 RULES: tuple[tuple[str, int], ...] = (
-    (
-        r"^(num_key_value_heads|num_kv_heads|n_kv_heads?|multi_query_group_num|num_key_value_groups)$",
-        KV_HEADS,
-    ),
-    (r"(^|_)(num_attention_heads|attention_heads|n_heads?|num_heads|heads)$", HEADS),
+    (KV_HEAD_COUNTS, KV_HEADS),
+    (HEAD_COUNTS, HEADS),
     (HEAD_WIDTHS, HEAD_DIM),
     (r"^qk_rope_head_dim$", 8),
     (r"^(q_lora_rank|kv_lora_rank)$", 32),

@@ -13,8 +13,17 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from .relations import related, tiny_value, unset_sizes
-from .sizes import COUNT_RULES, HEAD_WIDTHS, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH
+from .relations import equal_chunks, kv_as_heads, related, tiny_value, unset_sizes
+from .sizes import (
+    COUNT_RULES,
+    HEAD_WIDTHS,
+    HEADS,
+    KV_HEADS,
+    LAYER_KEYS,
+    LAYERS,
+    RULES,
+    WIDTH,
+)
 
 TOKEN_ID = re.compile(r"(_token_id|_token_index|_token_ids|_id)$")
 PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "layers_block_type", "block_types")
@@ -287,13 +296,15 @@ def tiny_config(model_type: str):
         for drop in ("transformers_version", "_name_or_path", "architectures"):
             entries.pop(drop, None)
         _mrope_sections(cls, entries)
+        if equal_chunks(model_type):
+            kv_as_heads(entries)
         derived = _derived(cls, entries, defaults)
         rederived = {k: v for k, v in entries.items() if k not in derived}
         for tried_entries in [rederived, entries] if derived else [entries]:
             try:
                 return _repaired(cls.from_dict(tried_entries), MAX_PARAMS if tried else None)
             except Exception as err:  # noqa: BLE001 — as the defaults had them, or the next candidate
-                first = first or err
+                first = first or (err if tried_entries is entries else None)
     raise first
 
 
