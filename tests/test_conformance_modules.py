@@ -141,3 +141,11 @@ def test_a_fused_projection_outside_the_interface_is_checked_on_its_own_q_k_prod
     monkeypatch.setattr("attngeom.conformance.run.LAYOUTS", (entry["layout"],))
     refused = check_type(model_type)
     assert refused["status"] == "refused" and "self layer 0: q or k " in refused["reason"], refused
+
+
+def test_a_module_reached_by_non_finite_states_is_checked_on_its_own_forward():
+    """CANINE's float64 forward overflows its mask upstream (0 × -inf), so NaN reaches the deep encoder:
+    those modules are driven on their own (``to_tensor`` is their key input), never compared on NaN."""
+    entry = check_type("canine")
+    assert entry["status"] == "validated", entry["reason"]
+    assert "encoder" in entry["own_forward"] and "non-finite states reached" in entry["reason"]

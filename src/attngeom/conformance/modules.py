@@ -32,7 +32,8 @@ from .check import (
 BATCH, LENGTH, KV_LENGTH = 2, 7, 5
 KEY_VALUE = ("encoder_hidden", "key_value", "context", "memory", "cross_attention", "encoder_states")
 """Argument names (parts) that take the key/value input of a cross attention."""
-KEY_VALUE_EXACT = ("inputs", "key", "value", "keys", "values", "kv")
+KEY_VALUE_EXACT = ("inputs", "key", "value", "keys", "values", "kv", "to_tensor")
+"""Exact argument names of the key/value input (CANINE names its two inputs from_tensor and to_tensor)."""
 
 
 def drive(
