@@ -149,3 +149,14 @@ def test_a_module_reached_by_non_finite_states_is_checked_on_its_own_forward():
     entry = check_type("canine")
     assert entry["status"] == "validated", entry["reason"]
     assert "encoder" in entry["own_forward"] and "non-finite states reached" in entry["reason"]
+
+
+def test_a_rotary_embedding_the_attention_computes_itself_is_neutralised(monkeypatch):
+    """IDEFICS's attention makes its cos/sin with its own rotary child: neutralised as a passed one is
+    (rotary is left out of the form), so the form's q and k are compared; a wrong discovery still fails."""
+    entry = check_type("idefics")
+    assert entry["status"] == "validated", entry["reason"]
+    swapped = _wrong(lambda i: replace(i, q=i.k, k=i.q))
+    monkeypatch.setattr(discovery, "find_attention", swapped)
+    monkeypatch.setattr(discovered, "find_attention", swapped)
+    assert check_type("idefics")["status"] == "refused"

@@ -74,7 +74,16 @@ def _rotary_neutralised(modules: list[torch.nn.Module]):
         cos_sin = neutral(args[at]) if at < len(args) else None  # passed by position (SAM 3's ViT)
         return None if cos_sin is None else ((*args[:at], cos_sin, *args[at + 1 :]), kwargs)
 
+    def own(rotary, args, output):  # a rotary embedding the attention computes itself (IDEFICS)
+        return neutral(output)
+
     handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
+    handles += [
+        child.register_forward_hook(own)
+        for m in modules
+        for child in m.children()
+        if "Rotary" in type(child).__name__
+    ]
     try:
         yield
     finally:
