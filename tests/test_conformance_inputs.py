@@ -185,3 +185,13 @@ def test_a_document_model_gets_one_ordered_box_per_token():
     boxes = inputs["bbox"]
     assert boxes.shape == (*inputs["input_ids"].shape, 4)
     assert (boxes[..., 2] >= boxes[..., 0]).all() and (boxes[..., 3] >= boxes[..., 1]).all()
+
+
+def test_inputs_the_model_embeds_itself_are_sized_by_its_embedding_layers():
+    """Decision Transformer embeds states, actions and returns with linear maps and timesteps with a
+    table of its own (``embed_state``, ``embed_timestep``): each input is what that layer reads."""
+    model = _model("decision_transformer")
+    inputs = _accepted(model)
+    assert inputs["states"].shape[-1] == model.config.state_dim
+    assert inputs["actions"].shape[-1] == model.config.act_dim and inputs["returns_to_go"].shape[-1] == 1
+    assert inputs["timesteps"].dtype == torch.long and inputs["timesteps"].max() < model.config.max_ep_len

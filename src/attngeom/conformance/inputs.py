@@ -100,7 +100,7 @@ class _Maker:
 
     def tokens(self, vocab: int | None = None, length: int | None = None) -> torch.Tensor:
         vocab = vocab or _find(self.config, "vocab_size", default=128)
-        allowed = torch.tensor(sorted(set(range(vocab)) - reserved_tokens(self.config.to_dict())))
+        allowed = torch.tensor(sorted(set(range(vocab)) - reserved_tokens(self.config.to_dict())) or [0])
         shape = (self.batch, length or self.length)
         return allowed[torch.randint(0, len(allowed), shape, generator=self.generator)]
 
@@ -182,10 +182,29 @@ class _Maker:
             del makers["pixel_values_videos"]
         elif "hidden_states" in self.params and any(name in self.params for name in GRIDS):
             makers["hidden_states"] = self.patches  # a vision tower that names its patches so
+        for name in self.params:  # an input the model embeds with its own ``embed_<name>`` layer
+            if (layer := self.embedder(name)) is not None and name not in makers:
+                makers[name] = lambda layer=layer, name=name: {name: self.embedded(layer)}
         for name, param in self.params.items():  # states a stack inside a model is handed
             if param.default is inspect.Parameter.empty and STATES.search(name) and name not in makers:
                 makers[name] = lambda name=name: {name: self.randn(self.batch, self.length, self.width())}
         return {name: maker for name, maker in makers.items() if name in self.params}
+
+    def embedder(self, name: str) -> torch.nn.Module | None:
+        """The model's own ``embed_<stem>`` linear map or table reading input ``name`` (a trajectory's
+        ``states``, ``actions``, ``returns_to_go``, ``timesteps``: Decision Transformer's)."""
+        for child, module in self.model.named_children():
+            stem = child.removeprefix("embed_")
+            fits = isinstance(module, (torch.nn.Linear, torch.nn.Embedding))
+            if child.startswith("embed_") and stem and name.startswith(stem) and fits:
+                return module
+        return None
+
+    def embedded(self, layer: torch.nn.Module) -> torch.Tensor:
+        """Values ``layer`` reads: vectors of its input width, or ids of its table."""
+        if isinstance(layer, torch.nn.Embedding):
+            return torch.randint(0, layer.num_embeddings, (self.batch, self.length), generator=self.generator)
+        return self.randn(self.batch, self.length, layer.in_features)
 
     def width(self) -> int:
         return _find(self.config, "hidden_size", "d_model", "embed_dim", default=64)
