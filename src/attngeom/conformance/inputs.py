@@ -182,8 +182,9 @@ class _Maker:
             del makers["pixel_values_videos"]
         elif "hidden_states" in self.params and any(name in self.params for name in GRIDS):
             makers["hidden_states"] = self.patches  # a vision tower that names its patches so
-        for name in self.params:  # an input the model embeds with its own ``embed_<name>`` layer
-            if (layer := self.embedder(name)) is not None and name not in makers:
+        for name, param in self.params.items():  # a tensor the model embeds with its own ``embed_<name>``
+            tensor = "Tensor" in str(param.annotation)
+            if tensor and (layer := self.embedder(name)) is not None and name not in makers:
                 makers[name] = lambda layer=layer, name=name: {name: self.embedded(layer)}
         for name, param in self.params.items():  # states a stack inside a model is handed
             if param.default is inspect.Parameter.empty and STATES.search(name) and name not in makers:
