@@ -205,3 +205,14 @@ def test_a_gated_recurrence_with_q_and_k_is_no_dot_product_attention():
     assert not [i for i in find_attention(model, config) if isinstance(i, Found)]
     assert _no_attention_reason(model).startswith("no dot-product attention (gated recurrence xLSTMLayer")
     assert recurrence_reason(meta_model(tiny_config("llama"))) is None
+
+
+def test_norms_of_the_projections_input_are_not_folded_as_q_k_norms():
+    """BLT's cross attention normalises its hidden states before q_proj/k_proj (norms as wide as their
+    input, not as k): input norms, left out as a layer's input norm is; Qwen3's q/k norms are folded."""
+    config = tiny_config("blt")
+    found = [i for i in find_attention(meta_model(config), config) if isinstance(i, Found)]
+    cross = [i for i in found if i.cross]
+    assert cross and all(i.q_norm is None and i.k_norm is None for i in cross)
+    qwen = tiny_config("qwen3")
+    assert all(i.q_norm is not None for i in find_attention(meta_model(qwen), qwen) if isinstance(i, Found))

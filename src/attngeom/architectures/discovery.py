@@ -368,7 +368,7 @@ def _found(
             f"{type(module).__name__}: q or k passes through a convolution over tokens (`{mixed[0]}`), "
             "so it is not a bilinear form of one token's input"
         )
-    q_norm, k_norm = qk_norms(module, head_dim)
+    q_norm, k_norm = qk_norms(module, head_dim, (q_mod, k_mod))
     n_heads = q_mod.out_features // head_dim
     stated = getattr(getattr(module, "config", None) or config, "num_attention_heads", None)
     gated = isinstance(stated, int) and n_heads == 2 * stated

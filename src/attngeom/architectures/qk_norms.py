@@ -72,11 +72,28 @@ def _probe_plain(norm: torch.nn.Module, name: str, width: int) -> Norm | None:
     return None
 
 
-def qk_norms(module: torch.nn.Module, width: int) -> tuple[Norm | None, Norm | None]:
+def _input_side(norms: tuple, projections: tuple) -> bool:
+    """Whether the norms read the projections' input rather than their output: one is as wide as its
+    projection's input and not as its output (BLT's cross attention normalises its hidden states)."""
+    for norm, projection in zip(norms, projections, strict=True):
+        size = getattr(getattr(norm, "weight", None), "shape", (None,))[0]
+        if (
+            isinstance(projection, torch.nn.Linear)
+            and size == projection.in_features != projection.out_features
+        ):
+            return True
+    return False
+
+
+def qk_norms(module: torch.nn.Module, width: int, projections: tuple = ()) -> tuple[Norm | None, Norm | None]:
+    """The q and k norms applied after ``projections`` (q's, k's), probed; none where there are none or
+    where they normalise the projections' input (left out, as a layer's input norm is)."""
     for q_name, k_name in NORMS:
         q_norm, k_norm = getattr(module, q_name, None), getattr(module, k_name, None)
         if isinstance(q_norm, torch.nn.Identity) and isinstance(k_norm, torch.nn.Identity):
             return None, None  # a family whose q/k norm is switched off in this config
+        if projections and _input_side((q_norm, k_norm), projections):
+            return None, None
         if isinstance(q_norm, torch.nn.Module) and isinstance(k_norm, torch.nn.Module):
             q, k = probe_norm(q_norm, q_name, width), probe_norm(k_norm, k_name, width)
             if q is None or k is None:
