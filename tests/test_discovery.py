@@ -212,7 +212,7 @@ def test_norms_of_the_projections_input_are_not_folded_as_q_k_norms():
     input, not as k): input norms, left out as a layer's input norm is; Qwen3's q/k norms are folded."""
     config = tiny_config("blt")
     found = [i for i in find_attention(meta_model(config), config) if isinstance(i, Found)]
-    cross = [i for i in found if i.cross]
+    cross = [i for i in found if "cross_attn" in i.path]
     assert cross and all(i.q_norm is None and i.k_norm is None for i in cross)
     qwen = tiny_config("qwen3")
     assert all(i.q_norm is not None for i in find_attention(meta_model(qwen), qwen) if isinstance(i, Found))
