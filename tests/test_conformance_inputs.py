@@ -195,3 +195,11 @@ def test_inputs_the_model_embeds_itself_are_sized_by_its_embedding_layers():
     assert inputs["states"].shape[-1] == model.config.state_dim
     assert inputs["actions"].shape[-1] == model.config.act_dim and inputs["returns_to_go"].shape[-1] == 1
     assert inputs["timesteps"].dtype == torch.long and inputs["timesteps"].max() < model.config.max_ep_len
+
+
+def test_states_a_child_reads_by_name_are_as_wide_as_that_child_reads():
+    """Muse Glimmer's assistant requires the target model's concatenated layer states, which its context
+    projection (``encoder.fc``) reads: they are as wide as that map's input, not the model's width."""
+    model = _model("muse_glimmer_assistant")
+    inputs = _accepted(model)
+    assert inputs["context_hidden_states"].shape[-1] == model.encoder.fc.in_features != model.config.hidden_size

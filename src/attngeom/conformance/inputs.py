@@ -186,6 +186,12 @@ class _Maker:
             tensor = "Tensor" in str(param.annotation)
             if tensor and (layer := self.embedder(name)) is not None and name not in makers:
                 makers[name] = lambda layer=layer, name=name: {name: self.embedded(layer)}
+        for name, param in self.params.items():  # states a child of the model reads by the same name
+            width = self.reader_width(name) if param.default is inspect.Parameter.empty else None
+            if width and name not in makers:
+                makers[name] = lambda name=name, width=width: {
+                    name: self.randn(self.batch, self.length, width)
+                }
         for name, param in self.params.items():  # states a stack inside a model is handed
             if param.default is inspect.Parameter.empty and STATES.search(name) and name not in makers:
                 makers[name] = lambda name=name: {name: self.randn(self.batch, self.length, self.width())}
@@ -199,6 +205,16 @@ class _Maker:
             fits = isinstance(module, (torch.nn.Linear, torch.nn.Embedding))
             if child.startswith("embed_") and stem and name.startswith(stem) and fits:
                 return module
+        return None
+
+    def reader_width(self, name: str) -> int | None:
+        """The input width of the model's child whose forward takes ``name`` first (Muse Glimmer's context
+        projection reads ``context_hidden_states``): its first linear map's."""
+        for child in self.model.children():
+            first = next(iter(inspect.signature(child.forward).parameters), None)
+            linear = next((m for m in child.modules() if isinstance(m, torch.nn.Linear)), None)
+            if first == name and linear is not None:
+                return linear.in_features
         return None
 
     def embedded(self, layer: torch.nn.Module) -> torch.Tensor:
