@@ -202,4 +202,6 @@ def test_states_a_child_reads_by_name_are_as_wide_as_that_child_reads():
     projection (``encoder.fc``) reads: they are as wide as that map's input, not the model's width."""
     model = _model("muse_glimmer_assistant")
     inputs = _accepted(model)
-    assert inputs["context_hidden_states"].shape[-1] == model.encoder.fc.in_features != model.config.hidden_size
+    assert (
+        inputs["context_hidden_states"].shape[-1] == model.encoder.fc.in_features != model.config.hidden_size
+    )
