@@ -216,3 +216,15 @@ def test_norms_of_the_projections_input_are_not_folded_as_q_k_norms():
     assert cross and all(i.q_norm is None and i.k_norm is None for i in cross)
     qwen = tiny_config("qwen3")
     assert all(i.q_norm is not None for i in find_attention(meta_model(qwen), qwen) if isinstance(i, Found))
+
+
+def test_scores_summing_a_second_q_k_form_are_refused_but_position_terms_are_not():
+    """LiLT adds layout_query·layout_key (its layout stream) to query·key: refused, since discovery
+    reads one form; SEW-D's relative-position pair (pos_query_proj/pos_key_proj) is a position term."""
+    from transformers import AutoConfig
+
+    with pytest.raises(ArchitectureError, match="second q·k form .`layout_query`·`layout_key`"):
+        discover(tiny_config("lilt"))
+    config = AutoConfig.for_model("sew-d", share_att_key=False, **{"num_hidden_layers": 1})
+    found = [i for i in find_attention(meta_model(config), config) if isinstance(i, Found)]
+    assert found

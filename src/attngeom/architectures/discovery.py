@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .base import ArchitectureError
+from .form_checks import single_form
 from .latent import latent_query
 from .model_classes import own_model_class
 from .qk_norms import Norm, qk_norms
@@ -58,8 +59,6 @@ NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
 NOT_SOFTMAX = re.compile(r"^(Text)?((Linear|Delta|Lightning)\w*Attention|GatedDeltaNet)$")
 """Mixers named (after the family prefix) linear, delta-rule or lightning attention, q·k fed to a recurrence
 or kernel, never softmax(q·k) (Kimi-Linear's, MiniMax's layers; xLSTM's gated ones: ``recurrent``)."""
-TOKEN_MIXING = re.compile(r"^(q|k|query|key)_s?conv$")
-"""A child of an attention convolving its q or k over neighbouring tokens (Inkling's ``k_sconv``)."""
 WORD = re.compile(r"[A-Z][a-z]*\d*|\d+")
 
 
@@ -362,12 +361,7 @@ def _found(
     head_dim = _head_dim(module, config, q_mod.out_features)
     if head_dim is None:
         raise ArchitectureError(f"{type(module).__name__} at {path}: no head width to read")
-    mixed = [n for n, _ in module.named_children() if TOKEN_MIXING.search(n)]
-    if mixed:
-        raise ArchitectureError(
-            f"{type(module).__name__}: q or k passes through a convolution over tokens (`{mixed[0]}`), "
-            "so it is not a bilinear form of one token's input"
-        )
+    single_form(module, q, k)
     q_norm, k_norm = qk_norms(module, head_dim, (q_mod, k_mod))
     n_heads = q_mod.out_features // head_dim
     stated = getattr(getattr(module, "config", None) or config, "num_attention_heads", None)
