@@ -18,6 +18,7 @@ import torch
 
 from ..architectures.discovery import Found
 from .inputs import input_sets
+from .products import as_heads, score_products
 
 CAPTURE = "attngeom_conformance"
 RTOL = 1e-5
@@ -165,6 +166,7 @@ def capture(
         stack.enter_context(_rotary_neutralised(list(modules.values())))
         stack.enter_context(_implementation(model, CAPTURE))
         stack.enter_context(_default_dtype(torch.float64))  # tensors a model makes itself (masks, positions)
+        products = stack.enter_context(score_products(modules, items))
         pending = [item.path for item in items]
         failure: Exception | None = None
         for runner in _runners(model, items):
@@ -181,14 +183,21 @@ def capture(
                         first_call.pop(key, None)
                     for key in set(_interface) - interface:
                         del _interface[key]
+                    products.cut_short(set(seen))
             pending = [p for p in pending if p not in seen]
             if not pending:
                 break
         if not pending:
             failure = None
-    for path, module in modules.items():
-        if id(module) in _interface and path in seen:
-            seen[path]["q_attn"], seen[path]["k_attn"] = _interface[id(module)]
+    for item in items:
+        if id(modules[item.path]) in _interface and item.path in seen:
+            seen[item.path]["q_attn"], seen[item.path]["k_attn"] = _interface[id(modules[item.path])]
+        elif item.path in products.found and item.path in seen:
+            q, k = products.found[item.path]
+            seen[item.path]["q_attn"], seen[item.path]["k_attn"] = (
+                as_heads(q, item.n_heads),
+                as_heads(k, item.n_kv_heads),
+            )
     return seen, failure
 
 
@@ -237,6 +246,8 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
         out = x @ w.double() + (0 if b is None else b.double())
         ours.append(heads(out, n, layer.head_dim))
     attn = "q_attn" in record
+    if not attn and (layer.form != "standard" or fused):
+        return "a normalised form or fused projection outside the attention interface"
     theirs = (
         [record["q_attn"], record["k_attn"]]
         if attn
@@ -247,8 +258,6 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
     )
     if not all(torch.isfinite(t).all() for t in theirs):
         return "the tiny model's forward pass gave non-finite q or k"
-    if not attn and (layer.form != "standard" or fused):
-        return "a normalised form or fused projection outside the attention interface"
     vectors = _compare_vectors(layer, ours, theirs)
     return vectors and _compare_scores(layer, ours, theirs, vectors)
 
