@@ -34,6 +34,14 @@ def test_a_stage_count_is_not_shrunk_as_a_layer_count():
     assert len(backbone.depths) == backbone.num_layers == 4 and backbone.out_indices == [2, 3, 4]
 
 
+def test_a_hierarchical_towers_window_fits_its_last_stage():
+    swin = {"image_size": 224, "patch_size": 4, "depths": [2, 2, 6, 2], "window_size": 7}
+    assert shrink(swin)["window_size"] == 2  # 64 px / 4 px patches = 16, halved thrice: 2
+    assert shrink(swin | {"patch_size": 1, "depths": [1, 1]})["window_size"] == 7  # one that fits stays
+    assert shrink({"image_size": 1024, "patch_size": 16, "window_size": 14})["window_size"] == 14  # no stages
+    assert tiny_config("donut-swin").window_size == 2
+
+
 def test_per_layer_config_keeps_the_kept_layers_renumbered_and_shrunk():
     kinds = ["sliding"] * 5 + ["full"]
     entries = {

@@ -45,6 +45,7 @@ def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
                 out[key] = min(value, tiny) if value > 0 else value
                 break
     _fit_patches(out)
+    _fit_windows(out)
     unscheduled = dict(out)
     _hybrid_schedule(out)
     scheduled = {k for k in out if out[k] != unscheduled.get(k)}
@@ -151,6 +152,16 @@ def _fit_patches(out: dict[str, Any]) -> None:
                 and all(isinstance(k, int) for k in value)
             ):
                 out[key] = {count: min(value.values()), **value}
+
+
+def _fit_windows(out: dict[str, Any]) -> None:
+    """A hierarchical (Swin-like) tower's windows fit its last stage: each stage halves the patch grid of
+    the tiny image, and a window wider than the last stage's grid would not match its position table."""
+    window, depths, patch, image = (out.get(k) for k in ("window_size", "depths", "patch_size", "image_size"))
+    if not (isinstance(window, int) and isinstance(depths, list) and len(depths) > 1):
+        return
+    if isinstance(patch, int) and isinstance(image, int) and patch > 0:
+        out["window_size"] = max(1, min(window, image // patch // 2 ** (len(depths) - 1)))
 
 
 def _per_layer_lists(
