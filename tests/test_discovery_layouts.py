@@ -64,8 +64,9 @@ def test_each_layout_case_validates():
 
 
 def test_refusals_name_what_the_model_computes():
-    results = run_all(["inkling_text", "mobilevitv2"], jobs=1)
+    results = run_all(["inkling_text", "mobilevitv2", "hiera"], jobs=1)
     assert "convolution over tokens (`k_sconv`)" in results["inkling_text"]["reason"]
+    assert results["hiera"]["reason"].startswith("query pooling (HieraMaskUnitAttention, `query_stride`)")
     assert results["mobilevitv2"]["reason"].startswith("linear attention (MobileViTV2LinearSelfAttention)")
 
 

@@ -127,6 +127,9 @@ def _attempt(model, config, source, layout: str) -> dict:
         reason = str(err) if "no attention module" not in str(err) else _no_attention_reason(model)
         return _refused(reason)
     items = [i for i in find_attention(model, config, layout) if isinstance(i, Found)]
+    pooled = next((p for p in (_pooled_queries(model.get_submodule(i.path)) for i in items) if p), None)
+    if pooled:
+        return _refused(pooled, near=True)  # a layout found; the model computes no form of it
     try:
         layers = [l for l in architecture.layers(source.config, source) if hasattr(l, "w_q")]
     except Exception as err:  # noqa: BLE001
@@ -163,6 +166,20 @@ def _attempt(model, config, source, layout: str) -> dict:
         "objective": architecture.objective,
     }
     return entry | ({"own_forward": list(dict.fromkeys(i.stack for i in unrun))} if unrun else {})
+
+
+def _pooled_queries(module) -> str | None:
+    """The refusal of an attention that pools its queries (Hiera's and SAM 2's stage changes), else None."""
+    stride = getattr(module, "query_stride", None)
+    if not any(
+        isinstance(s, int) and s > 1 for s in (stride if isinstance(stride, (tuple, list)) else [stride])
+    ):
+        return None
+    return (
+        f"query pooling ({type(module).__name__}, `query_stride`): where a stage begins, q is max-pooled "
+        "over neighbouring tokens after its projection, so those layers' scores are no bilinear form of a "
+        "token pair"
+    )
 
 
 def _own_forward_note(unrun: list, whole: Exception | None) -> str:
