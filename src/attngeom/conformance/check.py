@@ -53,6 +53,9 @@ def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     with torch.no_grad():
         for param in model.parameters():
             param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * 0.3)
+        for name, buffer in model.named_buffers():  # frozen affine weights (DETR's batch norms) are
+            if name.endswith((".weight", ".bias")) and buffer.is_floating_point():  # buffers, left unset
+                buffer.copy_(torch.randn(buffer.shape, generator=generator, dtype=buffer.dtype) * 0.3)
     return model
 
 
