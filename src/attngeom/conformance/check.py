@@ -225,6 +225,19 @@ def heads(t: torch.Tensor, n: int, d: int) -> torch.Tensor:
     return t.reshape(t.shape[0], t.shape[1], n, d).transpose(1, 2)
 
 
+def refolded(mine: torch.Tensor, their: torch.Tensor) -> torch.Tensor:
+    """``mine`` (B, n, N, d) with its tokens split between the batch and token axes as ``their`` splits
+    them, where the two differ only there: a model that folds a batch-like axis (SAM's point batch) into
+    its attention batch attends within each fold. The tokens keep their order, so a wrong discovery still
+    differs token by token."""
+    if mine.dim() != 4 or their.dim() != 4 or mine.shape == their.shape:
+        return mine
+    (b, n, t, d), (b2, n2, t2, d2) = mine.shape, their.shape
+    if (n, d) != (n2, d2) or b * t != b2 * t2:
+        return mine
+    return mine.transpose(1, 2).reshape(b2, t2, n, d).transpose(1, 2)
+
+
 def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str | None:
     """Why ``layer`` does not give ``record``'s scores, or None when it does (``fused``: its q/k come
     from one projection, whose split only the attention function's q and k can confirm)."""
@@ -249,6 +262,7 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
         return "the tiny model's forward pass gave non-finite q or k"
     if not attn and (layer.form != "standard" or fused):
         return "a normalised form or fused projection outside the attention interface"
+    ours = [refolded(mine, their) for mine, their in zip(ours, theirs, strict=True)]
     vectors = _compare_vectors(layer, ours, theirs)
     return vectors and _compare_scores(layer, ours, theirs, vectors)
 

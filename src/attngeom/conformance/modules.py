@@ -75,6 +75,8 @@ def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.
         raise RuntimeError("the module's forward did not use its q and k projections")
     if id(module) in _interface:
         record["q_attn"], record["k_attn"] = _interface.pop(id(module))
+        if record["q_attn"].numel() > record["q"].numel():
+            raise RuntimeError("its q was broadcast against an argument of another shape")
     return record
 
 
@@ -93,7 +95,7 @@ def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iter
     cross = item.cross or q_in != k_in
     packed = any("cu_seqlens" in p.name for p in params)
     generator = torch.Generator().manual_seed(2)
-    leads = [(LENGTH,), (1, LENGTH)] if packed else [(BATCH, LENGTH)]
+    leads = [(LENGTH,), (1, LENGTH)] if packed else [(BATCH, LENGTH), (BATCH, 1, LENGTH)]
     for lead, kv_length in product(leads, (KV_LENGTH, LENGTH) if cross else (LENGTH,)):
         hidden = torch.randn(*lead, q_in, generator=generator, dtype=torch.float64)
         kv = torch.randn(*lead[:-1], kv_length, k_in, generator=generator, dtype=torch.float64)
@@ -172,7 +174,7 @@ def _relative(lead: tuple[int, ...], width: int) -> list[torch.Tensor | None]:
 
 def _masks(lead: tuple[int, ...], kv_length: int) -> list[torch.Tensor | None]:
     """No mask, then an all-visible one: additive 4-D, boolean 4-D, 2-D padding (integer, boolean)."""
-    if len(lead) == 1:
+    if len(lead) != 2:
         return [None]
     batch, length = lead
     return [
