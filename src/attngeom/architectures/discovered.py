@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -88,6 +89,11 @@ def discovered_layers(
             left_out=bias + _terms(config, item, rotary),
             cross=item.cross,
         )
+        scale = torch.nn.functional.softplus(get(f"{item.path}.scaling").double()) if item.q_scale else None
+        if scale is not None and item.q_norm is None:
+            per_row = scale.repeat(item.n_heads)
+            b_q = None if layer.b_q is None else layer.b_q * per_row
+            layer = replace(layer, w_q=layer.w_q * per_row, b_q=b_q)
         if item.q_norm is not None and item.k_norm is not None:
             q_gain, k_gain = (
                 get(f"{item.path}.{n.name}.weight") + n.offset
@@ -95,6 +101,8 @@ def discovered_layers(
                 else torch.ones(item.head_dim, dtype=torch.float64)
                 for n in (item.q_norm, item.k_norm)
             )
+            if scale is not None:  # after the norm: one more gain
+                q_gain = q_gain * scale.repeat(q_gain.numel() // item.head_dim)
             form = QK_NORM_PER_HEAD if q_gain.numel() == item.head_dim else QK_NORM_WHOLE
             layer = normalised(
                 layer, q_gain, k_gain, form, item.q_norm.centre, item.q_norm.bias or item.k_norm.bias
@@ -145,9 +153,14 @@ def _notes(model: torch.nn.Module, items: list[Found | Skipped]) -> str:
         if not any(isinstance(c, torch.nn.Linear) for c in module.modules()):
             continue
         missed.append(name)
+    scaled = (
+        "; q's learned per-dimension scale (softplus) folded into W_q"
+        if any(isinstance(item, Found) and item.q_scale for item in items)
+        else ""
+    )
     if not missed:
-        return "discovered"
-    return f"discovered; not scored: {', '.join(dict.fromkeys(missed))} (no separate q/k projections)"
+        return "discovered" + scaled
+    return f"discovered{scaled}; not scored: {', '.join(dict.fromkeys(missed))} (no separate q/k projections)"
 
 
 def _stack_modality(stack: str) -> str | None:

@@ -25,7 +25,7 @@ import torch
 
 from .base import ArchitectureError
 from .model_classes import own_model_class
-from .qk_norms import Norm, qk_norms
+from .qk_norms import Norm, qk_norms, query_scale
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -90,6 +90,8 @@ class Found:
     """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
     rope: bool = True
     """A latent attention's decoupled rotary part exists (GLM-5-Next's has none: ``qk_rope_head_dim`` 0)."""
+    q_scale: bool = False
+    """q is multiplied per head dim by softplus of the module's own ``scaling`` (TimesFM): W_q·diag(s)."""
 
     @property
     def forms(self) -> int:
@@ -190,14 +192,8 @@ def find_attention(
         if _linear(getattr(module, "kv_a_proj_with_mqa", None)) and _linear(
             getattr(module, "kv_b_proj", None)
         ):
-            raw.append(
-                (
-                    path,
-                    "q_a_proj" if _linear(getattr(module, "q_a_proj", None)) else "q_proj",
-                    "kv_a_proj_with_mqa",
-                    module,
-                )
-            )
+            q_name = "q_a_proj" if _linear(getattr(module, "q_a_proj", None)) else "q_proj"
+            raw.append((path, q_name, "kv_a_proj_with_mqa", module))
             continue
         for q, k in PAIRS:
             if _linear(getattr(module, q, None)) and _linear(getattr(module, k, None)):
@@ -388,6 +384,7 @@ def _found(
         q_norm=q_norm,
         k_norm=k_norm,
         gated=gated,
+        q_scale=query_scale(module, head_dim),
     )
 
 

@@ -83,3 +83,12 @@ def qk_norms(module: torch.nn.Module, width: int) -> tuple[Norm | None, Norm | N
                 raise ArchitectureError(f"{type(module).__name__}: q/k norm {q_name} of unknown kind")
             return q, k
     return None, None
+
+
+def query_scale(module: torch.nn.Module, head_dim: int) -> bool:
+    """Whether the attention multiplies q by a learned per-dimension scale, softplus(``scaling``), a
+    ``head_dim``-wide parameter of its own (TimesFM; its constant factor is a positive scalar, no part of
+    the form): a fixed diagonal map after W_q, folded into it (the conformance check confirms the
+    convention on the model's own q)."""
+    scaling = getattr(module, "scaling", None)
+    return isinstance(scaling, torch.nn.Parameter) and scaling.shape == (head_dim,)
