@@ -150,6 +150,14 @@ def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def _unset_by_default(cls: type, name: str) -> bool:
+    """Whether the config class's own default for ``name`` is None (ZoeDepth's patch transformer, built
+    only for several bin configurations): transformers fills in no head count there either."""
+    if not dataclasses.is_dataclass(cls):
+        return False
+    return any(f.name == name and f.default is None for f in dataclasses.fields(cls))
+
+
 def check_head_counts(config: PretrainedConfig | FileConfig, raw: dict, where: str, path: str = "") -> None:
     """Every head count of ``config`` (and of its sub-configs) is a positive integer, and those that
     transformers would otherwise fill in with a default are stated in ``raw`` (the file's JSON)."""
@@ -175,8 +183,8 @@ def check_head_counts(config: PretrainedConfig | FileConfig, raw: dict, where: s
                 "add the model's head count to it"
             )
         value = getattr(config, name, None)
-        if value is None and not stated:
-            continue
+        if value is None and (not stated or _unset_by_default(cls, name)):
+            continue  # a stated null where the class's own default is null: a part the model leaves out
         values = value if isinstance(value, (list, tuple)) else [value]
         if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
             raise InputError(f"{where}: {path}{name} = {value!r} is not a positive integer; fix the value")
