@@ -89,7 +89,11 @@ def discovered_layers(
             left_out=bias + _terms(config, item, rotary),
             cross=item.cross,
         )
-        scale = torch.nn.functional.softplus(get(f"{item.path}.scaling").double()) if item.q_scale else None
+        scale = (
+            torch.nn.functional.softplus(get(f"{item.path}.{item.q_scale}").double())
+            if item.q_scale
+            else None
+        )
         if scale is not None and item.q_norm is None:
             per_row = scale.repeat(item.n_heads)
             b_q = None if layer.b_q is None else layer.b_q * per_row

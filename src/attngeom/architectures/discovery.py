@@ -90,8 +90,8 @@ class Found:
     """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
     rope: bool = True
     """A latent attention's decoupled rotary part exists (GLM-5-Next's has none: ``qk_rope_head_dim`` 0)."""
-    q_scale: bool = False
-    """q is multiplied per head dim by softplus of the module's own ``scaling`` (TimesFM): W_q·diag(s)."""
+    q_scale: str = ""
+    """The module's parameter s whose softplus multiplies q per head dim (``query_scale``): W_q·diag(s)."""
 
     @property
     def forms(self) -> int:

@@ -85,10 +85,17 @@ def qk_norms(module: torch.nn.Module, width: int) -> tuple[Norm | None, Norm | N
     return None, None
 
 
-def query_scale(module: torch.nn.Module, head_dim: int) -> bool:
-    """Whether the attention multiplies q by a learned per-dimension scale, softplus(``scaling``), a
-    ``head_dim``-wide parameter of its own (TimesFM; its constant factor is a positive scalar, no part of
-    the form): a fixed diagonal map after W_q, folded into it (the conformance check confirms the
-    convention on the model's own q)."""
-    scaling = getattr(module, "scaling", None)
-    return isinstance(scaling, torch.nn.Parameter) and scaling.shape == (head_dim,)
+QUERY_SCALES = ("scaling", "per_dim_scale")
+"""Names of an attention's own learned per-dimension query scale (TimesFM, VideoPrism's pooling head)."""
+
+
+def query_scale(module: torch.nn.Module, head_dim: int) -> str:
+    """The name of the attention's learned per-dimension query scale, a ``head_dim``-wide parameter of
+    its own that multiplies q as softplus(scale) (its constant factor is a positive scalar, no part of
+    the form), else "": a fixed diagonal map after W_q, folded into it (the conformance check confirms
+    the convention on the model's own q)."""
+    for name in QUERY_SCALES:
+        scale = getattr(module, name, None)
+        if isinstance(scale, torch.nn.Parameter) and scale.shape == (head_dim,):
+            return name
+    return ""
