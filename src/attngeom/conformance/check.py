@@ -22,6 +22,8 @@ from .inputs import input_sets
 CAPTURE = "attngeom_conformance"
 RTOL = 1e-5
 _interface: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+POSITIONS = ("position_mask",)
+"""Arguments of an attention module that hand it token positions to rotate q and k by itself."""
 
 
 def _attention(module, query, key, value, attention_mask=None, **kwargs):
@@ -73,7 +75,29 @@ def _rotary_neutralised(modules: list[torch.nn.Module]):
         cos_sin = neutral(args[at]) if at < len(args) else None  # passed by position (SAM 3's ViT)
         return None if cos_sin is None else ((*args[:at], cos_sin, *args[at + 1 :]), kwargs)
 
+    def zero_positions(module, args, kwargs):
+        """A module that turns token positions into its rotary itself (V-JEPA 2's ``position_mask``)
+        is handed position 0 for every token, where the rotary is the identity."""
+        names = list(inspect.signature(module.forward).parameters)
+        if "position_embeddings" in names or not (args or kwargs):
+            return None
+        for name in POSITIONS:
+            if name not in names:
+                continue
+            at = names.index(name)
+            value = kwargs.get(name, args[at] if at < len(args) else None)
+            hidden = args[0] if args else kwargs[names[0]]
+            if value is not None and (not isinstance(value, torch.Tensor) or value.is_floating_point()):
+                continue
+            zeros = torch.zeros(hidden.shape[:-1] if value is None else value.shape, dtype=torch.long)
+            if at < len(args):
+                args = (*args[:at], zeros, *args[at + 1 :])
+            else:
+                kwargs = {**kwargs, name: zeros}
+        return args, kwargs
+
     handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
+    handles += [m.register_forward_pre_hook(zero_positions, with_kwargs=True) for m in modules]
     try:
         yield
     finally:
