@@ -16,7 +16,7 @@ import torch
 
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer, linear
 from .converted import Converted
-from .discovery import Found, Skipped, find_attention, meta_model
+from .discovery import HEADLESS, Found, Skipped, find_attention, meta_model
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -68,7 +68,7 @@ def discovered_layers(
 
     for item in items:
         if isinstance(item, Skipped):
-            yield UnscoredLayer(item.stack, item.layer, f"{item.mixer}: not a dot-product attention")
+            yield UnscoredLayer(item.stack, item.layer, f"{item.mixer}: {item.why}")
             continue
         if item.latent:
             from .latent import mla_layer
@@ -162,6 +162,10 @@ def _notes(model: torch.nn.Module, items: list[Found | Skipped]) -> str:
         if any(isinstance(item, Found) and item.q_scale for item in items)
         else ""
     )
+    headless = [
+        f"{item.mixer} ({item.why})" for item in items if isinstance(item, Skipped) and item.why == HEADLESS
+    ]
+    scaled += f"; not scored: {', '.join(dict.fromkeys(headless))}" if headless else ""
     if not missed:
         return "discovered" + scaled
     return f"discovered{scaled}; not scored: {', '.join(dict.fromkeys(missed))} (no separate q/k projections)"

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .base import ArchitectureError
-from .model_classes import own_model_class
+from .model_classes import WORD, family_words, own_model_class
 from .qk_norms import Norm, qk_norms, query_scale
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ LAYOUTS = ("blocks", "per_head", "groups_qvk")
 per head [q_h | k_h | v_h] (as many kv heads as heads), or in the module's ``mp_num`` model-parallel groups
 [q_g | v_g | k_g] of H/mp_num heads each (CodeGen). The conformance run records which one gives the
 model's own q and k; discovery uses only that one."""
+HEADLESS = "no head width to read"
+"""q/k projections without a head width or count: an unscored layer beside other attention, else refused."""
 CROSS = re.compile(r"cross|encoder_attn|EncDec", re.IGNORECASE)
 """Attention modules whose keys read another stack (decoder queries × encoder keys)."""
 NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
@@ -58,7 +60,6 @@ NOT_SOFTMAX = re.compile(r"^(Text)?((Linear|Delta|Lightning)\w*Attention|GatedDe
 feed a recurrence or kernel, never softmax(q·k) (Kimi-Linear's delta layers, MiniMax's lightning ones)."""
 TOKEN_MIXING = re.compile(r"^(q|k|query|key)_s?conv$")
 """A child of an attention convolving its q or k over neighbouring tokens (Inkling's ``k_sconv``)."""
-WORD = re.compile(r"[A-Z][a-z]*\d*|\d+")
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class Skipped:
     stack: str
     layer: int
     mixer: str
+    why: str = "not a dot-product attention"
 
 
 def model_class(model_type: str) -> type:
@@ -164,7 +166,7 @@ def _head_dim(module: torch.nn.Module, config: PretrainedConfig, q_width: int) -
         value = getattr(module, name, None)
         if isinstance(value, int) and value > 0:
             return value
-    for name in ("num_heads", "num_attention_heads", "n_heads", "n_head"):
+    for name in ("num_heads", "num_attention_heads", "n_heads", "n_head", "heads"):
         value = getattr(module, name, None)
         if isinstance(value, int) and value > 0 and q_width % value == 0:
             return q_width // value
@@ -185,7 +187,7 @@ def find_attention(
     them index its layers (T5's ``block.{i}.layer.0.SelfAttention``: i), in module order.
     """
     raw: list[tuple[str, str, str, torch.nn.Module]] = []
-    family = _family_words(model)
+    family = family_words(model)
     for path, module in model.named_modules():
         if NOT_SOFTMAX.search("".join(WORD.findall(type(module).__name__)[family:])):
             continue  # its layers are recorded as unscored, with this class as their mixer
@@ -208,6 +210,7 @@ def find_attention(
         groups.setdefault(_template(entry[0]), []).append(entry)
     names = _stack_names(groups)
     found: list[Found | Skipped] = []
+    headless: list[ArchitectureError] = []
     for template, entries in groups.items():
         stack = names[template]
         container = _layer_list(model, template, entries)
@@ -219,27 +222,20 @@ def find_attention(
                 if i not in indices
             )
         for index, (path, q, k, module) in zip(indices, entries, strict=True):
-            found.append(_found(config, path, q, k, module, stack, index, layout if q == k else ""))
+            try:
+                found.append(_found(config, path, q, k, module, stack, index, layout if q == k else ""))
+            except ArchitectureError as err:  # unscored where other attention modules are scored
+                if not str(err).endswith(HEADLESS):
+                    raise
+                headless.append(err)
+                found.append(Skipped(stack, index, type(module).__name__, HEADLESS))
+    if headless and not any(isinstance(f, Found) for f in found):
+        raise headless[0]
     order = list(names.values())
     found.sort(
         key=lambda f: (order.index(f.stack) if f.stack in order else order.index(f.stack + "_cross"), f.layer)
     )
     return found
-
-
-def _family_words(model: torch.nn.Module) -> int:
-    """How many leading CamelCase words the model's own classes share (``KimiLinear`` of
-    ``KimiLinearModel``): the family prefix, not part of what a module class says it is."""
-    from transformers import PreTrainedModel
-
-    names = [WORD.findall(type(m).__name__) for m in model.modules() if isinstance(m, PreTrainedModel)]
-    names = [n[:-1] for n in names if len(n) > 1]  # without Model / ForCausalLM's last word
-    if not names:
-        return 0
-    common = 0
-    while all(len(n) > common and n[common] == names[0][common] for n in names):
-        common += 1
-    return common
 
 
 def _index(path: str, template: str) -> int:
@@ -358,7 +354,7 @@ def _found(
         )
     head_dim = _head_dim(module, config, q_mod.out_features)
     if head_dim is None:
-        raise ArchitectureError(f"{type(module).__name__} at {path}: no head width to read")
+        raise ArchitectureError(f"{type(module).__name__} at {path}: {HEADLESS}")
     mixed = [n for n, _ in module.named_children() if TOKEN_MIXING.search(n)]
     if mixed:
         raise ArchitectureError(
