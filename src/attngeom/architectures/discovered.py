@@ -188,6 +188,7 @@ def _modality(model: torch.nn.Module, stacks: tuple[str, ...]) -> str:
     if len(kinds) > 1:
         return "multimodal"
     main = getattr(model, "main_input_name", "input_ids")
+    main = main[0] if isinstance(main, (list, tuple)) else main  # OneFormer's [pixel_values, task_inputs]
     if main == "pixel_values" or kinds == {"vision"}:
         return "vision"
     if main in ("input_features", "input_values") or kinds == {"audio"}:
