@@ -171,3 +171,14 @@ def test_a_patch_grid_tower_that_names_its_patches_hidden_states_gets_them():
     tower = _model("qwen3_vl").visual
     inputs = _accepted(tower)
     assert inputs["grid_thw"].tolist() == [[1, 4, 4]] and inputs["hidden_states"].shape[0] == 16
+
+
+def test_a_main_input_name_given_as_a_list_takes_its_first_entry():
+    """OneFormer names [pixel_values, task_inputs]: the images are its medium."""
+    from transformers import AutoModel
+
+    config = tiny_config("oneformer")
+    cls = model_class("oneformer")
+    model = cls.from_config(config) if cls is AutoModel else cls._from_config(config)
+    assert isinstance(model.main_input_name, list)
+    assert any("pixel_values" in inputs for inputs in input_sets(model))
