@@ -16,7 +16,7 @@ import torch
 
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer, linear
 from .converted import Converted
-from .discovery import HEADLESS, Found, Skipped, find_attention, meta_model
+from .discovery import HEADLESS, SCORER, Found, Skipped, find_attention, meta_model
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -163,7 +163,7 @@ def _notes(model: torch.nn.Module, items: list[Found | Skipped]) -> str:
         else ""
     )
     headless = [
-        f"{item.mixer} ({item.why})" for item in items if isinstance(item, Skipped) and item.why == HEADLESS
+        f"{i.mixer} ({i.why})" for i in items if isinstance(i, Skipped) and i.why in (HEADLESS, SCORER)
     ]
     scaled += f"; not scored: {', '.join(dict.fromkeys(headless))}" if headless else ""
     if not missed:

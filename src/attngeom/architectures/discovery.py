@@ -52,6 +52,8 @@ per head [q_h | k_h | v_h] (as many kv heads as heads), or in the module's ``mp_
 model's own q and k; discovery uses only that one."""
 HEADLESS = "no head width to read"
 """q/k projections without a head width or count: an unscored layer beside other attention, else refused."""
+SCORER = "q·k scores as its output, no value or output projection: a pairwise scorer, not an attention"
+"""Said of a module whose q·k scores are its output (PP-DocLayout's reading-order pointers): as HEADLESS."""
 CROSS = re.compile(r"cross|encoder_attn|EncDec", re.IGNORECASE)
 """Attention modules whose keys read another stack (decoder queries × encoder keys)."""
 NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
@@ -225,10 +227,11 @@ def find_attention(
             try:
                 found.append(_found(config, path, q, k, module, stack, index, layout if q == k else ""))
             except ArchitectureError as err:  # unscored where other attention modules are scored
-                if not str(err).endswith(HEADLESS):
+                why = next((w for w in (HEADLESS, SCORER) if str(err).endswith(w)), None)
+                if why is None:
                     raise
                 headless.append(err)
-                found.append(Skipped(stack, index, type(module).__name__, HEADLESS))
+                found.append(Skipped(stack, index, type(module).__name__, why))
     if headless and not any(isinstance(f, Found) for f in found):
         raise headless[0]
     order = list(names.values())
@@ -352,6 +355,8 @@ def _found(
             groups=getattr(module, "mp_num", 1) if layout == "groups_qvk" else 1,
             transposed=_conv1d(q_mod),
         )
+    if {n for n, c in module.named_children() if _linear(c) or _conv1d(c)} == {q, k}:
+        raise ArchitectureError(f"{type(module).__name__} at {path}: {SCORER}")
     head_dim = _head_dim(module, config, q_mod.out_features)
     if head_dim is None:
         raise ArchitectureError(f"{type(module).__name__} at {path}: {HEADLESS}")
