@@ -212,17 +212,16 @@ def find_attention(
         groups.setdefault(_template(entry[0]), []).append(entry)
     names = _stack_names(groups)
     found: list[Found | Skipped] = []
-    headless: list[ArchitectureError] = []
+    unscorable: list[ArchitectureError] = []
     for template, entries in groups.items():
         stack = names[template]
         container = _layer_list(model, template, entries)
         indices = [_index(path, template) for path, *_ in entries]
-        if container is not None:
-            found.extend(
-                Skipped(stack.removesuffix("_cross"), i, _mixer(block))
-                for i, block in enumerate(container)
-                if i not in indices
-            )
+        gaps = [
+            Skipped(stack.removesuffix("_cross"), i, _mixer(block))
+            for i, block in enumerate(container if container is not None else ())
+            if i not in indices
+        ]
         for index, (path, q, k, module) in zip(indices, entries, strict=True):
             try:
                 found.append(_found(config, path, q, k, module, stack, index, layout if q == k else ""))
@@ -230,10 +229,11 @@ def find_attention(
                 why = next((w for w in (HEADLESS, SCORER) if str(err).endswith(w)), None)
                 if why is None:
                     raise
-                headless.append(err)
+                unscorable.append(err)
                 found.append(Skipped(stack, index, type(module).__name__, why))
-    if headless and not any(isinstance(f, Found) for f in found):
-        raise headless[0]
+        found.extend(gaps if any(isinstance(f, Found) and f.stack == stack for f in found) else ())
+    if unscorable and not any(isinstance(f, Found) for f in found):
+        raise unscorable[0]
     order = list(names.values())
     found.sort(
         key=lambda f: (order.index(f.stack) if f.stack in order else order.index(f.stack + "_cross"), f.layer)
