@@ -7,6 +7,8 @@ input and output of its q and k projections and the q and k that reach transform
 Q_h K_gᵀ = diag(c_q)(x W_q,h + b_q,h)(x W_k,g + b_k,g)ᵀ diag(c_k), with c one positive constant for a
 ``standard`` form (the 1/√d_h scale) and a positive scalar per token and head for a normalised one.
 A module outside the attention interface is checked on its projections' outputs (standard forms only).
+Tokens that the model splits between its attention batch and token axes otherwise (SAM's point batch)
+are compared token by token (``refolded``).
 """
 
 from __future__ import annotations
