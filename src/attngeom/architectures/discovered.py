@@ -150,6 +150,7 @@ def _notes(model: torch.nn.Module, items: list[Found | Skipped]) -> str:
         name = type(module).__name__
         if (
             "Attention" not in name
+            or re.search(r"MLP|Mlp|FeedForward", name)  # an attention block's feed-forward (EdgeTAM's)
             or name in mixers
             or any(p == path or p.startswith(path + ".") or path.startswith(p + ".") for p in paths)
         ):

@@ -111,6 +111,8 @@ def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iter
         }
         kinds = {_kind(p) for p in params[1:]}
         options = {kind: values for kind, values in options.items() if kind in kinds}
+        # a count left at 0 by default, then 1 (EdgeTAM's ``rope_k_repeat`` divides by it)
+        options |= {p.name: [_DEFAULT, 1] for p in params[1:] if type(p.default) is int and p.default == 0}
         for chosen in product(*options.values()):
             choice = dict(zip(options, chosen, strict=True))
             kwargs = {params[0].name: hidden}
@@ -127,7 +129,12 @@ _DEFAULT = object()
 def _kind(p: inspect.Parameter) -> str:
     """Which generic input argument ``p`` takes."""
     name = p.name
-    if name == "position_embeddings":  # rotary (cos, sin) or relative, whatever the annotation says
+    if (
+        name == "position_embeddings"
+        or name.startswith("position_embeddings_")
+        and "tuple" in str(p.annotation)
+    ):
+        # rotary (cos, sin) or relative, whatever the annotation says; the keys' own (EdgeTAM's ``_k``)
         return "rotary" if p.annotation is p.empty or "tuple" in str(p.annotation) else "position"
     if "pos" in name and "emb" in name:
         return "relative"
