@@ -5,6 +5,7 @@ one, and never validate a module whose own forward did not run."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -156,31 +157,41 @@ def test_a_mechanism_validates_its_type_and_its_absence_fails_it(monkeypatch, mo
 
 
 class _PointBatch(torch.nn.Module):
-    def __init__(self, config) -> None:
-        from transformers.models.sam2_video.modeling_sam2_video import Sam2VideoRoPEAttention
-
+    def __init__(self, config, attn: torch.nn.Module) -> None:
         super().__init__()
         self.config = config
-        self.attn = Sam2VideoRoPEAttention(config).double()
+        self.attn = attn.double()
 
 
 def test_a_point_batch_attention_is_driven_with_its_point_axis_and_compared_token_by_token():
     """SAM 2's memory attention folds (batch, points) into its attention batch: a (batch, tokens) input
     would broadcast q against the rotary's shape (refused), a (batch, 1, tokens) one runs; the form's q·k
     then agrees token by token, and a swapped q/k does not."""
-    from types import SimpleNamespace
-
     from transformers import Sam2VideoConfig
-
-    from attngeom.conformance.check import compare
+    from transformers.models.sam2_video.modeling_sam2_video import Sam2VideoRoPEAttention
 
     config = Sam2VideoConfig()
-    model = _PointBatch(config)
+    _check_point_batch(_PointBatch(config, Sam2VideoRoPEAttention(config)), cross=False)
+
+
+def test_a_cross_attention_with_its_keys_own_rotary_and_a_repeat_count_is_driven():
+    """EdgeTAM's memory cross-attention takes its keys' rotary (``position_embeddings_k``, neutral like
+    the queries') and a repeat count it divides by (default 0: tried at 1); a negated k fails."""
+    from transformers import EdgeTamVideoConfig
+    from transformers.models.edgetam_video.modeling_edgetam_video import EdgeTamVideoRoPECrossAttention
+
+    config = EdgeTamVideoConfig()
+    _check_point_batch(_PointBatch(config, EdgeTamVideoRoPECrossAttention(config, kv_in_dim=64)), cross=True)
+
+
+def _check_point_batch(model: _PointBatch, cross: bool) -> None:
+    from attngeom.conformance.check import compare
+
     attn = model.attn
     heads, width = attn.num_attention_heads, attn.head_dim
-    item = Found("attn", "memory_attention", 0, "q_proj", "k_proj", width, heads, heads, True, True, False)
+    item = Found("attn", "memory_attention", 0, "q_proj", "k_proj", width, heads, heads, True, True, cross)
     records, failures = drive(model, [item])
-    assert not failures
+    assert not failures, failures
     record = records["attn"]
     assert record["x_q"].shape[:3] == (2, 1, 7) and record["q_attn"].shape == (2, heads, 7, width)
 
@@ -191,4 +202,9 @@ def test_a_point_batch_attention_is_driven_with_its_point_axis_and_compared_toke
         )  # fmt: skip
 
     assert compare(layer(attn.q_proj, attn.k_proj), record) is None
-    assert compare(layer(attn.k_proj, attn.q_proj), record)
+    swapped = (attn.k_proj, attn.q_proj) if not cross else (attn.q_proj, _negated(attn.k_proj))
+    assert compare(layer(*swapped), record)
+
+
+def _negated(projection: torch.nn.Linear) -> SimpleNamespace:
+    return SimpleNamespace(weight=-projection.weight, bias=-projection.bias)

@@ -4,13 +4,15 @@ Where the whole tiny model cannot run (its forward needs inputs a generic driver
 grids, inference sessions, boxes, ...) or never reaches a module, the module is called on its own with
 random hidden states of its q projection's input width, (batch, tokens) and then (batch, 1, tokens) for a
 module that folds a batch-like axis into its attention batch (SAM's point batch) (cross attention: random
-key/value states of its k projection's input width), rotary position embeddings neutral (cos 1, sin 0), relative ones zero, no mask
-or an all-visible one, packed sequences as one (``cu_seqlens``), and ``None`` for any other argument its
+key/value states of its k projection's input width), rotary position embeddings neutral (cos 1, sin 0;
+the keys' own too), relative ones zero, no mask or an all-visible one, packed sequences as one
+(``cu_seqlens``), a count left at 0 by default then at 1, and ``None`` for any other argument its
 signature requires; the readings its signature leaves open are tried in turn and the first that runs is
 kept (never one picked for agreeing), unless the attention function's q holds more values than the q
-projection gave (broadcast against an argument of another shape: a wrong reading). The q and k it computes are captured through the same projection
-hooks and attention interface as the whole forward pass and compared with the same functions; a module
-whose forward does not run to its end is not validated."""
+projection gave (broadcast against an argument of another shape: a wrong reading). The q and k it
+computes are captured through the same projection hooks and attention interface as the whole forward
+pass and compared with the same functions; a module whose forward does not run to its end is not
+validated."""
 
 from __future__ import annotations
 
