@@ -57,6 +57,9 @@ def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     with torch.no_grad():
         for param in model.parameters():
             param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * 0.3)
+        for name, buffer in model.named_buffers():  # frozen affine weights (DETR's batch norms) are
+            if name.endswith((".weight", ".bias")) and buffer.is_floating_point():  # buffers, left unset
+                buffer.copy_(torch.randn(buffer.shape, generator=generator, dtype=buffer.dtype) * 0.3)
     return model
 
 
@@ -77,29 +80,30 @@ def _rotary_neutralised(modules: list[torch.nn.Module]):
         cos_sin = neutral(args[at]) if at < len(args) else None  # passed by position (SAM 3's ViT)
         return None if cos_sin is None else ((*args[:at], cos_sin, *args[at + 1 :]), kwargs)
 
-    def zero_positions(module, args, kwargs):
-        """A module that turns token positions into its rotary itself (V-JEPA 2's ``position_mask``)
-        is handed position 0 for every token, where the rotary is the identity."""
+    def zero_positions(module, args, kwargs):  # position 0 for a rotary the module makes itself
         names = list(inspect.signature(module.forward).parameters)
         if "position_embeddings" in names or not (args or kwargs):
             return None
-        for name in POSITIONS:
-            if name not in names:
-                continue
-            at = names.index(name)
+        for at, name in ((names.index(n), n) for n in POSITIONS if n in names):
             value = kwargs.get(name, args[at] if at < len(args) else None)
-            hidden = args[0] if args else kwargs[names[0]]
             if value is not None and (not isinstance(value, torch.Tensor) or value.is_floating_point()):
                 continue
-            zeros = torch.zeros(hidden.shape[:-1] if value is None else value.shape, dtype=torch.long)
-            if at < len(args):
-                args = (*args[:at], zeros, *args[at + 1 :])
-            else:
-                kwargs = {**kwargs, name: zeros}
+            shape = (args[0] if args else kwargs[names[0]]).shape[:-1] if value is None else value.shape
+            zeros = torch.zeros(shape, dtype=torch.long)
+            args, kwargs = (
+                ((*args[:at], zeros, *args[at + 1 :]), kwargs)
+                if at < len(args)
+                else (args, kwargs | {name: zeros})
+            )
         return args, kwargs
+
+    def post_hook(module, args, output):  # a rotary module of the attention's own (RecurrentGemma)
+        return neutral(output)
 
     handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
     handles += [m.register_forward_pre_hook(zero_positions, with_kwargs=True) for m in modules]
+    inner = [c for m in modules for c in m.children() if "Rotary" in type(c).__name__]
+    handles += [c.register_forward_hook(post_hook) for c in inner]
     try:
         yield
     finally:

@@ -82,6 +82,8 @@ def check_type(model_type: str) -> dict:
         why = _default_reason(model_type) or build_refusal(err) or _default_failure(model_type)
         return _refused(why or f"could not build a tiny model ({_short(err)})")
     if not _has_attention(skeleton, config):
+        config, skeleton = _deepened(config, skeleton)
+    if not _has_attention(skeleton, config):
         return _refused(_no_attention_reason(skeleton))
     try:
         with no_init_weights():
@@ -204,6 +206,27 @@ def _default_failure(model_type: str) -> str | None:
     except Exception as err:  # noqa: BLE001
         return f"transformers' default config of it does not build its model either ({_short(err)})"
     return None
+
+
+def _deepened(config, skeleton):
+    """``config`` with the fewest more layers (up to 6) whose model has attention, where the shrunk
+    layer count keeps only layers without it (Griffin's recurrent blocks come before its attention
+    block; SAM 3 Lite's text encoder has RepMixers first and last); else ``config`` as it was."""
+    import copy
+
+    from ..architectures.discovery import meta_model
+
+    layers = getattr(config, "num_hidden_layers", None)
+    for more in range(layers + 1, 7) if isinstance(layers, int) else ():
+        deeper = copy.deepcopy(config)
+        deeper.num_hidden_layers = more
+        try:
+            built = meta_model(deeper)
+        except Exception:  # noqa: BLE001 — a count the config's rules refuse: try the next
+            continue
+        if _has_attention(built, deeper):
+            return deeper, built
+    return config, skeleton
 
 
 def _has_attention(skeleton, config) -> bool:
