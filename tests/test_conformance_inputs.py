@@ -205,3 +205,28 @@ def test_states_a_child_reads_by_name_are_as_wide_as_that_child_reads():
     assert (
         inputs["context_hidden_states"].shape[-1] == model.encoder.fc.in_features != model.config.hidden_size
     )
+
+
+def test_a_prompt_image_and_its_mask_come_with_the_image_stacked_to_the_model_size():
+    model = _model("seggpt")
+    inputs = _accepted(model)
+    height, width = model.config.image_size
+    shape = (1, model.config.num_channels, height // 2, width)
+    assert {
+        name: tuple(inputs[name].shape) for name in ("pixel_values", "prompt_pixel_values", "prompt_masks")
+    } == {
+        "pixel_values": shape,
+        "prompt_pixel_values": shape,
+        "prompt_masks": shape,
+    }
+
+
+def test_a_main_input_name_given_as_a_list_takes_its_first_entry():
+    """OneFormer names [pixel_values, task_inputs]: the images are its medium."""
+    from transformers import AutoModel
+
+    config = tiny_config("oneformer")
+    cls = model_class("oneformer")
+    model = cls.from_config(config) if cls is AutoModel else cls._from_config(config)
+    assert isinstance(model.main_input_name, list)
+    assert any("pixel_values" in inputs for inputs in input_sets(model))

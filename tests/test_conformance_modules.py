@@ -5,6 +5,7 @@ one, and never validate a module whose own forward did not run."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -97,6 +98,32 @@ def test_a_module_whose_own_forward_does_not_run_is_not_recorded():
     assert "q_attn" not in record  # outside the attention interface: only its projections are compared
 
 
+class _Grid(torch.nn.Module):
+    """SAM's windowed ViT attention in small: a fused qkv on a (B, H, W, C) grid, scores formed in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+
+    def forward(self, hidden_states):
+        batch, height, width, _ = hidden_states.shape
+        qkv = self.qkv(hidden_states).reshape(batch, height * width, 3, 2, 4).permute(2, 0, 3, 1, 4)
+        query, key, value = qkv.reshape(3, batch * 2, height * width, 4).unbind(0)
+        return ((query * 0.5) @ key.transpose(-2, -1)).softmax(-1) @ value
+
+
+def test_a_grid_module_is_driven_on_a_one_row_grid_and_checked_at_its_score_product():
+    model = torch.nn.Module()
+    model.config, model.grid = PretrainedConfig(), _Grid().double()
+    item = replace(Found("grid", "self", 0, "qkv", "qkv", 4, 2, 2, True, True, False), fused="blocks")
+    records, failures = drive(model, [item])
+    assert not failures, failures
+    record = records["grid"]
+    assert record["x_q"].shape == (2, 1, 7, 8)  # (batch, 1, length) after (batch, length) failed
+    q, k = record["q"].reshape(2, 7, 3, 2, 4).permute(2, 0, 3, 1, 4)[:2]  # [q | k | v] rows, by head
+    assert torch.allclose(record["q_attn"], 0.5 * q) and torch.allclose(record["k_attn"], k)
+
+
 def test_the_support_table_marks_and_counts_types_validated_on_their_modules(monkeypatch):
     entries = dict(conformance())
     name = next(t for t, e in sorted(entries.items()) if e["status"] == "validated" and t not in REGISTRY)
@@ -160,3 +187,84 @@ def test_a_rotary_embedding_the_attention_computes_itself_is_neutralised(monkeyp
     monkeypatch.setattr(discovery, "find_attention", swapped)
     monkeypatch.setattr(discovered, "find_attention", swapped)
     assert check_type("idefics")["status"] == "refused"
+
+
+def _switch_off_query_scale(monkeypatch):
+    monkeypatch.setattr(discovery, "query_scale", lambda module, head_dim: "")
+
+
+def _switch_off_zero_positions(monkeypatch):
+    import attngeom.conformance.check as check
+
+    monkeypatch.setattr(check, "POSITIONS", ())
+
+
+@pytest.mark.parametrize(
+    ("model_type", "switch_off", "note"),
+    [
+        pytest.param("timesfm", _switch_off_query_scale, "per-dimension scale", id="timesfm-query-scale"),
+        pytest.param("vjepa2", _switch_off_zero_positions, "discovered", id="vjepa2-rotary-by-positions"),
+    ],
+)
+def test_a_mechanism_validates_its_type_and_its_absence_fails_it(monkeypatch, model_type, switch_off, note):
+    """TimesFM's learned query scale folded into W_q; V-JEPA 2's own rotary (from the positions it is
+    handed) at position 0: each validates its type, and without it the same check refuses the type."""
+    entry = check_type(model_type)
+    assert entry["status"] == "validated" and note in entry["reason"], entry["reason"]
+    switch_off(monkeypatch)
+    entry = check_type(model_type)
+    assert entry["status"] == "refused" and "differs from the form's projection" in entry["reason"], entry
+
+
+class _PointBatch(torch.nn.Module):
+    def __init__(self, config, attn: torch.nn.Module) -> None:
+        super().__init__()
+        self.config = config
+        self.attn = attn.double()
+
+
+def test_a_point_batch_attention_is_driven_with_its_point_axis_and_compared_token_by_token():
+    """SAM 2's memory attention folds (batch, points) into its attention batch: a (batch, tokens) input
+    would broadcast q against the rotary's shape (refused), a (batch, 1, tokens) one runs; the form's q·k
+    then agrees token by token, and a swapped q/k does not."""
+    from transformers import Sam2VideoConfig
+    from transformers.models.sam2_video.modeling_sam2_video import Sam2VideoRoPEAttention
+
+    config = Sam2VideoConfig()
+    _check_point_batch(_PointBatch(config, Sam2VideoRoPEAttention(config)), cross=False)
+
+
+def test_a_cross_attention_with_its_keys_own_rotary_and_a_repeat_count_is_driven():
+    """EdgeTAM's memory cross-attention takes its keys' rotary (``position_embeddings_k``, neutral like
+    the queries') and a repeat count it divides by (default 0: tried at 1); a negated k fails."""
+    from transformers import EdgeTamVideoConfig
+    from transformers.models.edgetam_video.modeling_edgetam_video import EdgeTamVideoRoPECrossAttention
+
+    config = EdgeTamVideoConfig()
+    _check_point_batch(_PointBatch(config, EdgeTamVideoRoPECrossAttention(config, kv_in_dim=64)), cross=True)
+
+
+def _check_point_batch(model: _PointBatch, cross: bool) -> None:
+    from attngeom.conformance.check import compare
+
+    attn = model.attn
+    heads, width = attn.num_attention_heads, attn.head_dim
+    item = Found("attn", "memory_attention", 0, "q_proj", "k_proj", width, heads, heads, True, True, cross)
+    records, failures = drive(model, [item])
+    assert not failures, failures
+    record = records["attn"]
+    assert record["x_q"].shape[:3] == (2, 1, 7) and record["q_attn"].shape == (2, heads, 7, width)
+
+    def layer(q, k):
+        return SimpleNamespace(
+            w_q=q.weight.T, w_k=k.weight.T, b_q=q.bias, b_k=k.bias, n_heads=heads, n_kv_heads=heads,
+            head_dim=width, form="standard",
+        )  # fmt: skip
+
+    assert compare(layer(attn.q_proj, attn.k_proj), record) is None
+    swapped = (attn.k_proj, attn.q_proj) if not cross else (attn.q_proj, _negated(attn.k_proj))
+    assert compare(layer(*swapped), record)
+
+
+def _negated(projection: torch.nn.Linear) -> SimpleNamespace:
+    return SimpleNamespace(weight=-projection.weight, bias=-projection.bias)

@@ -33,6 +33,8 @@ SUBSET = (
     "bit",  # convolutional: no dot-product attention
     "blt_patcher",  # a sub-config
     "llama",  # a hand-written table
+    "recurrent_gemma",  # attention every third layer (the tiny depth grows to hold one); its own rotary
+    "deformable_detr",  # a timm ResNet backbone replaced by transformers' own; frozen batch norms
 )
 """Model types whose committed entries a fresh run must reproduce in the default test run."""
 
@@ -228,3 +230,34 @@ def test_scores_summing_a_second_q_k_form_are_refused_but_position_terms_are_not
     config = AutoConfig.for_model("sew-d", share_att_key=False, **{"num_hidden_layers": 1})
     found = [i for i in find_attention(meta_model(config), config) if isinstance(i, Found)]
     assert found
+
+
+def test_a_module_without_a_head_width_is_unscored_beside_scored_attention():
+    """GroupViT's token assignment (q/k projections, no head count or width) is an unscored layer beside
+    the scored towers and named in the notes; a model whose only q/k module has none is still refused."""
+    from attngeom.architectures.discovery import HEADLESS
+
+    config = tiny_config("groupvit")
+    items = find_attention(meta_model(config), config)
+    headless = [i for i in items if isinstance(i, Skipped) and i.why == HEADLESS]
+    assert headless and {i.mixer for i in headless} == {"GroupViTAssignAttention"}
+    assignment = {i.stack for i in headless}  # no other mixer recorded where no layer of a stack scores
+    assert not [i for i in items if isinstance(i, Skipped) and i.stack in assignment and i.why != HEADLESS]
+    assert any(isinstance(i, Found) for i in items)
+    assert "not scored: GroupViTAssignAttention (no head width to read)" in discover(config).notes
+    config = tiny_config("xlstm")
+    with pytest.raises(ArchitectureError, match=HEADLESS):
+        find_attention(meta_model(config), config)
+
+
+def test_a_module_that_outputs_its_scores_is_an_unscored_pairwise_scorer():
+    """PP-DocLayout's reading-order pointers (q and k projections, no value or output projection: their
+    q·k scores, one of them antisymmetrised, are the output) are unscored beside the model's attention."""
+    from attngeom.architectures.discovery import SCORER
+
+    config = tiny_config("pp_doclayout_v4")
+    items = find_attention(meta_model(config), config)
+    scorers = [i for i in items if isinstance(i, Skipped) and i.why == SCORER]
+    assert {i.mixer for i in scorers} == {"PPDocLayoutV4GlobalPointer"} and len(scorers) == 2
+    assert {i.stack for i in items if isinstance(i, Found)} == {"encoder_aifi", "decoder"}
+    assert f"PPDocLayoutV4GlobalPointer ({SCORER})" in discover(config).notes

@@ -36,6 +36,7 @@ LAYOUTS = {
     "pegasus_x": "padded (zero) rows in a block-local attention",
     "t5gemma2": "merged self- and cross-attention keys from one projection",
     "sam3_vit_model": "grid-shaped inputs and rotary passed by position",
+    "sam_vision_model": "a fused qkv outside the attention interface, windows padded (q, k at the score product)",
     "muse_spark_text": "a shared q/k norm without a gain",
     "deepseek_v32": "latent attention whose interleaved rotary part permutes head dims",
     "glm5_next_text": "latent attention without a rotary part, beside linear-attention layers",
@@ -63,8 +64,9 @@ def test_each_layout_case_validates():
 
 
 def test_refusals_name_what_the_model_computes():
-    results = run_all(["inkling_text", "mobilevitv2"], jobs=1)
+    results = run_all(["inkling_text", "mobilevitv2", "hiera"], jobs=1)
     assert "convolution over tokens (`k_sconv`)" in results["inkling_text"]["reason"]
+    assert results["hiera"]["reason"].startswith("query pooling (HieraMaskUnitAttention, `query_stride`)")
     assert results["mobilevitv2"]["reason"].startswith("linear attention (MobileViTV2LinearSelfAttention)")
 
 
@@ -93,6 +95,21 @@ def _codegen_layers(layout: str):
 def test_codegen_groups_its_fused_rows_by_model_parallel_part():
     assert all(compare(layer, record, fused=True) is None for layer, record in _codegen_layers("groups_qvk"))
     assert all(compare(layer, record, fused=True) for layer, record in _codegen_layers("blocks"))
+
+
+def test_a_fused_projection_outside_the_interface_is_checked_at_its_score_product():
+    config = tiny_config("sam_vision_model")
+    model = randomized(AutoModel.from_config(config))
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        source = open_source_for(folder)
+        for layout, agrees in (("blocks", True), ("per_head", False)):
+            items = [i for i in find_attention(model, config, layout) if isinstance(i, Found)]
+            records, failure = capture(model, items)
+            assert failure is None and all("q_attn" in r for r in records.values())
+            layers = [x for x in discover(config, layout).layers(source.config, source) if hasattr(x, "w_q")]
+            verdicts = [compare(x, records[i.path], fused=True) for i, x in zip(items, layers, strict=True)]
+            assert all(v is None for v in verdicts) if agrees else all(verdicts), (layout, verdicts)
 
 
 def _scores_case(c_q: torch.Tensor, c_k: torch.Tensor, form: str = "mla_rope"):
@@ -133,3 +150,23 @@ def test_fused_checkpoints_are_read_by_the_models_own_names(model_type, tmp_path
     assert not source.has(name)  # saved fused, under another name
     read = Converted(source, meta_model(config)).get(name)
     assert torch.equal(read.double(), model.get_submodule(item.q).weight.detach())
+
+
+def test_q_and_k_folded_by_a_batch_like_axis_are_compared_token_by_token():
+    """A model that folds a batch-like axis (SAM's point batch) into its attention batch gives q/k of
+    shape (batch·points, heads, tokens, d): the form's (batch, heads, points·tokens, d) is refolded to it,
+    keeping the token order, so a model that folded the other axis (tokens into the batch) still fails."""
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 5, 8, generator=generator, dtype=torch.float64)  # batch, points, tokens, width
+    w_q, w_k = (torch.randn(8, 8, generator=generator, dtype=torch.float64) for _ in range(2))
+    layer = SimpleNamespace(w_q=w_q, w_k=w_k, b_q=None, b_k=None, n_heads=2, n_kv_heads=2, head_dim=4)
+    layer.form = "standard"
+
+    def folded(y):  # (batch, points, tokens, 2·4) → (batch·points, heads, tokens, 4)
+        return y.reshape(6, 5, 2, 4).transpose(1, 2)
+
+    record = {"x_q": x, "x_k": x, "q_attn": folded(x @ w_q), "k_attn": folded(x @ w_k)}
+    assert compare(layer, record) is None
+    other = x.transpose(1, 2).contiguous()  # the points attend, tokens folded into the batch
+    record = {"x_q": x, "x_k": x, "q_attn": folded(other @ w_q), "k_attn": folded(other @ w_k)}
+    assert compare(layer, record)

@@ -26,8 +26,8 @@ import torch
 from .base import ArchitectureError
 from .form_checks import single_form
 from .latent import latent_query
-from .model_classes import own_model_class
-from .qk_norms import Norm, qk_norms
+from .model_classes import WORD, family_words, own_model_class
+from .qk_norms import Norm, qk_norms, query_scale
 from .recurrence import gated_recurrence as recurrent
 from .temperature import query_temperature
 
@@ -52,14 +52,18 @@ FUSED = ("qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "
 LAYOUTS = ("blocks", "per_head", "groups_qvk")
 """How a fused projection's output rows are ordered: [q | k | v] (q: H·d_h rows, k and v: H_kv·d_h each),
 per head [q_h | k_h | v_h] (as many kv heads as heads), or in the module's ``mp_num`` model-parallel groups
-[q_g | v_g | k_g] of H/mp_num heads each (CodeGen). The conformance run records which one is the model's."""
+[q_g | v_g | k_g] of H/mp_num heads each (CodeGen). The conformance run records which one gives the
+model's own q and k; discovery uses only that one."""
+HEADLESS = "no head width to read"
+"""q/k projections without a head width or count: an unscored layer beside other attention, else refused."""
+SCORER = "q·k scores as its output, no value or output projection: a pairwise scorer, not an attention"
+"""Said of a module whose q·k scores are its output (PP-DocLayout's reading-order pointers): as HEADLESS."""
 CROSS = re.compile(r"cross|encoder_attn|EncDec", re.IGNORECASE)
 """Attention modules whose keys read another stack (decoder queries × encoder keys)."""
 NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
 NOT_SOFTMAX = re.compile(r"^(Text)?((Linear|Delta|Lightning)\w*Attention|GatedDeltaNet)$")
 """Mixers named (after the family prefix) linear, delta-rule or lightning attention, q·k fed to a recurrence
 or kernel, never softmax(q·k) (Kimi-Linear's, MiniMax's layers; xLSTM's gated ones: ``recurrent``)."""
-WORD = re.compile(r"[A-Z][a-z]*\d*|\d+")
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,8 @@ class Found:
     """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
     rope: bool = True
     """A latent attention's decoupled rotary part exists (GLM-5-Next's has none: ``qk_rope_head_dim`` 0)."""
+    q_scale: str = ""
+    """The module's parameter s whose softplus multiplies q per head dim (``query_scale``): W_q·diag(s)."""
     temperature: str = ""  # the child rescaling q by position (``temperature``): left out as rotary is
 
     @property
@@ -106,6 +112,7 @@ class Skipped:
     stack: str
     layer: int
     mixer: str
+    why: str = "not a dot-product attention"
 
 
 def model_class(model_type: str) -> type:
@@ -164,7 +171,7 @@ def _head_dim(module: torch.nn.Module, config: PretrainedConfig, q_width: int) -
         value = getattr(module, name, None)
         if isinstance(value, int) and value > 0:
             return value
-    for name in ("num_heads", "num_attention_heads", "n_heads", "n_head"):
+    for name in ("num_heads", "num_attention_heads", "n_heads", "n_head", "heads"):
         value = getattr(module, name, None)
         if isinstance(value, int) and value > 0 and q_width % value == 0:
             return q_width // value
@@ -185,15 +192,15 @@ def find_attention(
     them index its layers (T5's ``block.{i}.layer.0.SelfAttention``: i), in module order.
     """
     raw: list[tuple[str, str, str, torch.nn.Module]] = []
-    family = _family_words(model)
+    family = family_words(model)
     for path, module in model.named_modules():
         if NOT_SOFTMAX.search("".join(WORD.findall(type(module).__name__)[family:])) or recurrent(module):
             continue  # its layers are recorded as unscored, with this class as their mixer
         if _linear(getattr(module, "kv_a_proj_with_mqa", None)) and _linear(
             getattr(module, "kv_b_proj", None)
         ):
-            first = "q_a_proj" if _linear(getattr(module, "q_a_proj", None)) else "q_proj"
-            raw.append((path, first, "kv_a_proj_with_mqa", module))
+            q_name = "q_a_proj" if _linear(getattr(module, "q_a_proj", None)) else "q_proj"
+            raw.append((path, q_name, "kv_a_proj_with_mqa", module))
             continue
         for q, k in PAIRS:
             if _linear(getattr(module, q, None)) and _linear(getattr(module, k, None)):
@@ -208,38 +215,33 @@ def find_attention(
         groups.setdefault(_template(entry[0]), []).append(entry)
     names = _stack_names(groups)
     found: list[Found | Skipped] = []
+    unscorable: list[ArchitectureError] = []
     for template, entries in groups.items():
         stack = names[template]
         container = _layer_list(model, template, entries)
         indices = [_index(path, template) for path, *_ in entries]
-        if container is not None:
-            found.extend(
-                Skipped(stack.removesuffix("_cross"), i, _mixer(block))
-                for i, block in enumerate(container)
-                if i not in indices
-            )
+        gaps = [
+            Skipped(stack.removesuffix("_cross"), i, _mixer(block))
+            for i, block in enumerate(container if container is not None else ())
+            if i not in indices
+        ]
         for index, (path, q, k, module) in zip(indices, entries, strict=True):
-            found.append(_found(config, path, q, k, module, stack, index, layout if q == k else ""))
+            try:
+                found.append(_found(config, path, q, k, module, stack, index, layout if q == k else ""))
+            except ArchitectureError as err:  # unscored where other attention modules are scored
+                why = next((w for w in (HEADLESS, SCORER) if str(err).endswith(w)), None)
+                if why is None:
+                    raise
+                unscorable.append(err)
+                found.append(Skipped(stack, index, type(module).__name__, why))
+        found.extend(gaps if any(isinstance(f, Found) and f.stack == stack for f in found) else ())
+    if unscorable and not any(isinstance(f, Found) for f in found):
+        raise unscorable[0]
     order = list(names.values())
     found.sort(
         key=lambda f: (order.index(f.stack) if f.stack in order else order.index(f.stack + "_cross"), f.layer)
     )
     return found
-
-
-def _family_words(model: torch.nn.Module) -> int:
-    """How many leading CamelCase words the model's own classes share (``KimiLinear`` of
-    ``KimiLinearModel``): the family prefix, not part of what a module class says it is."""
-    from transformers import PreTrainedModel
-
-    names = [WORD.findall(type(m).__name__) for m in model.modules() if isinstance(m, PreTrainedModel)]
-    names = [n[:-1] for n in names if len(n) > 1]  # without Model / ForCausalLM's last word
-    if not names:
-        return 0
-    common = 0
-    while all(len(n) > common and n[common] == names[0][common] for n in names):
-        common += 1
-    return common
 
 
 def _index(path: str, template: str) -> int:
@@ -358,9 +360,11 @@ def _found(
             groups=getattr(module, "mp_num", 1) if layout == "groups_qvk" else 1,
             transposed=_conv1d(q_mod),
         )
+    if {n for n, c in module.named_children() if _linear(c) or _conv1d(c)} == {q, k}:
+        raise ArchitectureError(f"{type(module).__name__} at {path}: {SCORER}")
     head_dim = _head_dim(module, config, q_mod.out_features)
     if head_dim is None:
-        raise ArchitectureError(f"{type(module).__name__} at {path}: no head width to read")
+        raise ArchitectureError(f"{type(module).__name__} at {path}: {HEADLESS}")
     single_form(module, q, k)
     q_norm, k_norm = qk_norms(module, head_dim, (q_mod, k_mod))
     n_heads = q_mod.out_features // head_dim
@@ -381,6 +385,7 @@ def _found(
         q_norm=q_norm,
         k_norm=k_norm,
         gated=gated,
+        q_scale=query_scale(module, head_dim),
         temperature=query_temperature(module),
     )
 

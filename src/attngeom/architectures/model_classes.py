@@ -1,6 +1,14 @@
-"""The model class transformers declares for a config class that no auto mapping names."""
+"""Model classes: the one transformers declares for a config class that no auto mapping names, and the
+family prefix that the model's own class names share."""
 
 from __future__ import annotations
+
+import re
+
+import torch
+
+WORD = re.compile(r"[A-Z][a-z]*\d*|\d+")
+"""A CamelCase word of a class name."""
 
 
 def own_model_class(model_type: str) -> type | None:
@@ -22,3 +30,44 @@ def own_model_class(model_type: str) -> type | None:
         and getattr(value, "config_class", None) is config_class
     ]
     return next((c for c in found if c.__name__.endswith("Model")), found[0] if found else None)
+
+
+def family_words(model: torch.nn.Module) -> int:
+    """How many leading CamelCase words the model's own classes share (``KimiLinear`` of
+    ``KimiLinearModel``): the family prefix, not part of what a module class says it is."""
+    from transformers import PreTrainedModel
+
+    names = [WORD.findall(type(m).__name__) for m in model.modules() if isinstance(m, PreTrainedModel)]
+    names = [n[:-1] for n in names if len(n) > 1]  # without Model / ForCausalLM's last word
+    if not names:
+        return 0
+    common = 0
+    while all(len(n) > common and n[common] == names[0][common] for n in names):
+        common += 1
+    return common
+
+
+def config_base_of(model_type: str) -> str | None:
+    """The model type whose config ``model_type``'s extends in transformers' modular source, where
+    transformers defines no model for ``model_type`` itself (LayoutXLM's config is LayoutLMv2's, and its
+    checkpoints load into LayoutLMv2's model)."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto import modeling_auto
+
+    mappings = [
+        getattr(modeling_auto, n) for n in dir(modeling_auto) if re.match(r"MODEL_\w*MAPPING_NAMES$", n)
+    ]
+    if any(model_type in m for m in mappings) or own_model_class(model_type) is not None:
+        return None
+    config = CONFIG_MAPPING[model_type]
+    package = config.__module__.rsplit(".", 1)[0]
+    spec = importlib.util.find_spec(f"{package}.modular_{package.rsplit('.', 1)[-1]}")
+    if spec is None or spec.origin is None:
+        return None
+    found = re.search(rf"^class {config.__name__}\((\w+)\)", Path(spec.origin).read_text(), re.MULTILINE)
+    names = {CONFIG_MAPPING[t].__name__: t for t in modeling_auto.MODEL_MAPPING_NAMES if t in CONFIG_MAPPING}
+    return names.get(found.group(1)) if found else None

@@ -100,3 +100,19 @@ def qk_norms(module: torch.nn.Module, width: int, projections: tuple = ()) -> tu
                 raise ArchitectureError(f"{type(module).__name__}: q/k norm {q_name} of unknown kind")
             return q, k
     return None, None
+
+
+QUERY_SCALES = ("scaling", "per_dim_scale")
+"""Names of an attention's own learned per-dimension query scale (TimesFM, VideoPrism's pooling head)."""
+
+
+def query_scale(module: torch.nn.Module, head_dim: int) -> str:
+    """The name of the attention's learned per-dimension query scale, a ``head_dim``-wide parameter of
+    its own that multiplies q as softplus(scale) (its constant factor is a positive scalar, no part of
+    the form), else "": a fixed diagonal map after W_q, folded into it (the conformance check confirms
+    the convention on the model's own q)."""
+    for name in QUERY_SCALES:
+        scale = getattr(module, name, None)
+        if isinstance(scale, torch.nn.Parameter) and scale.shape == (head_dim,):
+            return name
+    return ""

@@ -6,19 +6,21 @@ input and output of its q and k projections and the q and k that reach transform
 (rotary neutralised: cos 1, sin 0). For every head h the form must give the captured scores:
 Q_h K_gᵀ = diag(c_q)(x W_q,h + b_q,h)(x W_k,g + b_k,g)ᵀ diag(c_k), with c one positive constant for a
 ``standard`` form (the 1/√d_h scale) and a positive scalar per token and head for a normalised one.
-A module outside the attention interface is checked on its projections' outputs (standard forms only).
+A module outside the attention interface is checked on its projections' outputs (standard forms only),
+a fused one on the q and k of its score product (``products``). Tokens that the model splits between its
+attention batch and token axes otherwise (SAM's point batch) are compared token by token (``refolded``).
 """
 
 from __future__ import annotations
 
-import inspect
 from contextlib import ExitStack, contextmanager
 
 import torch
 
 from ..architectures.discovery import Found
 from .inputs import input_sets
-from .products import FirstProducts, as_heads
+from .neutral import rotary_neutralised, temperature_neutralised
+from .products import as_heads, score_products
 
 CAPTURE = "attngeom_conformance"
 RTOL = 1e-5
@@ -54,58 +56,10 @@ def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     with torch.no_grad():
         for param in model.parameters():
             param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * 0.3)
+        for name, buffer in model.named_buffers():  # frozen affine weights (DETR's batch norms) are
+            if name.endswith((".weight", ".bias")) and buffer.is_floating_point():  # buffers, left unset
+                buffer.copy_(torch.randn(buffer.shape, generator=generator, dtype=buffer.dtype) * 0.3)
     return model
-
-
-@contextmanager
-def _rotary_neutralised(modules: list[torch.nn.Module]):
-    def neutral(cos_sin):
-        if not isinstance(cos_sin, (tuple, list)) or len(cos_sin) != 2:  # MLCD passes a list
-            return None
-        cos, sin = cos_sin
-        return torch.ones_like(cos), torch.zeros_like(sin)
-
-    def pre_hook(module, args, kwargs):
-        if "position_embeddings" in kwargs:
-            cos_sin = neutral(kwargs["position_embeddings"])
-            return None if cos_sin is None else (args, {**kwargs, "position_embeddings": cos_sin})
-        names = list(inspect.signature(module.forward).parameters)
-        at = names.index("position_embeddings") if "position_embeddings" in names else len(args)
-        cos_sin = neutral(args[at]) if at < len(args) else None  # passed by position (SAM 3's ViT)
-        return None if cos_sin is None else ((*args[:at], cos_sin, *args[at + 1 :]), kwargs)
-
-    def own(rotary, args, output):  # a rotary embedding the attention computes itself (IDEFICS)
-        return neutral(output)
-
-    handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
-    handles += [
-        child.register_forward_hook(own)
-        for m in modules
-        for child in m.children()
-        if "Rotary" in type(child).__name__
-    ]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-@contextmanager
-def temperature_neutralised(pairs: list[tuple[torch.nn.Module, Found]]):
-    """A query temperature (``Found.temperature``) passes q on unchanged: the form leaves it out, as it
-    does rotary, so the check compares what the form states."""
-
-    def identity(child, args, kwargs, output):
-        return args[0] if args else next(iter(kwargs.values()))
-
-    children = [m.get_submodule(f.temperature) for m, f in pairs if f.temperature]
-    handles = [c.register_forward_hook(identity, with_kwargs=True) for c in children]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @contextmanager
@@ -162,19 +116,15 @@ def capture(
 
         return hook
 
-    products = FirstProducts(seen)
-
     def opened(path: str):
         def hook(module, args):
             first_call.setdefault(path, True)
-            products.active.append(path)
 
         return hook
 
     def closed(path: str):
         def hook(module, args, output):
             first_call[path] = False
-            products.active.remove(path)
 
         return hook
 
@@ -193,17 +143,16 @@ def capture(
                 child = module.get_submodule(name.rsplit(".", 1)[-1])
                 handle = child.register_forward_hook(keep(item.path, role))
                 stack.callback(handle.remove)
-        stack.enter_context(_rotary_neutralised(list(modules.values())))
+        stack.enter_context(rotary_neutralised(list(modules.values())))
         stack.enter_context(temperature_neutralised([(modules[i.path], i) for i in items]))
         stack.enter_context(_implementation(model, CAPTURE))
         stack.enter_context(_default_dtype(torch.float64))  # tensors a model makes itself (masks, positions)
-        stack.enter_context(products)
+        products = stack.enter_context(score_products(modules, items))
         pending = [item.path for item in items]
         failure: Exception | None = None
         for runner in _runners(model, items):
             for inputs in input_sets(runner):
                 before, interface = set(seen), set(_interface)
-                products.active.clear()  # a call cut short leaves its modules open
                 try:
                     with torch.no_grad():
                         runner(**inputs)
@@ -215,14 +164,21 @@ def capture(
                         first_call.pop(key, None)
                     for key in set(_interface) - interface:
                         del _interface[key]
+                    products.cut_short(set(seen))
             pending = [p for p in pending if p not in seen]
             if not pending:
                 break
         if not pending:
             failure = None
-    for path, module in modules.items():
-        if id(module) in _interface and path in seen:
-            seen[path]["q_attn"], seen[path]["k_attn"] = _interface[id(module)]
+    for item in items:
+        if id(modules[item.path]) in _interface and item.path in seen:
+            seen[item.path]["q_attn"], seen[item.path]["k_attn"] = _interface[id(modules[item.path])]
+        elif item.path in products.found and item.path in seen:
+            q, k = products.found[item.path]
+            seen[item.path]["q_attn"], seen[item.path]["k_attn"] = (
+                as_heads(q, item.n_heads),
+                as_heads(k, item.n_kv_heads),
+            )
     return seen, failure
 
 
@@ -259,6 +215,19 @@ def heads(t: torch.Tensor, n: int, d: int) -> torch.Tensor:
     return t.reshape(t.shape[0], t.shape[1], n, d).transpose(1, 2)
 
 
+def refolded(mine: torch.Tensor, their: torch.Tensor) -> torch.Tensor:
+    """``mine`` (B, n, N, d) with its tokens split between the batch and token axes as ``their`` splits
+    them, where the two differ only there: a model that folds a batch-like axis (SAM's point batch) into
+    its attention batch attends within each fold. The tokens keep their order, so a wrong discovery still
+    differs token by token."""
+    if mine.dim() != 4 or their.dim() != 4 or mine.shape == their.shape:
+        return mine
+    (b, n, t, d), (b2, n2, t2, d2) = mine.shape, their.shape
+    if (n, d) != (n2, d2) or b * t != b2 * t2:
+        return mine
+    return mine.transpose(1, 2).reshape(b2, t2, n, d).transpose(1, 2)
+
+
 def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str | None:
     """Why ``layer`` does not give ``record``'s scores, or None when it does (``fused``: its q/k come
     from one projection, whose split only the attention function's q and k can confirm)."""
@@ -271,24 +240,19 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
         out = x @ w.double() + (0 if b is None else b.double())
         ours.append(heads(out, n, layer.head_dim))
     attn = "q_attn" in record
-    if not attn and (layer.form != "standard" or fused):  # only the module's own q·k product tells
-        theirs = [
-            as_heads(record[k], mine) for k, mine in zip(("q_mm", "k_mm"), ours, strict=True) if k in record
+    if not attn and (layer.form != "standard" or fused):
+        return "a normalised form or fused projection outside the attention interface"
+    theirs = (
+        [record["q_attn"], record["k_attn"]]
+        if attn
+        else [
+            heads(record["q"], layer.n_heads, layer.head_dim),
+            heads(record["k"], layer.n_kv_heads, layer.head_dim),
         ]
-        if len(theirs) < 2 or theirs[0] is None or theirs[1] is None:
-            return "a normalised form or fused projection outside the attention interface"
-        attn = True
-    else:
-        theirs = (
-            [record["q_attn"], record["k_attn"]]
-            if attn
-            else [
-                heads(record["q"], layer.n_heads, layer.head_dim),
-                heads(record["k"], layer.n_kv_heads, layer.head_dim),
-            ]
-        )
+    )
     if not all(torch.isfinite(t).all() for t in theirs):
         return "the tiny model's forward pass gave non-finite q or k"
+    ours = [refolded(mine, their) for mine, their in zip(ours, theirs, strict=True)]
     vectors = _compare_vectors(layer, ours, theirs)
     return vectors and _compare_scores(layer, ours, theirs, vectors)
 

@@ -123,15 +123,23 @@ class _Maker:
                 "spatial_shapes": torch.tensor([GRID[1:]] * self.batch),
                 "pixel_attention_mask": torch.ones(self.batch, patches, dtype=torch.long),
             }
-        height, width = _image_size(self.config)
         channels = _find(self.config, "num_channels", "in_channels", "in_chans", default=3)
         lists = bool(self.variant and {"image_attention_mask", "pixel_attention_mask"} & set(self.params))
         images = (self.batch, 2) if lists else (self.batch,)
+        height, width = self.prompted() or _image_size(self.config)
         out = {"pixel_values": self.randn(*images, channels, height, width)}
         if "target_sizes" in self.params and not lists:  # each image's size in patches (packed towers)
             patch = _find(self.config, "patch_size", default=height)
             out["target_sizes"] = torch.tensor([[height // patch, width // patch]] * self.batch)
         return out
+
+    def prompted(self) -> tuple[int, int] | None:
+        """A model given a prompt image beside its image (SegGPT) stacks the two into one input of the
+        config's (height, width): each image is half as high; else None."""
+        prompt = [n for n, p in self.params.items() if n.endswith("_pixel_values") and p.default is p.empty]
+        sizes = (getattr(c, "image_size", None) for c in _configs(self.config))
+        size = next((s for s in sizes if isinstance(s, (list, tuple)) and len(s) == 2), None)
+        return (size[0] // 2, size[1]) if prompt and size else None
 
     def patches(self) -> dict[str, torch.Tensor]:
         pixels = self.pixels()
@@ -249,6 +257,12 @@ class _Maker:
             )
             out["encoder_hidden_states"] = self.randn(self.batch, 5, width)
         pixels = inputs.get("pixel_values")
+        for name, param in self.params.items():  # a prompt image and its mask beside the image (SegGPT)
+            prompt = (
+                name.endswith("pixel_values") or name.removesuffix("masks") + "pixel_values" in self.params
+            )
+            if pixels is not None and name not in inputs and param.default is param.empty and prompt:
+                out[name] = self.randn(*pixels.shape)
         if "image_attention_mask" in self.params and pixels is not None and pixels.dim() == 5:
             out["image_attention_mask"] = torch.ones(
                 self.batch, self.length, pixels.shape[1], dtype=torch.long
@@ -274,6 +288,8 @@ def input_sets(model: torch.nn.Module, batch: int = 2, length: int = 7) -> list[
     the first set that runs: the one that reaches most towers comes first)."""
     params = inspect.signature(model.forward).parameters
     main = getattr(model, "main_input_name", "input_ids")
+    if isinstance(main, (list, tuple)):  # OneFormer's [pixel_values, task_inputs]: the first is the medium
+        main = main[0]
     if main not in params:
         main = next((n for n in ("pixel_values", *AUDIO) if n in params), main)
     kinds = _Maker(model, batch, length, 0).kinds()

@@ -2,13 +2,17 @@
 
 Where the whole tiny model cannot run (its forward needs inputs a generic driver does not make: image
 grids, inference sessions, boxes, ...) or never reaches a module, the module is called on its own with
-random hidden states of its q projection's input width (cross attention: random key/value states of its k
-projection's input width), rotary position embeddings neutral (cos 1, sin 0), relative ones zero, no mask
-or an all-visible one, packed sequences as one (``cu_seqlens``), and ``None`` for any other argument its
+random hidden states of its q projection's input width, (batch, tokens) and then (batch, 1, tokens) for a
+module that folds a batch-like axis into its attention batch (SAM's point batch) (cross attention: random
+key/value states of its k projection's input width), rotary position embeddings neutral (cos 1, sin 0;
+the keys' own too), relative ones zero, no mask or an all-visible one, packed sequences as one
+(``cu_seqlens``), a count left at 0 by default then at 1, and ``None`` for any other argument its
 signature requires; the readings its signature leaves open are tried in turn and the first that runs is
-kept (never one picked for agreeing). The q and k it computes are captured through the same projection
-hooks and attention interface as the whole forward pass and compared with the same functions; a module
-whose forward does not run to its end is not validated."""
+kept (never one picked for agreeing), unless the attention function's q holds more values than the q
+projection gave (broadcast against an argument of another shape: a wrong reading). The q and k it
+computes are captured through the same projection hooks and attention interface as the whole forward
+pass and compared with the same functions; a module whose forward does not run to its end is not
+validated."""
 
 from __future__ import annotations
 
@@ -20,14 +24,9 @@ from itertools import product
 import torch
 
 from ..architectures.discovery import Found
-from .check import (
-    CAPTURE,
-    _implementation,
-    _interface,
-    _register,
-    _rotary_neutralised,
-    temperature_neutralised,
-)
+from .check import CAPTURE, _implementation, _interface, _register
+from .neutral import rotary_neutralised, temperature_neutralised
+from .products import as_heads, score_products
 
 BATCH, LENGTH, KV_LENGTH = 2, 7, 5
 KEY_VALUE = ("encoder_hidden", "key_value", "context", "memory", "cross_attention", "encoder_states")
@@ -76,14 +75,20 @@ def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.
         for role, name in (("q", item.q), ("k", item.k)):
             handle = module.get_submodule(name.rsplit(".", 1)[-1]).register_forward_hook(keep(role))
             stack.callback(handle.remove)
-        stack.enter_context(_rotary_neutralised([module]))
+        stack.enter_context(rotary_neutralised([module]))
         stack.enter_context(temperature_neutralised([(module, item)]))
+        products = stack.enter_context(score_products({item.path: module}, [item]))
         with torch.no_grad():
             module(**kwargs)
     if not {"x_q", "q", "x_k", "k"} <= set(record):
         raise RuntimeError("the module's forward did not use its q and k projections")
     if id(module) in _interface:
         record["q_attn"], record["k_attn"] = _interface.pop(id(module))
+        if record["q_attn"].numel() > record["q"].numel():
+            raise RuntimeError("its q was broadcast against an argument of another shape")
+    elif item.path in products.found:
+        q, k = products.found[item.path]
+        record["q_attn"], record["k_attn"] = as_heads(q, item.n_heads), as_heads(k, item.n_kv_heads)
     return record
 
 
@@ -102,7 +107,8 @@ def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iter
     cross = item.cross or q_in != k_in
     packed = any("cu_seqlens" in p.name for p in params)
     generator = torch.Generator().manual_seed(2)
-    leads = [(LENGTH,), (1, LENGTH)] if packed else [(BATCH, LENGTH)]
+    # packed tokens; else a batch, then one with a second leading axis (SAM's point batch, a 1 × N grid)
+    leads = [(LENGTH,), (1, LENGTH)] if packed else [(BATCH, LENGTH), (BATCH, 1, LENGTH)]
     for lead, kv_length in product(leads, (KV_LENGTH, LENGTH) if cross else (LENGTH,)):
         hidden = torch.randn(*lead, q_in, generator=generator, dtype=torch.float64)
         kv = torch.randn(*lead[:-1], kv_length, k_in, generator=generator, dtype=torch.float64)
@@ -116,6 +122,8 @@ def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iter
         }
         kinds = {_kind(p) for p in params[1:]}
         options = {kind: values for kind, values in options.items() if kind in kinds}
+        # a count left at 0 by default, then 1 (EdgeTAM's ``rope_k_repeat`` divides by it)
+        options |= {p.name: [_DEFAULT, 1] for p in params[1:] if type(p.default) is int and p.default == 0}
         for chosen in product(*options.values()):
             choice = dict(zip(options, chosen, strict=True))
             kwargs = {params[0].name: hidden}
@@ -132,7 +140,12 @@ _DEFAULT = object()
 def _kind(p: inspect.Parameter) -> str:
     """Which generic input argument ``p`` takes."""
     name = p.name
-    if name == "position_embeddings":  # rotary (cos, sin) or relative, whatever the annotation says
+    if (
+        name == "position_embeddings"
+        or name.startswith("position_embeddings_")
+        and "tuple" in str(p.annotation)
+    ):
+        # rotary (cos, sin) or relative, whatever the annotation says; the keys' own (EdgeTAM's ``_k``)
         return "rotary" if p.annotation is p.empty or "tuple" in str(p.annotation) else "position"
     if "pos" in name and "emb" in name:
         return "relative"
@@ -181,7 +194,7 @@ def _relative(lead: tuple[int, ...], width: int) -> list[torch.Tensor | None]:
 
 def _masks(lead: tuple[int, ...], kv_length: int) -> list[torch.Tensor | None]:
     """No mask, then an all-visible one: additive 4-D, boolean 4-D, 2-D padding (integer, boolean)."""
-    if len(lead) == 1:
+    if len(lead) != 2:
         return [None]
     batch, length = lead
     return [

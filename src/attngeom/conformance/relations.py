@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .sizes import COUNT_RULES, HEAD_COUNTS, HEAD_DIM, KV_HEAD_COUNTS, LAYER_KEYS, LAYERS, RULES
+from .sizes import COUNT_RULES, HEAD_COUNTS, HEAD_DIM, HEAD_WIDTHS, KV_HEAD_COUNTS, LAYER_KEYS, LAYERS, RULES
 
 
 def related(tiny: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -131,3 +131,23 @@ def kv_as_heads(entries: dict[str, Any]) -> None:
             kv_as_heads(value)
         elif re.search(KV_HEAD_COUNTS, str(key)) and isinstance(value, int) and heads:
             entries[key] = heads
+
+
+def sums(out: dict[str, Any], before: dict[str, Any]) -> None:
+    """A width that is by default the sum of two of its parts, named as it is with one word more
+    (LongCat-Flash's ``qk_head_dim`` = ``qk_nope_head_dim`` + ``qk_rope_head_dim``), stays their sum; a
+    head width with a tiny value of its own keeps it (dots3's ``head_dim``, by chance the sum of two)."""
+    ints = {k: v for k, v in before.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+    for key, value in ints.items():
+        if re.search(HEAD_WIDTHS, str(key)):
+            continue
+        words = str(key).split("_")
+        parts = [
+            k
+            for k in ints
+            if len(k.split("_")) == len(words) + 1
+            and any(k.split("_")[:i] + k.split("_")[i + 1 :] == words for i in range(len(words) + 1))
+        ]
+        pairs = [(a, b) for a in parts for b in parts if a < b and ints[a] + ints[b] == value]
+        if len(pairs) == 1 and all(isinstance(out.get(p), int) for p in pairs[0]):
+            out[key] = out[pairs[0][0]] + out[pairs[0][1]]

@@ -65,6 +65,7 @@ def check_type(model_type: str) -> dict:
     """The conformance entry of one ``model_type``."""
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
+    from ..architectures.model_classes import config_base_of
     from ..architectures.registry import REGISTRY
     from .check import randomized
     from .refusals import build_refusal
@@ -90,6 +91,8 @@ def check_type(model_type: str) -> dict:
     except Exception as err:  # noqa: BLE001 — any failure is this type's result
         why = _default_reason(model_type) or build_refusal(err) or _default_failure(model_type)
         return _refused(why or f"could not build a tiny model ({_short(err)})")
+    if not _has_attention(skeleton, config):
+        config, skeleton = _deepened(config, skeleton)
     if not _has_attention(skeleton, config):
         return _refused(_no_attention_reason(skeleton))
     try:
@@ -136,6 +139,9 @@ def _attempt(model, config, source, layout: str) -> dict:
         reason = str(err) if "no attention module" not in str(err) else _no_attention_reason(model)
         return _refused(reason)
     items = [i for i in find_attention(model, config, layout) if isinstance(i, Found)]
+    pooled = next((p for p in (_pooled_queries(model.get_submodule(i.path)) for i in items) if p), None)
+    if pooled:
+        return _refused(pooled, near=True)  # a layout found; the model computes no form of it
     try:
         layers = [l for l in architecture.layers(source.config, source) if hasattr(l, "w_q")]
     except Exception as err:  # noqa: BLE001
@@ -179,6 +185,20 @@ def _attempt(model, config, source, layout: str) -> dict:
     return entry | ({"own_forward": list(dict.fromkeys(i.stack for i in unrun))} if unrun else {})
 
 
+def _pooled_queries(module) -> str | None:
+    """The refusal of an attention that pools its queries (Hiera's and SAM 2's stage changes), else None."""
+    stride = getattr(module, "query_stride", None)
+    if not any(
+        isinstance(s, int) and s > 1 for s in (stride if isinstance(stride, (tuple, list)) else [stride])
+    ):
+        return None
+    return (
+        f"query pooling ({type(module).__name__}, `query_stride`): where a stage begins, q is max-pooled "
+        "over neighbouring tokens after its projection, so those layers' scores are no bilinear form of a "
+        "token pair"
+    )
+
+
 def _own_forward_note(unrun: list, whole: Exception | None) -> str:
     """What a validation on the attention modules' own forward says: which stacks, and why not whole."""
     if not unrun:
@@ -220,6 +240,27 @@ def _default_failure(model_type: str) -> str | None:
     return None
 
 
+def _deepened(config, skeleton):
+    """``config`` with the fewest more layers (up to 6) whose model has attention, where the shrunk
+    layer count keeps only layers without it (Griffin's recurrent blocks come before its attention
+    block; SAM 3 Lite's text encoder has RepMixers first and last); else ``config`` as it was."""
+    import copy
+
+    from ..architectures.discovery import meta_model
+
+    layers = getattr(config, "num_hidden_layers", None)
+    for more in range(layers + 1, 7) if isinstance(layers, int) else ():
+        deeper = copy.deepcopy(config)
+        deeper.num_hidden_layers = more
+        try:
+            built = meta_model(deeper)
+        except Exception:  # noqa: BLE001 — a count the config's rules refuse: try the next
+            continue
+        if _has_attention(built, deeper):
+            return deeper, built
+    return config, skeleton
+
+
 def _has_attention(skeleton, config) -> bool:
     """Whether discovery sees any attention in the meta-device model (an unreadable one counts)."""
     from ..architectures.discovery import Found, find_attention
@@ -259,33 +300,6 @@ def parent_of(model_type: str) -> str | None:
         if any(getattr(sub, "model_type", None) == model_type for sub in subs):
             return parent
     return None
-
-
-def config_base_of(model_type: str) -> str | None:
-    """The model type whose config ``model_type``'s extends in transformers' modular source, where
-    transformers defines no model for ``model_type`` itself (LayoutXLM's config is LayoutLMv2's, and its
-    checkpoints load into LayoutLMv2's model)."""
-    import importlib.util
-
-    from transformers import CONFIG_MAPPING
-    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
-
-    from ..architectures.base import ArchitectureError
-    from ..architectures.discovery import model_class
-
-    try:
-        model_class(model_type)
-        return None
-    except ArchitectureError:  # no model: a config (and processor) only
-        pass
-    config = CONFIG_MAPPING[model_type]
-    package = config.__module__.rsplit(".", 1)[0]
-    spec = importlib.util.find_spec(f"{package}.modular_{package.rsplit('.', 1)[-1]}")
-    if spec is None or spec.origin is None:
-        return None
-    found = re.search(rf"^class {config.__name__}\((\w+)\)", Path(spec.origin).read_text(), re.MULTILINE)
-    names = {CONFIG_MAPPING[t].__name__: t for t in MODEL_MAPPING_NAMES if t in CONFIG_MAPPING}
-    return names.get(found.group(1)) if found else None
 
 
 def _worker(model_type: str) -> tuple[str, dict]:

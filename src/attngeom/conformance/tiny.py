@@ -13,10 +13,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from .relations import equal_chunks, kv_as_heads, related, tiny_value, unset_sizes
+from .relations import equal_chunks, kv_as_heads, related, sums, tiny_value, unset_sizes
 from .sizes import (
     COUNT_RULES,
-    HEAD_WIDTHS,
     HEADS,
     KV_HEADS,
     LAYER_KEYS,
@@ -32,6 +31,7 @@ PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "layers_block_t
 def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
     """``entries`` (a config's ``to_dict()``) with every size made tiny, sub-configs included;
     ``widths=False``: the counts only (for a config whose widths are tied by rules of its own)."""
+    entries = _native_backbone(entries)
     out = dict(entries)
     layers_before = next(
         (v for k, v in entries.items() if re.search(LAYER_KEYS, k) and isinstance(v, int)), None
@@ -54,7 +54,8 @@ def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
                 out[key] = min(value, tiny) if value > 0 else value
                 break
     _fit_patches(out)
-    _sums(out, entries)
+    sums(out, entries)
+    _fit_windows(out)
     unscheduled = dict(out)
     _hybrid_schedule(out)
     scheduled = {k for k in out if out[k] != unscheduled.get(k)}
@@ -74,32 +75,32 @@ def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
     return out
 
 
+TIMM_RESNET = re.compile(r"^(resnet|resnetv1)\d+[a-z]?$")
+
+
+def _native_backbone(entries: dict[str, Any]) -> dict[str, Any]:
+    """A timm ResNet backbone (the DETR family's default) as transformers' own ResNet with the same
+    stages: a ResNet has no attention, the attention scored lies after it, and timm cannot be installed
+    beside the CPU torch here."""
+    backbone = entries.get("backbone_config")
+    if not (isinstance(backbone, dict) and backbone.get("model_type") == "timm_backbone"):
+        return entries
+    if not TIMM_RESNET.match(str(backbone.get("backbone", ""))):
+        return entries
+    from transformers import ResNetConfig
+
+    native = ResNetConfig(
+        out_indices=backbone.get("out_indices"), num_channels=backbone.get("num_channels", 3)
+    )
+    return entries | {"backbone_config": native.to_dict()}
+
+
 LIST_RULES = (
     (r"(^|_)(depths|num_layers|layers|blocks)$", 1),
     (r"(^|_)(num_heads|heads)$", 2),
     (r"(key_value_heads|kv_heads)", KV_HEADS),
 )
 LIST_WIDTHS = re.compile(r"(^|_)(hidden_sizes|embed_dims?|dims|channels|widths|hidden_dims)$")
-
-
-def _sums(out: dict[str, Any], before: dict[str, Any]) -> None:
-    """A width that is by default the sum of two of its parts, named as it is with one word more
-    (LongCat-Flash's ``qk_head_dim`` = ``qk_nope_head_dim`` + ``qk_rope_head_dim``), stays their sum; a
-    head width with a tiny value of its own keeps it (dots3's ``head_dim``, by chance the sum of two)."""
-    ints = {k: v for k, v in before.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
-    for key, value in ints.items():
-        if re.search(HEAD_WIDTHS, str(key)):
-            continue
-        words = str(key).split("_")
-        parts = [
-            k
-            for k in ints
-            if len(k.split("_")) == len(words) + 1
-            and any(k.split("_")[:i] + k.split("_")[i + 1 :] == words for i in range(len(words) + 1))
-        ]
-        pairs = [(a, b) for a in parts for b in parts if a < b and ints[a] + ints[b] == value]
-        if len(pairs) == 1 and all(isinstance(out.get(p), int) for p in pairs[0]):
-            out[key] = out[pairs[0][0]] + out[pairs[0][1]]
 
 
 def _shrunk_list(key: str, value: list[int], widths: bool = True) -> list[int]:
@@ -181,6 +182,16 @@ def _fit_patches(out: dict[str, Any]) -> None:
                 and all(isinstance(k, int) for k in value)
             ):
                 out[key] = {count: min(value.values()), **value}
+
+
+def _fit_windows(out: dict[str, Any]) -> None:
+    """A hierarchical (Swin-like) tower's windows fit its last stage: each stage halves the patch grid of
+    the tiny image, and a window wider than the last stage's grid would not match its position table."""
+    window, depths, patch, image = (out.get(k) for k in ("window_size", "depths", "patch_size", "image_size"))
+    if not (isinstance(window, int) and isinstance(depths, list) and len(depths) > 1):
+        return
+    if isinstance(patch, int) and isinstance(image, int) and patch > 0:
+        out["window_size"] = max(1, min(window, image // patch // 2 ** (len(depths) - 1)))
 
 
 def _per_layer_lists(

@@ -1,0 +1,80 @@
+"""What the conformance check neutralises in a forward pass, as the forms leave it out: rotary embeddings
+(cos 1, sin 0, whether passed to the attention, made by a rotary child of its own, or made from positions it
+is handed) and a query temperature (``Found.temperature``: q passed on unchanged)."""
+
+from __future__ import annotations
+
+import inspect
+from contextlib import contextmanager
+
+import torch
+
+from ..architectures.discovery import Found
+
+POSITIONS = ("position_mask",)
+"""Arguments of an attention module that hand it token positions to rotate q and k by itself."""
+
+
+@contextmanager
+def rotary_neutralised(modules: list[torch.nn.Module]):
+    def neutral(cos_sin):
+        if not isinstance(cos_sin, (tuple, list)) or len(cos_sin) != 2:  # MLCD passes a list
+            return None
+        cos, sin = cos_sin
+        return torch.ones_like(cos), torch.zeros_like(sin)
+
+    def pre_hook(module, args, kwargs):
+        if "position_embeddings" in kwargs:
+            cos_sin = neutral(kwargs["position_embeddings"])
+            return None if cos_sin is None else (args, {**kwargs, "position_embeddings": cos_sin})
+        names = list(inspect.signature(module.forward).parameters)
+        at = names.index("position_embeddings") if "position_embeddings" in names else len(args)
+        cos_sin = neutral(args[at]) if at < len(args) else None  # passed by position (SAM 3's ViT)
+        return None if cos_sin is None else ((*args[:at], cos_sin, *args[at + 1 :]), kwargs)
+
+    def zero_positions(module, args, kwargs):  # position 0 for a rotary the module makes itself
+        names = list(inspect.signature(module.forward).parameters)
+        if "position_embeddings" in names or not (args or kwargs):
+            return None
+        for at, name in ((names.index(n), n) for n in POSITIONS if n in names):
+            value = kwargs.get(name, args[at] if at < len(args) else None)
+            if value is not None and (not isinstance(value, torch.Tensor) or value.is_floating_point()):
+                continue
+            shape = (args[0] if args else kwargs[names[0]]).shape[:-1] if value is None else value.shape
+            zeros = torch.zeros(shape, dtype=torch.long)
+            args, kwargs = (
+                ((*args[:at], zeros, *args[at + 1 :]), kwargs)
+                if at < len(args)
+                else (args, kwargs | {name: zeros})
+            )
+        return args, kwargs
+
+    def post_hook(module, args, output):  # a rotary module of the attention's own (RecurrentGemma)
+        return neutral(output)
+
+    handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
+    handles += [m.register_forward_pre_hook(zero_positions, with_kwargs=True) for m in modules]
+    inner = [c for m in modules for c in m.children() if "Rotary" in type(c).__name__]
+    handles += [c.register_forward_hook(post_hook) for c in inner]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def temperature_neutralised(pairs: list[tuple[torch.nn.Module, Found]]):
+    """A query temperature (``Found.temperature``) passes q on unchanged: the form leaves it out, as it
+    does rotary, so the check compares what the form states."""
+
+    def identity(child, args, kwargs, output):
+        return args[0] if args else next(iter(kwargs.values()))
+
+    children = [m.get_submodule(f.temperature) for m, f in pairs if f.temperature]
+    handles = [c.register_forward_hook(identity, with_kwargs=True) for c in children]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
