@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .unset import fill_unset
 from .sizes import COUNT_RULES, HEAD_DIM, LAYER_KEYS, LAYERS, RULES
 
 
@@ -87,8 +88,9 @@ def _rotary_sections(out: dict[str, Any]) -> None:
 
 
 def unset_sizes(entries: dict[str, Any]) -> dict[str, Any]:
-    """Entries whose size is unset (None) where the name says which size: the tiny value."""
-    out = dict(entries)
+    """Entries whose size is unset (None) where the name says which size: the tiny value; unset
+    structure the model reads (:func:`fill_unset`) filled."""
+    out = fill_unset(entries)
     for key, value in entries.items():
         if isinstance(value, dict) and ("model_type" in value or str(key).endswith("_config")):
             out[key] = unset_sizes(value)

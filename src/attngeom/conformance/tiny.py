@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .relations import related, tiny_value, unset_sizes
+from .unset import fill_unset
 from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH
 
 TOKEN_ID = re.compile(r"(_token_id|_token_index|_token_ids|_id)$")
@@ -23,6 +24,7 @@ PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "layers_block_t
 def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
     """``entries`` (a config's ``to_dict()``) with every size made tiny, sub-configs included;
     ``widths=False``: the counts only (for a config whose widths are tied by rules of its own)."""
+    entries = fill_unset(entries)
     out = dict(entries)
     layers_before = next(
         (v for k, v in entries.items() if re.search(LAYER_KEYS, k) and isinstance(v, int)), None
@@ -245,13 +247,18 @@ def _mrope_sections(cls, entries: dict[str, Any]) -> None:
             _mrope_sections(CONFIG_MAPPING[kind] if kind in CONFIG_MAPPING else sub, entries[key])
     rope = entries.get("rope_parameters")
     takes = "mrope_section" in getattr(cls, "ignore_keys_at_rope_validation", ())
-    if not takes or not isinstance(rope, dict) or "mrope_section" in rope:
+    if not takes or not isinstance(rope, dict) or not rope:
         return
     head = entries.get("head_dim") or entries.get("hidden_size", WIDTH) // entries.get(
         "num_attention_heads", HEADS
     )
-    half = int(head * rope.get("partial_rotary_factor", entries.get("partial_rotary_factor", 1.0))) // 2
-    rope["mrope_section"] = [half - 2 * (half // 3), half // 3, half // 3]
+    kinds = entries.get("layer_types") if isinstance(entries.get("layer_types"), list) else []
+    per_kind = [rope[k] for k in dict.fromkeys(kinds) if isinstance(rope.get(k), dict)]  # keyed by layer kind
+    for params in per_kind or [rope]:
+        if "mrope_section" not in params:
+            factor = params.get("partial_rotary_factor", entries.get("partial_rotary_factor", 1.0))
+            half = int(head * factor) // 2
+            params["mrope_section"] = [half - 2 * (half // 3), half // 3, half // 3]
 
 
 def tiny_config(model_type: str):

@@ -1,0 +1,62 @@
+"""Entries a config's defaults leave unset (None or empty) that its model reads as structure: per-layer
+kind lists, rotary parameters per layer kind, token maps. Each gets the least the model's own code asks
+for (a model that reads them does not build without)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any
+
+from .sizes import LAYER_KEYS
+
+KIND_LISTS = re.compile(r"(^|_)layer_types$")
+"""Per-layer kind lists (``layer_types``, DeepSeek-OCR 2's ``mlp_layer_types``)."""
+ATTENTION_KIND = "full_attention"
+"""The layer kind transformers' configs name plain attention by (``ALLOWED_LAYER_TYPES``)."""
+MAPS = re.compile(r"(^|_)(vocabulary_map|vocab_map)$")
+"""A token map from a tokenizer (Chameleon's and Emu3's ``vocabulary_map``): empty, as a text-only
+model reads it (its image tokens are not used)."""
+DEFAULT_THETA = 10_000.0
+
+
+def fill_unset(entries: dict[str, Any]) -> dict[str, Any]:
+    """``entries`` (one config's, not its sub-configs') with its unset structure filled."""
+    out = dict(entries)
+    for key, value in entries.items():
+        if value is None and MAPS.search(str(key)):
+            out[key] = {}
+    layers_key = next((k for k in out if re.search(LAYER_KEYS, str(k)) and isinstance(out[k], int)), None)
+    for key, value in entries.items():
+        if value is None and KIND_LISTS.search(str(key)) and layers_key:
+            kinds = compared_kinds(out.get("model_type"), str(key))
+            if kinds and str(key) == "layer_types" and ATTENTION_KIND not in kinds:
+                kinds.append(ATTENTION_KIND)  # the others name what is not attention (LFM2-MoE's "conv")
+            if kinds:
+                out[layers_key] = layers = max(out[layers_key], len(kinds))
+                out[key] = kinds + kinds[-1:] * (layers - len(kinds))
+    kinds = out.get("layer_types")
+    if out.get("rope_parameters") == {} and isinstance(kinds, list) and kinds:
+        # rotary parameters keyed by layer kind, none given (Cohere Compass): each kind the default rotary
+        theta = out.get("rope_theta") or DEFAULT_THETA
+        out["rope_parameters"] = {
+            kind: {"rope_type": "default", "rope_theta": theta} for kind in dict.fromkeys(kinds)
+        }
+    return out
+
+
+def compared_kinds(model_type: Any, key: str) -> list[str]:
+    """The string kinds the model's code compares ``config.<key>[i]`` with, in the order they appear."""
+    from transformers import CONFIG_MAPPING
+
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        return []
+    name = CONFIG_MAPPING[model_type].__module__.replace(".configuration_", ".modeling_")
+    try:
+        source = importlib.import_module(name).__file__
+        with open(source, encoding="utf-8") as handle:
+            text = handle.read()
+    except (ImportError, OSError, TypeError):
+        return []
+    found = re.findall(rf"config\.{re.escape(key)}\[[^\]]+\]\s*[!=]=\s*[\"'](\w+)[\"']", text)
+    return list(dict.fromkeys(found))
