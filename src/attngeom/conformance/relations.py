@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .unset import fill_unset
 from .sizes import COUNT_RULES, HEAD_DIM, LAYER_KEYS, LAYERS, RULES
+from .unset import fill_unset
 
 
 def related(tiny: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from .relations import related, tiny_value, unset_sizes
-from .unset import fill_unset
 from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH
+from .unset import fill_unset
 
 TOKEN_ID = re.compile(r"(_token_id|_token_index|_token_ids|_id)$")
 PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "layers_block_type", "block_types")
