@@ -95,7 +95,8 @@ def discovered_layers(
                 else torch.ones(item.head_dim, dtype=torch.float64)
                 for n in (item.q_norm, item.k_norm)
             )
-            form = QK_NORM_PER_HEAD if q_gain.numel() == item.head_dim else QK_NORM_WHOLE
+            per_head = q_gain.numel() == item.head_dim or q_gain.dim() == 2  # shared, or one per head
+            form = QK_NORM_PER_HEAD if per_head else QK_NORM_WHOLE
             layer = normalised(
                 layer, q_gain, k_gain, form, item.q_norm.centre, item.q_norm.bias or item.k_norm.bias
             )

@@ -41,11 +41,11 @@ def probe_norm(norm: torch.nn.Module, name: str, width: int = 0) -> Norm | None:
     weight = getattr(norm, "weight", None)
     if weight is None and width and not list(norm.parameters()):
         return _probe_plain(norm, name, width)
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
-        return None
+    if not isinstance(weight, torch.Tensor) or weight.dim() not in (1, 2):
+        return None  # 2: a gain per head (Chameleon's heads × head width LayerNorm)
     probe = copy.deepcopy(norm).to_empty(device="cpu").float()
     bias = getattr(probe, "bias", None)
-    x = torch.randn(3, weight.numel(), generator=torch.Generator().manual_seed(0)) + 2.0
+    x = torch.randn(3, *weight.shape, generator=torch.Generator().manual_seed(0)) + 2.0
     with torch.no_grad():
         if isinstance(bias, torch.Tensor):
             bias.zero_()
