@@ -8,7 +8,9 @@ import importlib
 import re
 from typing import Any
 
-from .sizes import LAYER_KEYS
+from .sizes import COUNT_RULES, EXPERTS, LAYER_KEYS, PER_TOKEN
+
+TOP_K = dict(COUNT_RULES)[PER_TOKEN]
 
 KIND_LISTS = re.compile(r"(^|_)layer_types$")
 """Per-layer kind lists (``layer_types``, DeepSeek-OCR 2's ``mlp_layer_types``)."""
@@ -23,9 +25,12 @@ DEFAULT_THETA = 10_000.0
 def fill_unset(entries: dict[str, Any]) -> dict[str, Any]:
     """``entries`` (one config's, not its sub-configs') with its unset structure filled."""
     out = dict(entries)
+    experts = any(re.search(EXPERTS, str(k)) and isinstance(v, int) and v > 1 for k, v in entries.items())
     for key, value in entries.items():
         if value is None and MAPS.search(str(key)):
             out[key] = {}
+        elif value is None and experts and re.search(PER_TOKEN, str(key)):
+            out[key] = TOP_K  # a router's top-k left unset (DeepSeek-OCR 2's text model): its tiny value
     layers_key = next((k for k in out if re.search(LAYER_KEYS, str(k)) and isinstance(out[k], int)), None)
     for key, value in entries.items():
         if value is None and KIND_LISTS.search(str(key)) and layers_key:
