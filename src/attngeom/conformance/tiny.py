@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from . import validators
 from .relations import related, tiny_value, unset_sizes
 from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH
 from .unset import fill_unset
@@ -268,15 +269,48 @@ def tiny_config(model_type: str):
 
     cls = CONFIG_MAPPING[model_type]
     first: Exception | None = None
-    for tried, entries in enumerate(candidates(cls().to_dict())):
+    for tried, entries in enumerate(candidates(defaults(cls))):
         for drop in ("transformers_version", "_name_or_path", "architectures"):
             entries.pop(drop, None)
         _mrope_sections(cls, entries)
-        try:
-            return _repaired(cls.from_dict(entries), MAX_PARAMS if tried else None)
-        except Exception as err:  # noqa: BLE001 — the next candidate may build
-            first = first or err
+        for _ in range(VALIDATOR_REPAIRS):
+            try:
+                return _repaired(cls.from_dict(entries), MAX_PARAMS if tried else None)
+            except Exception as err:  # noqa: BLE001 — a repair or the next candidate may build
+                first = first or err
+                entries = validators.repaired(entries, str(err))
+                if entries is None:
+                    break
     raise first
+
+
+def defaults(cls) -> dict[str, Any]:
+    """``cls()``'s entries; where its own validator refuses its defaults (Gemma 4's assistant over Gemma
+    4's text defaults), those of the config its sub-configs' defaults make once repaired as it says."""
+    from transformers import CONFIG_MAPPING
+
+    try:
+        return cls().to_dict()
+    except Exception as err:  # noqa: BLE001 — repaired below if the message says how
+        first, message = err, str(err)
+    entries: dict[str, Any] | None = {}
+    for key, spec in (getattr(cls, "sub_configs_defaults", None) or {}).items():
+        kind, kwargs = getattr(spec, "model_type", None), getattr(spec, "init_kwargs", None) or {}
+        sub = CONFIG_MAPPING[kind] if kind in CONFIG_MAPPING else getattr(spec, "config_class", spec)
+        entries[key] = sub(**kwargs).to_dict()
+    for _ in range(VALIDATOR_REPAIRS):
+        entries = validators.repaired(entries, message)
+        if entries is None:
+            break
+        try:
+            return cls(**entries).to_dict()
+        except Exception as err:  # noqa: BLE001
+            message = str(err)
+    raise first
+
+
+VALIDATOR_REPAIRS = 6
+"""Entries the config's validator asks for, set one message at a time (each names what it checks next)."""
 
 
 def candidates(defaults: dict[str, Any]) -> Iterator[dict[str, Any]]:
