@@ -52,9 +52,30 @@ def _no_attention_reason(model) -> str:
         if name in FUSED or isinstance(module, torch.nn.MultiheadAttention):
             return f"fused q/k/v projection ({type(module).__name__} `{name}`): layout not discovered"
     classes = sorted({type(m).__name__ for m in model.modules() if "Attention" in type(m).__name__})
+    queries_only = sorted({type(m).__name__ for m in model.modules() if _queries_only(m)})
+    if queries_only and set(queries_only) == set(classes):
+        return (
+            f"attention without key projections of its own ({queries_only[0]} has a query projection only: "
+            "its keys are another model's or layer's, shared): no W_qk within this model"
+        )
     if classes:
         return f"attention without separate q/k projections ({', '.join(classes[:2])}): layout not discovered"
     return "no dot-product attention (convolutional, state-space or other token mixing)"
+
+
+QUERY = re.compile(r"^(q|query|q_proj|to_q)$")
+KEY = re.compile(r"(^|_)(k|key|kv|qkv|keys)(_|$)|^(Wqkv|c_attn|query_key_value|W_pack|to_k)$")
+
+
+def _queries_only(module) -> bool:
+    """Whether ``module`` is an attention with a query projection and no key projection (Gemma 4's
+    assistant: every layer reads the target model's shared keys)."""
+    names = [name for name, _ in module.named_children()]
+    return (
+        "Attention" in type(module).__name__
+        and any(QUERY.search(n) for n in names)
+        and not any(KEY.search(n) for n in names)
+    )
 
 
 def check_type(model_type: str) -> dict:
