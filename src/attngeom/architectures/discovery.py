@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .base import ArchitectureError
-from .model_classes import own_model_class
+from .model_classes import mapped_class, own_model_class
 from .qk_norms import Norm, qk_norms
 
 if TYPE_CHECKING:
@@ -109,17 +109,7 @@ class Skipped:
 def model_class(model_type: str) -> type:
     """The class that builds ``model_type``: its base model (``AutoModel``), else the first task class an
     auto mapping names for it (ColPali's retrieval model, ...)."""
-    import transformers
-    from transformers.models.auto import modeling_auto
-
-    if model_type in modeling_auto.MODEL_MAPPING_NAMES:
-        return transformers.AutoModel
-    for name in sorted(vars(modeling_auto)):
-        mapping = getattr(modeling_auto, name)
-        if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and model_type in mapping:
-            names = mapping[model_type]
-            return getattr(transformers, names[0] if isinstance(names, (list, tuple)) else names)
-    own = own_model_class(model_type)
+    own = mapped_class(model_type) or own_model_class(model_type)
     if own is None:
         raise ArchitectureError("transformers defines no model for it (a configuration and processor only)")
     return own

@@ -1,4 +1,5 @@
-"""The model class transformers declares for a config class that no auto mapping names."""
+"""The model class of a ``model_type``: the one an auto mapping names for it, else the one transformers
+declares for its config class."""
 
 from __future__ import annotations
 
@@ -22,3 +23,32 @@ def own_model_class(model_type: str) -> type | None:
         and getattr(value, "config_class", None) is config_class
     ]
     return next((c for c in found if c.__name__.endswith("Model")), found[0] if found else None)
+
+
+def builds_a_part(model_type: str, cls: type) -> bool:
+    """Whether ``cls`` takes one of ``model_type``'s sub-configs, not its config (MusicGen-Melody's base
+    model is its decoder: built from the whole config, it reads entries only the decoder's has)."""
+    from transformers import CONFIG_MAPPING
+
+    subs = (getattr(CONFIG_MAPPING[model_type], "sub_configs", None) or {}).values()
+    return getattr(cls, "config_class", None) in set(subs)
+
+
+def mapped_class(model_type: str) -> type | None:
+    """The class an auto mapping names for ``model_type``: its base model (``AutoModel``), else the first
+    task class (ColPali's retrieval model, ...); a base model built from a sub-config only is passed over
+    for a task class built from the whole config (MusicGen-Melody's)."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    base = modeling_auto.MODEL_MAPPING_NAMES.get(model_type)
+    if base is not None and not builds_a_part(model_type, getattr(transformers, base, None)):
+        return transformers.AutoModel
+    for name in sorted(vars(modeling_auto)):
+        mapping = getattr(modeling_auto, name)
+        if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and model_type in mapping:
+            names = mapping[model_type]
+            cls = getattr(transformers, names[0] if isinstance(names, (list, tuple)) else names)
+            if base is None or not builds_a_part(model_type, cls):
+                return cls
+    return None
