@@ -333,8 +333,9 @@ MAX_PARAMS = 64_000_000
 
 def _repaired(config, max_params: int | None = None, tries: int = 8):
     """``config`` once its model builds on the meta device (with at most ``max_params``); an attribute
-    the model reads that the config (or a sub-config) lacks gets the tiny value its name implies
-    (MusicGen-Melody's ``dropout``)."""
+    the model reads that the config (or a sub-config) lacks gets the tiny value its name implies, else the
+    value another of its configs has (Qwen3-Omni-MoE's talker reads the vision tower's
+    ``spatial_merge_size``)."""
     from ..architectures.discovery import meta_model
 
     for _ in range(tries):
@@ -347,6 +348,8 @@ def _repaired(config, max_params: int | None = None, tries: int = 8):
             found = MISSING.search(str(err))
             owner = found and next((c for c in _configs(config) if type(c).__name__ == found[1]), None)
             value = found and tiny_value(found[2])
+            if found and value is None:  # the value another config of the model has (its vision tower's)
+                value = next((vars(c)[found[2]] for c in _configs(config) if found[2] in vars(c)), None)
             if owner is None or value is None:
                 raise
             setattr(owner, found[2], value)
