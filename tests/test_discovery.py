@@ -156,3 +156,25 @@ def test_rms_norm_probe_tells_gain_offsets_apart():
     assert [n.offset for n in norms] == [1.0, 0.0] and not any(n.centre for n in norms)
     layer_norm = probe_norm(torch.nn.LayerNorm(8), "q_norm")
     assert layer_norm.centre and layer_norm.bias and layer_norm.offset == 0.0
+
+
+def test_a_norm_with_a_gain_per_head_is_read_only_when_it_normalises_each_head():
+    """Chameleon's q/k LayerNorm has a (heads × head width) gain over per-head statistics: folded per
+    head. A LayerNorm over all heads with the same gain shape is not a per-head norm: not read."""
+    from transformers.models.chameleon.modeling_chameleon import ChameleonLayerNorm
+
+    from attngeom.architectures.qk_norms import probe_norm
+
+    per_head = probe_norm(ChameleonLayerNorm((4, 16)), "q_norm")
+    assert per_head is not None and per_head.centre and per_head.offset == 0.0
+    assert probe_norm(torch.nn.LayerNorm((4, 16)), "q_norm") is None
+
+
+def test_a_base_model_built_from_a_sub_config_gives_way_to_the_whole_models_class():
+    import transformers
+
+    from attngeom.architectures.discovery import model_class
+
+    assert model_class("musicgen_melody") is transformers.MusicgenMelodyForConditionalGeneration
+    assert model_class("llama") is transformers.AutoModel
+    meta_model(tiny_config("musicgen_melody"))  # its base model (the decoder) reads `num_codebooks`

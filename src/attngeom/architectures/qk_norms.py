@@ -57,7 +57,17 @@ def probe_norm(norm: torch.nn.Module, name: str, width: int = 0) -> Norm | None:
     if offset and (probe(x) - at_zero).abs().max() > 1e-6:
         return None
     centre = bool(at_one.mean(-1).abs().max() < 1e-4)
+    if weight.dim() == 2 and not _per_row(x, at_one, centre):
+        return None  # a norm over all heads with a gain per head: not a per-head norm
     return Norm(name, offset, centre, isinstance(bias, torch.Tensor))
+
+
+def _per_row(x: torch.Tensor, y: torch.Tensor, centre: bool) -> bool:
+    """Whether ``y`` is ``x`` normalised row by row (last axis), centred (LayerNorm) or not (RMS), up to
+    the norm's epsilon."""
+    base = x - x.mean(-1, keepdim=True) if centre else x
+    scale = base.pow(2).mean(-1, keepdim=True).rsqrt()
+    return bool((y - base * scale).abs().max() < 1e-3)
 
 
 def _probe_plain(norm: torch.nn.Module, name: str, width: int) -> Norm | None:
