@@ -119,6 +119,7 @@ def test_second_candidate_rules_on_layer_counts_indices_and_unset_defaults():
         ("layoutxlm", "transformers defines no model for it (a configuration and processor only)"),
         ("timm_wrapper", "needs the timm package, whose torchvision dependency"),
         ("nougat", "transformers' default config of it does not build its model either (ValueError: "),
+        ("pp_ocrv5_server_det", "no dot-product attention (its modeling code computes none, nor do its "),
     ],
 )
 def test_a_type_that_cannot_be_built_is_refused_with_its_specific_reason(model_type, reason):
@@ -193,3 +194,11 @@ def test_attention_with_a_query_projection_only_is_refused_saying_its_keys_are_s
     reason = _no_attention_reason(meta_model(tiny_config("gemma4_assistant")))
     assert reason.startswith("attention without key projections of its own (Gemma4TextAttention")
     assert _no_attention_reason(meta_model(tiny_config("mamba"))).startswith("no dot-product attention")
+
+
+def test_a_model_that_builds_nowhere_has_no_attention_only_if_its_code_and_sub_models_have_none():
+    from attngeom.conformance.run import _source_reason
+
+    assert _source_reason("pp_ocrv6_medium_det").endswith("sub-models (`pp_lcnet_v4`))")
+    assert _source_reason("llama") is None  # its code computes attention
+    assert _source_reason("granite4_vision") is None

@@ -100,7 +100,8 @@ def check_type(model_type: str) -> dict:
         config = tiny_config(model_type)
         skeleton = meta_model(config)
     except Exception as err:  # noqa: BLE001 — any failure is this type's result
-        why = _default_reason(model_type) or build_refusal(err) or _default_failure(model_type)
+        why = _default_reason(model_type) or build_refusal(err) or _source_reason(model_type)
+        why = why or _default_failure(model_type)
         return _refused(why or f"could not build a tiny model ({_short(err)})")
     if not _has_attention(skeleton, config):
         return _refused(_no_attention_reason(skeleton))
@@ -211,6 +212,28 @@ def _default_reason(model_type: str) -> str | None:
     except Exception:  # noqa: BLE001
         return None
     return None if _has_attention(skeleton, config) else _no_attention_reason(skeleton)
+
+
+def _source_reason(model_type: str) -> str | None:
+    """Where no model of the type builds: "no dot-product attention" when its modeling code names no
+    attention but in its outputs' class names (``...WithNoAttention``) and each sub-model its default
+    config names builds without any (PP-OCRv5's detector: convolutions over an HGNetV2 backbone)."""
+    from transformers import CONFIG_MAPPING
+
+    from .unset import modeling_source
+
+    text = modeling_source(model_type).replace("WithNoAttention", "")
+    if not text or re.search(r"attention|attn|softmax", text, re.IGNORECASE):
+        return None
+    try:
+        entries = CONFIG_MAPPING[model_type]().to_dict()
+    except Exception:  # noqa: BLE001
+        return None
+    subs = [v["model_type"] for v in entries.values() if isinstance(v, dict) and "model_type" in v]
+    if not all((_default_reason(sub) or "").startswith("no dot-product attention") for sub in subs):
+        return None
+    parts = f", nor do its sub-models ({', '.join(f'`{s}`' for s in subs)})" if subs else ""
+    return f"no dot-product attention (its modeling code computes none{parts})"
 
 
 def _default_failure(model_type: str) -> str | None:

@@ -52,16 +52,20 @@ def fill_unset(entries: dict[str, Any]) -> dict[str, Any]:
 
 def compared_kinds(model_type: Any, key: str) -> list[str]:
     """The string kinds the model's code compares ``config.<key>[i]`` with, in the order they appear."""
+    text = modeling_source(model_type)
+    found = re.findall(rf"config\.{re.escape(key)}\[[^\]]+\]\s*[!=]=\s*[\"'](\w+)[\"']", text)
+    return list(dict.fromkeys(found))
+
+
+def modeling_source(model_type: Any) -> str:
+    """The text of the modeling module beside ``model_type``'s config class ("" where there is none)."""
     from transformers import CONFIG_MAPPING
 
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
-        return []
+        return ""
     name = CONFIG_MAPPING[model_type].__module__.replace(".configuration_", ".modeling_")
     try:
-        source = importlib.import_module(name).__file__
-        with open(source, encoding="utf-8") as handle:
-            text = handle.read()
-    except (ImportError, OSError, TypeError):
-        return []
-    found = re.findall(rf"config\.{re.escape(key)}\[[^\]]+\]\s*[!=]=\s*[\"'](\w+)[\"']", text)
-    return list(dict.fromkeys(found))
+        with open(importlib.import_module(name).__file__ or "", encoding="utf-8") as handle:
+            return handle.read()
+    except (ImportError, OSError):
+        return ""
