@@ -178,3 +178,15 @@ def test_a_base_model_built_from_a_sub_config_gives_way_to_the_whole_models_clas
     assert model_class("musicgen_melody") is transformers.MusicgenMelodyForConditionalGeneration
     assert model_class("llama") is transformers.AutoModel
     meta_model(tiny_config("musicgen_melody"))  # its base model (the decoder) reads `num_codebooks`
+
+
+def test_a_latent_attentions_rotary_key_norm_is_folded_and_needed(monkeypatch):
+    """Dots 3 normalises its shared rotary key on its own: validated with the norm's gain folded into the
+    rotary key projection, refused without it."""
+    from attngeom.architectures import discovery
+    from attngeom.conformance.run import check_type
+
+    assert check_type("dots3_note_text")["status"] == "validated"
+    monkeypatch.setattr(discovery, "rope_key_norm", lambda module: None)
+    refused = check_type("dots3_note_text")
+    assert refused["status"] == "refused" and "_rope: q or k is not a positive multiple" in refused["reason"]

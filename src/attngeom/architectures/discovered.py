@@ -72,7 +72,8 @@ def discovered_layers(
         if item.latent:
             from .latent import mla_layer
 
-            yield from mla_layer(config.get_text_config(), reader, item.path, item.layer, item.stack)
+            text = config.get_text_config()
+            yield from mla_layer(text, reader, item.path, item.layer, item.stack, item.rope_norm)
             continue
         bias = ("bias",) if item.q_bias or item.k_bias else ()
         layer = AttentionLayer(

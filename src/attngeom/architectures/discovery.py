@@ -25,7 +25,7 @@ import torch
 
 from .base import ArchitectureError
 from .model_classes import mapped_class, own_model_class
-from .qk_norms import Norm, qk_norms
+from .qk_norms import Norm, qk_norms, rope_key_norm
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -90,6 +90,8 @@ class Found:
     """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
     rope: bool = True
     """A latent attention's decoupled rotary part exists (GLM-5-Next's has none: ``qk_rope_head_dim`` 0)."""
+    rope_norm: Norm | None = None
+    """A latent attention's norm of its rotary key alone (Dots 3's), folded into that key's projection."""
 
     @property
     def forms(self) -> int:
@@ -328,6 +330,7 @@ def _found(
             cross=False,
             latent=True,
             rope=bool(own.qk_rope_head_dim),
+            rope_norm=rope_key_norm(module),
         )
     if layout:
         head_dim, n_heads, n_kv = _fused_heads(module, config, _rows(q_mod), layout)

@@ -93,3 +93,16 @@ def qk_norms(module: torch.nn.Module, width: int) -> tuple[Norm | None, Norm | N
                 raise ArchitectureError(f"{type(module).__name__}: q/k norm {q_name} of unknown kind")
             return q, k
     return None, None
+
+
+def rope_key_norm(module: torch.nn.Module) -> Norm | None:
+    """The RMS norm a latent attention applies to its shared rotary key alone (Dots 3's
+    ``k_rope_only_layernorm``): a child named for the rotary part and a norm; its gain is folded into
+    the rotary key projection."""
+    for name, child in module.named_children():
+        if "rope" in name and "norm" in name:
+            norm = probe_norm(child, name)
+            if norm is None or norm.centre or norm.bias:
+                raise ArchitectureError(f"{type(module).__name__}: rotary key norm {name} of unknown kind")
+            return norm
+    return None
