@@ -120,6 +120,11 @@ def test_second_candidate_rules_on_layer_counts_indices_and_unset_defaults():
         ("timm_wrapper", "needs the timm package, whose torchvision dependency"),
         ("nougat", "transformers' default config of it does not build its model either (ValueError: "),
         ("pp_ocrv5_server_det", "no dot-product attention (its modeling code computes none, nor do its "),
+        (
+            "voxtral_realtime_text",
+            "a sub-config, scored through its parent `voxtral_realtime` (transformers defines no "
+            "VoxtralRealtimeTextModel of its own)",
+        ),
     ],
 )
 def test_a_type_that_cannot_be_built_is_refused_with_its_specific_reason(model_type, reason):

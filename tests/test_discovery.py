@@ -177,6 +177,9 @@ def test_a_base_model_built_from_a_sub_config_gives_way_to_the_whole_models_clas
 
     assert model_class("musicgen_melody") is transformers.MusicgenMelodyForConditionalGeneration
     assert model_class("llama") is transformers.AutoModel
+    assert (
+        model_class("evolla") is transformers.EvollaModel
+    )  # AutoModel resolves its config class to no model
     meta_model(tiny_config("musicgen_melody"))  # its base model (the decoder) reads `num_codebooks`
 
 

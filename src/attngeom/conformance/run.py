@@ -89,8 +89,10 @@ def check_type(model_type: str) -> dict:
 
     if model_type in REGISTRY:
         return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}
-    if model_type not in MODEL_MAPPING_NAMES and (parent := parent_of(model_type)):
-        return _refused(f"a sub-config, scored through its parent `{parent}`")
+    undefined = _undefined_base(model_type)
+    if (model_type not in MODEL_MAPPING_NAMES or undefined) and (parent := parent_of(model_type, undefined)):
+        why = f" (transformers defines no {MODEL_MAPPING_NAMES[model_type]} of its own)" if undefined else ""
+        return _refused(f"a sub-config, scored through its parent `{parent}`{why}")
     try:
         from transformers import AutoModel
         from transformers.initialization import no_init_weights
@@ -275,9 +277,10 @@ def _refused(reason: str, near: bool = False) -> dict:
     return {"status": "refused", "reason": reason, "stacks": []} | ({"near": True} if near else {})
 
 
-def parent_of(model_type: str) -> str | None:
+def parent_of(model_type: str, specs: bool = False) -> str | None:
     """The model_type whose config holds ``model_type`` as a sub-config: the longest other type its name
-    starts with (``blt_patcher`` → ``blt``), confirmed by that config's ``sub_configs``."""
+    starts with (``blt_patcher`` → ``blt``), confirmed by that config's ``sub_configs`` (``specs``: or by
+    the model type its sub-config defaults name, an ``AutoConfig`` sub-config's)."""
     from transformers import CONFIG_MAPPING
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
@@ -285,10 +288,26 @@ def parent_of(model_type: str) -> str | None:
     for parent in sorted(
         (t for t in CONFIG_MAPPING_NAMES if t != model_type and t.startswith(stem)), key=len, reverse=True
     ):
-        subs = (getattr(CONFIG_MAPPING[parent], "sub_configs", None) or {}).values()
+        subs = list((getattr(CONFIG_MAPPING[parent], "sub_configs", None) or {}).values())
+        subs += (
+            list((getattr(CONFIG_MAPPING[parent], "sub_configs_defaults", None) or {}).values())
+            if specs
+            else []
+        )
         if any(getattr(sub, "model_type", None) == model_type for sub in subs):
             return parent
     return None
+
+
+def _undefined_base(model_type: str) -> bool:
+    """Whether the base model class transformers' auto mapping names for ``model_type`` is one transformers
+    does not define (Voxtral Realtime's text model: built only inside its parent)."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    name = MODEL_MAPPING_NAMES.get(model_type)
+    name = name[0] if isinstance(name, (list, tuple)) else name
+    return name is not None and not hasattr(transformers, name)
 
 
 def _worker(model_type: str) -> tuple[str, dict]:
