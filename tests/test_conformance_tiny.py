@@ -160,6 +160,8 @@ def test_structure_the_defaults_leave_unset_is_filled_as_the_model_reads_it():
     ocr = tiny_config("deepseek_ocr2").text_config  # mlp_layer_types and the router's top-k None
     assert set(ocr.mlp_layer_types) == {"sparse"} and ocr.num_experts_per_tok == 2
     assert tiny_config("chameleon").vocabulary_map == {}
+    granite = tiny_config("granite4_vision")  # a map declared a list; a string its model parses
+    assert granite.deepstack_layer_map == [] and granite.downsample_rate == "1/4"  # its docs' example
     compass = tiny_config("cohere_compass_text")  # rotary parameters keyed by layer kind, none given
     assert sum(compass.rope_parameters["full_attention"]["mrope_section"]) == compass.head_dim // 2
     plain = {"model_type": "llama", "num_hidden_layers": 2, "layer_types": None, "rope_parameters": {}}

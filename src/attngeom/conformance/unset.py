@@ -16,9 +16,9 @@ KIND_LISTS = re.compile(r"(^|_)layer_types$")
 """Per-layer kind lists (``layer_types``, DeepSeek-OCR 2's ``mlp_layer_types``)."""
 ATTENTION_KIND = "full_attention"
 """The layer kind transformers' configs name plain attention by (``ALLOWED_LAYER_TYPES``)."""
-MAPS = re.compile(r"(^|_)(vocabulary_map|vocab_map)$")
-"""A token map from a tokenizer (Chameleon's and Emu3's ``vocabulary_map``): empty, as a text-only
-model reads it (its image tokens are not used)."""
+MAPS = re.compile(r"(^|_)map$")
+"""A map the model reads (Chameleon's and Emu3's token ``vocabulary_map``, Granite 4 Vision's
+``deepstack_layer_map``): empty, of the type the config declares (the mapped extras are not used)."""
 DEFAULT_THETA = 10_000.0
 
 
@@ -26,9 +26,19 @@ def fill_unset(entries: dict[str, Any]) -> dict[str, Any]:
     """``entries`` (one config's, not its sub-configs') with its unset structure filled."""
     out = dict(entries)
     experts = any(re.search(EXPERTS, str(k)) and isinstance(v, int) and v > 1 for k, v in entries.items())
+    cls = _config_class(entries.get("model_type"))
+    declared = {
+        k: str(v)
+        for c in reversed(getattr(cls, "__mro__", ()))
+        for k, v in vars(c).get("__annotations__", {}).items()
+    }
     for key, value in entries.items():
         if value is None and MAPS.search(str(key)):
-            out[key] = {}
+            out[key] = [] if declared.get(key, "").startswith("list") else {}
+        elif (
+            value is None and declared.get(key, "").startswith("str") and (example := _example(cls, str(key)))
+        ):
+            out[key] = example  # a string the model parses, none given: the documentation's example
         elif value is None and experts and re.search(PER_TOKEN, str(key)):
             out[key] = TOP_K  # a router's top-k left unset (DeepSeek-OCR 2's text model): its tiny value
     layers_key = next((k for k in out if re.search(LAYER_KEYS, str(k)) and isinstance(out[k], int)), None)
@@ -55,6 +65,22 @@ def compared_kinds(model_type: Any, key: str) -> list[str]:
     text = modeling_source(model_type)
     found = re.findall(rf"config\.{re.escape(key)}\[[^\]]+\]\s*[!=]=\s*[\"'](\w+)[\"']", text)
     return list(dict.fromkeys(found))
+
+
+def _config_class(model_type: Any) -> type | None:
+    from transformers import CONFIG_MAPPING
+
+    return (
+        CONFIG_MAPPING[model_type] if isinstance(model_type, str) and model_type in CONFIG_MAPPING else None
+    )
+
+
+def _example(cls: type | None, key: str) -> str | None:
+    """The first example value (``e.g. `"1/4"```) the config class's documentation gives for ``key``."""
+    doc = getattr(cls, "__doc__", None) or ""
+    entry = re.search(rf"^\s*{re.escape(key)} \(.*?\):\n(.*?)(?=^\s*\w+ \(|\Z)", doc, re.S | re.M)
+    found = entry and re.search(r"e\.g\. `\"([^\"`]+)\"`", entry[1])
+    return found[1] if found else None
 
 
 def modeling_source(model_type: Any) -> str:
