@@ -179,6 +179,8 @@ def test_entries_are_repaired_as_the_config_validator_says():
     summed = repaired(entries, "SWA x must equal y + z")
     assert summed["text_config"]["x"] == 24 and summed["vision_config"] == {"w": 5}  # where its parts are
     assert repaired(entries, "ValueError: something else is wrong") is None
+    assert repaired(entries | {"n": 2}, "a + w must equal n") is None  # a sum's last term is not the subject
+    assert repaired(entries | {"n": 2}, "ValueError: a must match n")["a"] == 2
     assert repaired({"x": 0}, "x must be 0, got 0") is None  # nothing to change: no loop
     assistant = tiny_config("gemma4_assistant").text_config  # its defaults fail its own validator
     assert assistant.hidden_size_per_layer_input == 0

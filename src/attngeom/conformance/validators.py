@@ -16,7 +16,7 @@ from .relations import tiny_value
 MUST_BE = re.compile(r"\b(\w+) must be (-?\d+|True|False), got\b")
 REQUIRES = re.compile(r"\brequires (\w+)=(-?\d+|True|False)\b")
 MUST_EQUAL_SUM = re.compile(r"\b(\w+) must equal (\w+) \+ (\w+)$", re.MULTILINE)
-MUST_MATCH = re.compile(r"\b(\w+) must (?:match|equal) (\w+)$", re.MULTILINE)
+MUST_MATCH = re.compile(r"(?<!\+ )\b(\w+) must (?:match|equal) (\w+)$", re.MULTILINE)  # not a sum's last term
 MISSING = re.compile(r"missing required fields: \[([^\]]*)\]")
 
 
