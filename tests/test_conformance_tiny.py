@@ -211,3 +211,25 @@ def test_a_model_that_builds_nowhere_has_no_attention_only_if_its_code_and_sub_m
     assert _source_reason("pp_ocrv6_medium_det").endswith("sub-models (`pp_lcnet_v4`))")
     assert _source_reason("llama") is None  # its code computes attention
     assert _source_reason("granite4_vision") is None
+
+
+def test_a_timm_resnet_backbone_becomes_transformers_resnet_with_the_same_stages():
+    timm = {"model_type": "timm_backbone", "backbone": "resnet50", "out_indices": [2, 3, 4]}
+    out = shrink({"backbone_config": timm, "d_model": 256})
+    assert out["backbone_config"]["model_type"] == "resnet"
+    assert out["backbone_config"]["out_indices"] == [2, 3, 4]
+    swin = timm | {"backbone": "swin_tiny_patch4_window7_224"}  # a backbone with attention of its own
+    assert shrink({"backbone_config": swin})["backbone_config"]["model_type"] == "timm_backbone"
+    meta_model(tiny_config("deformable_detr"))  # builds without timm, which cannot be installed here
+
+
+def test_frozen_affine_buffers_are_randomised_like_parameters():
+    from transformers.initialization import no_init_weights
+
+    from attngeom.conformance.check import randomized
+
+    with no_init_weights():  # leaves a batch norm's weight unset, which the frozen copy then holds
+        model = randomized(model_class("deformable_detr").from_config(tiny_config("deformable_detr")))
+    frozen = dict(model.named_buffers())
+    weights = [b for n, b in frozen.items() if n.endswith("normalization.weight")]
+    assert weights and all(w.abs().max() < 3 and w.std() > 0.1 for w in weights)

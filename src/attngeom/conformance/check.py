@@ -53,6 +53,9 @@ def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     with torch.no_grad():
         for param in model.parameters():
             param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * 0.3)
+        for name, buffer in model.named_buffers():  # frozen affine weights (DETR's batch norms) are
+            if name.endswith((".weight", ".bias")) and buffer.is_floating_point():  # buffers, left unset
+                buffer.copy_(torch.randn(buffer.shape, generator=generator, dtype=buffer.dtype) * 0.3)
     return model
 
 
@@ -73,7 +76,12 @@ def _rotary_neutralised(modules: list[torch.nn.Module]):
         cos_sin = neutral(args[at]) if at < len(args) else None  # passed by position (SAM 3's ViT)
         return None if cos_sin is None else ((*args[:at], cos_sin, *args[at + 1 :]), kwargs)
 
+    def post_hook(module, args, output):  # a rotary module of the attention's own (RecurrentGemma)
+        return neutral(output)
+
     handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
+    inner = [c for m in modules for c in m.children() if "Rotary" in type(c).__name__]
+    handles += [c.register_forward_hook(post_hook) for c in inner]
     try:
         yield
     finally:

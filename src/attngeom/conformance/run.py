@@ -44,6 +44,8 @@ def _no_attention_reason(model) -> str:
     """Why a built model has no discovered attention: a fused projection, another attention, or none."""
     import torch
 
+    from .refusals import queries_only_attention
+
     linear = sorted({type(m).__name__ for m in model.modules() if LINEAR.search(type(m).__name__)})
     if linear:
         return f"linear attention ({linear[0]}): no softmax over q·k scores, no per-head bilinear form"
@@ -52,7 +54,7 @@ def _no_attention_reason(model) -> str:
         if name in FUSED or isinstance(module, torch.nn.MultiheadAttention):
             return f"fused q/k/v projection ({type(module).__name__} `{name}`): layout not discovered"
     classes = sorted({type(m).__name__ for m in model.modules() if "Attention" in type(m).__name__})
-    queries_only = sorted({type(m).__name__ for m in model.modules() if _queries_only(m)})
+    queries_only = sorted({type(m).__name__ for m in model.modules() if queries_only_attention(m)})
     if queries_only and set(queries_only) == set(classes):
         return (
             f"attention without key projections of its own ({queries_only[0]} has a query projection only: "
@@ -63,33 +65,18 @@ def _no_attention_reason(model) -> str:
     return "no dot-product attention (convolutional, state-space or other token mixing)"
 
 
-QUERY = re.compile(r"^(q|query|q_proj|to_q)$")
-KEY = re.compile(r"(^|_)(k|key|kv|qkv|keys)(_|$)|^(Wqkv|c_attn|query_key_value|W_pack|to_k)$")
-
-
-def _queries_only(module) -> bool:
-    """Whether ``module`` is an attention with a query projection and no key projection (Gemma 4's
-    assistant: every layer reads the target model's shared keys)."""
-    names = [name for name, _ in module.named_children()]
-    return (
-        "Attention" in type(module).__name__
-        and any(QUERY.search(n) for n in names)
-        and not any(KEY.search(n) for n in names)
-    )
-
-
 def check_type(model_type: str) -> dict:
     """The conformance entry of one ``model_type``."""
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     from ..architectures.registry import REGISTRY
     from .check import randomized
-    from .refusals import build_refusal
+    from .refusals import build_refusal, undefined_base
     from .tiny import tiny_config
 
     if model_type in REGISTRY:
         return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}
-    undefined = _undefined_base(model_type)
+    undefined = undefined_base(model_type)
     if (model_type not in MODEL_MAPPING_NAMES or undefined) and (parent := parent_of(model_type, undefined)):
         why = f" (transformers defines no {MODEL_MAPPING_NAMES[model_type]} of its own)" if undefined else ""
         return _refused(f"a sub-config, scored through its parent `{parent}`{why}")
@@ -105,6 +92,8 @@ def check_type(model_type: str) -> dict:
         why = _default_reason(model_type) or build_refusal(err) or _source_reason(model_type)
         why = why or _default_failure(model_type)
         return _refused(why or f"could not build a tiny model ({_short(err)})")
+    if not _has_attention(skeleton, config):
+        config, skeleton = _deepened(config, skeleton)
     if not _has_attention(skeleton, config):
         return _refused(_no_attention_reason(skeleton))
     try:
@@ -252,6 +241,27 @@ def _default_failure(model_type: str) -> str | None:
     return None
 
 
+def _deepened(config, skeleton):
+    """``config`` with the fewest more layers (up to 6) whose model has attention, where the shrunk
+    layer count keeps only layers without it (Griffin's recurrent blocks come before its attention
+    block; SAM 3 Lite's text encoder has RepMixers first and last); else ``config`` as it was."""
+    import copy
+
+    from ..architectures.discovery import meta_model
+
+    layers = getattr(config, "num_hidden_layers", None)
+    for more in range(layers + 1, 7) if isinstance(layers, int) else ():
+        deeper = copy.deepcopy(config)
+        deeper.num_hidden_layers = more
+        try:
+            built = meta_model(deeper)
+        except Exception:  # noqa: BLE001 — a count the config's rules refuse: try the next
+            continue
+        if _has_attention(built, deeper):
+            return deeper, built
+    return config, skeleton
+
+
 def _has_attention(skeleton, config) -> bool:
     """Whether discovery sees any attention in the meta-device model (an unreadable one counts)."""
     from ..architectures.discovery import Found, find_attention
@@ -297,17 +307,6 @@ def parent_of(model_type: str, specs: bool = False) -> str | None:
         if any(getattr(sub, "model_type", None) == model_type for sub in subs):
             return parent
     return None
-
-
-def _undefined_base(model_type: str) -> bool:
-    """Whether the base model class transformers' auto mapping names for ``model_type`` is one transformers
-    does not define (Voxtral Realtime's text model: built only inside its parent)."""
-    import transformers
-    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
-
-    name = MODEL_MAPPING_NAMES.get(model_type)
-    name = name[0] if isinstance(name, (list, tuple)) else name
-    return name is not None and not hasattr(transformers, name)
 
 
 def _worker(model_type: str) -> tuple[str, dict]:

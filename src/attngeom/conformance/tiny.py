@@ -25,7 +25,7 @@ PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "layers_block_t
 def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
     """``entries`` (a config's ``to_dict()``) with every size made tiny, sub-configs included;
     ``widths=False``: the counts only (for a config whose widths are tied by rules of its own)."""
-    entries = fill_unset(entries)
+    entries = fill_unset(_native_backbone(entries))
     out = dict(entries)
     layers_before = next(
         (v for k, v in entries.items() if re.search(LAYER_KEYS, k) and isinstance(v, int)), None
@@ -65,6 +65,26 @@ def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
     _stage_outputs(out, entries)
     _renumber_tokens(out)
     return out
+
+
+TIMM_RESNET = re.compile(r"^(resnet|resnetv1)\d+[a-z]?$")
+
+
+def _native_backbone(entries: dict[str, Any]) -> dict[str, Any]:
+    """A timm ResNet backbone (the DETR family's default) as transformers' own ResNet with the same
+    stages: a ResNet has no attention, the attention scored lies after it, and timm cannot be installed
+    beside the CPU torch here."""
+    backbone = entries.get("backbone_config")
+    if not (isinstance(backbone, dict) and backbone.get("model_type") == "timm_backbone"):
+        return entries
+    if not TIMM_RESNET.match(str(backbone.get("backbone", ""))):
+        return entries
+    from transformers import ResNetConfig
+
+    native = ResNetConfig(
+        out_indices=backbone.get("out_indices"), num_channels=backbone.get("num_channels", 3)
+    )
+    return entries | {"backbone_config": native.to_dict()}
 
 
 LIST_RULES = (
