@@ -261,3 +261,40 @@ def test_a_module_that_outputs_its_scores_is_an_unscored_pairwise_scorer():
     assert {i.mixer for i in scorers} == {"PPDocLayoutV4GlobalPointer"} and len(scorers) == 2
     assert {i.stack for i in items if isinstance(i, Found)} == {"encoder_aifi", "decoder"}
     assert f"PPDocLayoutV4GlobalPointer ({SCORER})" in discover(config).notes
+
+
+def test_a_norm_with_a_gain_per_head_is_read_only_when_it_normalises_each_head():
+    """Chameleon's q/k LayerNorm has a (heads × head width) gain over per-head statistics: folded per
+    head. A LayerNorm over all heads with the same gain shape is not a per-head norm: not read."""
+    from transformers.models.chameleon.modeling_chameleon import ChameleonLayerNorm
+
+    from attngeom.architectures.qk_norms import probe_norm
+
+    per_head = probe_norm(ChameleonLayerNorm((4, 16)), "q_norm")
+    assert per_head is not None and per_head.centre and per_head.offset == 0.0
+    assert probe_norm(torch.nn.LayerNorm((4, 16)), "q_norm") is None
+
+
+def test_a_base_model_built_from_a_sub_config_gives_way_to_the_whole_models_class():
+    import transformers
+
+    from attngeom.architectures.discovery import model_class
+
+    assert model_class("musicgen_melody") is transformers.MusicgenMelodyForConditionalGeneration
+    assert model_class("llama") is transformers.AutoModel
+    assert (
+        model_class("evolla") is transformers.EvollaModel
+    )  # AutoModel resolves its config class to no model
+    meta_model(tiny_config("musicgen_melody"))  # its base model (the decoder) reads `num_codebooks`
+
+
+def test_a_latent_attentions_rotary_key_norm_is_folded_and_needed(monkeypatch):
+    """Dots 3 normalises its shared rotary key on its own: validated with the norm's gain folded into the
+    rotary key projection, refused without it."""
+    from attngeom.architectures import discovery
+    from attngeom.conformance.run import check_type
+
+    assert check_type("dots3_note_text")["status"] == "validated"
+    monkeypatch.setattr(discovery, "rope_key_norm", lambda module: None)
+    refused = check_type("dots3_note_text")
+    assert refused["status"] == "refused" and "_rope: q or k is not a positive multiple" in refused["reason"]

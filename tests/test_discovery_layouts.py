@@ -170,3 +170,19 @@ def test_q_and_k_folded_by_a_batch_like_axis_are_compared_token_by_token():
     other = x.transpose(1, 2).contiguous()  # the points attend, tokens folded into the batch
     record = {"x_q": x, "x_k": x, "q_attn": folded(other @ w_q), "k_attn": folded(other @ w_k)}
     assert compare(layer, record)
+
+
+def test_a_fused_projection_outside_the_attention_interface_is_refused_not_reshaped():
+    """SAM's fused q/k/v output is three heads' widths: without the attention function's q and k the
+    split cannot be confirmed; the check says so instead of failing to reshape it."""
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(1, 5, 8, generator=generator, dtype=torch.float64)
+    w = torch.randn(8, 8, generator=generator, dtype=torch.float64)
+    layer = SimpleNamespace(w_q=w, w_k=w, b_q=None, b_k=None, n_heads=2, n_kv_heads=2, head_dim=4)
+    layer.form = "standard"
+    fused = {"x_q": x, "x_k": x, "q": torch.cat([x @ w] * 3, -1), "k": torch.cat([x @ w] * 3, -1)}
+    assert (
+        compare(layer, fused, fused=True)
+        == "a normalised form or fused projection outside the attention interface"
+    )
+    assert compare(layer, {"x_q": x, "x_k": x, "q": x @ w, "k": x @ w}) is None

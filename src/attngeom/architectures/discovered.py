@@ -77,7 +77,8 @@ def discovered_layers(
         if item.latent:
             from .latent import mla_layer
 
-            for layer in mla_layer(config.get_text_config(), reader, item.path, item.layer, item.stack):
+            text = config.get_text_config()
+            for layer in mla_layer(text, reader, item.path, item.layer, item.stack, item.rope_norm):
                 yield replace(layer, left_out=layer.left_out + _temperature(item))
             continue
         bias = ("bias",) if item.q_bias or item.k_bias else ()
@@ -111,8 +112,11 @@ def discovered_layers(
                 for n in (item.q_norm, item.k_norm)
             )
             if scale is not None:  # after the norm: one more gain
-                q_gain = q_gain * scale.repeat(q_gain.numel() // item.head_dim)
-            form = QK_NORM_PER_HEAD if q_gain.numel() == item.head_dim else QK_NORM_WHOLE
+                q_gain = q_gain * (
+                    scale if q_gain.dim() == 2 else scale.repeat(q_gain.numel() // item.head_dim)
+                )
+            per_head = q_gain.numel() == item.head_dim or q_gain.dim() == 2  # shared, or one per head
+            form = QK_NORM_PER_HEAD if per_head else QK_NORM_WHOLE
             layer = normalised(
                 layer, q_gain, k_gain, form, item.q_norm.centre, item.q_norm.bias or item.k_norm.bias
             )

@@ -26,8 +26,8 @@ import torch
 from .base import ArchitectureError
 from .form_checks import single_form
 from .latent import latent_query
-from .model_classes import WORD, family_words, own_model_class
-from .qk_norms import Norm, qk_norms, query_scale
+from .model_classes import WORD, family_words, mapped_class, own_model_class
+from .qk_norms import Norm, qk_norms, query_scale, rope_key_norm
 from .recurrence import gated_recurrence as recurrent
 from .temperature import query_temperature
 
@@ -97,6 +97,8 @@ class Found:
     """A latent attention's decoupled rotary part exists (GLM-5-Next's has none: ``qk_rope_head_dim`` 0)."""
     q_scale: str = ""
     """The module's parameter s whose softplus multiplies q per head dim (``query_scale``): W_q·diag(s)."""
+    rope_norm: Norm | None = None
+    """A latent attention's norm of its rotary key alone (Dots 3's), folded into that key's projection."""
     temperature: str = ""  # the child rescaling q by position (``temperature``): left out as rotary is
 
     @property
@@ -118,17 +120,7 @@ class Skipped:
 def model_class(model_type: str) -> type:
     """The class that builds ``model_type``: its base model (``AutoModel``), else the first task class an
     auto mapping names for it (ColPali's retrieval model, ...)."""
-    import transformers
-    from transformers.models.auto import modeling_auto
-
-    if model_type in modeling_auto.MODEL_MAPPING_NAMES:
-        return transformers.AutoModel
-    for name in sorted(vars(modeling_auto)):
-        mapping = getattr(modeling_auto, name)
-        if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and model_type in mapping:
-            names = mapping[model_type]
-            return getattr(transformers, names[0] if isinstance(names, (list, tuple)) else names)
-    own = own_model_class(model_type)
+    own = mapped_class(model_type) or own_model_class(model_type)
     if own is None:
         raise ArchitectureError("transformers defines no model for it (a configuration and processor only)")
     return own
@@ -337,6 +329,7 @@ def _found(
             cross=False,
             latent=True,
             rope=bool(own.qk_rope_head_dim),
+            rope_norm=rope_key_norm(module),
             temperature=query_temperature(module),
         )
     if layout:

@@ -1,5 +1,5 @@
-"""Model classes: the one transformers declares for a config class that no auto mapping names, and the
-family prefix that the model's own class names share."""
+"""Model classes: the one an auto mapping names for a ``model_type``, else the one transformers declares
+for its config class; and the family prefix that the model's own class names share."""
 
 from __future__ import annotations
 
@@ -71,3 +71,35 @@ def config_base_of(model_type: str) -> str | None:
     found = re.search(rf"^class {config.__name__}\((\w+)\)", Path(spec.origin).read_text(), re.MULTILINE)
     names = {CONFIG_MAPPING[t].__name__: t for t in modeling_auto.MODEL_MAPPING_NAMES if t in CONFIG_MAPPING}
     return names.get(found.group(1)) if found else None
+
+
+def builds_a_part(model_type: str, cls: type) -> bool:
+    """Whether ``cls`` takes one of ``model_type``'s sub-configs, not its config (MusicGen-Melody's base
+    model is its decoder: built from the whole config, it reads entries only the decoder's has)."""
+    from transformers import CONFIG_MAPPING
+
+    subs = (getattr(CONFIG_MAPPING[model_type], "sub_configs", None) or {}).values()
+    return getattr(cls, "config_class", None) in set(subs)
+
+
+def mapped_class(model_type: str) -> type | None:
+    """The class an auto mapping names for ``model_type``: its base model (``AutoModel``), else the first
+    task class (ColPali's retrieval model, ...); a base model built from a sub-config only is passed over
+    for a task class built from the whole config (MusicGen-Melody's)."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    base = modeling_auto.MODEL_MAPPING_NAMES.get(model_type)
+    if base is not None and not builds_a_part(model_type, cls := getattr(transformers, base, None)):
+        config_class = transformers.CONFIG_MAPPING[model_type]
+        if cls is None or config_class in transformers.AutoModel._model_mapping:  # as from_config asks
+            return transformers.AutoModel
+        return cls  # a config class AutoModel does not resolve (Evolla's, registered under two names)
+    for name in sorted(vars(modeling_auto)):
+        mapping = getattr(modeling_auto, name)
+        if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and model_type in mapping:
+            names = mapping[model_type]
+            cls = getattr(transformers, names[0] if isinstance(names, (list, tuple)) else names)
+            if base is None or not builds_a_part(model_type, cls):
+                return cls
+    return None

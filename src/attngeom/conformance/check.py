@@ -240,7 +240,7 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
         out = x @ w.double() + (0 if b is None else b.double())
         ours.append(heads(out, n, layer.head_dim))
     attn = "q_attn" in record
-    if not attn and (layer.form != "standard" or fused):
+    if not attn and (layer.form != "standard" or fused):  # a fused output is not q's width: no reshape
         return "a normalised form or fused projection outside the attention interface"
     theirs = (
         [record["q_attn"], record["k_attn"]]

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from .sizes import COUNT_RULES, HEAD_COUNTS, HEAD_DIM, HEAD_WIDTHS, KV_HEAD_COUNTS, LAYER_KEYS, LAYERS, RULES
+from .unset import fill_unset
 
 
 def related(tiny: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +68,7 @@ def _layer_shares(out: dict[str, Any], defaults: dict[str, Any]) -> None:
     if not isinstance(layers, int) or layers <= out[key]:
         return
     for name, value in defaults.items():
-        some = isinstance(value, int) and not isinstance(value, bool) and 0 < value < layers
+        some = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= layers
         if some and name != key and str(name).endswith("_layers") and out.get(name) == value:
             out[name] = value * out[key] // layers
 
@@ -87,8 +88,9 @@ def _rotary_sections(out: dict[str, Any]) -> None:
 
 
 def unset_sizes(entries: dict[str, Any]) -> dict[str, Any]:
-    """Entries whose size is unset (None) where the name says which size: the tiny value."""
-    out = dict(entries)
+    """Entries whose size is unset (None) where the name says which size: the tiny value; unset
+    structure the model reads (:func:`fill_unset`) filled."""
+    out = fill_unset(entries)
     for key, value in entries.items():
         if isinstance(value, dict) and ("model_type" in value or str(key).endswith("_config")):
             out[key] = unset_sizes(value)
@@ -103,6 +105,10 @@ def tiny_value(name: str) -> int | float | None:
         return 0.0
     if re.search(r"^prediction_length$", name):  # time series: the horizon has no default
         return 8
+    if re.search(r"(^|_)budget$", name):  # tokens a sparse attention keeps: all of a tiny sequence
+        return 512
+    if re.search(r"(^|_)compress_ratio$", name):  # keys pooled into one block of a sparse attention's index
+        return 2
     return next((tiny for pattern, tiny in RULES if re.search(pattern, name)), None)
 
 
@@ -151,3 +157,28 @@ def sums(out: dict[str, Any], before: dict[str, Any]) -> None:
         pairs = [(a, b) for a in parts for b in parts if a < b and ints[a] + ints[b] == value]
         if len(pairs) == 1 and all(isinstance(out.get(p), int) for p in pairs[0]):
             out[key] = out[pairs[0][0]] + out[pairs[0][1]]
+
+
+def _derived(cls, entries: dict[str, Any], defaults: dict[str, Any]) -> list[str]:
+    """Sizes the config computes from its fields (no field of its own) that no rule shrank, such as
+    BROS's ``dim_bbox_projection`` = width / heads: left out, so that the config derives them again from
+    the tiny sizes rather than keep the default model's (kept where the config then does not build)."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(cls):
+        return []
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return [
+        k
+        for k, v in entries.items()
+        if k not in fields and isinstance(v, int) and not isinstance(v, bool) and v == defaults.get(k)
+    ]
+
+
+def variants(model_type: str, cls, entries: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
+    """``entries`` to try: with as many kv heads as heads where the loading rules cut q/k/v in equal parts
+    (``equal_chunks``), first without the derived sizes (``_derived``), then as they are."""
+    if equal_chunks(model_type):
+        kv_as_heads(entries)
+    derived = _derived(cls, entries, base)
+    return [{k: v for k, v in entries.items() if k not in derived}, entries] if derived else [entries]

@@ -11,11 +11,13 @@ KV_HEAD_COUNTS = (
 )
 HEAD_WIDTHS = r"^(head_dim|attention_head_dim|d_kv|kv_channels|qk_nope_head_dim|v_head_dim|head_size)$"
 """The entries that are one head's width."""
+EXPERTS = r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_routed_experts)$"
+PER_TOKEN = r"^(num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|top_k|num_selected_experts)$"
 COUNT_RULES: tuple[tuple[str, int], ...] = (
     (LAYER_KEYS, LAYERS),
     (r"(^|_)vocab_size$", VOCAB),
-    (r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_routed_experts)$", 4),
-    (r"^(num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|top_k|num_selected_experts)$", 2),
+    (EXPERTS, 4),
+    (PER_TOKEN, 2),
     (r"^(n_group|topk_group|n_shared_experts|num_shared_experts)$", 1),
     (r"^(max_position_embeddings|max_seq_len|n_positions|max_source_positions|max_target_positions)$", 512),
 )
