@@ -194,9 +194,9 @@ def _switch_off_query_scale(monkeypatch):
 
 
 def _switch_off_zero_positions(monkeypatch):
-    import attngeom.conformance.check as check
+    import attngeom.conformance.neutral as neutral
 
-    monkeypatch.setattr(check, "POSITIONS", ())
+    monkeypatch.setattr(neutral, "POSITIONS", ())
 
 
 @pytest.mark.parametrize(

@@ -232,9 +232,10 @@ def test_scores_summing_a_second_q_k_form_are_refused_but_position_terms_are_not
     assert found
 
 
-def test_a_module_without_a_head_width_is_unscored_beside_scored_attention():
+def test_a_module_without_a_head_width_is_unscored_beside_scored_attention(monkeypatch):
     """GroupViT's token assignment (q/k projections, no head count or width) is an unscored layer beside
     the scored towers and named in the notes; a model whose only q/k module has none is still refused."""
+    import attngeom.architectures.discovery as discovery_module
     from attngeom.architectures.discovery import HEADLESS
 
     config = tiny_config("groupvit")
@@ -245,7 +246,8 @@ def test_a_module_without_a_head_width_is_unscored_beside_scored_attention():
     assert not [i for i in items if isinstance(i, Skipped) and i.stack in assignment and i.why != HEADLESS]
     assert any(isinstance(i, Found) for i in items)
     assert "not scored: GroupViTAssignAttention (no head width to read)" in discover(config).notes
-    config = tiny_config("xlstm")
+    config = tiny_config("xlstm")  # its mLSTM, were it not a gated recurrence (no dot-product attention)
+    monkeypatch.setattr(discovery_module, "recurrent", lambda module: False)
     with pytest.raises(ArchitectureError, match=HEADLESS):
         find_attention(meta_model(config), config)
 
