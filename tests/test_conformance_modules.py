@@ -268,3 +268,10 @@ def _check_point_batch(model: _PointBatch, cross: bool) -> None:
 
 def _negated(projection: torch.nn.Linear) -> SimpleNamespace:
     return SimpleNamespace(weight=-projection.weight, bias=-projection.bias)
+
+
+def test_a_latent_attention_driven_on_its_own_is_not_taken_for_a_broadcast_query():
+    """LongCat-Flash's whole forward does not run; its latent attentions run on their own, where q (heads ×
+    head width) holds more values than the low-rank q_a_proj gave by construction, not by a broadcast."""
+    entry = check_type("longcat_flash")
+    assert entry["status"] == "validated" and entry["own_forward"] == ["self"], entry["reason"]
