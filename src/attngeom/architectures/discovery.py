@@ -25,6 +25,11 @@ import torch
 
 from .base import ArchitectureError
 from .model_classes import own_model_class
+from .projections import TOKEN_MIXING, projection
+from .projections import inputs as _inputs
+from .projections import is_conv1d as _conv1d
+from .projections import is_linear as _linear
+from .projections import rows as _rows
 from .qk_norms import Norm, qk_norms
 
 if TYPE_CHECKING:
@@ -41,9 +46,10 @@ PAIRS = (
     ("Wq", "Wk"),
     ("q_linear", "k_linear"),
     ("linear_q", "linear_k"),
+    ("project_q", "project_k"),
 )
 """Child names of separate query and key projections."""
-FUSED = ("qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv", "c_attn")
+FUSED = ("qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv", "c_attn", "att_proj")
 """Child names of one linear projection yielding q, k and v together."""
 LAYOUTS = ("blocks", "per_head", "groups_qvk")
 """How a fused projection's output rows are ordered: [q | k | v] (q: H·d_h rows, k and v: H_kv·d_h each),
@@ -56,8 +62,6 @@ NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
 NOT_SOFTMAX = re.compile(r"^(Text)?((Linear|Delta|Lightning)\w*Attention|GatedDeltaNet)$")
 """A mixer class named, after its family's prefix, as linear, delta-rule or lightning attention: q and k
 feed a recurrence or kernel, never softmax(q·k) (Kimi-Linear's delta layers, MiniMax's lightning ones)."""
-TOKEN_MIXING = re.compile(r"^(q|k|query|key)_s?conv$")
-"""A child of an attention convolving its q or k over neighbouring tokens (Inkling's ``k_sconv``)."""
 WORD = re.compile(r"[A-Z][a-z]*\d*|\d+")
 
 
@@ -90,6 +94,10 @@ class Found:
     """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
     rope: bool = True
     """A latent attention's decoupled rotary part exists (GLM-5-Next's has none: ``qk_rope_head_dim`` 0)."""
+
+    def local(self, name: str) -> str:
+        """The path of projection ``name`` (``q`` or ``k``) inside the attention module (``q_proj.linear``)."""
+        return name.removeprefix(f"{self.path}.") if self.path else name
 
     @property
     def forms(self) -> int:
@@ -136,27 +144,6 @@ def meta_model(config: PretrainedConfig) -> torch.nn.Module:
         return cls._from_config(config)
 
 
-def _linear(module: object) -> bool:
-    return isinstance(module, torch.nn.Linear)
-
-
-def _conv1d(module: object) -> bool:
-    """transformers' ``Conv1D``: a linear layer whose weight is stored transposed (inputs × outputs)."""
-    from transformers.pytorch_utils import Conv1D
-
-    return isinstance(module, Conv1D)
-
-
-def _rows(module: torch.nn.Module) -> int:
-    """A projection's output width (a ``Conv1D`` calls it ``nf``)."""
-    return module.nf if _conv1d(module) else module.out_features
-
-
-def _inputs(module: torch.nn.Module) -> int:
-    """A projection's input width."""
-    return module.weight.shape[0] if _conv1d(module) else module.in_features
-
-
 def _head_dim(module: torch.nn.Module, config: PretrainedConfig, q_width: int) -> int | None:
     for name in ("head_dim", "attention_head_size", "head_size", "d_head", "dim_head"):
         value = getattr(module, name, None)
@@ -200,8 +187,9 @@ def find_attention(
             )
             continue
         for q, k in PAIRS:
-            if _linear(getattr(module, q, None)) and _linear(getattr(module, k, None)):
-                raw.append((path, q, k, module))
+            q_path, k_path = projection(module, q), projection(module, k)
+            if q_path and k_path:
+                raw.append((path, q_path, k_path, module))
                 break
         else:
             fused = next((n for n in FUSED if _linear(p := getattr(module, n, None)) or _conv1d(p)), None)
@@ -293,7 +281,7 @@ def _stack_names(groups: dict[str, list]) -> dict[str, str]:
 def _is_cross(entry: tuple) -> bool:
     path, q, k, module = entry
     name = path.rsplit(".", 1)[-1]
-    return bool(CROSS.search(name)) or _inputs(getattr(module, q)) != _inputs(getattr(module, k))
+    return bool(CROSS.search(name)) or _inputs(module.get_submodule(q)) != _inputs(module.get_submodule(k))
 
 
 def _fused_heads(module: torch.nn.Module, config, width: int, layout: str) -> tuple[int, int, int]:
@@ -321,7 +309,7 @@ def _fused_heads(module: torch.nn.Module, config, width: int, layout: str) -> tu
 def _found(
     config, path: str, q: str, k: str, module: torch.nn.Module, stack: str, index: int, layout: str
 ) -> Found:
-    q_mod, k_mod = getattr(module, q), getattr(module, k)
+    q_mod, k_mod = module.get_submodule(q), module.get_submodule(k)
     if k == "kv_a_proj_with_mqa":
         own = getattr(module, "config", None) or config
         return Found(

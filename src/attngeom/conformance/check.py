@@ -73,7 +73,16 @@ def _rotary_neutralised(modules: list[torch.nn.Module]):
         cos_sin = neutral(args[at]) if at < len(args) else None  # passed by position (SAM 3's ViT)
         return None if cos_sin is None else ((*args[:at], cos_sin, *args[at + 1 :]), kwargs)
 
+    def own_rotary(rotary, args, output):  # a rotary embedding the attention calls itself (Moshi's)
+        return neutral(output)
+
     handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
+    handles += [
+        child.register_forward_hook(own_rotary)
+        for m in modules
+        for child in m.modules()
+        if "Rotary" in type(child).__name__
+    ]
     try:
         yield
     finally:
@@ -124,7 +133,7 @@ def capture(
     def keep(path: str, role: str):
         def hook(projection, args, output):
             record = seen.setdefault(path, {})
-            x, y = args[0].detach(), output.detach()
+            x, y = args[0].detach(), _first(output).detach()
             if f"x_{role}" not in record:
                 record[f"x_{role}"], record[role] = x, y
             elif first_call.get(path) and _joinable(record[role], y) and _joinable(record[f"x_{role}"], x):
@@ -159,7 +168,7 @@ def capture(
             ):
                 stack.callback(handle.remove)
             for role, name in (("q", item.q), ("k", item.k)):
-                child = module.get_submodule(name.rsplit(".", 1)[-1])
+                child = module.get_submodule(item.local(name))
                 handle = child.register_forward_hook(keep(item.path, role))
                 stack.callback(handle.remove)
         stack.enter_context(_rotary_neutralised(list(modules.values())))
@@ -190,6 +199,11 @@ def capture(
         if id(module) in _interface and path in seen:
             seen[path]["q_attn"], seen[path]["k_attn"] = _interface[id(module)]
     return seen, failure
+
+
+def _first(output):
+    """A projection's output (a quantised linear's is a pair: the output and its scale, I-BERT's)."""
+    return output[0] if isinstance(output, tuple) else output
 
 
 def _zero_norm_biases(modules: dict[str, torch.nn.Module], items: list[Found]) -> None:

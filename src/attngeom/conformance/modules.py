@@ -20,7 +20,7 @@ from itertools import product
 import torch
 
 from ..architectures.discovery import Found
-from .check import CAPTURE, _implementation, _interface, _register, _rotary_neutralised
+from .check import CAPTURE, _first, _implementation, _interface, _register, _rotary_neutralised
 
 BATCH, LENGTH, KV_LENGTH = 2, 7, 5
 KEY_VALUE = ("encoder_hidden", "key_value", "context", "memory", "cross_attention", "encoder_states")
@@ -59,14 +59,14 @@ def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.
     def keep(role: str):
         def hook(projection, args, output):
             if f"x_{role}" not in record:
-                record[f"x_{role}"], record[role] = args[0].detach(), output.detach()
+                record[f"x_{role}"], record[role] = args[0].detach(), _first(output).detach()
 
         return hook
 
     _interface.pop(id(module), None)
     with ExitStack() as stack:
         for role, name in (("q", item.q), ("k", item.k)):
-            handle = module.get_submodule(name.rsplit(".", 1)[-1]).register_forward_hook(keep(role))
+            handle = module.get_submodule(item.local(name)).register_forward_hook(keep(role))
             stack.callback(handle.remove)
         stack.enter_context(_rotary_neutralised([module]))
         with torch.no_grad():
@@ -88,8 +88,8 @@ def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iter
     ]
     if not params:
         return
-    q_in = module.get_submodule(item.q.rsplit(".", 1)[-1]).in_features
-    k_in = module.get_submodule(item.k.rsplit(".", 1)[-1]).in_features
+    q_in = module.get_submodule(item.local(item.q)).in_features
+    k_in = module.get_submodule(item.local(item.k)).in_features
     cross = item.cross or q_in != k_in
     packed = any("cu_seqlens" in p.name for p in params)
     generator = torch.Generator().manual_seed(2)

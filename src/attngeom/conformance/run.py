@@ -26,7 +26,7 @@ TIMEOUT_S = 120
 model's: the full-run test does not compare such entries)."""
 OWN_FORWARD = "the attention modules' own forward"
 """Said by the reason of a type validated (in part) on its attention modules called one by one."""
-FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv")
+FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv", "att_proj")
 
 
 LINEAR = re.compile(r"Linear\w*Attention$")
