@@ -4,7 +4,8 @@ weight is.
 Besides ``nn.Linear`` and transformers' ``Conv1D``: a quantised linear layer that keeps its float weight
 as ``weight`` [outputs × inputs] (I-BERT's ``QuantLinear``), and a wrapper whose one linear child is
 ``linear`` (Moshi's ``MoshiLinear``, Gemma 4's ``Gemma4ClippableLinear``): the projection is then that
-child (``q_proj.linear``), its weight the checkpoint tensor the form is read from.
+child (``q_proj.linear``), its weight the checkpoint tensor the form is read from. A q or k that passes
+through a convolution over tokens first (``token_convolution``) is no linear map of one token's input.
 """
 
 from __future__ import annotations
@@ -13,12 +14,10 @@ import re
 
 import torch
 
-from .base import ArchitectureError
-
 TOKEN_MIXING = re.compile(r"^(q|k|query|key)_s?conv$")
 """A child of an attention convolving its q or k over neighbouring tokens (Inkling's ``k_sconv``)."""
-WRAPPED_MIXING = re.compile(r"^s?conv$")
-"""The same convolution as a child of the q or k projection's wrapper (Inkling 2's ``k_proj.sconv``)."""
+QK_PART = re.compile(r"(^|_)(q|k|query|key)(_|$)")
+CONV_PART = re.compile(r"conv", re.IGNORECASE)
 
 
 def is_linear(module: object) -> bool:
@@ -54,21 +53,23 @@ def inputs(module: torch.nn.Module) -> int:
 
 def projection(module: torch.nn.Module, name: str) -> str | None:
     """The child path of ``module``'s projection ``name`` (``name``, or ``name.linear`` through a wrapper
-    whose parameters are all its linear child's), or None where ``name`` is no linear projection.
-
-    A wrapper that convolves its output over tokens raises ``ArchitectureError``: its q or k is not a
-    linear map of one token's input."""
+    whose parameters are all its linear child's), or None where ``name`` is no linear projection."""
     child = getattr(module, name, None)
     if is_linear(child):
         return name
     inner = getattr(child, "linear", None)
     if not isinstance(child, torch.nn.Module) or not is_linear(inner):
         return None
-    mixed = [n for n, _ in child.named_children() if WRAPPED_MIXING.search(n)]
-    if mixed:
-        raise ArchitectureError(
-            f"{type(module).__name__}: q or k passes through a convolution over tokens (`{name}.{mixed[0]}`), "
-            "so it is not a bilinear form of one token's input"
-        )
     own = {id(p) for p in inner.parameters()}
     return f"{name}.linear" if all(id(p) in own for p in child.parameters()) else None
+
+
+def token_convolution(attention: torch.nn.Module) -> str | None:
+    """The path of a convolution over tokens that the attention's q or k passes through, by its name: one
+    inside a q/k projection (Inkling 2's ``k_proj.sconv``) or a q/k convolutional projection (CvT's
+    ``convolution_projection_query``); None where there is none."""
+    for path, _ in attention.named_modules():
+        parts = path.split(".")
+        if any(QK_PART.search(p) for p in parts) and any(CONV_PART.search(p) for p in parts):
+            return path
+    return None

@@ -251,6 +251,8 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
         out = x @ w.double() + (0 if b is None else b.double())
         ours.append(heads(out, n, layer.head_dim))
     attn = "q_attn" in record
+    if not attn and (layer.form != "standard" or fused):
+        return "a normalised form or fused projection outside the attention interface"
     theirs = (
         [record["q_attn"], record["k_attn"]]
         if attn
@@ -261,8 +263,6 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
     )
     if not all(torch.isfinite(t).all() for t in theirs):
         return "the tiny model's forward pass gave non-finite q or k"
-    if not attn and (layer.form != "standard" or fused):
-        return "a normalised form or fused projection outside the attention interface"
     vectors = _compare_vectors(layer, ours, theirs)
     return vectors and _compare_scores(layer, ours, theirs, vectors)
 

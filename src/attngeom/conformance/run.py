@@ -19,6 +19,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from ..architectures.discovery import LAYOUTS
+from ..architectures.projections import token_convolution
 from ..architectures.validated import SUPPORT_FILE
 
 TIMEOUT_S = 120
@@ -51,6 +52,12 @@ def _no_attention_reason(model) -> str:
         name = path.rsplit(".", 1)[-1]
         if name in FUSED or isinstance(module, torch.nn.MultiheadAttention):
             return f"fused q/k/v projection ({type(module).__name__} `{name}`): layout not discovered"
+    for module in model.modules():
+        if "Attention" in type(module).__name__ and (conv := token_convolution(module)):
+            return (
+                f"{type(module).__name__}: q or k passes through a convolution over tokens (`{conv}`), "
+                "so it is not a bilinear form of one token's input"
+            )
     classes = sorted({type(m).__name__ for m in model.modules() if "Attention" in type(m).__name__})
     if classes:
         return f"attention without separate q/k projections ({', '.join(classes[:2])}): layout not discovered"
