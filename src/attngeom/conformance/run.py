@@ -21,6 +21,7 @@ from pathlib import Path
 from ..architectures.discovery import LAYOUTS
 from ..architectures.projections import token_convolution
 from ..architectures.validated import SUPPORT_FILE
+from .mechanisms import no_attention
 
 TIMEOUT_S = 120
 """A type whose check takes longer is refused with a TimeoutError (a slow machine's verdict, not the
@@ -28,10 +29,6 @@ model's: the full-run test does not compare such entries)."""
 OWN_FORWARD = "the attention modules' own forward"
 """Said by the reason of a type validated (in part) on its attention modules called one by one."""
 FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv", "att_proj")
-
-
-LINEAR = re.compile(r"Linear\w*Attention$")
-"""A linear (separable, kernel) attention's class: it never forms the per-pair scores a form describes."""
 PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]*")
 """An absolute path in an error message (a temporary folder, the installation): not part of a reason."""
 
@@ -42,12 +39,12 @@ def _short(err: BaseException) -> str:
 
 
 def _no_attention_reason(model) -> str:
-    """Why a built model has no discovered attention: a fused projection, another attention, or none."""
+    """Why a built model has no discovered attention: a fused projection, q or k convolved over tokens,
+    another mechanism than q·k (``mechanisms``), or none."""
     import torch
 
-    linear = sorted({type(m).__name__ for m in model.modules() if LINEAR.search(type(m).__name__)})
-    if linear:
-        return f"linear attention ({linear[0]}): no softmax over q·k scores, no per-head bilinear form"
+    if other := no_attention(model):
+        return other
     for path, module in model.named_modules():
         name = path.rsplit(".", 1)[-1]
         if name in FUSED or isinstance(module, torch.nn.MultiheadAttention):
