@@ -38,7 +38,9 @@ def discovered_layers(
     """The layers of ``items`` read from ``reader`` (by the model's own parameter names)."""
     from .normalised_decoders import QK_NORM_PER_HEAD, QK_NORM_WHOLE, normalised
 
-    get = reader.get
+    def get(name: str) -> torch.Tensor:
+        tensor = reader.get(name)
+        return tensor[..., 0] if tensor.dim() == 3 and tensor.shape[-1] == 1 else tensor  # a pointwise conv
 
     def split(item: Found, suffix: str, role: int) -> torch.Tensor:
         tensor = get(f"{item.q}.{suffix}")
@@ -54,12 +56,18 @@ def discovered_layers(
         return per_head.reshape(h * d, *tensor.shape[1:])
 
     def key(item: Found, suffix: str) -> torch.Tensor:
-        return split(item, suffix, 1) if item.fused else get(f"{item.k}.{suffix}")
+        return split(item, suffix, 1) if item.fused else diagonal(item, get(f"{item.k}.{suffix}"))
+
+    def diagonal(item: Found, tensor: torch.Tensor) -> torch.Tensor:
+        """A grouped convolution's weight [outputs × inputs/groups] as its block-diagonal linear map."""
+        if item.blocks == 1 or tensor.dim() != 2:
+            return tensor
+        return torch.block_diag(*tensor.reshape(item.blocks, -1, tensor.shape[1]))
 
     def query(item: Found, suffix: str) -> torch.Tensor:
         if item.fused:
             return split(item, suffix, 0)
-        tensor = get(f"{item.q}.{suffix}")
+        tensor = diagonal(item, get(f"{item.q}.{suffix}"))
         if not item.gated:
             return tensor
         per_head = tensor.reshape(item.n_heads, 2 * item.head_dim, *tensor.shape[1:])

@@ -90,6 +90,8 @@ class Found:
     """The fused projection's model-parallel groups (layout ``groups_qvk``)."""
     transposed: bool = False
     """The projection is a ``Conv1D`` (GPT-2's): its weight is stored in the x W convention, inputs × outputs."""
+    blocks: int = 1
+    """A grouped pointwise convolution's groups: its weight is the diagonal blocks of the linear map."""
     latent: bool = False
     """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
     rope: bool = True
@@ -348,7 +350,7 @@ def _found(
             groups=getattr(module, "mp_num", 1) if layout == "groups_qvk" else 1,
             transposed=_conv1d(q_mod),
         )
-    head_dim = _head_dim(module, config, q_mod.out_features)
+    head_dim = _head_dim(module, config, _rows(q_mod))
     if head_dim is None:
         raise ArchitectureError(f"{type(module).__name__} at {path}: no head width to read")
     mixed = [n for n, _ in module.named_children() if TOKEN_MIXING.search(n)]
@@ -358,7 +360,7 @@ def _found(
             "so it is not a bilinear form of one token's input"
         )
     q_norm, k_norm = qk_norms(module, head_dim)
-    n_heads = q_mod.out_features // head_dim
+    n_heads = _rows(q_mod) // head_dim
     stated = getattr(getattr(module, "config", None) or config, "num_attention_heads", None)
     gated = isinstance(stated, int) and n_heads == 2 * stated
     return Found(
@@ -369,13 +371,14 @@ def _found(
         k=f"{path}.{k}" if path else k,
         head_dim=head_dim,
         n_heads=n_heads // 2 if gated else n_heads,
-        n_kv_heads=k_mod.out_features // head_dim,
+        n_kv_heads=_rows(k_mod) // head_dim,
         q_bias=q_mod.bias is not None,
         k_bias=k_mod.bias is not None,
         cross=stack.endswith("_cross"),
         q_norm=q_norm,
         k_norm=k_norm,
         gated=gated,
+        blocks=getattr(q_mod, "groups", 1) if isinstance(q_mod, torch.nn.Conv1d) else 1,
     )
 
 

@@ -1,7 +1,8 @@
 """What counts as a q or k projection for discovery: a linear map of one token's input, and where its
 weight is.
 
-Besides ``nn.Linear`` and transformers' ``Conv1D``: a quantised linear layer that keeps its float weight
+Besides ``nn.Linear`` and transformers' ``Conv1D``: a pointwise ``nn.Conv1d`` (its weight [outputs ×
+inputs × 1], its inputs and outputs channels first), a quantised linear layer that keeps its float weight
 as ``weight`` [outputs × inputs] (I-BERT's ``QuantLinear``), and a wrapper whose one linear child is
 ``linear`` (Moshi's ``MoshiLinear``, Gemma 4's ``Gemma4ClippableLinear``): the projection is then that
 child (``q_proj.linear``), its weight the checkpoint tensor the form is read from. A q or k that passes
@@ -20,9 +21,20 @@ QK_PART = re.compile(r"(^|_)(q|k|query|key)(_|$)")
 CONV_PART = re.compile(r"conv", re.IGNORECASE)
 
 
+def is_pointwise(module: object) -> bool:
+    """A 1-wide ``nn.Conv1d`` over (batch, channels, tokens): a linear map of each token, block-diagonal
+    where it is grouped (SqueezeBERT's)."""
+    return (
+        isinstance(module, torch.nn.Conv1d)
+        and module.kernel_size == (1,)
+        and module.padding in ((0,), "valid")
+    )
+
+
 def is_linear(module: object) -> bool:
-    """``nn.Linear``, or a layer holding its float weight as ``nn.Linear`` does (a quantised linear)."""
-    if isinstance(module, torch.nn.Linear):
+    """``nn.Linear``, a pointwise convolution, or a layer holding its float weight as ``nn.Linear`` does
+    (a quantised linear)."""
+    if isinstance(module, torch.nn.Linear) or is_pointwise(module):
         return True
     weight = getattr(module, "weight", None)
     return (
@@ -43,11 +55,15 @@ def is_conv1d(module: object) -> bool:
 
 def rows(module: torch.nn.Module) -> int:
     """A projection's output width (a ``Conv1D`` calls it ``nf``)."""
+    if is_pointwise(module):
+        return module.out_channels
     return module.nf if is_conv1d(module) else module.out_features
 
 
 def inputs(module: torch.nn.Module) -> int:
     """A projection's input width."""
+    if is_pointwise(module):
+        return module.in_channels
     return module.weight.shape[0] if is_conv1d(module) else module.in_features
 
 

@@ -133,7 +133,7 @@ def capture(
     def keep(path: str, role: str):
         def hook(projection, args, output):
             record = seen.setdefault(path, {})
-            x, y = args[0].detach(), _first(output).detach()
+            x, y = _tokens_last(projection, args[0].detach(), _first(output).detach())
             if f"x_{role}" not in record:
                 record[f"x_{role}"], record[role] = x, y
             elif first_call.get(path) and _joinable(record[role], y) and _joinable(record[f"x_{role}"], x):
@@ -204,6 +204,12 @@ def capture(
 def _first(output):
     """A projection's output (a quantised linear's is a pair: the output and its scale, I-BERT's)."""
     return output[0] if isinstance(output, tuple) else output
+
+
+def _tokens_last(projection, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A projection's input and output as (..., tokens, features): a pointwise convolution's are
+    channels first."""
+    return (x.mT, y.mT) if isinstance(projection, torch.nn.Conv1d) else (x, y)
 
 
 def _zero_norm_biases(modules: dict[str, torch.nn.Module], items: list[Found]) -> None:

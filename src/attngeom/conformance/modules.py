@@ -20,7 +20,8 @@ from itertools import product
 import torch
 
 from ..architectures.discovery import Found
-from .check import CAPTURE, _first, _implementation, _interface, _register, _rotary_neutralised
+from ..architectures.projections import inputs
+from .check import CAPTURE, _first, _implementation, _interface, _register, _rotary_neutralised, _tokens_last
 
 BATCH, LENGTH, KV_LENGTH = 2, 7, 5
 KEY_VALUE = ("encoder_hidden", "key_value", "context", "memory", "cross_attention", "encoder_states")
@@ -59,7 +60,9 @@ def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.
     def keep(role: str):
         def hook(projection, args, output):
             if f"x_{role}" not in record:
-                record[f"x_{role}"], record[role] = args[0].detach(), _first(output).detach()
+                record[f"x_{role}"], record[role] = _tokens_last(
+                    projection, args[0].detach(), _first(output).detach()
+                )
 
         return hook
 
@@ -88,8 +91,8 @@ def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iter
     ]
     if not params:
         return
-    q_in = module.get_submodule(item.local(item.q)).in_features
-    k_in = module.get_submodule(item.local(item.k)).in_features
+    q_in = inputs(module.get_submodule(item.local(item.q)))
+    k_in = inputs(module.get_submodule(item.local(item.k)))
     cross = item.cross or q_in != k_in
     packed = any("cu_seqlens" in p.name for p in params)
     generator = torch.Generator().manual_seed(2)
