@@ -142,3 +142,12 @@ def test_a_periodic_attention_schedule_keeps_two_periods():
     config = tiny_config("zamba")
     assert config.num_hidden_layers == 4
     assert config.layer_types.count("hybrid") == 2
+
+
+def test_a_count_of_layers_that_is_all_of_them_stays_all_of_them():
+    out = shrink({"num_hidden_layers": 30, "num_kv_shared_layers": 30, "num_dense_layers": 3})
+    assert out["num_hidden_layers"] == 2 and out["num_kv_shared_layers"] == 2
+    assert out["num_dense_layers"] == 3  # some of the layers: not a count of all
+    config = tiny_config("gemma4_unified_assistant").get_text_config()
+    assert config.num_kv_shared_layers == config.num_hidden_layers
+    meta_model(tiny_config("gemma4_unified_assistant"))  # built: its layers all share keys, as by default

@@ -41,6 +41,11 @@ LAYOUTS = {
     "glm5_next_text": "latent attention without a rotary part, beside linear-attention layers",
     "kimi_linear": "delta-rule linear-attention layers beside latent attention",
     "granitemoehybrid": "a hybrid whose default has no attention layer",
+    "moshi": "q/k projections wrapping their nn.Linear as `linear`, rotary computed inside the attention",
+    "gemma4_vision": "clippable linear wrappers; flattened patches with their (x, y) positions",
+    "ibert": "quantised linear layers returning (output, scale)",
+    "squeezebert": "grouped pointwise Conv1d projections, channels first",
+    "cpmant": "project_q / project_k projections",
 }
 """Types that each exercise one case of discovery or of the check, and must validate."""
 
@@ -63,9 +68,60 @@ def test_each_layout_case_validates():
 
 
 def test_refusals_name_what_the_model_computes():
-    results = run_all(["inkling_text", "mobilevitv2"], jobs=1)
+    results = run_all(
+        ["inkling_text", "inkling2_text", "cvt", "mobilevitv2", "gemma4_unified_assistant"], jobs=1
+    )
+    assert "a query projection and no key projection" in results["gemma4_unified_assistant"]["reason"]
     assert "convolution over tokens (`k_sconv`)" in results["inkling_text"]["reason"]
-    assert results["mobilevitv2"]["reason"].startswith("linear attention (MobileViTV2LinearSelfAttention)")
+    assert "convolution over tokens (`k_proj.sconv`)" in results["inkling2_text"]["reason"]
+    assert "convolution over tokens (`attention.convolution_projection_query`)" in results["cvt"]["reason"]
+    assert results["mobilevitv2"]["reason"].startswith(
+        "no dot-product attention (linear attention (MobileViTV2LinearSelfAttention)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("model_type", "mechanism"),
+    [
+        ("rwkv", "a recurrence with a learned time decay (RwkvSelfAttention)"),
+        ("slanet", "additive attention (SLANetAttentionGRUCell)"),
+        ("swiftformer", "additive attention (SwiftFormerEfficientAdditiveAttention)"),
+        ("patchtsmixer", "gated attention (PatchTSMixerGatedAttention)"),
+        ("bert", None),  # softmax(q·k): no other mechanism
+        ("jetmoe", None),  # a mixture of attention heads, q·k all the same
+    ],
+)
+def test_attention_named_modules_without_q_k_scores_are_told_apart(model_type, mechanism):
+    from attngeom.conformance.mechanisms import no_attention
+
+    reason = no_attention(meta_model(tiny_config(model_type)))
+    if mechanism is None:
+        assert reason is None
+    else:
+        assert reason.startswith(f"no dot-product attention ({mechanism}")
+
+
+def test_grouped_pointwise_projections_are_read_block_diagonal(tmp_path):
+    """SqueezeBERT's grouped 1-wide convolutions: read as block-diagonal maps the layers give the model's
+    own q and k; read as one dense block (the groups ignored) they do not."""
+    from dataclasses import replace
+
+    from attngeom.architectures.discovered import discovered_layers
+
+    config = tiny_config("squeezebert")
+    model = randomized(AutoModel.from_config(config))
+    items = [i for i in find_attention(model, config) if isinstance(i, Found)]
+    assert items and all(i.blocks > 1 for i in items)
+    records, _ = capture(model, items)
+    model.save_pretrained(tmp_path)
+    source = open_source_for(tmp_path)
+    for found, expect_match in ((items, True), ([replace(i, blocks=1) for i in items], False)):
+        for item, layer in zip(found, discovered_layers(config, source, found, False), strict=True):
+            try:
+                why = compare(layer, records[item.path])
+            except RuntimeError as err:  # the dense reading's shapes do not fit the inputs
+                why = str(err)
+            assert (why is None) == expect_match, why
 
 
 def test_linear_attention_layers_are_unscored_mixers():

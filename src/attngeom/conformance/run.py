@@ -55,10 +55,24 @@ def _no_attention_reason(model) -> str:
                 f"{type(module).__name__}: q or k passes through a convolution over tokens (`{conv}`), "
                 "so it is not a bilinear form of one token's input"
             )
+    for module in model.modules():
+        if "Attention" in type(module).__name__ and _query_only(module):
+            return (
+                f"{type(module).__name__}: a query projection and no key projection of its own (every layer "
+                "reuses keys cached by another model: shared KV), so no W_k to pair with its W_q"
+            )
     classes = sorted({type(m).__name__ for m in model.modules() if "Attention" in type(m).__name__})
     if classes:
         return f"attention without separate q/k projections ({', '.join(classes[:2])}): layout not discovered"
     return "no dot-product attention (convolutional, state-space or other token mixing)"
+
+
+def _query_only(module) -> bool:
+    """Whether ``module`` has a query projection and no key projection (a KV-sharing layer's)."""
+    from ..architectures.discovery import PAIRS
+    from ..architectures.projections import projection
+
+    return any(projection(module, q) for q, _ in PAIRS) and not any(hasattr(module, k) for _, k in PAIRS)
 
 
 def check_type(model_type: str) -> dict:
