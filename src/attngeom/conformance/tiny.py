@@ -44,11 +44,13 @@ def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
             if re.search(pattern, key):
                 out[key] = min(value, tiny) if value > 0 else value
                 break
-    tiny_layers = next((v for k, v in out.items() if re.search(LAYER_KEYS, k) and isinstance(v, int)), None)
+    tiny_layers = next(
+        (v for k, v in out.items() if re.search(LAYER_KEYS, str(k)) and isinstance(v, int)), None
+    )
     for key, value in entries.items():  # a count of layers that is all of them (Gemma 4 assistant's
         # KV-sharing layers) stays all of them
-        if isinstance(value, int) and value == layers_before and re.search(r"_layers$", key):
-            out[key] = out[key] if re.search(LAYER_KEYS, key) else tiny_layers
+        if isinstance(value, int) and value == layers_before and re.search(r"_layers$", str(key)):
+            out[key] = out[key] if re.search(LAYER_KEYS, str(key)) else tiny_layers
     _fit_patches(out)
     unscheduled = dict(out)
     _hybrid_schedule(out)
