@@ -29,6 +29,7 @@ model's: the full-run test does not compare such entries)."""
 OWN_FORWARD = "the attention modules' own forward"
 """Said by the reason of a type validated (in part) on its attention modules called one by one."""
 FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv", "att_proj")
+FUSED += ("queries_keys_values",)
 PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]*")
 """An absolute path in an error message (a temporary folder, the installation): not part of a reason."""
 
@@ -56,6 +57,11 @@ def _no_attention_reason(model) -> str:
                 "so it is not a bilinear form of one token's input"
             )
     for module in model.modules():
+        if "Attention" in type(module).__name__ and (routed := _routed_queries(module)):
+            return (
+                f"{type(module).__name__}: a mixture of attention heads (its query heads come from the experts "
+                f"a router picks per token, `{routed}`), so a head has no single W_q; per-expert forms not scored"
+            )
         if "Attention" in type(module).__name__ and _query_only(module):
             return (
                 f"{type(module).__name__}: a query projection and no key projection of its own (every layer "
@@ -65,6 +71,17 @@ def _no_attention_reason(model) -> str:
     if classes:
         return f"attention without separate q/k projections ({', '.join(classes[:2])}): layout not discovered"
     return "no dot-product attention (convolutional, state-space or other token mixing)"
+
+
+def _routed_queries(module) -> str | None:
+    """The path of the routed experts that hold ``module``'s query projection (JetMoE's ``experts``,
+    beside a key/value projection and with a ``router``), or None."""
+    if not any(hasattr(module, k) for k in ("kv_proj", "k_proj", "key")):
+        return None
+    for path, child in module.named_children():
+        if hasattr(child, "router") and not any(hasattr(module, q) for q in ("q_proj", "query", "q")):
+            return path
+    return None
 
 
 def _query_only(module) -> bool:
