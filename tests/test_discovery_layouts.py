@@ -68,9 +68,9 @@ def test_each_layout_case_validates():
 
 
 def test_refusals_name_what_the_model_computes():
-    results = run_all(
-        ["inkling_text", "inkling2_text", "cvt", "mobilevitv2", "gemma4_unified_assistant"], jobs=1
-    )
+    named = ["inkling_text", "inkling2_text", "cvt", "mobilevitv2", "gemma4_unified_assistant", "jetmoe"]
+    results = run_all(named, jobs=1)
+    assert "a mixture of attention heads" in results["jetmoe"]["reason"]
     assert "a query projection and no key projection" in results["gemma4_unified_assistant"]["reason"]
     assert "convolution over tokens (`k_sconv`)" in results["inkling_text"]["reason"]
     assert "convolution over tokens (`k_proj.sconv`)" in results["inkling2_text"]["reason"]
