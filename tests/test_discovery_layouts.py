@@ -68,8 +68,17 @@ def test_each_layout_case_validates():
 
 
 def test_refusals_name_what_the_model_computes():
-    named = ["inkling_text", "inkling2_text", "cvt", "mobilevitv2", "gemma4_unified_assistant", "jetmoe"]
+    named = [
+        "inkling_text",
+        "inkling2_text",
+        "cvt",
+        "mobilevitv2",
+        "gemma4_unified_assistant",
+        "jetmoe",
+        "bark",
+    ]
     results = run_all(named, jobs=1)
+    assert "fused projection outside the attention interface" in results["bark"]["reason"]
     assert "a mixture of attention heads" in results["jetmoe"]["reason"]
     assert "a query projection and no key projection" in results["gemma4_unified_assistant"]["reason"]
     assert "convolution over tokens (`k_sconv`)" in results["inkling_text"]["reason"]
@@ -122,6 +131,17 @@ def test_grouped_pointwise_projections_are_read_block_diagonal(tmp_path):
             except RuntimeError as err:  # the dense reading's shapes do not fit the inputs
                 why = str(err)
             assert (why is None) == expect_match, why
+
+
+def test_a_wrapped_linear_is_a_projection_only_while_it_holds_nothing_else():
+    from attngeom.architectures.projections import projection
+
+    attention, wrapper = torch.nn.Module(), torch.nn.Module()
+    wrapper.linear = torch.nn.Linear(4, 4)
+    attention.q_proj = wrapper
+    assert projection(attention, "q_proj") == "q_proj.linear"
+    wrapper.norm = torch.nn.LayerNorm(4)  # a map of its own after the linear one: not W_q alone
+    assert projection(attention, "q_proj") is None
 
 
 def test_linear_attention_layers_are_unscored_mixers():
