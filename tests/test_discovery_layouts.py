@@ -36,6 +36,7 @@ LAYOUTS = {
     "pegasus_x": "padded (zero) rows in a block-local attention",
     "t5gemma2": "merged self- and cross-attention keys from one projection",
     "sam3_vit_model": "grid-shaped inputs and rotary passed by position",
+    "sam_vision_model": "a fused qkv outside the attention interface, windows padded (q, k at the score product)",
     "muse_spark_text": "a shared q/k norm without a gain",
     "deepseek_v32": "latent attention whose interleaved rotary part permutes head dims",
     "glm5_next_text": "latent attention without a rotary part, beside linear-attention layers",
@@ -76,9 +77,11 @@ def test_refusals_name_what_the_model_computes():
         "gemma4_unified_assistant",
         "jetmoe",
         "bark",
+        "hiera",
     ]
     results = run_all(named, jobs=1)
     assert "fused projection outside the attention interface" in results["bark"]["reason"]
+    assert results["hiera"]["reason"].startswith("query pooling (HieraMaskUnitAttention, `query_stride`)")
     assert "a mixture of attention heads" in results["jetmoe"]["reason"]
     assert "a query projection and no key projection" in results["gemma4_unified_assistant"]["reason"]
     assert "convolution over tokens (`k_sconv`)" in results["inkling_text"]["reason"]
@@ -169,6 +172,21 @@ def _codegen_layers(layout: str):
 def test_codegen_groups_its_fused_rows_by_model_parallel_part():
     assert all(compare(layer, record, fused=True) is None for layer, record in _codegen_layers("groups_qvk"))
     assert all(compare(layer, record, fused=True) for layer, record in _codegen_layers("blocks"))
+
+
+def test_a_fused_projection_outside_the_interface_is_checked_at_its_score_product():
+    config = tiny_config("sam_vision_model")
+    model = randomized(AutoModel.from_config(config))
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        source = open_source_for(folder)
+        for layout, agrees in (("blocks", True), ("per_head", False)):
+            items = [i for i in find_attention(model, config, layout) if isinstance(i, Found)]
+            records, failure = capture(model, items)
+            assert failure is None and all("q_attn" in r for r in records.values())
+            layers = [x for x in discover(config, layout).layers(source.config, source) if hasattr(x, "w_q")]
+            verdicts = [compare(x, records[i.path], fused=True) for i, x in zip(items, layers, strict=True)]
+            assert all(v is None for v in verdicts) if agrees else all(verdicts), (layout, verdicts)
 
 
 def _scores_case(c_q: torch.Tensor, c_k: torch.Tensor, form: str = "mla_rope"):

@@ -3,7 +3,9 @@
 Read off the module's parameters, not its family: a learned decay over time (RWKV's WKV recurrence), a
 learned vector scoring each token on its own (additive attention: SLANet's GRU cell, SwiftFormer's
 efficient additive attention), a softmax over one token's own features (PatchTSMixer's gated attention),
-or a class named linear attention (MobileViTv2's separable one).
+or a class named linear attention (MobileViTv2's separable one). And two dot-product attentions whose
+q·k has no single pair of projections to read: query heads from routed experts (JetMoE), a query
+projection without a key projection (a layer reusing another model's keys).
 """
 
 from __future__ import annotations
@@ -52,3 +54,22 @@ def no_attention(model: torch.nn.Module) -> str | None:
             return None
         found.append(what)
     return f"no dot-product attention ({found[0]})" if found else None
+
+
+def routed_queries(module) -> str | None:
+    """The path of the routed experts that hold ``module``'s query projection (JetMoE's ``experts``,
+    beside a key/value projection and with a ``router``), or None."""
+    if not any(hasattr(module, k) for k in ("kv_proj", "k_proj", "key")):
+        return None
+    for path, child in module.named_children():
+        if hasattr(child, "router") and not any(hasattr(module, q) for q in ("q_proj", "query", "q")):
+            return path
+    return None
+
+
+def query_only(module) -> bool:
+    """Whether ``module`` has a query projection and no key projection (a KV-sharing layer's)."""
+    from ..architectures.discovery import PAIRS
+    from ..architectures.projections import projection
+
+    return any(projection(module, q) for q, _ in PAIRS) and not any(hasattr(module, k) for _, k in PAIRS)

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..architectures.discovery import LAYOUTS
 from ..architectures.projections import token_convolution
 from ..architectures.validated import SUPPORT_FILE
-from .mechanisms import no_attention
+from .mechanisms import no_attention, query_only, routed_queries
 
 TIMEOUT_S = 120
 """A type whose check takes longer is refused with a TimeoutError (a slow machine's verdict, not the
@@ -57,12 +57,12 @@ def _no_attention_reason(model) -> str:
                 "so it is not a bilinear form of one token's input"
             )
     for module in model.modules():
-        if "Attention" in type(module).__name__ and (routed := _routed_queries(module)):
+        if "Attention" in type(module).__name__ and (routed := routed_queries(module)):
             return (
                 f"{type(module).__name__}: a mixture of attention heads (its query heads come from the experts "
                 f"a router picks per token, `{routed}`), so a head has no single W_q; per-expert forms not scored"
             )
-        if "Attention" in type(module).__name__ and _query_only(module):
+        if "Attention" in type(module).__name__ and query_only(module):
             return (
                 f"{type(module).__name__}: a query projection and no key projection of its own (every layer "
                 "reuses keys cached by another model: shared KV), so no W_k to pair with its W_q"
@@ -71,25 +71,6 @@ def _no_attention_reason(model) -> str:
     if classes:
         return f"attention without separate q/k projections ({', '.join(classes[:2])}): layout not discovered"
     return "no dot-product attention (convolutional, state-space or other token mixing)"
-
-
-def _routed_queries(module) -> str | None:
-    """The path of the routed experts that hold ``module``'s query projection (JetMoE's ``experts``,
-    beside a key/value projection and with a ``router``), or None."""
-    if not any(hasattr(module, k) for k in ("kv_proj", "k_proj", "key")):
-        return None
-    for path, child in module.named_children():
-        if hasattr(child, "router") and not any(hasattr(module, q) for q in ("q_proj", "query", "q")):
-            return path
-    return None
-
-
-def _query_only(module) -> bool:
-    """Whether ``module`` has a query projection and no key projection (a KV-sharing layer's)."""
-    from ..architectures.discovery import PAIRS
-    from ..architectures.projections import projection
-
-    return any(projection(module, q) for q, _ in PAIRS) and not any(hasattr(module, k) for _, k in PAIRS)
 
 
 def check_type(model_type: str) -> dict:
@@ -116,6 +97,8 @@ def check_type(model_type: str) -> dict:
     except Exception as err:  # noqa: BLE001 — any failure is this type's result
         why = _default_reason(model_type) or build_refusal(err) or _default_failure(model_type)
         return _refused(why or f"could not build a tiny model ({_short(err)})")
+    if not _has_attention(skeleton, config):
+        config, skeleton = _deepened(config, skeleton)
     if not _has_attention(skeleton, config):
         return _refused(_no_attention_reason(skeleton))
     try:
@@ -162,6 +145,9 @@ def _attempt(model, config, source, layout: str) -> dict:
         reason = str(err) if "no attention module" not in str(err) else _no_attention_reason(model)
         return _refused(reason)
     items = [i for i in find_attention(model, config, layout) if isinstance(i, Found)]
+    pooled = next((p for p in (_pooled_queries(model.get_submodule(i.path)) for i in items) if p), None)
+    if pooled:
+        return _refused(pooled, near=True)  # a layout found; the model computes no form of it
     try:
         layers = [l for l in architecture.layers(source.config, source) if hasattr(l, "w_q")]
     except Exception as err:  # noqa: BLE001
@@ -198,6 +184,20 @@ def _attempt(model, config, source, layout: str) -> dict:
         "objective": architecture.objective,
     }
     return entry | ({"own_forward": list(dict.fromkeys(i.stack for i in unrun))} if unrun else {})
+
+
+def _pooled_queries(module) -> str | None:
+    """The refusal of an attention that pools its queries (Hiera's and SAM 2's stage changes), else None."""
+    stride = getattr(module, "query_stride", None)
+    if not any(
+        isinstance(s, int) and s > 1 for s in (stride if isinstance(stride, (tuple, list)) else [stride])
+    ):
+        return None
+    return (
+        f"query pooling ({type(module).__name__}, `query_stride`): where a stage begins, q is max-pooled "
+        "over neighbouring tokens after its projection, so those layers' scores are no bilinear form of a "
+        "token pair"
+    )
 
 
 def _own_forward_note(unrun: list, whole: Exception | None) -> str:
@@ -239,6 +239,27 @@ def _default_failure(model_type: str) -> str | None:
     except Exception as err:  # noqa: BLE001
         return f"transformers' default config of it does not build its model either ({_short(err)})"
     return None
+
+
+def _deepened(config, skeleton):
+    """``config`` with the fewest more layers (up to 6) whose model has attention, where the shrunk
+    layer count keeps only layers without it (Griffin's recurrent blocks come before its attention
+    block; SAM 3 Lite's text encoder has RepMixers first and last); else ``config`` as it was."""
+    import copy
+
+    from ..architectures.discovery import meta_model
+
+    layers = getattr(config, "num_hidden_layers", None)
+    for more in range(layers + 1, 7) if isinstance(layers, int) else ():
+        deeper = copy.deepcopy(config)
+        deeper.num_hidden_layers = more
+        try:
+            built = meta_model(deeper)
+        except Exception:  # noqa: BLE001 — a count the config's rules refuse: try the next
+            continue
+        if _has_attention(built, deeper):
+            return deeper, built
+    return config, skeleton
 
 
 def _has_attention(skeleton, config) -> bool:
