@@ -15,8 +15,6 @@ import re
 
 import torch
 
-TOKEN_MIXING = re.compile(r"^(q|k|query|key)_s?conv$")
-"""A child of an attention convolving its q or k over neighbouring tokens (Inkling's ``k_sconv``)."""
 QK_PART = re.compile(r"(^|_)(q|k|query|key)(_|$)")
 CONV_PART = re.compile(r"conv", re.IGNORECASE)
 

@@ -3,9 +3,9 @@
 Read off the module's parameters, not its family: a learned decay over time (RWKV's WKV recurrence), a
 learned vector scoring each token on its own (additive attention: SLANet's GRU cell, SwiftFormer's
 efficient additive attention), a softmax over one token's own features (PatchTSMixer's gated attention),
-or a class named linear attention (MobileViTv2's separable one). And two dot-product attentions whose
-q·k has no single pair of projections to read: query heads from routed experts (JetMoE), a query
-projection without a key projection (a layer reusing another model's keys).
+or a class named linear attention (MobileViTv2's separable one); ``no_attention_reason`` says why a
+built model has no discovered attention at all. And a dot-product attention whose q·k
+has no single pair of projections to read: query heads from routed experts (JetMoE).
 """
 
 from __future__ import annotations
@@ -14,6 +14,11 @@ import re
 
 import torch
 
+from ..architectures.projections import token_convolution
+
+FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv", "att_proj")
+FUSED += ("queries_keys_values",)
+"""Child names of a fused q/k/v projection (a layout discovery did not read, where one is left)."""
 LINEAR = re.compile(r"Linear\w*Attention$")
 """A linear (separable, kernel) attention's class: it never forms the per-pair scores a form describes."""
 
@@ -67,9 +72,38 @@ def routed_queries(module) -> str | None:
     return None
 
 
-def query_only(module) -> bool:
-    """Whether ``module`` has a query projection and no key projection (a KV-sharing layer's)."""
-    from ..architectures.discovery import PAIRS
-    from ..architectures.projections import projection
+def no_attention_reason(model) -> str:
+    """Why a built model has no discovered attention: a fused projection, q or k convolved over tokens,
+    another mechanism than q·k (``mechanisms``), or none."""
+    import torch
 
-    return any(projection(module, q) for q, _ in PAIRS) and not any(hasattr(module, k) for _, k in PAIRS)
+    from .refusals import queries_only_attention
+
+    if other := no_attention(model):
+        return other
+    for path, module in model.named_modules():
+        name = path.rsplit(".", 1)[-1]
+        if name in FUSED or isinstance(module, torch.nn.MultiheadAttention):
+            return f"fused q/k/v projection ({type(module).__name__} `{name}`): layout not discovered"
+    for module in model.modules():
+        if "Attention" in type(module).__name__ and (conv := token_convolution(module)):
+            return (
+                f"{type(module).__name__}: q or k passes through a convolution over tokens (`{conv}`), "
+                "so it is not a bilinear form of one token's input"
+            )
+    for module in model.modules():
+        if "Attention" in type(module).__name__ and (routed := routed_queries(module)):
+            return (
+                f"{type(module).__name__}: a mixture of attention heads (its query heads come from the experts "
+                f"a router picks per token, `{routed}`), so a head has no single W_q; per-expert forms not scored"
+            )
+    classes = sorted({type(m).__name__ for m in model.modules() if "Attention" in type(m).__name__})
+    queries_only = sorted({type(m).__name__ for m in model.modules() if queries_only_attention(m)})
+    if queries_only and set(queries_only) == set(classes):
+        return (
+            f"attention without key projections of its own ({queries_only[0]} has a query projection only: "
+            "its keys are another model's or layer's, shared): no W_qk within this model"
+        )
+    if classes:
+        return f"attention without separate q/k projections ({', '.join(classes[:2])}): layout not discovered"
+    return "no dot-product attention (convolutional, state-space or other token mixing)"

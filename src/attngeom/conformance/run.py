@@ -19,17 +19,14 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from ..architectures.discovery import LAYOUTS
-from ..architectures.projections import token_convolution
 from ..architectures.validated import SUPPORT_FILE
-from .mechanisms import no_attention, query_only, routed_queries
+from .mechanisms import no_attention_reason as _no_attention_reason
 
 TIMEOUT_S = 120
 """A type whose check takes longer is refused with a TimeoutError (a slow machine's verdict, not the
 model's: the full-run test does not compare such entries)."""
 OWN_FORWARD = "the attention modules' own forward"
 """Said by the reason of a type validated (in part) on its attention modules called one by one."""
-FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv", "att_proj")
-FUSED += ("queries_keys_values",)
 PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]*")
 """An absolute path in an error message (a temporary folder, the installation): not part of a reason."""
 
@@ -39,53 +36,21 @@ def _short(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[:140]}" if text else type(err).__name__
 
 
-def _no_attention_reason(model) -> str:
-    """Why a built model has no discovered attention: a fused projection, q or k convolved over tokens,
-    another mechanism than q·k (``mechanisms``), or none."""
-    import torch
-
-    if other := no_attention(model):
-        return other
-    for path, module in model.named_modules():
-        name = path.rsplit(".", 1)[-1]
-        if name in FUSED or isinstance(module, torch.nn.MultiheadAttention):
-            return f"fused q/k/v projection ({type(module).__name__} `{name}`): layout not discovered"
-    for module in model.modules():
-        if "Attention" in type(module).__name__ and (conv := token_convolution(module)):
-            return (
-                f"{type(module).__name__}: q or k passes through a convolution over tokens (`{conv}`), "
-                "so it is not a bilinear form of one token's input"
-            )
-    for module in model.modules():
-        if "Attention" in type(module).__name__ and (routed := routed_queries(module)):
-            return (
-                f"{type(module).__name__}: a mixture of attention heads (its query heads come from the experts "
-                f"a router picks per token, `{routed}`), so a head has no single W_q; per-expert forms not scored"
-            )
-        if "Attention" in type(module).__name__ and query_only(module):
-            return (
-                f"{type(module).__name__}: a query projection and no key projection of its own (every layer "
-                "reuses keys cached by another model: shared KV), so no W_k to pair with its W_q"
-            )
-    classes = sorted({type(m).__name__ for m in model.modules() if "Attention" in type(m).__name__})
-    if classes:
-        return f"attention without separate q/k projections ({', '.join(classes[:2])}): layout not discovered"
-    return "no dot-product attention (convolutional, state-space or other token mixing)"
-
-
 def check_type(model_type: str) -> dict:
     """The conformance entry of one ``model_type``."""
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     from ..architectures.registry import REGISTRY
     from .check import randomized
-    from .refusals import build_refusal
+    from .refusals import build_refusal, undefined_base
     from .tiny import tiny_config
 
     if model_type in REGISTRY:
         return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}
-    if model_type not in MODEL_MAPPING_NAMES and (parent := parent_of(model_type)):
-        return _refused(f"a sub-config, scored through its parent `{parent}`")
+    undefined = undefined_base(model_type)
+    if (model_type not in MODEL_MAPPING_NAMES or undefined) and (parent := parent_of(model_type, undefined)):
+        why = f" (transformers defines no {MODEL_MAPPING_NAMES[model_type]} of its own)" if undefined else ""
+        return _refused(f"a sub-config, scored through its parent `{parent}`{why}")
     try:
         from transformers import AutoModel
         from transformers.initialization import no_init_weights
@@ -95,7 +60,8 @@ def check_type(model_type: str) -> dict:
         config = tiny_config(model_type)
         skeleton = meta_model(config)
     except Exception as err:  # noqa: BLE001 — any failure is this type's result
-        why = _default_reason(model_type) or build_refusal(err) or _default_failure(model_type)
+        why = _default_reason(model_type) or build_refusal(err) or _source_reason(model_type)
+        why = why or _default_failure(model_type)
         return _refused(why or f"could not build a tiny model ({_short(err)})")
     if not _has_attention(skeleton, config):
         config, skeleton = _deepened(config, skeleton)
@@ -227,6 +193,28 @@ def _default_reason(model_type: str) -> str | None:
     return None if _has_attention(skeleton, config) else _no_attention_reason(skeleton)
 
 
+def _source_reason(model_type: str) -> str | None:
+    """Where no model of the type builds: "no dot-product attention" when its modeling code names no
+    attention but in its outputs' class names (``...WithNoAttention``) and each sub-model its default
+    config names builds without any (PP-OCRv5's detector: convolutions over an HGNetV2 backbone)."""
+    from transformers import CONFIG_MAPPING
+
+    from .unset import modeling_source
+
+    text = modeling_source(model_type).replace("WithNoAttention", "")
+    if not text or re.search(r"attention|attn|softmax", text, re.IGNORECASE):
+        return None
+    try:
+        entries = CONFIG_MAPPING[model_type]().to_dict()
+    except Exception:  # noqa: BLE001
+        return None
+    subs = [v["model_type"] for v in entries.values() if isinstance(v, dict) and "model_type" in v]
+    if not all((_default_reason(sub) or "").startswith("no dot-product attention") for sub in subs):
+        return None
+    parts = f", nor do its sub-models ({', '.join(f'`{s}`' for s in subs)})" if subs else ""
+    return f"no dot-product attention (its modeling code computes none{parts})"
+
+
 def _default_failure(model_type: str) -> str | None:
     """Where transformers' own default config does not build its model either (a default left unset that
     the model needs), the refusal saying so; else None."""
@@ -287,9 +275,10 @@ def _refused(reason: str, near: bool = False) -> dict:
     return {"status": "refused", "reason": reason, "stacks": []} | ({"near": True} if near else {})
 
 
-def parent_of(model_type: str) -> str | None:
+def parent_of(model_type: str, specs: bool = False) -> str | None:
     """The model_type whose config holds ``model_type`` as a sub-config: the longest other type its name
-    starts with (``blt_patcher`` → ``blt``), confirmed by that config's ``sub_configs``."""
+    starts with (``blt_patcher`` → ``blt``), confirmed by that config's ``sub_configs`` (``specs``: or by
+    the model type its sub-config defaults name, an ``AutoConfig`` sub-config's)."""
     from transformers import CONFIG_MAPPING
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
@@ -297,7 +286,12 @@ def parent_of(model_type: str) -> str | None:
     for parent in sorted(
         (t for t in CONFIG_MAPPING_NAMES if t != model_type and t.startswith(stem)), key=len, reverse=True
     ):
-        subs = (getattr(CONFIG_MAPPING[parent], "sub_configs", None) or {}).values()
+        subs = list((getattr(CONFIG_MAPPING[parent], "sub_configs", None) or {}).values())
+        subs += (
+            list((getattr(CONFIG_MAPPING[parent], "sub_configs_defaults", None) or {}).values())
+            if specs
+            else []
+        )
         if any(getattr(sub, "model_type", None) == model_type for sub in subs):
             return parent
     return None

@@ -186,8 +186,8 @@ def check_head_counts(config: PretrainedConfig | FileConfig, raw: dict, where: s
                 "add the model's head count to it"
             )
         value = getattr(config, name, None)
-        if value is None and (not stated or (name not in required and _none_by_default(cls, name))):
-            continue  # unset, or set to the class's own None: a part the model leaves out (Hiera's decoder)
+        if value is None and (not stated or _none_by_default(cls, name)):
+            continue  # unset, or the class's own None: a part the model leaves out (Hiera's decoder, ZoeDepth's)
         values = value if isinstance(value, (list, tuple)) else [value]
         if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
             raise InputError(f"{where}: {path}{name} = {value!r} is not a positive integer; fix the value")
