@@ -19,6 +19,7 @@ from contextlib import ExitStack, contextmanager
 import torch
 
 from ..architectures.discovery import Found
+from ..architectures.projections import first_output, tokens_last
 from .inputs import input_sets
 from .products import as_heads, score_products
 
@@ -155,7 +156,7 @@ def capture(
     def keep(path: str, role: str):
         def hook(projection, args, output):
             record = seen.setdefault(path, {})
-            x, y = _tokens_last(projection, args[0].detach(), _first(output).detach())
+            x, y = tokens_last(projection, args[0].detach(), first_output(output).detach())
             if f"x_{role}" not in record:
                 record[f"x_{role}"], record[role] = x, y
             elif first_call.get(path) and _joinable(record[role], y) and _joinable(record[f"x_{role}"], x):
@@ -229,17 +230,6 @@ def capture(
                 as_heads(k, item.n_kv_heads),
             )
     return seen, failure
-
-
-def _first(output):
-    """A projection's output (a quantised linear's is a pair: the output and its scale, I-BERT's)."""
-    return output[0] if isinstance(output, tuple) else output
-
-
-def _tokens_last(projection, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """A projection's input and output as (..., tokens, features): a pointwise convolution's are
-    channels first."""
-    return (x.mT, y.mT) if isinstance(projection, torch.nn.Conv1d) else (x, y)
 
 
 def _zero_norm_biases(modules: dict[str, torch.nn.Module], items: list[Found]) -> None:

@@ -24,8 +24,8 @@ from itertools import product
 import torch
 
 from ..architectures.discovery import Found
-from ..architectures.projections import inputs
-from .check import CAPTURE, _first, _implementation, _interface, _register, _rotary_neutralised, _tokens_last
+from ..architectures.projections import first_output, inputs, tokens_last
+from .check import CAPTURE, _implementation, _interface, _register, _rotary_neutralised
 from .products import as_heads, score_products
 
 BATCH, LENGTH, KV_LENGTH = 2, 7, 5
@@ -65,8 +65,8 @@ def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.
     def keep(role: str):
         def hook(projection, args, output):
             if f"x_{role}" not in record:
-                record[f"x_{role}"], record[role] = _tokens_last(
-                    projection, args[0].detach(), _first(output).detach()
+                record[f"x_{role}"], record[role] = tokens_last(
+                    projection, args[0].detach(), first_output(output).detach()
                 )
 
         return hook
