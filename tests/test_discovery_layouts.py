@@ -41,6 +41,7 @@ LAYOUTS = {
     "glm5_next_text": "latent attention without a rotary part, beside linear-attention layers",
     "kimi_linear": "delta-rule linear-attention layers beside latent attention",
     "granitemoehybrid": "a hybrid whose default has no attention layer",
+    "parakeet_encoder": "a relative-position attention adding its content bias u to every query",
 }
 """Types that each exercise one case of discovery or of the check, and must validate."""
 
@@ -93,6 +94,28 @@ def _codegen_layers(layout: str):
 def test_codegen_groups_its_fused_rows_by_model_parallel_part():
     assert all(compare(layer, record, fused=True) is None for layer, record in _codegen_layers("groups_qvk"))
     assert all(compare(layer, record, fused=True) for layer, record in _codegen_layers("blocks"))
+
+
+def test_the_content_bias_u_is_the_query_bias_and_v_is_not(monkeypatch):
+    """Parakeet's attention adds ``bias_u`` to q before q·k, ``bias_v`` only before the position term:
+    the form validates with u folded into the query bias, and fails without it or with v in its place."""
+    from attngeom.architectures import discovered
+
+    config = tiny_config("parakeet_encoder")
+    model = randomized(AutoModel.from_config(config))
+    items = [i for i in find_attention(model, config) if isinstance(i, Found)]
+    records, _ = capture(model, items)
+    found = discovered.content_biases(model, items)
+    assert found and set(found.values()) == {"bias_u"}
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        source = open_source_for(folder)
+        for biases, valid in ((found, True), ({}, False), ({p: "bias_v" for p in found}, False)):
+            monkeypatch.setattr(discovered, "content_biases", lambda model, items, b=biases: b)
+            layers = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
+            whys = [compare(layer, records[item.path]) for item, layer in zip(items, layers, strict=True)]
+            assert all(why is None for why in whys) == valid, (biases, whys)
+            assert all(("relative_position" in layer.left_out) == bool(biases) for layer in layers)
 
 
 def _scores_case(c_q: torch.Tensor, c_k: torch.Tensor, form: str = "mla_rope"):
