@@ -121,7 +121,13 @@ def discovered_layers(
             )
             form = QK_NORM_PER_HEAD if q_gain.numel() == item.head_dim else QK_NORM_WHOLE
             layer = normalised(
-                layer, q_gain, k_gain, form, item.q_norm.centre, item.q_norm.bias or item.k_norm.bias
+                layer,
+                q_gain,
+                k_gain,
+                form,
+                item.q_norm.centre,
+                item.q_norm.bias or item.k_norm.bias,
+                whole=form == QK_NORM_WHOLE,  # a norm with a gain as wide as the projection spans it
             )
         yield layer
 
