@@ -42,6 +42,8 @@ LAYOUTS = {
     "kimi_linear": "delta-rule linear-attention layers beside latent attention",
     "granitemoehybrid": "a hybrid whose default has no attention layer",
     "parakeet_encoder": "a relative-position attention adding its content bias u to every query",
+    "esmc": "LayerNorms over the whole q and k projections (centring all heads together)",
+    "granite_speech5_encoder": "a model grouping kv heads by a count its projections do not use",
 }
 """Types that each exercise one case of discovery or of the check, and must validate."""
 
@@ -64,7 +66,8 @@ def test_each_layout_case_validates():
 
 
 def test_refusals_name_what_the_model_computes():
-    results = run_all(["inkling_text", "mobilevitv2"], jobs=1)
+    results = run_all(["inkling_text", "mobilevitv2", "autoformer"], jobs=1)
+    assert results["autoformer"]["reason"].startswith("no dot-product attention (AutoformerAttention auto-")
     assert "convolution over tokens (`k_sconv`)" in results["inkling_text"]["reason"]
     assert results["mobilevitv2"]["reason"].startswith("linear attention (MobileViTV2LinearSelfAttention)")
 
@@ -116,6 +119,36 @@ def test_the_content_bias_u_is_the_query_bias_and_v_is_not(monkeypatch):
             whys = [compare(layer, records[item.path]) for item, layer in zip(items, layers, strict=True)]
             assert all(why is None for why in whys) == valid, (biases, whys)
             assert all(("relative_position" in layer.left_out) == bool(biases) for layer in layers)
+
+
+def test_only_an_fft_of_q_and_k_is_an_auto_correlation():
+    from attngeom.conformance.run import _correlation
+
+    for model_type, correlated in (("autoformer", True), ("informer", False), ("fnet", False)):
+        config = tiny_config(model_type)
+        assert bool(_correlation(meta_model(config), config)) == correlated, model_type
+
+
+def test_a_whole_projection_layernorm_centres_all_heads_together(monkeypatch):
+    """ESM C's q/k LayerNorms span H·d_h: centring each head alone instead fails the check."""
+    from attngeom.architectures import normalised_decoders
+
+    config = tiny_config("esmc")
+    model = randomized(AutoModel.from_config(config))
+    items = [i for i in find_attention(model, config) if isinstance(i, Found)]
+    records, _ = capture(model, items)
+    fold = normalised_decoders._fold_norm
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        source = open_source_for(folder)
+        for per_head in (False, True):
+            if per_head:
+                monkeypatch.setattr(
+                    normalised_decoders, "_fold_norm", lambda w, g, h, d, c, whole=False: fold(w, g, h, d, c)
+                )
+            layers = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
+            whys = [compare(layer, records[item.path]) for item, layer in zip(items, layers, strict=True)]
+            assert all(why is None for why in whys) != per_head, whys
 
 
 def _scores_case(c_q: torch.Tensor, c_k: torch.Tensor, form: str = "mla_rope"):

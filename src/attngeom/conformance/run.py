@@ -31,6 +31,8 @@ FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_
 
 LINEAR = re.compile(r"Linear\w*Attention$")
 """A linear (separable, kernel) attention's class: it never forms the per-pair scores a form describes."""
+FFT_QK = re.compile(r"fft\.\w*fft\(\s*(query|key)")
+"""An FFT of q or k in an attention's forward: a correlation over time lags, not per-pair scores."""
 PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]*")
 """An absolute path in an error message (a temporary folder, the installation): not part of a reason."""
 
@@ -62,19 +64,15 @@ def check_type(model_type: str) -> dict:
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     from ..architectures.registry import REGISTRY
-    from .check import randomized
     from .refusals import build_refusal
-    from .tiny import tiny_config
+    from .tiny import equal_heads_config, tiny_config
 
     if model_type in REGISTRY:
         return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}
     if model_type not in MODEL_MAPPING_NAMES and (parent := parent_of(model_type)):
         return _refused(f"a sub-config, scored through its parent `{parent}`")
     try:
-        from transformers import AutoModel
-        from transformers.initialization import no_init_weights
-
-        from ..architectures.discovery import meta_model, model_class
+        from ..architectures.discovery import meta_model
 
         config = tiny_config(model_type)
         skeleton = meta_model(config)
@@ -83,6 +81,26 @@ def check_type(model_type: str) -> dict:
         return _refused(why or f"could not build a tiny model ({_short(err)})")
     if not _has_attention(skeleton, config):
         return _refused(_no_attention_reason(skeleton))
+    if correlation := _correlation(skeleton, config):
+        return _refused(
+            f"no dot-product attention ({correlation} auto-correlation: q and k are correlated over time lags "
+            "by FFT and a softmax over the top lags weights shifted values; no per-pair q·k score)"
+        )
+    entry = _check(model_type, config)
+    if entry["status"] == "refused" and (mha := equal_heads_config(config)) is not None:
+        retried = _check(model_type, mha)  # a model reading the head count where the kv count is meant
+        return retried if retried["status"] == "validated" else entry
+    return entry
+
+
+def _check(model_type: str, config) -> dict:
+    """The entry of ``model_type``'s model built from the tiny ``config``."""
+    from transformers import AutoModel
+    from transformers.initialization import no_init_weights
+
+    from ..architectures.discovery import model_class
+    from .check import randomized
+
     try:
         with no_init_weights():
             cls = model_class(model_type)
@@ -218,6 +236,25 @@ def _has_attention(skeleton, config) -> bool:
         )
     except Exception:  # noqa: BLE001 — the full attempt reports it
         return True
+
+
+def _correlation(skeleton, config) -> str | None:
+    """The attention class when every attention module takes the FFT of its q and k (Autoformer's
+    auto-correlation, read off its forward's code), else None."""
+    import inspect
+
+    from ..architectures.discovery import Found, find_attention
+
+    classes = {
+        type(skeleton.get_submodule(i.path)) for i in find_attention(skeleton, config) if isinstance(i, Found)
+    }
+    try:
+        sources = [inspect.getsource(cls.forward) for cls in classes]
+    except (OSError, TypeError):
+        return None
+    if classes and all(FFT_QK.search(source) for source in sources):
+        return sorted(cls.__name__ for cls in classes)[0]
+    return None
 
 
 def open_source_for(folder: str):

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from .relations import related, tiny_value, unset_sizes
+from .relations import KV_PAIRS, equal_heads, related, tiny_value, unset_sizes
 from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH
 
 TOKEN_ID = re.compile(r"(_token_id|_token_index|_token_ids|_id)$")
@@ -283,6 +283,23 @@ def candidates(defaults: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield unset_sizes(shrink(defaults, widths=False))
 
 
+def equal_heads_config(config):
+    """``config`` (a tiny one) with as many kv heads as heads wherever its defaults have as many (a model
+    may read one count where the other is meant: Moonshine Streaming's q, Granite Speech 5's grouping);
+    None where that changes nothing or does not build."""
+    from transformers import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[config.model_type]
+    entries = config.to_dict()
+    kept = equal_heads(entries, cls().to_dict())
+    if kept == entries:
+        return None
+    try:
+        return _repaired(cls.from_dict(kept))
+    except Exception:  # noqa: BLE001 — no second config: the first one's result stands
+        return None
+
+
 MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
 
 
@@ -293,7 +310,7 @@ MAX_PARAMS = 64_000_000
 def _repaired(config, max_params: int | None = None, tries: int = 8):
     """``config`` once its model builds on the meta device (with at most ``max_params``); an attribute
     the model reads that the config (or a sub-config) lacks gets the tiny value its name implies
-    (MusicGen-Melody's ``dropout``)."""
+    (MusicGen-Melody's ``dropout``), a kv-head count the config's head count."""
     from ..architectures.discovery import meta_model
 
     for _ in range(tries):
@@ -306,6 +323,9 @@ def _repaired(config, max_params: int | None = None, tries: int = 8):
             found = MISSING.search(str(err))
             owner = found and next((c for c in _configs(config) if type(c).__name__ == found[1]), None)
             value = found and tiny_value(found[2])
+            heads = next((getattr(owner, n) for n in KV_PAIRS[1] if hasattr(owner, n)), None)
+            if found and found[2] in KV_PAIRS[0] and isinstance(heads, int):
+                value = heads  # a config without a kv-head count has as many as heads (Moonshine Streaming)
             if owner is None or value is None:
                 raise
             setattr(owner, found[2], value)
