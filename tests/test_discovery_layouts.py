@@ -17,7 +17,7 @@ from transformers import AutoModel
 from attngeom.architectures.discovered import discover
 from attngeom.architectures.discovery import Found, Skipped, find_attention, meta_model
 from attngeom.conformance.check import capture, compare, randomized
-from attngeom.conformance.run import open_source_for, run_all
+from attngeom.conformance.run import _seen_part, open_source_for, run_all
 from attngeom.conformance.tiny import tiny_config
 
 NAMED = (
@@ -113,12 +113,18 @@ def test_the_content_bias_u_is_the_query_bias_and_v_is_not(monkeypatch):
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
         source = open_source_for(folder)
-        for biases, valid in ((found, True), ({}, False), ({p: "bias_v" for p in found}, False)):
+        layers = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
+        assert all(
+            compare(layer, records[item.path]) is None for item, layer in zip(items, layers, strict=True)
+        )
+        assert all("relative_position" in layer.left_out for layer in layers)
+        projections = {k: v for k, v in records[items[0].path].items() if not k.endswith("_attn")}
+        assert compare(layers[0], projections)  # outside the attention interface q is seen before u
+        assert compare(_seen_part(model, items[0], layers[0], projections), projections) is None
+        for biases in ({}, {p: "bias_v" for p in found}):
             monkeypatch.setattr(discovered, "content_biases", lambda model, items, b=biases: b)
-            layers = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
-            whys = [compare(layer, records[item.path]) for item, layer in zip(items, layers, strict=True)]
-            assert all(why is None for why in whys) == valid, (biases, whys)
-            assert all(("relative_position" in layer.left_out) == bool(biases) for layer in layers)
+            wrong = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
+            assert all(compare(w, records[i.path]) for i, w in zip(items, wrong, strict=True)), biases
 
 
 def test_only_an_fft_of_q_and_k_is_an_auto_correlation():

@@ -169,7 +169,9 @@ def _attempt(model, config, source, layout: str) -> dict:
             rope = next(pending) if item.rope else None
             why = compare_latent(layer, rope, records[item.path])
         else:
-            why = compare(layer, records[item.path], bool(item.fused))
+            why = compare(
+                _seen_part(model, item, layer, records[item.path]), records[item.path], bool(item.fused)
+            )
         if why:
             own = f" (on {OWN_FORWARD})" if item.path in driven else ""
             return _refused(f"not validated{own}: {layer.stack} layer {layer.layer}: {why}", near=True)
@@ -181,6 +183,20 @@ def _attempt(model, config, source, layout: str) -> dict:
         "objective": architecture.objective,
     }
     return entry | ({"own_forward": list(dict.fromkeys(i.stack for i in unrun))} if unrun else {})
+
+
+def _seen_part(model, item, layer, record: dict):
+    """``layer`` as far as ``record`` shows it: outside the attention interface only the projections'
+    outputs are seen, so a content bias u the module adds to q afterwards is taken off the form there."""
+    from dataclasses import replace
+
+    from ..architectures.discovered import content_biases
+
+    name = content_biases(model, [item]).get(item.path)
+    if name is None or "q_attn" in record:
+        return layer
+    u = getattr(model.get_submodule(item.path), name).detach().flatten().to(layer.b_q.dtype)
+    return replace(layer, b_q=layer.b_q - u)
 
 
 def _own_forward_note(unrun: list, whole: Exception | None) -> str:
