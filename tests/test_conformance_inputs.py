@@ -171,3 +171,17 @@ def test_a_patch_grid_tower_that_names_its_patches_hidden_states_gets_them():
     tower = _model("qwen3_vl").visual
     inputs = _accepted(tower)
     assert inputs["grid_thw"].tolist() == [[1, 4, 4]] and inputs["hidden_states"].shape[0] == 16
+
+
+def test_a_prompt_image_and_its_mask_come_with_the_image_stacked_to_the_model_size():
+    model = _model("seggpt")
+    inputs = _accepted(model)
+    height, width = model.config.image_size
+    shape = (1, model.config.num_channels, height // 2, width)
+    assert {
+        name: tuple(inputs[name].shape) for name in ("pixel_values", "prompt_pixel_values", "prompt_masks")
+    } == {
+        "pixel_values": shape,
+        "prompt_pixel_values": shape,
+        "prompt_masks": shape,
+    }

@@ -97,6 +97,32 @@ def test_a_module_whose_own_forward_does_not_run_is_not_recorded():
     assert "q_attn" not in record  # outside the attention interface: only its projections are compared
 
 
+class _Grid(torch.nn.Module):
+    """SAM's windowed ViT attention in small: a fused qkv on a (B, H, W, C) grid, scores formed in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+
+    def forward(self, hidden_states):
+        batch, height, width, _ = hidden_states.shape
+        qkv = self.qkv(hidden_states).reshape(batch, height * width, 3, 2, 4).permute(2, 0, 3, 1, 4)
+        query, key, value = qkv.reshape(3, batch * 2, height * width, 4).unbind(0)
+        return ((query * 0.5) @ key.transpose(-2, -1)).softmax(-1) @ value
+
+
+def test_a_grid_module_is_driven_on_a_one_row_grid_and_checked_at_its_score_product():
+    model = torch.nn.Module()
+    model.config, model.grid = PretrainedConfig(), _Grid().double()
+    item = replace(Found("grid", "self", 0, "qkv", "qkv", 4, 2, 2, True, True, False), fused="blocks")
+    records, failures = drive(model, [item])
+    assert not failures, failures
+    record = records["grid"]
+    assert record["x_q"].shape == (2, 1, 7, 8)  # (batch, 1, length) after (batch, length) failed
+    q, k = record["q"].reshape(2, 7, 3, 2, 4).permute(2, 0, 3, 1, 4)[:2]  # [q | k | v] rows, by head
+    assert torch.allclose(record["q_attn"], 0.5 * q) and torch.allclose(record["k_attn"], k)
+
+
 def test_the_support_table_marks_and_counts_types_validated_on_their_modules(monkeypatch):
     entries = dict(conformance())
     name = next(t for t, e in sorted(entries.items()) if e["status"] == "validated" and t not in REGISTRY)

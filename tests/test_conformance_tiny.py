@@ -34,6 +34,14 @@ def test_a_stage_count_is_not_shrunk_as_a_layer_count():
     assert len(backbone.depths) == backbone.num_layers == 4 and backbone.out_indices == [2, 3, 4]
 
 
+def test_a_hierarchical_towers_window_fits_its_last_stage():
+    swin = {"image_size": 224, "patch_size": 4, "depths": [2, 2, 6, 2], "window_size": 7}
+    assert shrink(swin)["window_size"] == 2  # 64 px / 4 px patches = 16, halved thrice: 2
+    assert shrink(swin | {"patch_size": 1, "depths": [1, 1]})["window_size"] == 7  # one that fits stays
+    assert shrink({"image_size": 1024, "patch_size": 16, "window_size": 14})["window_size"] == 14  # no stages
+    assert tiny_config("donut-swin").window_size == 2
+
+
 def test_per_layer_config_keeps_the_kept_layers_renumbered_and_shrunk():
     kinds = ["sliding"] * 5 + ["full"]
     entries = {
@@ -163,3 +171,25 @@ def test_a_kv_head_count_the_config_lacks_is_its_head_count():
     config = tiny_config("moonshine_streaming")
     assert "num_key_value_heads" not in type(config)().to_dict()
     assert config.num_key_value_heads == config.num_attention_heads == 4
+
+
+def test_a_timm_resnet_backbone_becomes_transformers_resnet_with_the_same_stages():
+    timm = {"model_type": "timm_backbone", "backbone": "resnet50", "out_indices": [2, 3, 4]}
+    out = shrink({"backbone_config": timm, "d_model": 256})
+    assert out["backbone_config"]["model_type"] == "resnet"
+    assert out["backbone_config"]["out_indices"] == [2, 3, 4]
+    swin = timm | {"backbone": "swin_tiny_patch4_window7_224"}  # a backbone with attention of its own
+    assert shrink({"backbone_config": swin})["backbone_config"]["model_type"] == "timm_backbone"
+    meta_model(tiny_config("deformable_detr"))  # builds without timm, which cannot be installed here
+
+
+def test_frozen_affine_buffers_are_randomised_like_parameters():
+    from transformers.initialization import no_init_weights
+
+    from attngeom.conformance.check import randomized
+
+    with no_init_weights():  # leaves a batch norm's weight unset, which the frozen copy then holds
+        model = randomized(model_class("deformable_detr").from_config(tiny_config("deformable_detr")))
+    frozen = dict(model.named_buffers())
+    weights = [b for n, b in frozen.items() if n.endswith("normalization.weight")]
+    assert weights and all(w.abs().max() < 3 and w.std() > 0.1 for w in weights)

@@ -16,8 +16,8 @@ from transformers import AutoModel
 
 from attngeom.architectures.discovered import discover
 from attngeom.architectures.discovery import Found, Skipped, find_attention, meta_model
-from attngeom.conformance.check import capture, compare, randomized
-from attngeom.conformance.run import _seen_part, open_source_for, run_all
+from attngeom.conformance.check import capture, compare, randomized, seen_part
+from attngeom.conformance.run import open_source_for, run_all
 from attngeom.conformance.tiny import tiny_config
 
 NAMED = (
@@ -36,6 +36,7 @@ LAYOUTS = {
     "pegasus_x": "padded (zero) rows in a block-local attention",
     "t5gemma2": "merged self- and cross-attention keys from one projection",
     "sam3_vit_model": "grid-shaped inputs and rotary passed by position",
+    "sam_vision_model": "a fused qkv outside the attention interface, windows padded (q, k at the score product)",
     "muse_spark_text": "a shared q/k norm without a gain",
     "deepseek_v32": "latent attention whose interleaved rotary part permutes head dims",
     "glm5_next_text": "latent attention without a rotary part, beside linear-attention layers",
@@ -66,9 +67,10 @@ def test_each_layout_case_validates():
 
 
 def test_refusals_name_what_the_model_computes():
-    results = run_all(["inkling_text", "mobilevitv2", "autoformer"], jobs=1)
+    results = run_all(["inkling_text", "mobilevitv2", "hiera", "autoformer"], jobs=1)
     assert results["autoformer"]["reason"].startswith("no dot-product attention (AutoformerAttention auto-")
     assert "convolution over tokens (`k_sconv`)" in results["inkling_text"]["reason"]
+    assert results["hiera"]["reason"].startswith("query pooling (HieraMaskUnitAttention, `query_stride`)")
     assert results["mobilevitv2"]["reason"].startswith("linear attention (MobileViTV2LinearSelfAttention)")
 
 
@@ -120,7 +122,7 @@ def test_the_content_bias_u_is_the_query_bias_and_v_is_not(monkeypatch):
         assert all("relative_position" in layer.left_out for layer in layers)
         projections = {k: v for k, v in records[items[0].path].items() if not k.endswith("_attn")}
         assert compare(layers[0], projections)  # outside the attention interface q is seen before u
-        assert compare(_seen_part(model, items[0], layers[0], projections), projections) is None
+        assert compare(seen_part(model, items[0], layers[0], projections), projections) is None
         for biases in ({}, {p: "bias_v" for p in found}):
             monkeypatch.setattr(discovered, "content_biases", lambda model, items, b=biases: b)
             wrong = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
@@ -128,11 +130,11 @@ def test_the_content_bias_u_is_the_query_bias_and_v_is_not(monkeypatch):
 
 
 def test_only_an_fft_of_q_and_k_is_an_auto_correlation():
-    from attngeom.conformance.run import _correlation
+    from attngeom.conformance.refusals import correlation_of
 
     for model_type, correlated in (("autoformer", True), ("informer", False), ("fnet", False)):
         config = tiny_config(model_type)
-        assert bool(_correlation(meta_model(config), config)) == correlated, model_type
+        assert bool(correlation_of(meta_model(config), config)) == correlated, model_type
 
 
 def test_a_whole_projection_layernorm_centres_all_heads_together(monkeypatch):
@@ -155,6 +157,21 @@ def test_a_whole_projection_layernorm_centres_all_heads_together(monkeypatch):
             layers = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
             whys = [compare(layer, records[item.path]) for item, layer in zip(items, layers, strict=True)]
             assert all(why is None for why in whys) != per_head, whys
+
+
+def test_a_fused_projection_outside_the_interface_is_checked_at_its_score_product():
+    config = tiny_config("sam_vision_model")
+    model = randomized(AutoModel.from_config(config))
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        source = open_source_for(folder)
+        for layout, agrees in (("blocks", True), ("per_head", False)):
+            items = [i for i in find_attention(model, config, layout) if isinstance(i, Found)]
+            records, failure = capture(model, items)
+            assert failure is None and all("q_attn" in r for r in records.values())
+            layers = [x for x in discover(config, layout).layers(source.config, source) if hasattr(x, "w_q")]
+            verdicts = [compare(x, records[i.path], fused=True) for i, x in zip(items, layers, strict=True)]
+            assert all(v is None for v in verdicts) if agrees else all(verdicts), (layout, verdicts)
 
 
 def _scores_case(c_q: torch.Tensor, c_k: torch.Tensor, form: str = "mla_rope"):

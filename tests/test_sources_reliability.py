@@ -245,6 +245,18 @@ def test_a_bad_or_missing_head_count_is_one_line_naming_the_key(tmp_path, capsys
     assert f"{path}: config.json" in line and message in line, line
 
 
+def test_a_head_count_null_by_its_class_default_is_an_absent_part(tmp_path):
+    """Hiera's MAE decoder heads (``decoder_num_heads``, None by default): the encoder has no decoder, and
+    a saved HieraModel states the null; it is not read as a bad count. A number there is still checked."""
+    from attngeom.sources.config import load_config
+
+    path = config_dir(tmp_path, "hiera", setting("decoder_num_heads", None))
+    assert load_config(path / "config.json", str(path)).decoder_num_heads is None
+    path = config_dir(tmp_path / "two", "hiera", setting("decoder_num_heads", 0))
+    with pytest.raises(InputError, match="decoder_num_heads = 0 is not a positive"):
+        load_config(path / "config.json", str(path))
+
+
 # --- in-memory models ---------------------------------------------------------------------------------------
 
 

@@ -6,7 +6,8 @@ input and output of its q and k projections and the q and k that reach transform
 (rotary neutralised: cos 1, sin 0). For every head h the form must give the captured scores:
 Q_h K_gᵀ = diag(c_q)(x W_q,h + b_q,h)(x W_k,g + b_k,g)ᵀ diag(c_k), with c one positive constant for a
 ``standard`` form (the 1/√d_h scale) and a positive scalar per token and head for a normalised one.
-A module outside the attention interface is checked on its projections' outputs (standard forms only).
+A module outside the attention interface is checked on its projections' outputs (standard forms only),
+a fused one on the q and k of its score product (``products``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 
 from ..architectures.discovery import Found
 from .inputs import input_sets
+from .products import as_heads, score_products
 
 CAPTURE = "attngeom_conformance"
 RTOL = 1e-5
@@ -53,6 +55,9 @@ def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     with torch.no_grad():
         for param in model.parameters():
             param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * 0.3)
+        for name, buffer in model.named_buffers():  # frozen affine weights (DETR's batch norms) are
+            if name.endswith((".weight", ".bias")) and buffer.is_floating_point():  # buffers, left unset
+                buffer.copy_(torch.randn(buffer.shape, generator=generator, dtype=buffer.dtype) * 0.3)
     return model
 
 
@@ -73,7 +78,12 @@ def _rotary_neutralised(modules: list[torch.nn.Module]):
         cos_sin = neutral(args[at]) if at < len(args) else None  # passed by position (SAM 3's ViT)
         return None if cos_sin is None else ((*args[:at], cos_sin, *args[at + 1 :]), kwargs)
 
+    def post_hook(module, args, output):  # a rotary module of the attention's own (RecurrentGemma)
+        return neutral(output)
+
     handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
+    inner = [c for m in modules for c in m.children() if "Rotary" in type(c).__name__]
+    handles += [c.register_forward_hook(post_hook) for c in inner]
     try:
         yield
     finally:
@@ -165,6 +175,7 @@ def capture(
         stack.enter_context(_rotary_neutralised(list(modules.values())))
         stack.enter_context(_implementation(model, CAPTURE))
         stack.enter_context(_default_dtype(torch.float64))  # tensors a model makes itself (masks, positions)
+        products = stack.enter_context(score_products(modules, items))
         pending = [item.path for item in items]
         failure: Exception | None = None
         for runner in _runners(model, items):
@@ -181,14 +192,21 @@ def capture(
                         first_call.pop(key, None)
                     for key in set(_interface) - interface:
                         del _interface[key]
+                    products.cut_short(set(seen))
             pending = [p for p in pending if p not in seen]
             if not pending:
                 break
         if not pending:
             failure = None
-    for path, module in modules.items():
-        if id(module) in _interface and path in seen:
-            seen[path]["q_attn"], seen[path]["k_attn"] = _interface[id(module)]
+    for item in items:
+        if id(modules[item.path]) in _interface and item.path in seen:
+            seen[item.path]["q_attn"], seen[item.path]["k_attn"] = _interface[id(modules[item.path])]
+        elif item.path in products.found and item.path in seen:
+            q, k = products.found[item.path]
+            seen[item.path]["q_attn"], seen[item.path]["k_attn"] = (
+                as_heads(q, item.n_heads),
+                as_heads(k, item.n_kv_heads),
+            )
     return seen, failure
 
 
@@ -237,6 +255,8 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
         out = x @ w.double() + (0 if b is None else b.double())
         ours.append(heads(out, n, layer.head_dim))
     attn = "q_attn" in record
+    if not attn and (layer.form != "standard" or fused):
+        return "a normalised form or fused projection outside the attention interface"
     theirs = (
         [record["q_attn"], record["k_attn"]]
         if attn
@@ -247,8 +267,6 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
     )
     if not all(torch.isfinite(t).all() for t in theirs):
         return "the tiny model's forward pass gave non-finite q or k"
-    if not attn and (layer.form != "standard" or fused):
-        return "a normalised form or fused projection outside the attention interface"
     vectors = _compare_vectors(layer, ours, theirs)
     return vectors and _compare_scores(layer, ours, theirs, vectors)
 
@@ -353,3 +371,17 @@ def compare_latent(content, rope, record: dict[str, torch.Tensor]) -> str | None
         if why:
             return f"{layer.stack}: {why}"
     return None
+
+
+def seen_part(model, item, layer, record: dict):
+    """``layer`` as far as ``record`` shows it: outside the attention interface only the projections'
+    outputs are seen, so a content bias u the module adds to q afterwards is taken off the form there."""
+    from dataclasses import replace
+
+    from ..architectures.discovered import content_biases
+
+    name = content_biases(model, [item]).get(item.path)
+    if name is None or "q_attn" in record:
+        return layer
+    u = getattr(model.get_submodule(item.path), name).detach().flatten().to(layer.b_q.dtype)
+    return replace(layer, b_q=layer.b_q - u)

@@ -110,11 +110,20 @@ class _Maker:
         channels = _find(self.config, "num_channels", "in_channels", "in_chans", default=3)
         lists = bool(self.variant and {"image_attention_mask", "pixel_attention_mask"} & set(self.params))
         images = (self.batch, 2) if lists else (self.batch,)
-        out = {"pixel_values": self.randn(*images, channels, size, size)}
+        height, width = self.prompted() or (size, size)
+        out = {"pixel_values": self.randn(*images, channels, height, width)}
         if "target_sizes" in self.params and not lists:  # each image's size in patches (packed towers)
             side = size // _find(self.config, "patch_size", default=size)
             out["target_sizes"] = torch.tensor([[side, side]] * self.batch)
         return out
+
+    def prompted(self) -> tuple[int, int] | None:
+        """A model given a prompt image beside its image (SegGPT) stacks the two into one input of the
+        config's (height, width): each image is half as high; else None."""
+        prompt = [n for n, p in self.params.items() if n.endswith("_pixel_values") and p.default is p.empty]
+        sizes = (getattr(c, "image_size", None) for c in _configs(self.config))
+        size = next((s for s in sizes if isinstance(s, (list, tuple)) and len(s) == 2), None)
+        return (size[0] // 2, size[1]) if prompt and size else None
 
     def patches(self) -> dict[str, torch.Tensor]:
         pixels = self.pixels()
@@ -194,6 +203,12 @@ class _Maker:
             )
             out["encoder_hidden_states"] = self.randn(self.batch, 5, width)
         pixels = inputs.get("pixel_values")
+        for name, param in self.params.items():  # a prompt image and its mask beside the image (SegGPT)
+            prompt = (
+                name.endswith("pixel_values") or name.removesuffix("masks") + "pixel_values" in self.params
+            )
+            if pixels is not None and name not in inputs and param.default is param.empty and prompt:
+                out[name] = self.randn(*pixels.shape)
         if "image_attention_mask" in self.params and pixels is not None and pixels.dim() == 5:
             out["image_attention_mask"] = torch.ones(
                 self.batch, self.length, pixels.shape[1], dtype=torch.long

@@ -21,6 +21,7 @@ import torch
 
 from ..architectures.discovery import Found
 from .check import CAPTURE, _implementation, _interface, _register, _rotary_neutralised
+from .products import as_heads, score_products
 
 BATCH, LENGTH, KV_LENGTH = 2, 7, 5
 KEY_VALUE = ("encoder_hidden", "key_value", "context", "memory", "cross_attention", "encoder_states")
@@ -69,12 +70,16 @@ def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.
             handle = module.get_submodule(name.rsplit(".", 1)[-1]).register_forward_hook(keep(role))
             stack.callback(handle.remove)
         stack.enter_context(_rotary_neutralised([module]))
+        products = stack.enter_context(score_products({item.path: module}, [item]))
         with torch.no_grad():
             module(**kwargs)
     if not {"x_q", "q", "x_k", "k"} <= set(record):
         raise RuntimeError("the module's forward did not use its q and k projections")
     if id(module) in _interface:
         record["q_attn"], record["k_attn"] = _interface.pop(id(module))
+    elif item.path in products.found:
+        q, k = products.found[item.path]
+        record["q_attn"], record["k_attn"] = as_heads(q, item.n_heads), as_heads(k, item.n_kv_heads)
     return record
 
 
@@ -93,7 +98,8 @@ def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iter
     cross = item.cross or q_in != k_in
     packed = any("cu_seqlens" in p.name for p in params)
     generator = torch.Generator().manual_seed(2)
-    leads = [(LENGTH,), (1, LENGTH)] if packed else [(BATCH, LENGTH)]
+    # packed tokens; else a batch, then one with a second leading axis (SAM's point batch, a 1 × N grid)
+    leads = [(LENGTH,), (1, LENGTH)] if packed else [(BATCH, LENGTH), (BATCH, 1, LENGTH)]
     for lead, kv_length in product(leads, (KV_LENGTH, LENGTH) if cross else (LENGTH,)):
         hidden = torch.randn(*lead, q_in, generator=generator, dtype=torch.float64)
         kv = torch.randn(*lead[:-1], kv_length, k_in, generator=generator, dtype=torch.float64)
@@ -172,7 +178,7 @@ def _relative(lead: tuple[int, ...], width: int) -> list[torch.Tensor | None]:
 
 def _masks(lead: tuple[int, ...], kv_length: int) -> list[torch.Tensor | None]:
     """No mask, then an all-visible one: additive 4-D, boolean 4-D, 2-D padding (integer, boolean)."""
-    if len(lead) == 1:
+    if len(lead) != 2:
         return [None]
     batch, length = lead
     return [

@@ -1,5 +1,5 @@
-"""The specific refusal of a model type whose tiny model cannot be built: an optional package the
-environment cannot hold, or no model class at all."""
+"""The specific refusal of a model type whose tiny model cannot be built (an optional package the
+environment cannot hold, or no model class at all), or whose attention is no dot-product attention."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ UNAVAILABLE = {
 }
 """Optional packages some models import, and why the test environment cannot hold them."""
 NEEDS = re.compile(r"requires the ([\w.-]+) library")
+FFT_QK = re.compile(r"fft\.\w*fft\(\s*(query|key)")
+"""An FFT of q or k in an attention's forward: a correlation over time lags, not per-pair scores."""
 
 
 def build_refusal(err: BaseException) -> str | None:
@@ -30,3 +32,22 @@ def build_refusal(err: BaseException) -> str | None:
     package = name.split(".")[0]
     why = UNAVAILABLE.get(package, "which is not installed")
     return f"needs the {package} package, {why}"
+
+
+def correlation_of(skeleton, config) -> str | None:
+    """The attention class when every attention module takes the FFT of its q and k (Autoformer's
+    auto-correlation, read off its forward's code), else None."""
+    import inspect
+
+    from ..architectures.discovery import Found, find_attention
+
+    classes = {
+        type(skeleton.get_submodule(i.path)) for i in find_attention(skeleton, config) if isinstance(i, Found)
+    }
+    try:
+        sources = [inspect.getsource(cls.forward) for cls in classes]
+    except (OSError, TypeError):
+        return None
+    if classes and all(FFT_QK.search(source) for source in sources):
+        return sorted(cls.__name__ for cls in classes)[0]
+    return None

@@ -31,8 +31,6 @@ FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_
 
 LINEAR = re.compile(r"Linear\w*Attention$")
 """A linear (separable, kernel) attention's class: it never forms the per-pair scores a form describes."""
-FFT_QK = re.compile(r"fft\.\w*fft\(\s*(query|key)")
-"""An FFT of q or k in an attention's forward: a correlation over time lags, not per-pair scores."""
 PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]*")
 """An absolute path in an error message (a temporary folder, the installation): not part of a reason."""
 
@@ -64,7 +62,7 @@ def check_type(model_type: str) -> dict:
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     from ..architectures.registry import REGISTRY
-    from .refusals import build_refusal
+    from .refusals import build_refusal, correlation_of
     from .tiny import equal_heads_config, tiny_config
 
     if model_type in REGISTRY:
@@ -80,8 +78,10 @@ def check_type(model_type: str) -> dict:
         why = _default_reason(model_type) or build_refusal(err) or _default_failure(model_type)
         return _refused(why or f"could not build a tiny model ({_short(err)})")
     if not _has_attention(skeleton, config):
+        config, skeleton = _deepened(config, skeleton)
+    if not _has_attention(skeleton, config):
         return _refused(_no_attention_reason(skeleton))
-    if correlation := _correlation(skeleton, config):
+    if correlation := correlation_of(skeleton, config):
         return _refused(
             f"no dot-product attention ({correlation} auto-correlation: q and k are correlated over time lags "
             "by FFT and a softmax over the top lags weights shifted values; no per-pair q·k score)"
@@ -136,7 +136,7 @@ def _attempt(model, config, source, layout: str) -> dict:
     """Discover with ``layout`` for fused projections, read the layers from the saved files, compare."""
     from ..architectures.discovered import discover
     from ..architectures.discovery import Found, find_attention
-    from .check import capture, compare, compare_latent
+    from .check import capture, compare, compare_latent, seen_part
     from .modules import drive
 
     try:
@@ -145,6 +145,9 @@ def _attempt(model, config, source, layout: str) -> dict:
         reason = str(err) if "no attention module" not in str(err) else _no_attention_reason(model)
         return _refused(reason)
     items = [i for i in find_attention(model, config, layout) if isinstance(i, Found)]
+    pooled = next((p for p in (_pooled_queries(model.get_submodule(i.path)) for i in items) if p), None)
+    if pooled:
+        return _refused(pooled, near=True)  # a layout found; the model computes no form of it
     try:
         layers = [l for l in architecture.layers(source.config, source) if hasattr(l, "w_q")]
     except Exception as err:  # noqa: BLE001
@@ -170,7 +173,7 @@ def _attempt(model, config, source, layout: str) -> dict:
             why = compare_latent(layer, rope, records[item.path])
         else:
             why = compare(
-                _seen_part(model, item, layer, records[item.path]), records[item.path], bool(item.fused)
+                seen_part(model, item, layer, records[item.path]), records[item.path], bool(item.fused)
             )
         if why:
             own = f" (on {OWN_FORWARD})" if item.path in driven else ""
@@ -185,18 +188,18 @@ def _attempt(model, config, source, layout: str) -> dict:
     return entry | ({"own_forward": list(dict.fromkeys(i.stack for i in unrun))} if unrun else {})
 
 
-def _seen_part(model, item, layer, record: dict):
-    """``layer`` as far as ``record`` shows it: outside the attention interface only the projections'
-    outputs are seen, so a content bias u the module adds to q afterwards is taken off the form there."""
-    from dataclasses import replace
-
-    from ..architectures.discovered import content_biases
-
-    name = content_biases(model, [item]).get(item.path)
-    if name is None or "q_attn" in record:
-        return layer
-    u = getattr(model.get_submodule(item.path), name).detach().flatten().to(layer.b_q.dtype)
-    return replace(layer, b_q=layer.b_q - u)
+def _pooled_queries(module) -> str | None:
+    """The refusal of an attention that pools its queries (Hiera's and SAM 2's stage changes), else None."""
+    stride = getattr(module, "query_stride", None)
+    if not any(
+        isinstance(s, int) and s > 1 for s in (stride if isinstance(stride, (tuple, list)) else [stride])
+    ):
+        return None
+    return (
+        f"query pooling ({type(module).__name__}, `query_stride`): where a stage begins, q is max-pooled "
+        "over neighbouring tokens after its projection, so those layers' scores are no bilinear form of a "
+        "token pair"
+    )
 
 
 def _own_forward_note(unrun: list, whole: Exception | None) -> str:
@@ -240,6 +243,27 @@ def _default_failure(model_type: str) -> str | None:
     return None
 
 
+def _deepened(config, skeleton):
+    """``config`` with the fewest more layers (up to 6) whose model has attention, where the shrunk
+    layer count keeps only layers without it (Griffin's recurrent blocks come before its attention
+    block; SAM 3 Lite's text encoder has RepMixers first and last); else ``config`` as it was."""
+    import copy
+
+    from ..architectures.discovery import meta_model
+
+    layers = getattr(config, "num_hidden_layers", None)
+    for more in range(layers + 1, 7) if isinstance(layers, int) else ():
+        deeper = copy.deepcopy(config)
+        deeper.num_hidden_layers = more
+        try:
+            built = meta_model(deeper)
+        except Exception:  # noqa: BLE001 — a count the config's rules refuse: try the next
+            continue
+        if _has_attention(built, deeper):
+            return deeper, built
+    return config, skeleton
+
+
 def _has_attention(skeleton, config) -> bool:
     """Whether discovery sees any attention in the meta-device model (an unreadable one counts)."""
     from ..architectures.discovery import Found, find_attention
@@ -252,25 +276,6 @@ def _has_attention(skeleton, config) -> bool:
         )
     except Exception:  # noqa: BLE001 — the full attempt reports it
         return True
-
-
-def _correlation(skeleton, config) -> str | None:
-    """The attention class when every attention module takes the FFT of its q and k (Autoformer's
-    auto-correlation, read off its forward's code), else None."""
-    import inspect
-
-    from ..architectures.discovery import Found, find_attention
-
-    classes = {
-        type(skeleton.get_submodule(i.path)) for i in find_attention(skeleton, config) if isinstance(i, Found)
-    }
-    try:
-        sources = [inspect.getsource(cls.forward) for cls in classes]
-    except (OSError, TypeError):
-        return None
-    if classes and all(FFT_QK.search(source) for source in sources):
-        return sorted(cls.__name__ for cls in classes)[0]
-    return None
 
 
 def open_source_for(folder: str):

@@ -23,6 +23,7 @@ PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "layers_block_t
 def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
     """``entries`` (a config's ``to_dict()``) with every size made tiny, sub-configs included;
     ``widths=False``: the counts only (for a config whose widths are tied by rules of its own)."""
+    entries = _native_backbone(entries)
     out = dict(entries)
     layers_before = next(
         (v for k, v in entries.items() if re.search(LAYER_KEYS, k) and isinstance(v, int)), None
@@ -45,6 +46,7 @@ def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
                 out[key] = min(value, tiny) if value > 0 else value
                 break
     _fit_patches(out)
+    _fit_windows(out)
     unscheduled = dict(out)
     _hybrid_schedule(out)
     scheduled = {k for k in out if out[k] != unscheduled.get(k)}
@@ -62,6 +64,26 @@ def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
     _stage_outputs(out, entries)
     _renumber_tokens(out)
     return out
+
+
+TIMM_RESNET = re.compile(r"^(resnet|resnetv1)\d+[a-z]?$")
+
+
+def _native_backbone(entries: dict[str, Any]) -> dict[str, Any]:
+    """A timm ResNet backbone (the DETR family's default) as transformers' own ResNet with the same
+    stages: a ResNet has no attention, the attention scored lies after it, and timm cannot be installed
+    beside the CPU torch here."""
+    backbone = entries.get("backbone_config")
+    if not (isinstance(backbone, dict) and backbone.get("model_type") == "timm_backbone"):
+        return entries
+    if not TIMM_RESNET.match(str(backbone.get("backbone", ""))):
+        return entries
+    from transformers import ResNetConfig
+
+    native = ResNetConfig(
+        out_indices=backbone.get("out_indices"), num_channels=backbone.get("num_channels", 3)
+    )
+    return entries | {"backbone_config": native.to_dict()}
 
 
 LIST_RULES = (
@@ -151,6 +173,16 @@ def _fit_patches(out: dict[str, Any]) -> None:
                 and all(isinstance(k, int) for k in value)
             ):
                 out[key] = {count: min(value.values()), **value}
+
+
+def _fit_windows(out: dict[str, Any]) -> None:
+    """A hierarchical (Swin-like) tower's windows fit its last stage: each stage halves the patch grid of
+    the tiny image, and a window wider than the last stage's grid would not match its position table."""
+    window, depths, patch, image = (out.get(k) for k in ("window_size", "depths", "patch_size", "image_size"))
+    if not (isinstance(window, int) and isinstance(depths, list) and len(depths) > 1):
+        return
+    if isinstance(patch, int) and isinstance(image, int) and patch > 0:
+        out["window_size"] = max(1, min(window, image // patch // 2 ** (len(depths) - 1)))
 
 
 def _per_layer_lists(

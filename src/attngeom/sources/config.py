@@ -150,6 +150,17 @@ def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def _none_by_default(cls: type, name: str) -> bool:
+    """Whether the config class's own default of ``name`` is None (an optional part: stating null is
+    stating the default, and a model that needed the count would not build without it)."""
+    if dataclasses.is_dataclass(cls):
+        return any(f.name == name and f.default is None for f in dataclasses.fields(cls))
+    import inspect
+
+    param = inspect.signature(cls.__init__).parameters.get(name)
+    return param is not None and param.default is None
+
+
 def check_head_counts(config: PretrainedConfig | FileConfig, raw: dict, where: str, path: str = "") -> None:
     """Every head count of ``config`` (and of its sub-configs) is a positive integer, and those that
     transformers would otherwise fill in with a default are stated in ``raw`` (the file's JSON)."""
@@ -175,8 +186,8 @@ def check_head_counts(config: PretrainedConfig | FileConfig, raw: dict, where: s
                 "add the model's head count to it"
             )
         value = getattr(config, name, None)
-        if value is None and not stated:
-            continue
+        if value is None and (not stated or (name not in required and _none_by_default(cls, name))):
+            continue  # unset, or set to the class's own None: a part the model leaves out (Hiera's decoder)
         values = value if isinstance(value, (list, tuple)) else [value]
         if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
             raise InputError(f"{where}: {path}{name} = {value!r} is not a positive integer; fix the value")
