@@ -185,3 +185,14 @@ def test_a_prompt_image_and_its_mask_come_with_the_image_stacked_to_the_model_si
         "prompt_pixel_values": shape,
         "prompt_masks": shape,
     }
+
+
+def test_a_main_input_name_given_as_a_list_takes_its_first_entry():
+    """OneFormer names [pixel_values, task_inputs]: the images are its medium."""
+    from transformers import AutoModel
+
+    config = tiny_config("oneformer")
+    cls = model_class("oneformer")
+    model = cls.from_config(config) if cls is AutoModel else cls._from_config(config)
+    assert isinstance(model.main_input_name, list)
+    assert any("pixel_values" in inputs for inputs in input_sets(model))

@@ -5,6 +5,7 @@ one, and never validate a module whose own forward did not run."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -152,3 +153,84 @@ def test_a_type_whose_attention_modules_do_not_run_on_their_own_stays_refused(mo
     assert entry["status"] == "refused"
     assert entry["reason"].startswith("could not run the tiny model (TypeError: "), entry["reason"]
     assert "nor did encoder.layers.0.self_attn's own forward run (AttributeError: " in entry["reason"]
+
+
+def _switch_off_query_scale(monkeypatch):
+    monkeypatch.setattr(discovery, "query_scale", lambda module, head_dim: "")
+
+
+def _switch_off_zero_positions(monkeypatch):
+    import attngeom.conformance.check as check
+
+    monkeypatch.setattr(check, "POSITIONS", ())
+
+
+@pytest.mark.parametrize(
+    ("model_type", "switch_off", "note"),
+    [
+        pytest.param("timesfm", _switch_off_query_scale, "per-dimension scale", id="timesfm-query-scale"),
+        pytest.param("vjepa2", _switch_off_zero_positions, "discovered", id="vjepa2-rotary-by-positions"),
+    ],
+)
+def test_a_mechanism_validates_its_type_and_its_absence_fails_it(monkeypatch, model_type, switch_off, note):
+    """TimesFM's learned query scale folded into W_q; V-JEPA 2's own rotary (from the positions it is
+    handed) at position 0: each validates its type, and without it the same check refuses the type."""
+    entry = check_type(model_type)
+    assert entry["status"] == "validated" and note in entry["reason"], entry["reason"]
+    switch_off(monkeypatch)
+    entry = check_type(model_type)
+    assert entry["status"] == "refused" and "differs from the form's projection" in entry["reason"], entry
+
+
+class _PointBatch(torch.nn.Module):
+    def __init__(self, config, attn: torch.nn.Module) -> None:
+        super().__init__()
+        self.config = config
+        self.attn = attn.double()
+
+
+def test_a_point_batch_attention_is_driven_with_its_point_axis_and_compared_token_by_token():
+    """SAM 2's memory attention folds (batch, points) into its attention batch: a (batch, tokens) input
+    would broadcast q against the rotary's shape (refused), a (batch, 1, tokens) one runs; the form's q·k
+    then agrees token by token, and a swapped q/k does not."""
+    from transformers import Sam2VideoConfig
+    from transformers.models.sam2_video.modeling_sam2_video import Sam2VideoRoPEAttention
+
+    config = Sam2VideoConfig()
+    _check_point_batch(_PointBatch(config, Sam2VideoRoPEAttention(config)), cross=False)
+
+
+def test_a_cross_attention_with_its_keys_own_rotary_and_a_repeat_count_is_driven():
+    """EdgeTAM's memory cross-attention takes its keys' rotary (``position_embeddings_k``, neutral like
+    the queries') and a repeat count it divides by (default 0: tried at 1); a negated k fails."""
+    from transformers import EdgeTamVideoConfig
+    from transformers.models.edgetam_video.modeling_edgetam_video import EdgeTamVideoRoPECrossAttention
+
+    config = EdgeTamVideoConfig()
+    _check_point_batch(_PointBatch(config, EdgeTamVideoRoPECrossAttention(config, kv_in_dim=64)), cross=True)
+
+
+def _check_point_batch(model: _PointBatch, cross: bool) -> None:
+    from attngeom.conformance.check import compare
+
+    attn = model.attn
+    heads, width = attn.num_attention_heads, attn.head_dim
+    item = Found("attn", "memory_attention", 0, "q_proj", "k_proj", width, heads, heads, True, True, cross)
+    records, failures = drive(model, [item])
+    assert not failures, failures
+    record = records["attn"]
+    assert record["x_q"].shape[:3] == (2, 1, 7) and record["q_attn"].shape == (2, heads, 7, width)
+
+    def layer(q, k):
+        return SimpleNamespace(
+            w_q=q.weight.T, w_k=k.weight.T, b_q=q.bias, b_k=k.bias, n_heads=heads, n_kv_heads=heads,
+            head_dim=width, form="standard",
+        )  # fmt: skip
+
+    assert compare(layer(attn.q_proj, attn.k_proj), record) is None
+    swapped = (attn.k_proj, attn.q_proj) if not cross else (attn.q_proj, _negated(attn.k_proj))
+    assert compare(layer(*swapped), record)
+
+
+def _negated(projection: torch.nn.Linear) -> SimpleNamespace:
+    return SimpleNamespace(weight=-projection.weight, bias=-projection.bias)

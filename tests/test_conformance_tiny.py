@@ -127,6 +127,12 @@ def test_second_candidate_rules_on_layer_counts_indices_and_unset_defaults():
         ("layoutxlm", "transformers defines no model for it (a configuration and processor only)"),
         ("timm_wrapper", "needs the timm package, whose torchvision dependency"),
         ("nougat", "transformers' default config of it does not build its model either (ValueError: "),
+        ("pp_ocrv5_server_det", "no dot-product attention (its modeling code computes none, nor do its "),
+        (
+            "voxtral_realtime_text",
+            "a sub-config, scored through its parent `voxtral_realtime` (transformers defines no "
+            "VoxtralRealtimeTextModel of its own)",
+        ),
     ],
 )
 def test_a_type_that_cannot_be_built_is_refused_with_its_specific_reason(model_type, reason):
@@ -171,6 +177,69 @@ def test_a_kv_head_count_the_config_lacks_is_its_head_count():
     config = tiny_config("moonshine_streaming")
     assert "num_key_value_heads" not in type(config)().to_dict()
     assert config.num_key_value_heads == config.num_attention_heads == 4
+
+
+def test_structure_the_defaults_leave_unset_is_filled_as_the_model_reads_it():
+    from transformers import CONFIG_MAPPING
+
+    from attngeom.conformance.unset import fill_unset
+
+    lfm2 = tiny_config("lfm2_moe")  # layer_types None; its model compares each with "conv"
+    assert lfm2.layer_types == ["conv", "full_attention"]
+    ocr = tiny_config("deepseek_ocr2").text_config  # mlp_layer_types and the router's top-k None
+    assert set(ocr.mlp_layer_types) == {"sparse"} and ocr.num_experts_per_tok == 2
+    assert tiny_config("chameleon").vocabulary_map == {}
+    granite = tiny_config("granite4_vision")  # a map declared a list; a string its model parses
+    assert granite.deepstack_layer_map == [] and granite.downsample_rate == "1/4"  # its docs' example
+    compass = tiny_config("cohere_compass_text")  # rotary parameters keyed by layer kind, none given
+    assert sum(compass.rope_parameters["full_attention"]["mrope_section"]) == compass.head_dim // 2
+    plain = {"model_type": "llama", "num_hidden_layers": 2, "layer_types": None, "rope_parameters": {}}
+    assert fill_unset(plain) == plain  # llama's model compares no layer kind; no kinds, no rope per kind
+    meta_model(tiny_config("emu3"))
+    assert fill_unset(CONFIG_MAPPING["qwen3"]().to_dict()) == CONFIG_MAPPING["qwen3"]().to_dict()
+
+
+def test_entries_are_repaired_as_the_config_validator_says():
+    from attngeom.conformance.validators import repaired
+
+    entries = {"a": 3, "text_config": {"x": 256, "y": 16, "z": 8, "w": 1}, "vision_config": {"w": 5}}
+    assert repaired(entries, "ValueError: x must be 0, got 256")["text_config"]["x"] == 0
+    assert repaired(entries, "QSA requires w=1.")["vision_config"]["w"] == 1
+    summed = repaired(entries, "SWA x must equal y + z")
+    assert summed["text_config"]["x"] == 24 and summed["vision_config"] == {"w": 5}  # where its parts are
+    assert repaired(entries, "ValueError: something else is wrong") is None
+    assert repaired(entries | {"n": 2}, "a + w must equal n") is None  # a sum's last term is not the subject
+    assert repaired(entries | {"n": 2}, "ValueError: a must match n")["a"] == 2
+    assert repaired({"x": 0}, "x must be 0, got 0") is None  # nothing to change: no loop
+    assistant = tiny_config("gemma4_assistant").text_config  # its defaults fail its own validator
+    assert assistant.hidden_size_per_layer_input == 0
+    assert assistant.num_kv_shared_layers == assistant.num_hidden_layers
+    note = tiny_config("dots3_note_text").per_layer_config["sliding_attention"]
+    assert note.head_dim == note.qk_nope_head_dim + note.qk_rope_head_dim
+    qwen4 = tiny_config("qwen4_exp_text")  # QSA fields missing: the budget holds a whole tiny sequence
+    assert qwen4.indexer_budget == 512 and qwen4.indexer_budget % qwen4.indexer_compress_ratio == 0
+
+
+def test_an_attribute_the_model_reads_may_come_from_another_of_its_configs():
+    config = tiny_config("qwen3_omni_moe")
+    assert config.talker_config.spatial_merge_size == config.thinker_config.vision_config.spatial_merge_size
+    meta_model(config)
+
+
+def test_attention_with_a_query_projection_only_is_refused_saying_its_keys_are_shared():
+    from attngeom.conformance.run import _no_attention_reason
+
+    reason = _no_attention_reason(meta_model(tiny_config("gemma4_assistant")))
+    assert reason.startswith("attention without key projections of its own (Gemma4TextAttention")
+    assert _no_attention_reason(meta_model(tiny_config("mamba"))).startswith("no dot-product attention")
+
+
+def test_a_model_that_builds_nowhere_has_no_attention_only_if_its_code_and_sub_models_have_none():
+    from attngeom.conformance.run import _source_reason
+
+    assert _source_reason("pp_ocrv6_medium_det").endswith("sub-models (`pp_lcnet_v4`))")
+    assert _source_reason("llama") is None  # its code computes attention
+    assert _source_reason("granite4_vision") is None
 
 
 def test_a_timm_resnet_backbone_becomes_transformers_resnet_with_the_same_stages():

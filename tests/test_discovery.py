@@ -158,3 +158,71 @@ def test_rms_norm_probe_tells_gain_offsets_apart():
     assert [n.offset for n in norms] == [1.0, 0.0] and not any(n.centre for n in norms)
     layer_norm = probe_norm(torch.nn.LayerNorm(8), "q_norm")
     assert layer_norm.centre and layer_norm.bias and layer_norm.offset == 0.0
+
+
+def test_a_module_without_a_head_width_is_unscored_beside_scored_attention():
+    """GroupViT's token assignment (q/k projections, no head count or width) is an unscored layer beside
+    the scored towers and named in the notes; a model whose only q/k module has none is still refused."""
+    from attngeom.architectures.discovery import HEADLESS
+
+    config = tiny_config("groupvit")
+    items = find_attention(meta_model(config), config)
+    headless = [i for i in items if isinstance(i, Skipped) and i.why == HEADLESS]
+    assert headless and {i.mixer for i in headless} == {"GroupViTAssignAttention"}
+    assignment = {i.stack for i in headless}  # no other mixer recorded where no layer of a stack scores
+    assert not [i for i in items if isinstance(i, Skipped) and i.stack in assignment and i.why != HEADLESS]
+    assert any(isinstance(i, Found) for i in items)
+    assert "not scored: GroupViTAssignAttention (no head width to read)" in discover(config).notes
+    config = tiny_config("xlstm")
+    with pytest.raises(ArchitectureError, match=HEADLESS):
+        find_attention(meta_model(config), config)
+
+
+def test_a_module_that_outputs_its_scores_is_an_unscored_pairwise_scorer():
+    """PP-DocLayout's reading-order pointers (q and k projections, no value or output projection: their
+    q·k scores, one of them antisymmetrised, are the output) are unscored beside the model's attention."""
+    from attngeom.architectures.discovery import SCORER
+
+    config = tiny_config("pp_doclayout_v4")
+    items = find_attention(meta_model(config), config)
+    scorers = [i for i in items if isinstance(i, Skipped) and i.why == SCORER]
+    assert {i.mixer for i in scorers} == {"PPDocLayoutV4GlobalPointer"} and len(scorers) == 2
+    assert {i.stack for i in items if isinstance(i, Found)} == {"encoder_aifi", "decoder"}
+    assert f"PPDocLayoutV4GlobalPointer ({SCORER})" in discover(config).notes
+
+
+def test_a_norm_with_a_gain_per_head_is_read_only_when_it_normalises_each_head():
+    """Chameleon's q/k LayerNorm has a (heads × head width) gain over per-head statistics: folded per
+    head. A LayerNorm over all heads with the same gain shape is not a per-head norm: not read."""
+    from transformers.models.chameleon.modeling_chameleon import ChameleonLayerNorm
+
+    from attngeom.architectures.qk_norms import probe_norm
+
+    per_head = probe_norm(ChameleonLayerNorm((4, 16)), "q_norm")
+    assert per_head is not None and per_head.centre and per_head.offset == 0.0
+    assert probe_norm(torch.nn.LayerNorm((4, 16)), "q_norm") is None
+
+
+def test_a_base_model_built_from_a_sub_config_gives_way_to_the_whole_models_class():
+    import transformers
+
+    from attngeom.architectures.discovery import model_class
+
+    assert model_class("musicgen_melody") is transformers.MusicgenMelodyForConditionalGeneration
+    assert model_class("llama") is transformers.AutoModel
+    assert (
+        model_class("evolla") is transformers.EvollaModel
+    )  # AutoModel resolves its config class to no model
+    meta_model(tiny_config("musicgen_melody"))  # its base model (the decoder) reads `num_codebooks`
+
+
+def test_a_latent_attentions_rotary_key_norm_is_folded_and_needed(monkeypatch):
+    """Dots 3 normalises its shared rotary key on its own: validated with the norm's gain folded into the
+    rotary key projection, refused without it."""
+    from attngeom.architectures import discovery
+    from attngeom.conformance.run import check_type
+
+    assert check_type("dots3_note_text")["status"] == "validated"
+    monkeypatch.setattr(discovery, "rope_key_norm", lambda module: None)
+    refused = check_type("dots3_note_text")
+    assert refused["status"] == "refused" and "_rope: q or k is not a positive multiple" in refused["reason"]

@@ -212,3 +212,39 @@ def test_fused_checkpoints_are_read_by_the_models_own_names(model_type, tmp_path
     assert not source.has(name)  # saved fused, under another name
     read = Converted(source, meta_model(config)).get(name)
     assert torch.equal(read.double(), model.get_submodule(item.q).weight.detach())
+
+
+def test_q_and_k_folded_by_a_batch_like_axis_are_compared_token_by_token():
+    """A model that folds a batch-like axis (SAM's point batch) into its attention batch gives q/k of
+    shape (batch·points, heads, tokens, d): the form's (batch, heads, points·tokens, d) is refolded to it,
+    keeping the token order, so a model that folded the other axis (tokens into the batch) still fails."""
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 5, 8, generator=generator, dtype=torch.float64)  # batch, points, tokens, width
+    w_q, w_k = (torch.randn(8, 8, generator=generator, dtype=torch.float64) for _ in range(2))
+    layer = SimpleNamespace(w_q=w_q, w_k=w_k, b_q=None, b_k=None, n_heads=2, n_kv_heads=2, head_dim=4)
+    layer.form = "standard"
+
+    def folded(y):  # (batch, points, tokens, 2·4) → (batch·points, heads, tokens, 4)
+        return y.reshape(6, 5, 2, 4).transpose(1, 2)
+
+    record = {"x_q": x, "x_k": x, "q_attn": folded(x @ w_q), "k_attn": folded(x @ w_k)}
+    assert compare(layer, record) is None
+    other = x.transpose(1, 2).contiguous()  # the points attend, tokens folded into the batch
+    record = {"x_q": x, "x_k": x, "q_attn": folded(other @ w_q), "k_attn": folded(other @ w_k)}
+    assert compare(layer, record)
+
+
+def test_a_fused_projection_outside_the_attention_interface_is_refused_not_reshaped():
+    """SAM's fused q/k/v output is three heads' widths: without the attention function's q and k the
+    split cannot be confirmed; the check says so instead of failing to reshape it."""
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(1, 5, 8, generator=generator, dtype=torch.float64)
+    w = torch.randn(8, 8, generator=generator, dtype=torch.float64)
+    layer = SimpleNamespace(w_q=w, w_k=w, b_q=None, b_k=None, n_heads=2, n_kv_heads=2, head_dim=4)
+    layer.form = "standard"
+    fused = {"x_q": x, "x_k": x, "q": torch.cat([x @ w] * 3, -1), "k": torch.cat([x @ w] * 3, -1)}
+    assert (
+        compare(layer, fused, fused=True)
+        == "a normalised form or fused projection outside the attention interface"
+    )
+    assert compare(layer, {"x_q": x, "x_k": x, "q": x @ w, "k": x @ w}) is None

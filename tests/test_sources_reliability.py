@@ -418,3 +418,16 @@ def test_hub_refusals_are_one_line_saying_what_to_do(llama_dir, tmp_path, monkey
     assert all(message in text for message in messages), text
     if case == "a token without access":
         assert "set HF_TOKEN" not in text  # the token is set; it is access that is missing
+
+
+def test_a_head_count_stated_null_where_its_class_default_is_null_is_read(tmp_path, capsys):
+    """ZoeDepth's patch transformer (built only for several bin configurations) has a null head count by
+    default: a file stating it null is read; a null where the class's default is a number is refused."""
+    from attngeom.sources.config import load_config
+
+    path = config_dir(tmp_path, "zoedepth", setting("patch_transformer_num_attention_heads", None))
+    config = load_config(path / "config.json", str(path))
+    assert config.patch_transformer_num_attention_heads is None
+    path = config_dir(tmp_path, "bart", setting("decoder_attention_heads", None), d_model=48)
+    line = cli_error([path], capsys, tmp_path / "out.parquet")
+    assert "decoder_attention_heads = None is not a positive integer" in line, line

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
 
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer, linear
 from .converted import Converted
-from .discovery import Found, Skipped, find_attention, meta_model
+from .discovery import HEADLESS, SCORER, Found, Skipped, find_attention, meta_model
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -85,12 +86,13 @@ def discovered_layers(
 
     for item in items:
         if isinstance(item, Skipped):
-            yield UnscoredLayer(item.stack, item.layer, f"{item.mixer}: not a dot-product attention")
+            yield UnscoredLayer(item.stack, item.layer, f"{item.mixer}: {item.why}")
             continue
         if item.latent:
             from .latent import mla_layer
 
-            yield from mla_layer(config.get_text_config(), reader, item.path, item.layer, item.stack)
+            text = config.get_text_config()
+            yield from mla_layer(text, reader, item.path, item.layer, item.stack, item.rope_norm)
             continue
         b_q = query(item, "bias") if item.q_bias else None
         u_name = (biases or {}).get(item.path)
@@ -112,6 +114,15 @@ def discovered_layers(
             left_out=bias + _terms(config, item, rotary) + relative,
             cross=item.cross,
         )
+        scale = (
+            torch.nn.functional.softplus(get(f"{item.path}.{item.q_scale}").double())
+            if item.q_scale
+            else None
+        )
+        if scale is not None and item.q_norm is None:
+            per_row = scale.repeat(item.n_heads)
+            b_q = None if layer.b_q is None else layer.b_q * per_row
+            layer = replace(layer, w_q=layer.w_q * per_row, b_q=b_q)
         if item.q_norm is not None and item.k_norm is not None:
             q_gain, k_gain = (
                 get(f"{item.path}.{n.name}.weight") + n.offset
@@ -119,7 +130,12 @@ def discovered_layers(
                 else torch.ones(item.head_dim, dtype=torch.float64)
                 for n in (item.q_norm, item.k_norm)
             )
-            form = QK_NORM_PER_HEAD if q_gain.numel() == item.head_dim else QK_NORM_WHOLE
+            if scale is not None:  # after the norm: one more gain
+                q_gain = q_gain * (
+                    scale if q_gain.dim() == 2 else scale.repeat(q_gain.numel() // item.head_dim)
+                )
+            per_head = q_gain.numel() == item.head_dim or q_gain.dim() == 2  # shared, or one per head
+            form = QK_NORM_PER_HEAD if per_head else QK_NORM_WHOLE
             layer = normalised(
                 layer,
                 q_gain,
@@ -169,6 +185,7 @@ def _notes(model: torch.nn.Module, items: list[Found | Skipped]) -> str:
         name = type(module).__name__
         if (
             "Attention" not in name
+            or re.search(r"MLP|Mlp|FeedForward", name)  # an attention block's feed-forward (EdgeTAM's)
             or name in mixers
             or any(p == path or p.startswith(path + ".") or path.startswith(p + ".") for p in paths)
         ):
@@ -176,9 +193,18 @@ def _notes(model: torch.nn.Module, items: list[Found | Skipped]) -> str:
         if not any(isinstance(c, torch.nn.Linear) for c in module.modules()):
             continue
         missed.append(name)
+    scaled = (
+        "; q's learned per-dimension scale (softplus) folded into W_q"
+        if any(isinstance(item, Found) and item.q_scale for item in items)
+        else ""
+    )
+    headless = [
+        f"{i.mixer} ({i.why})" for i in items if isinstance(i, Skipped) and i.why in (HEADLESS, SCORER)
+    ]
+    scaled += f"; not scored: {', '.join(dict.fromkeys(headless))}" if headless else ""
     if not missed:
-        return "discovered"
-    return f"discovered; not scored: {', '.join(dict.fromkeys(missed))} (no separate q/k projections)"
+        return "discovered" + scaled
+    return f"discovered{scaled}; not scored: {', '.join(dict.fromkeys(missed))} (no separate q/k projections)"
 
 
 def _stack_modality(stack: str) -> str | None:
@@ -198,6 +224,7 @@ def _modality(model: torch.nn.Module, stacks: tuple[str, ...]) -> str:
     if len(kinds) > 1:
         return "multimodal"
     main = getattr(model, "main_input_name", "input_ids")
+    main = main[0] if isinstance(main, (list, tuple)) else main  # OneFormer's [pixel_values, task_inputs]
     if main == "pixel_values" or kinds == {"vision"}:
         return "vision"
     if main in ("input_features", "input_values") or kinds == {"audio"}:

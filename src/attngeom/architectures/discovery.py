@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from .base import ArchitectureError
-from .model_classes import own_model_class
-from .qk_norms import Norm, qk_norms
+from .model_classes import WORD, family_words, mapped_class, own_model_class
+from .qk_norms import Norm, qk_norms, query_scale, rope_key_norm
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -50,6 +50,10 @@ LAYOUTS = ("blocks", "per_head", "groups_qvk")
 per head [q_h | k_h | v_h] (as many kv heads as heads), or in the module's ``mp_num`` model-parallel groups
 [q_g | v_g | k_g] of H/mp_num heads each (CodeGen). The conformance run records which one gives the
 model's own q and k; discovery uses only that one."""
+HEADLESS = "no head width to read"
+"""q/k projections without a head width or count: an unscored layer beside other attention, else refused."""
+SCORER = "q·k scores as its output, no value or output projection: a pairwise scorer, not an attention"
+"""Said of a module whose q·k scores are its output (PP-DocLayout's reading-order pointers): as HEADLESS."""
 CROSS = re.compile(r"cross|encoder_attn|EncDec", re.IGNORECASE)
 """Attention modules whose keys read another stack (decoder queries × encoder keys)."""
 NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
@@ -58,7 +62,6 @@ NOT_SOFTMAX = re.compile(r"^(Text)?((Linear|Delta|Lightning)\w*Attention|GatedDe
 feed a recurrence or kernel, never softmax(q·k) (Kimi-Linear's delta layers, MiniMax's lightning ones)."""
 TOKEN_MIXING = re.compile(r"^(q|k|query|key)_s?conv$")
 """A child of an attention convolving its q or k over neighbouring tokens (Inkling's ``k_sconv``)."""
-WORD = re.compile(r"[A-Z][a-z]*\d*|\d+")
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,10 @@ class Found:
     """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
     rope: bool = True
     """A latent attention's decoupled rotary part exists (GLM-5-Next's has none: ``qk_rope_head_dim`` 0)."""
+    q_scale: str = ""
+    """The module's parameter s whose softplus multiplies q per head dim (``query_scale``): W_q·diag(s)."""
+    rope_norm: Norm | None = None
+    """A latent attention's norm of its rotary key alone (Dots 3's), folded into that key's projection."""
 
     @property
     def forms(self) -> int:
@@ -104,22 +111,13 @@ class Skipped:
     stack: str
     layer: int
     mixer: str
+    why: str = "not a dot-product attention"
 
 
 def model_class(model_type: str) -> type:
     """The class that builds ``model_type``: its base model (``AutoModel``), else the first task class an
     auto mapping names for it (ColPali's retrieval model, ...)."""
-    import transformers
-    from transformers.models.auto import modeling_auto
-
-    if model_type in modeling_auto.MODEL_MAPPING_NAMES:
-        return transformers.AutoModel
-    for name in sorted(vars(modeling_auto)):
-        mapping = getattr(modeling_auto, name)
-        if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and model_type in mapping:
-            names = mapping[model_type]
-            return getattr(transformers, names[0] if isinstance(names, (list, tuple)) else names)
-    own = own_model_class(model_type)
+    own = mapped_class(model_type) or own_model_class(model_type)
     if own is None:
         raise ArchitectureError("transformers defines no model for it (a configuration and processor only)")
     return own
@@ -162,7 +160,7 @@ def _head_dim(module: torch.nn.Module, config: PretrainedConfig, q_width: int) -
         value = getattr(module, name, None)
         if isinstance(value, int) and value > 0:
             return value
-    for name in ("num_heads", "num_attention_heads", "n_heads", "n_head"):
+    for name in ("num_heads", "num_attention_heads", "n_heads", "n_head", "heads"):
         value = getattr(module, name, None)
         if isinstance(value, int) and value > 0 and q_width % value == 0:
             return q_width // value
@@ -183,21 +181,15 @@ def find_attention(
     them index its layers (T5's ``block.{i}.layer.0.SelfAttention``: i), in module order.
     """
     raw: list[tuple[str, str, str, torch.nn.Module]] = []
-    family = _family_words(model)
+    family = family_words(model)
     for path, module in model.named_modules():
         if NOT_SOFTMAX.search("".join(WORD.findall(type(module).__name__)[family:])):
             continue  # its layers are recorded as unscored, with this class as their mixer
         if _linear(getattr(module, "kv_a_proj_with_mqa", None)) and _linear(
             getattr(module, "kv_b_proj", None)
         ):
-            raw.append(
-                (
-                    path,
-                    "q_a_proj" if _linear(getattr(module, "q_a_proj", None)) else "q_proj",
-                    "kv_a_proj_with_mqa",
-                    module,
-                )
-            )
+            q_name = "q_a_proj" if _linear(getattr(module, "q_a_proj", None)) else "q_proj"
+            raw.append((path, q_name, "kv_a_proj_with_mqa", module))
             continue
         for q, k in PAIRS:
             if _linear(getattr(module, q, None)) and _linear(getattr(module, k, None)):
@@ -212,38 +204,33 @@ def find_attention(
         groups.setdefault(_template(entry[0]), []).append(entry)
     names = _stack_names(groups)
     found: list[Found | Skipped] = []
+    unscorable: list[ArchitectureError] = []
     for template, entries in groups.items():
         stack = names[template]
         container = _layer_list(model, template, entries)
         indices = [_index(path, template) for path, *_ in entries]
-        if container is not None:
-            found.extend(
-                Skipped(stack.removesuffix("_cross"), i, _mixer(block))
-                for i, block in enumerate(container)
-                if i not in indices
-            )
+        gaps = [
+            Skipped(stack.removesuffix("_cross"), i, _mixer(block))
+            for i, block in enumerate(container if container is not None else ())
+            if i not in indices
+        ]
         for index, (path, q, k, module) in zip(indices, entries, strict=True):
-            found.append(_found(config, path, q, k, module, stack, index, layout if q == k else ""))
+            try:
+                found.append(_found(config, path, q, k, module, stack, index, layout if q == k else ""))
+            except ArchitectureError as err:  # unscored where other attention modules are scored
+                why = next((w for w in (HEADLESS, SCORER) if str(err).endswith(w)), None)
+                if why is None:
+                    raise
+                unscorable.append(err)
+                found.append(Skipped(stack, index, type(module).__name__, why))
+        found.extend(gaps if any(isinstance(f, Found) and f.stack == stack for f in found) else ())
+    if unscorable and not any(isinstance(f, Found) for f in found):
+        raise unscorable[0]
     order = list(names.values())
     found.sort(
         key=lambda f: (order.index(f.stack) if f.stack in order else order.index(f.stack + "_cross"), f.layer)
     )
     return found
-
-
-def _family_words(model: torch.nn.Module) -> int:
-    """How many leading CamelCase words the model's own classes share (``KimiLinear`` of
-    ``KimiLinearModel``): the family prefix, not part of what a module class says it is."""
-    from transformers import PreTrainedModel
-
-    names = [WORD.findall(type(m).__name__) for m in model.modules() if isinstance(m, PreTrainedModel)]
-    names = [n[:-1] for n in names if len(n) > 1]  # without Model / ForCausalLM's last word
-    if not names:
-        return 0
-    common = 0
-    while all(len(n) > common and n[common] == names[0][common] for n in names):
-        common += 1
-    return common
 
 
 def _index(path: str, template: str) -> int:
@@ -338,6 +325,7 @@ def _found(
             cross=False,
             latent=True,
             rope=bool(own.qk_rope_head_dim),
+            rope_norm=rope_key_norm(module),
         )
     if layout:
         head_dim, n_heads, n_kv = _fused_heads(module, config, _rows(q_mod), layout)
@@ -360,9 +348,11 @@ def _found(
             groups=getattr(module, "mp_num", 1) if layout == "groups_qvk" else 1,
             transposed=_conv1d(q_mod),
         )
+    if {n for n, c in module.named_children() if _linear(c) or _conv1d(c)} == {q, k}:
+        raise ArchitectureError(f"{type(module).__name__} at {path}: {SCORER}")
     head_dim = _head_dim(module, config, q_mod.out_features)
     if head_dim is None:
-        raise ArchitectureError(f"{type(module).__name__} at {path}: no head width to read")
+        raise ArchitectureError(f"{type(module).__name__} at {path}: {HEADLESS}")
     mixed = [n for n, _ in module.named_children() if TOKEN_MIXING.search(n)]
     if mixed:
         raise ArchitectureError(
@@ -388,6 +378,7 @@ def _found(
         q_norm=q_norm,
         k_norm=k_norm,
         gated=gated,
+        q_scale=query_scale(module, head_dim),
     )
 
 

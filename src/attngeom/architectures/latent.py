@@ -24,8 +24,14 @@ from .base import Architecture, AttentionLayer, TensorReader, linear
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
+    from .qk_norms import Norm
+
 CONTENT_FORM = "mla_content: W_qa diag(g_q) W_qb,nope,h (W_kva diag(g_kv) W_kvb,k,h)ᵀ up to per-token scalars"
 ROPE_FORM = "mla_rope: W_qa diag(g_q) W_qb,rope,h W_kva,ropeᵀ up to per-token scalars, one shared rope key"
+ROPE_NORM_FORM = (
+    "mla_rope: W_qa diag(g_q) W_qb,rope,h (W_kva,rope diag(g_kr))ᵀ up to per-token scalars, one shared rope "
+    "key RMS-normalised on its own"
+)
 
 
 def _heads_rows(weight: torch.Tensor, heads: int, per_head: int, keep: slice) -> torch.Tensor:
@@ -54,9 +60,15 @@ def _mla_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
 
 
 def mla_layer(
-    config: PretrainedConfig, reader: TensorReader, p: str, i: int, stack: str = "decoder"
+    config: PretrainedConfig,
+    reader: TensorReader,
+    p: str,
+    i: int,
+    stack: str = "decoder",
+    rope_norm: Norm | None = None,
 ) -> Iterator[AttentionLayer]:
-    """The content and rotary forms of the MLA module at ``p`` (layer ``i`` of ``stack``)."""
+    """The content and rotary forms of the MLA module at ``p`` (layer ``i`` of ``stack``); ``rope_norm``:
+    an RMS norm of the rotary key alone, its gain folded into W_kva,rope."""
     heads = config.num_attention_heads
     nope, rope, latent = config.qk_nope_head_dim, config.qk_rope_head_dim, config.kv_lora_rank
     qk_dim = nope + rope
@@ -96,18 +108,19 @@ def mla_layer(
     if not rope:
         return  # no decoupled rotary part (GLM-5-Next's latent attention)
     w_q_rope, b_q_rope = _query(q_a, b_q_latent, q_b, heads, qk_dim, slice(nope, qk_dim))
+    k_gain = reader.get(f"{p}.{rope_norm.name}.weight") + rope_norm.offset if rope_norm else 1.0
     yield AttentionLayer(
         stack=f"{stack}_rope",
         layer=i,
         w_q=w_q_rope,
-        w_k=linear(kv_a[latent:]),
+        w_k=linear(kv_a[latent:]) * k_gain,
         b_q=b_q_rope,
-        b_k=kv_a_bias[latent:] if bias else None,
+        b_k=kv_a_bias[latent:] * k_gain if bias else None,
         n_heads=heads,
         n_kv_heads=1,
         head_dim=rope,
         left_out=left_out + ("rotary",),
-        form=ROPE_FORM,
+        form=ROPE_NORM_FORM if rope_norm else ROPE_FORM,
     )
 
 

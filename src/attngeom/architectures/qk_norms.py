@@ -41,11 +41,11 @@ def probe_norm(norm: torch.nn.Module, name: str, width: int = 0) -> Norm | None:
     weight = getattr(norm, "weight", None)
     if weight is None and width and not list(norm.parameters()):
         return _probe_plain(norm, name, width)
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
-        return None
+    if not isinstance(weight, torch.Tensor) or weight.dim() not in (1, 2):
+        return None  # 2: a gain per head (Chameleon's heads × head width LayerNorm)
     probe = copy.deepcopy(norm).to_empty(device="cpu").float()
     bias = getattr(probe, "bias", None)
-    x = torch.randn(3, weight.numel(), generator=torch.Generator().manual_seed(0)) + 2.0
+    x = torch.randn(3, *weight.shape, generator=torch.Generator().manual_seed(0)) + 2.0
     with torch.no_grad():
         if isinstance(bias, torch.Tensor):
             bias.zero_()
@@ -57,7 +57,17 @@ def probe_norm(norm: torch.nn.Module, name: str, width: int = 0) -> Norm | None:
     if offset and (probe(x) - at_zero).abs().max() > 1e-6:
         return None
     centre = bool(at_one.mean(-1).abs().max() < 1e-4)
+    if weight.dim() == 2 and not _per_row(x, at_one, centre):
+        return None  # a norm over all heads with a gain per head: not a per-head norm
     return Norm(name, offset, centre, isinstance(bias, torch.Tensor))
+
+
+def _per_row(x: torch.Tensor, y: torch.Tensor, centre: bool) -> bool:
+    """Whether ``y`` is ``x`` normalised row by row (last axis), centred (LayerNorm) or not (RMS), up to
+    the norm's epsilon."""
+    base = x - x.mean(-1, keepdim=True) if centre else x
+    scale = base.pow(2).mean(-1, keepdim=True).rsqrt()
+    return bool((y - base * scale).abs().max() < 1e-3)
 
 
 def _probe_plain(norm: torch.nn.Module, name: str, width: int) -> Norm | None:
@@ -83,3 +93,32 @@ def qk_norms(module: torch.nn.Module, width: int) -> tuple[Norm | None, Norm | N
                 raise ArchitectureError(f"{type(module).__name__}: q/k norm {q_name} of unknown kind")
             return q, k
     return None, None
+
+
+QUERY_SCALES = ("scaling", "per_dim_scale")
+"""Names of an attention's own learned per-dimension query scale (TimesFM, VideoPrism's pooling head)."""
+
+
+def query_scale(module: torch.nn.Module, head_dim: int) -> str:
+    """The name of the attention's learned per-dimension query scale, a ``head_dim``-wide parameter of
+    its own that multiplies q as softplus(scale) (its constant factor is a positive scalar, no part of
+    the form), else "": a fixed diagonal map after W_q, folded into it (the conformance check confirms
+    the convention on the model's own q)."""
+    for name in QUERY_SCALES:
+        scale = getattr(module, name, None)
+        if isinstance(scale, torch.nn.Parameter) and scale.shape == (head_dim,):
+            return name
+    return ""
+
+
+def rope_key_norm(module: torch.nn.Module) -> Norm | None:
+    """The RMS norm a latent attention applies to its shared rotary key alone (Dots 3's
+    ``k_rope_only_layernorm``): a child named for the rotary part and a norm; its gain is folded into
+    the rotary key projection."""
+    for name, child in module.named_children():
+        if "rope" in name and "norm" in name:
+            norm = probe_norm(child, name)
+            if norm is None or norm.centre or norm.bias:
+                raise ArchitectureError(f"{type(module).__name__}: rotary key norm {name} of unknown kind")
+            return norm
+    return None

@@ -7,7 +7,8 @@ input and output of its q and k projections and the q and k that reach transform
 Q_h K_gᵀ = diag(c_q)(x W_q,h + b_q,h)(x W_k,g + b_k,g)ᵀ diag(c_k), with c one positive constant for a
 ``standard`` form (the 1/√d_h scale) and a positive scalar per token and head for a normalised one.
 A module outside the attention interface is checked on its projections' outputs (standard forms only),
-a fused one on the q and k of its score product (``products``).
+a fused one on the q and k of its score product (``products``). Tokens that the model splits between its
+attention batch and token axes otherwise (SAM's point batch) are compared token by token (``refolded``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from .products import as_heads, score_products
 CAPTURE = "attngeom_conformance"
 RTOL = 1e-5
 _interface: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+POSITIONS = ("position_mask",)
+"""Arguments of an attention module that hand it token positions to rotate q and k by itself."""
 
 
 def _attention(module, query, key, value, attention_mask=None, **kwargs):
@@ -78,10 +81,28 @@ def _rotary_neutralised(modules: list[torch.nn.Module]):
         cos_sin = neutral(args[at]) if at < len(args) else None  # passed by position (SAM 3's ViT)
         return None if cos_sin is None else ((*args[:at], cos_sin, *args[at + 1 :]), kwargs)
 
+    def zero_positions(module, args, kwargs):  # position 0 for a rotary the module makes itself
+        names = list(inspect.signature(module.forward).parameters)
+        if "position_embeddings" in names or not (args or kwargs):
+            return None
+        for at, name in ((names.index(n), n) for n in POSITIONS if n in names):
+            value = kwargs.get(name, args[at] if at < len(args) else None)
+            if value is not None and (not isinstance(value, torch.Tensor) or value.is_floating_point()):
+                continue
+            shape = (args[0] if args else kwargs[names[0]]).shape[:-1] if value is None else value.shape
+            zeros = torch.zeros(shape, dtype=torch.long)
+            args, kwargs = (
+                ((*args[:at], zeros, *args[at + 1 :]), kwargs)
+                if at < len(args)
+                else (args, kwargs | {name: zeros})
+            )
+        return args, kwargs
+
     def post_hook(module, args, output):  # a rotary module of the attention's own (RecurrentGemma)
         return neutral(output)
 
     handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
+    handles += [m.register_forward_pre_hook(zero_positions, with_kwargs=True) for m in modules]
     inner = [c for m in modules for c in m.children() if "Rotary" in type(c).__name__]
     handles += [c.register_forward_hook(post_hook) for c in inner]
     try:
@@ -243,6 +264,19 @@ def heads(t: torch.Tensor, n: int, d: int) -> torch.Tensor:
     return t.reshape(t.shape[0], t.shape[1], n, d).transpose(1, 2)
 
 
+def refolded(mine: torch.Tensor, their: torch.Tensor) -> torch.Tensor:
+    """``mine`` (B, n, N, d) with its tokens split between the batch and token axes as ``their`` splits
+    them, where the two differ only there: a model that folds a batch-like axis (SAM's point batch) into
+    its attention batch attends within each fold. The tokens keep their order, so a wrong discovery still
+    differs token by token."""
+    if mine.dim() != 4 or their.dim() != 4 or mine.shape == their.shape:
+        return mine
+    (b, n, t, d), (b2, n2, t2, d2) = mine.shape, their.shape
+    if (n, d) != (n2, d2) or b * t != b2 * t2:
+        return mine
+    return mine.transpose(1, 2).reshape(b2, t2, n, d).transpose(1, 2)
+
+
 def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str | None:
     """Why ``layer`` does not give ``record``'s scores, or None when it does (``fused``: its q/k come
     from one projection, whose split only the attention function's q and k can confirm)."""
@@ -255,7 +289,7 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
         out = x @ w.double() + (0 if b is None else b.double())
         ours.append(heads(out, n, layer.head_dim))
     attn = "q_attn" in record
-    if not attn and (layer.form != "standard" or fused):
+    if not attn and (layer.form != "standard" or fused):  # a fused output is not q's width: no reshape
         return "a normalised form or fused projection outside the attention interface"
     theirs = (
         [record["q_attn"], record["k_attn"]]
@@ -267,6 +301,7 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
     )
     if not all(torch.isfinite(t).all() for t in theirs):
         return "the tiny model's forward pass gave non-finite q or k"
+    ours = [refolded(mine, their) for mine, their in zip(ours, theirs, strict=True)]
     vectors = _compare_vectors(layer, ours, theirs)
     return vectors and _compare_scores(layer, ours, theirs, vectors)
 

@@ -228,6 +228,8 @@ def input_sets(model: torch.nn.Module, batch: int = 2, length: int = 7) -> list[
     the first set that runs: the one that reaches most towers comes first)."""
     params = inspect.signature(model.forward).parameters
     main = getattr(model, "main_input_name", "input_ids")
+    if isinstance(main, (list, tuple)):  # OneFormer's [pixel_values, task_inputs]: the first is the medium
+        main = main[0]
     if main not in params:
         main = next((n for n in ("pixel_values", *AUDIO) if n in params), main)
     kinds = _Maker(model, batch, length, 0).kinds()

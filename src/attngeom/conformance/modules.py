@@ -2,13 +2,17 @@
 
 Where the whole tiny model cannot run (its forward needs inputs a generic driver does not make: image
 grids, inference sessions, boxes, ...) or never reaches a module, the module is called on its own with
-random hidden states of its q projection's input width (cross attention: random key/value states of its k
-projection's input width), rotary position embeddings neutral (cos 1, sin 0), relative ones zero, no mask
-or an all-visible one, packed sequences as one (``cu_seqlens``), and ``None`` for any other argument its
+random hidden states of its q projection's input width, (batch, tokens) and then (batch, 1, tokens) for a
+module that folds a batch-like axis into its attention batch (SAM's point batch) (cross attention: random
+key/value states of its k projection's input width), rotary position embeddings neutral (cos 1, sin 0;
+the keys' own too), relative ones zero, no mask or an all-visible one, packed sequences as one
+(``cu_seqlens``), a count left at 0 by default then at 1, and ``None`` for any other argument its
 signature requires; the readings its signature leaves open are tried in turn and the first that runs is
-kept (never one picked for agreeing). The q and k it computes are captured through the same projection
-hooks and attention interface as the whole forward pass and compared with the same functions; a module
-whose forward does not run to its end is not validated."""
+kept (never one picked for agreeing), unless the attention function's q holds more values than the q
+projection gave (broadcast against an argument of another shape: a wrong reading). The q and k it
+computes are captured through the same projection hooks and attention interface as the whole forward
+pass and compared with the same functions; a module whose forward does not run to its end is not
+validated."""
 
 from __future__ import annotations
 
@@ -77,6 +81,8 @@ def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.
         raise RuntimeError("the module's forward did not use its q and k projections")
     if id(module) in _interface:
         record["q_attn"], record["k_attn"] = _interface.pop(id(module))
+        if record["q_attn"].numel() > record["q"].numel():
+            raise RuntimeError("its q was broadcast against an argument of another shape")
     elif item.path in products.found:
         q, k = products.found[item.path]
         record["q_attn"], record["k_attn"] = as_heads(q, item.n_heads), as_heads(k, item.n_kv_heads)
@@ -113,6 +119,8 @@ def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iter
         }
         kinds = {_kind(p) for p in params[1:]}
         options = {kind: values for kind, values in options.items() if kind in kinds}
+        # a count left at 0 by default, then 1 (EdgeTAM's ``rope_k_repeat`` divides by it)
+        options |= {p.name: [_DEFAULT, 1] for p in params[1:] if type(p.default) is int and p.default == 0}
         for chosen in product(*options.values()):
             choice = dict(zip(options, chosen, strict=True))
             kwargs = {params[0].name: hidden}
@@ -129,7 +137,12 @@ _DEFAULT = object()
 def _kind(p: inspect.Parameter) -> str:
     """Which generic input argument ``p`` takes."""
     name = p.name
-    if name == "position_embeddings":  # rotary (cos, sin) or relative, whatever the annotation says
+    if (
+        name == "position_embeddings"
+        or name.startswith("position_embeddings_")
+        and "tuple" in str(p.annotation)
+    ):
+        # rotary (cos, sin) or relative, whatever the annotation says; the keys' own (EdgeTAM's ``_k``)
         return "rotary" if p.annotation is p.empty or "tuple" in str(p.annotation) else "position"
     if "pos" in name and "emb" in name:
         return "relative"

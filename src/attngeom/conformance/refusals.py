@@ -1,5 +1,6 @@
 """The specific refusal of a model type whose tiny model cannot be built (an optional package the
-environment cannot hold, or no model class at all), or whose attention is no dot-product attention."""
+environment cannot hold, no model class at all, a base class transformers names but does not define), or
+whose attention has no key projection of its own or is no dot-product attention."""
 
 from __future__ import annotations
 
@@ -51,3 +52,29 @@ def correlation_of(skeleton, config) -> str | None:
     if classes and all(FFT_QK.search(source) for source in sources):
         return sorted(cls.__name__ for cls in classes)[0]
     return None
+
+
+QUERY = re.compile(r"^(q|query|q_proj|to_q)$")
+KEY = re.compile(r"(^|_)(k|key|kv|qkv|keys)(_|$)|^(Wqkv|c_attn|query_key_value|W_pack|to_k)$")
+
+
+def queries_only_attention(module) -> bool:
+    """Whether ``module`` is an attention with a query projection and no key projection (Gemma 4's
+    assistant: every layer reads the target model's shared keys)."""
+    names = [name for name, _ in module.named_children()]
+    return (
+        "Attention" in type(module).__name__
+        and any(QUERY.search(n) for n in names)
+        and not any(KEY.search(n) for n in names)
+    )
+
+
+def undefined_base(model_type: str) -> bool:
+    """Whether the base model class transformers' auto mapping names for ``model_type`` is one transformers
+    does not define (Voxtral Realtime's text model: built only inside its parent)."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    name = MODEL_MAPPING_NAMES.get(model_type)
+    name = name[0] if isinstance(name, (list, tuple)) else name
+    return name is not None and not hasattr(transformers, name)

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from .sizes import COUNT_RULES, HEAD_DIM, LAYER_KEYS, LAYERS, RULES
+from .unset import fill_unset
 
 
 def related(tiny: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +68,7 @@ def _layer_shares(out: dict[str, Any], defaults: dict[str, Any]) -> None:
     if not isinstance(layers, int) or layers <= out[key]:
         return
     for name, value in defaults.items():
-        some = isinstance(value, int) and not isinstance(value, bool) and 0 < value < layers
+        some = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= layers
         if some and name != key and str(name).endswith("_layers") and out.get(name) == value:
             out[name] = value * out[key] // layers
 
@@ -108,8 +109,9 @@ def equal_heads(tiny: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any
 
 
 def unset_sizes(entries: dict[str, Any]) -> dict[str, Any]:
-    """Entries whose size is unset (None) where the name says which size: the tiny value."""
-    out = dict(entries)
+    """Entries whose size is unset (None) where the name says which size: the tiny value; unset
+    structure the model reads (:func:`fill_unset`) filled."""
+    out = fill_unset(entries)
     for key, value in entries.items():
         if isinstance(value, dict) and ("model_type" in value or str(key).endswith("_config")):
             out[key] = unset_sizes(value)
@@ -124,4 +126,8 @@ def tiny_value(name: str) -> int | float | None:
         return 0.0
     if re.search(r"^prediction_length$", name):  # time series: the horizon has no default
         return 8
+    if re.search(r"(^|_)budget$", name):  # tokens a sparse attention keeps: all of a tiny sequence
+        return 512
+    if re.search(r"(^|_)compress_ratio$", name):  # keys pooled into one block of a sparse attention's index
+        return 2
     return next((tiny for pattern, tiny in RULES if re.search(pattern, name)), None)

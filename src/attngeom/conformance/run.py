@@ -44,6 +44,8 @@ def _no_attention_reason(model) -> str:
     """Why a built model has no discovered attention: a fused projection, another attention, or none."""
     import torch
 
+    from .refusals import queries_only_attention
+
     linear = sorted({type(m).__name__ for m in model.modules() if LINEAR.search(type(m).__name__)})
     if linear:
         return f"linear attention ({linear[0]}): no softmax over q·k scores, no per-head bilinear form"
@@ -52,6 +54,12 @@ def _no_attention_reason(model) -> str:
         if name in FUSED or isinstance(module, torch.nn.MultiheadAttention):
             return f"fused q/k/v projection ({type(module).__name__} `{name}`): layout not discovered"
     classes = sorted({type(m).__name__ for m in model.modules() if "Attention" in type(m).__name__})
+    queries_only = sorted({type(m).__name__ for m in model.modules() if queries_only_attention(m)})
+    if queries_only and set(queries_only) == set(classes):
+        return (
+            f"attention without key projections of its own ({queries_only[0]} has a query projection only: "
+            "its keys are another model's or layer's, shared): no W_qk within this model"
+        )
     if classes:
         return f"attention without separate q/k projections ({', '.join(classes[:2])}): layout not discovered"
     return "no dot-product attention (convolutional, state-space or other token mixing)"
@@ -62,20 +70,23 @@ def check_type(model_type: str) -> dict:
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     from ..architectures.registry import REGISTRY
-    from .refusals import build_refusal, correlation_of
+    from .refusals import build_refusal, correlation_of, undefined_base
     from .tiny import equal_heads_config, tiny_config
 
     if model_type in REGISTRY:
         return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}
-    if model_type not in MODEL_MAPPING_NAMES and (parent := parent_of(model_type)):
-        return _refused(f"a sub-config, scored through its parent `{parent}`")
+    undefined = undefined_base(model_type)
+    if (model_type not in MODEL_MAPPING_NAMES or undefined) and (parent := parent_of(model_type, undefined)):
+        why = f" (transformers defines no {MODEL_MAPPING_NAMES[model_type]} of its own)" if undefined else ""
+        return _refused(f"a sub-config, scored through its parent `{parent}`{why}")
     try:
         from ..architectures.discovery import meta_model
 
         config = tiny_config(model_type)
         skeleton = meta_model(config)
     except Exception as err:  # noqa: BLE001 — any failure is this type's result
-        why = _default_reason(model_type) or build_refusal(err) or _default_failure(model_type)
+        why = _default_reason(model_type) or build_refusal(err) or _source_reason(model_type)
+        why = why or _default_failure(model_type)
         return _refused(why or f"could not build a tiny model ({_short(err)})")
     if not _has_attention(skeleton, config):
         config, skeleton = _deepened(config, skeleton)
@@ -229,6 +240,28 @@ def _default_reason(model_type: str) -> str | None:
     return None if _has_attention(skeleton, config) else _no_attention_reason(skeleton)
 
 
+def _source_reason(model_type: str) -> str | None:
+    """Where no model of the type builds: "no dot-product attention" when its modeling code names no
+    attention but in its outputs' class names (``...WithNoAttention``) and each sub-model its default
+    config names builds without any (PP-OCRv5's detector: convolutions over an HGNetV2 backbone)."""
+    from transformers import CONFIG_MAPPING
+
+    from .unset import modeling_source
+
+    text = modeling_source(model_type).replace("WithNoAttention", "")
+    if not text or re.search(r"attention|attn|softmax", text, re.IGNORECASE):
+        return None
+    try:
+        entries = CONFIG_MAPPING[model_type]().to_dict()
+    except Exception:  # noqa: BLE001
+        return None
+    subs = [v["model_type"] for v in entries.values() if isinstance(v, dict) and "model_type" in v]
+    if not all((_default_reason(sub) or "").startswith("no dot-product attention") for sub in subs):
+        return None
+    parts = f", nor do its sub-models ({', '.join(f'`{s}`' for s in subs)})" if subs else ""
+    return f"no dot-product attention (its modeling code computes none{parts})"
+
+
 def _default_failure(model_type: str) -> str | None:
     """Where transformers' own default config does not build its model either (a default left unset that
     the model needs), the refusal saying so; else None."""
@@ -289,9 +322,10 @@ def _refused(reason: str, near: bool = False) -> dict:
     return {"status": "refused", "reason": reason, "stacks": []} | ({"near": True} if near else {})
 
 
-def parent_of(model_type: str) -> str | None:
+def parent_of(model_type: str, specs: bool = False) -> str | None:
     """The model_type whose config holds ``model_type`` as a sub-config: the longest other type its name
-    starts with (``blt_patcher`` → ``blt``), confirmed by that config's ``sub_configs``."""
+    starts with (``blt_patcher`` → ``blt``), confirmed by that config's ``sub_configs`` (``specs``: or by
+    the model type its sub-config defaults name, an ``AutoConfig`` sub-config's)."""
     from transformers import CONFIG_MAPPING
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
@@ -299,7 +333,12 @@ def parent_of(model_type: str) -> str | None:
     for parent in sorted(
         (t for t in CONFIG_MAPPING_NAMES if t != model_type and t.startswith(stem)), key=len, reverse=True
     ):
-        subs = (getattr(CONFIG_MAPPING[parent], "sub_configs", None) or {}).values()
+        subs = list((getattr(CONFIG_MAPPING[parent], "sub_configs", None) or {}).values())
+        subs += (
+            list((getattr(CONFIG_MAPPING[parent], "sub_configs_defaults", None) or {}).values())
+            if specs
+            else []
+        )
         if any(getattr(sub, "model_type", None) == model_type for sub in subs):
             return parent
     return None

@@ -5,11 +5,13 @@ from __future__ import annotations
 WIDTH, HEADS, KV_HEADS, HEAD_DIM, LAYERS, VOCAB, FFN = 64, 4, 2, 16, 2, 128, 64
 
 LAYER_KEYS = r"(^|_)(num_hidden_layers|n_layers?|num_layers|encoder_layers|decoder_layers|depth)$"
+EXPERTS = r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_routed_experts)$"
+PER_TOKEN = r"^(num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|top_k|num_selected_experts)$"
 COUNT_RULES: tuple[tuple[str, int], ...] = (
     (LAYER_KEYS, LAYERS),
     (r"(^|_)vocab_size$", VOCAB),
-    (r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_routed_experts)$", 4),
-    (r"^(num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|top_k|num_selected_experts)$", 2),
+    (EXPERTS, 4),
+    (PER_TOKEN, 2),
     (r"^(n_group|topk_group|n_shared_experts|num_shared_experts)$", 1),
     (r"^(max_position_embeddings|max_seq_len|n_positions|max_source_positions|max_target_positions)$", 512),
 )

@@ -13,8 +13,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from . import validators
 from .relations import KV_PAIRS, equal_heads, related, tiny_value, unset_sizes
 from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH
+from .unset import fill_unset
 
 TOKEN_ID = re.compile(r"(_token_id|_token_index|_token_ids|_id)$")
 PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "layers_block_type", "block_types")
@@ -23,7 +25,7 @@ PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "layers_block_t
 def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
     """``entries`` (a config's ``to_dict()``) with every size made tiny, sub-configs included;
     ``widths=False``: the counts only (for a config whose widths are tied by rules of its own)."""
-    entries = _native_backbone(entries)
+    entries = fill_unset(_native_backbone(entries))
     out = dict(entries)
     layers_before = next(
         (v for k, v in entries.items() if re.search(LAYER_KEYS, k) and isinstance(v, int)), None
@@ -277,13 +279,18 @@ def _mrope_sections(cls, entries: dict[str, Any]) -> None:
             _mrope_sections(CONFIG_MAPPING[kind] if kind in CONFIG_MAPPING else sub, entries[key])
     rope = entries.get("rope_parameters")
     takes = "mrope_section" in getattr(cls, "ignore_keys_at_rope_validation", ())
-    if not takes or not isinstance(rope, dict) or "mrope_section" in rope:
+    if not takes or not isinstance(rope, dict) or not rope:
         return
     head = entries.get("head_dim") or entries.get("hidden_size", WIDTH) // entries.get(
         "num_attention_heads", HEADS
     )
-    half = int(head * rope.get("partial_rotary_factor", entries.get("partial_rotary_factor", 1.0))) // 2
-    rope["mrope_section"] = [half - 2 * (half // 3), half // 3, half // 3]
+    kinds = entries.get("layer_types") if isinstance(entries.get("layer_types"), list) else []
+    per_kind = [rope[k] for k in dict.fromkeys(kinds) if isinstance(rope.get(k), dict)]  # keyed by layer kind
+    for params in per_kind or [rope]:
+        if "mrope_section" not in params:
+            factor = params.get("partial_rotary_factor", entries.get("partial_rotary_factor", 1.0))
+            half = int(head * factor) // 2
+            params["mrope_section"] = [half - 2 * (half // 3), half // 3, half // 3]
 
 
 def tiny_config(model_type: str):
@@ -293,15 +300,48 @@ def tiny_config(model_type: str):
 
     cls = CONFIG_MAPPING[model_type]
     first: Exception | None = None
-    for tried, entries in enumerate(candidates(cls().to_dict())):
+    for tried, entries in enumerate(candidates(defaults(cls))):
         for drop in ("transformers_version", "_name_or_path", "architectures"):
             entries.pop(drop, None)
         _mrope_sections(cls, entries)
-        try:
-            return _repaired(cls.from_dict(entries), MAX_PARAMS if tried else None)
-        except Exception as err:  # noqa: BLE001 — the next candidate may build
-            first = first or err
+        for _ in range(VALIDATOR_REPAIRS):
+            try:
+                return _repaired(cls.from_dict(entries), MAX_PARAMS if tried else None)
+            except Exception as err:  # noqa: BLE001 — a repair or the next candidate may build
+                first = first or err
+                entries = validators.repaired(entries, str(err))
+                if entries is None:
+                    break
     raise first
+
+
+def defaults(cls) -> dict[str, Any]:
+    """``cls()``'s entries; where its own validator refuses its defaults (Gemma 4's assistant over Gemma
+    4's text defaults), those of the config its sub-configs' defaults make once repaired as it says."""
+    from transformers import CONFIG_MAPPING
+
+    try:
+        return cls().to_dict()
+    except Exception as err:  # noqa: BLE001 — repaired below if the message says how
+        first, message = err, str(err)
+    entries: dict[str, Any] | None = {}
+    for key, spec in (getattr(cls, "sub_configs_defaults", None) or {}).items():
+        kind, kwargs = getattr(spec, "model_type", None), getattr(spec, "init_kwargs", None) or {}
+        sub = CONFIG_MAPPING[kind] if kind in CONFIG_MAPPING else getattr(spec, "config_class", spec)
+        entries[key] = sub(**kwargs).to_dict()
+    for _ in range(VALIDATOR_REPAIRS):
+        entries = validators.repaired(entries, message)
+        if entries is None:
+            break
+        try:
+            return cls(**entries).to_dict()
+        except Exception as err:  # noqa: BLE001
+            message = str(err)
+    raise first
+
+
+VALIDATOR_REPAIRS = 6
+"""Entries the config's validator asks for, set one message at a time (each names what it checks next)."""
 
 
 def candidates(defaults: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -341,8 +381,9 @@ MAX_PARAMS = 64_000_000
 
 def _repaired(config, max_params: int | None = None, tries: int = 8):
     """``config`` once its model builds on the meta device (with at most ``max_params``); an attribute
-    the model reads that the config (or a sub-config) lacks gets the tiny value its name implies
-    (MusicGen-Melody's ``dropout``), a kv-head count the config's head count."""
+    the model reads that the config (or a sub-config) lacks gets the tiny value its name implies, else the
+    value another of its configs has (Qwen3-Omni-MoE's talker reads the vision tower's
+    ``spatial_merge_size``); a kv-head count gets the config's head count."""
     from ..architectures.discovery import meta_model
 
     for _ in range(tries):
@@ -358,6 +399,8 @@ def _repaired(config, max_params: int | None = None, tries: int = 8):
             heads = next((getattr(owner, n) for n in KV_PAIRS[1] if hasattr(owner, n)), None)
             if found and found[2] in KV_PAIRS[0] and isinstance(heads, int):
                 value = heads  # a config without a kv-head count has as many as heads (Moonshine Streaming)
+            if found and value is None:  # the value another config of the model has (its vision tower's)
+                value = next((vars(c)[found[2]] for c in _configs(config) if found[2] in vars(c)), None)
             if owner is None or value is None:
                 raise
             setattr(owner, found[2], value)
