@@ -16,7 +16,8 @@ from transformers import AutoModel
 
 from attngeom.architectures.discovered import discover
 from attngeom.architectures.discovery import Found, Skipped, find_attention, meta_model
-from attngeom.conformance.check import capture, compare, randomized, seen_part
+from attngeom.conformance.check import capture, compare, randomized
+from attngeom.conformance.content_bias import seen_part
 from attngeom.conformance.run import open_source_for, run_all
 from attngeom.conformance.tiny import tiny_config
 

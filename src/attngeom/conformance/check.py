@@ -406,17 +406,3 @@ def compare_latent(content, rope, record: dict[str, torch.Tensor]) -> str | None
         if why:
             return f"{layer.stack}: {why}"
     return None
-
-
-def seen_part(model, item, layer, record: dict):
-    """``layer`` as far as ``record`` shows it: outside the attention interface only the projections'
-    outputs are seen, so a content bias u the module adds to q afterwards is taken off the form there."""
-    from dataclasses import replace
-
-    from ..architectures.discovered import content_biases
-
-    name = content_biases(model, [item]).get(item.path)
-    if name is None or "q_attn" in record:
-        return layer
-    u = getattr(model.get_submodule(item.path), name).detach().flatten().to(layer.b_q.dtype)
-    return replace(layer, b_q=layer.b_q - u)

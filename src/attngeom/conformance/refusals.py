@@ -36,7 +36,7 @@ def build_refusal(err: BaseException) -> str | None:
 
 
 def correlation_of(skeleton, config) -> str | None:
-    """The attention class when every attention module takes the FFT of its q and k (Autoformer's
+    """The refusal of a model whose every attention module takes the FFT of its q and k (Autoformer's
     auto-correlation, read off its forward's code), else None."""
     import inspect
 
@@ -50,7 +50,11 @@ def correlation_of(skeleton, config) -> str | None:
     except (OSError, TypeError):
         return None
     if classes and all(FFT_QK.search(source) for source in sources):
-        return sorted(cls.__name__ for cls in classes)[0]
+        return (
+            f"no dot-product attention ({sorted(c.__name__ for c in classes)[0]} auto-correlation: q and k "
+            "are correlated over time lags by FFT and a softmax over the top lags weights shifted values; "
+            "no per-pair q·k score)"
+        )
     return None
 
 

@@ -70,8 +70,9 @@ def check_type(model_type: str) -> dict:
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     from ..architectures.registry import REGISTRY
+    from .kv_heads import equal_heads_config
     from .refusals import build_refusal, correlation_of, undefined_base
-    from .tiny import equal_heads_config, tiny_config
+    from .tiny import tiny_config
 
     if model_type in REGISTRY:
         return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}
@@ -93,10 +94,7 @@ def check_type(model_type: str) -> dict:
     if not _has_attention(skeleton, config):
         return _refused(_no_attention_reason(skeleton))
     if correlation := correlation_of(skeleton, config):
-        return _refused(
-            f"no dot-product attention ({correlation} auto-correlation: q and k are correlated over time lags "
-            "by FFT and a softmax over the top lags weights shifted values; no per-pair q·k score)"
-        )
+        return _refused(correlation)
     entry = _check(model_type, config)
     if entry["status"] == "refused" and (mha := equal_heads_config(config)) is not None:
         retried = _check(model_type, mha)  # a model reading the head count where the kv count is meant
@@ -147,7 +145,8 @@ def _attempt(model, config, source, layout: str) -> dict:
     """Discover with ``layout`` for fused projections, read the layers from the saved files, compare."""
     from ..architectures.discovered import discover
     from ..architectures.discovery import Found, find_attention
-    from .check import capture, compare, compare_latent, seen_part
+    from .check import capture, compare, compare_latent
+    from .content_bias import seen_part
     from .modules import drive
 
     try:

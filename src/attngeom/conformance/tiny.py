@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import validators
-from .relations import KV_PAIRS, equal_heads, related, tiny_value, unset_sizes
+from .relations import KV_PAIRS, related, tiny_value, unset_sizes
 from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH
 from .unset import fill_unset
 
@@ -353,23 +353,6 @@ def candidates(defaults: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield tiny
     yield unset_sizes(related(tiny, defaults))
     yield unset_sizes(shrink(defaults, widths=False))
-
-
-def equal_heads_config(config):
-    """``config`` (a tiny one) with as many kv heads as heads wherever its defaults have as many (a model
-    may read one count where the other is meant: Moonshine Streaming's q, Granite Speech 5's grouping);
-    None where that changes nothing or does not build."""
-    from transformers import CONFIG_MAPPING
-
-    cls = CONFIG_MAPPING[config.model_type]
-    entries = config.to_dict()
-    kept = equal_heads(entries, cls().to_dict())
-    if kept == entries:
-        return None
-    try:
-        return _repaired(cls.from_dict(kept))
-    except Exception:  # noqa: BLE001 — no second config: the first one's result stands
-        return None
 
 
 MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
