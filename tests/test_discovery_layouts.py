@@ -17,6 +17,7 @@ from transformers import AutoModel
 from attngeom.architectures.discovered import discover
 from attngeom.architectures.discovery import Found, Skipped, find_attention, meta_model
 from attngeom.conformance.check import capture, compare, randomized
+from attngeom.conformance.content_bias import seen_part
 from attngeom.conformance.run import open_source_for, run_all
 from attngeom.conformance.tiny import tiny_config
 
@@ -48,6 +49,9 @@ LAYOUTS = {
     "squeezebert": "grouped pointwise Conv1d projections, channels first",
     "cpmant": "project_q / project_k projections",
     "bark": "a fused att_proj outside the attention interface, checked at its score product",
+    "parakeet_encoder": "a relative-position attention adding its content bias u to every query",
+    "esmc": "LayerNorms over the whole q and k projections (centring all heads together)",
+    "granite_speech5_encoder": "a model grouping kv heads by a count its projections do not use",
 }
 """Types that each exercise one case of discovery or of the check, and must validate."""
 
@@ -78,8 +82,10 @@ def test_refusals_name_what_the_model_computes():
         "gemma4_unified_assistant",
         "jetmoe",
         "hiera",
+        "autoformer",
     ]
     results = run_all(named, jobs=1)
+    assert results["autoformer"]["reason"].startswith("no dot-product attention (AutoformerAttention auto-")
     assert results["hiera"]["reason"].startswith("query pooling (HieraMaskUnitAttention, `query_stride`)")
     assert "a mixture of attention heads" in results["jetmoe"]["reason"]
     assert "without key projections of its own" in results["gemma4_unified_assistant"]["reason"]
@@ -171,6 +177,64 @@ def _codegen_layers(layout: str):
 def test_codegen_groups_its_fused_rows_by_model_parallel_part():
     assert all(compare(layer, record, fused=True) is None for layer, record in _codegen_layers("groups_qvk"))
     assert all(compare(layer, record, fused=True) for layer, record in _codegen_layers("blocks"))
+
+
+def test_the_content_bias_u_is_the_query_bias_and_v_is_not(monkeypatch):
+    """Parakeet's attention adds ``bias_u`` to q before q·k, ``bias_v`` only before the position term:
+    the form validates with u folded into the query bias, and fails without it or with v in its place."""
+    from attngeom.architectures import discovered
+
+    config = tiny_config("parakeet_encoder")
+    model = randomized(AutoModel.from_config(config))
+    items = [i for i in find_attention(model, config) if isinstance(i, Found)]
+    records, _ = capture(model, items)
+    found = discovered.content_biases(model, items)
+    assert found and set(found.values()) == {"bias_u"}
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        source = open_source_for(folder)
+        layers = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
+        assert all(
+            compare(layer, records[item.path]) is None for item, layer in zip(items, layers, strict=True)
+        )
+        assert all("relative_position" in layer.left_out for layer in layers)
+        projections = {k: v for k, v in records[items[0].path].items() if not k.endswith("_attn")}
+        assert compare(layers[0], projections)  # outside the attention interface q is seen before u
+        assert compare(seen_part(model, items[0], layers[0], projections), projections) is None
+        for biases in ({}, {p: "bias_v" for p in found}):
+            monkeypatch.setattr(discovered, "content_biases", lambda model, items, b=biases: b)
+            wrong = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
+            assert all(compare(w, records[i.path]) for i, w in zip(items, wrong, strict=True)), biases
+
+
+def test_only_an_fft_of_q_and_k_is_an_auto_correlation():
+    from attngeom.conformance.refusals import correlation_of
+
+    for model_type, correlated in (("autoformer", True), ("informer", False), ("fnet", False)):
+        config = tiny_config(model_type)
+        assert bool(correlation_of(meta_model(config), config)) == correlated, model_type
+
+
+def test_a_whole_projection_layernorm_centres_all_heads_together(monkeypatch):
+    """ESM C's q/k LayerNorms span H·d_h: centring each head alone instead fails the check."""
+    from attngeom.architectures import normalised_decoders
+
+    config = tiny_config("esmc")
+    model = randomized(AutoModel.from_config(config))
+    items = [i for i in find_attention(model, config) if isinstance(i, Found)]
+    records, _ = capture(model, items)
+    fold = normalised_decoders._fold_norm
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        source = open_source_for(folder)
+        for per_head in (False, True):
+            if per_head:
+                monkeypatch.setattr(
+                    normalised_decoders, "_fold_norm", lambda w, g, h, d, c, whole=False: fold(w, g, h, d, c)
+                )
+            layers = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
+            whys = [compare(layer, records[item.path]) for item, layer in zip(items, layers, strict=True)]
+            assert all(why is None for why in whys) != per_head, whys
 
 
 def test_a_fused_projection_outside_the_interface_is_checked_at_its_score_product():

@@ -1,6 +1,6 @@
 """The specific refusal of a model type whose tiny model cannot be built (an optional package the
 environment cannot hold, no model class at all, a base class transformers names but does not define), or
-whose attention has no key projection of its own."""
+whose attention has no key projection of its own or is no dot-product attention."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ UNAVAILABLE = {
 }
 """Optional packages some models import, and why the test environment cannot hold them."""
 NEEDS = re.compile(r"requires the ([\w.-]+) library")
+FFT_QK = re.compile(r"fft\.\w*fft\(\s*(query|key)")
+"""An FFT of q or k in an attention's forward: a correlation over time lags, not per-pair scores."""
 
 
 def build_refusal(err: BaseException) -> str | None:
@@ -31,6 +33,29 @@ def build_refusal(err: BaseException) -> str | None:
     package = name.split(".")[0]
     why = UNAVAILABLE.get(package, "which is not installed")
     return f"needs the {package} package, {why}"
+
+
+def correlation_of(skeleton, config) -> str | None:
+    """The refusal of a model whose every attention module takes the FFT of its q and k (Autoformer's
+    auto-correlation, read off its forward's code), else None."""
+    import inspect
+
+    from ..architectures.discovery import Found, find_attention
+
+    classes = {
+        type(skeleton.get_submodule(i.path)) for i in find_attention(skeleton, config) if isinstance(i, Found)
+    }
+    try:
+        sources = [inspect.getsource(cls.forward) for cls in classes]
+    except (OSError, TypeError):
+        return None
+    if classes and all(FFT_QK.search(source) for source in sources):
+        return (
+            f"no dot-product attention ({sorted(c.__name__ for c in classes)[0]} auto-correlation: q and k "
+            "are correlated over time lags by FFT and a softmax over the top lags weights shifted values; "
+            "no per-pair q·k score)"
+        )
+    return None
 
 
 QUERY = re.compile(r"^(q|query|q_proj|to_q)$")

@@ -41,8 +41,8 @@ def check_type(model_type: str) -> dict:
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     from ..architectures.registry import REGISTRY
-    from .check import randomized
-    from .refusals import build_refusal, undefined_base
+    from .kv_heads import equal_heads_config
+    from .refusals import build_refusal, correlation_of, undefined_base
     from .tiny import tiny_config
 
     if model_type in REGISTRY:
@@ -52,10 +52,7 @@ def check_type(model_type: str) -> dict:
         why = f" (transformers defines no {MODEL_MAPPING_NAMES[model_type]} of its own)" if undefined else ""
         return _refused(f"a sub-config, scored through its parent `{parent}`{why}")
     try:
-        from transformers import AutoModel
-        from transformers.initialization import no_init_weights
-
-        from ..architectures.discovery import meta_model, model_class
+        from ..architectures.discovery import meta_model
 
         config = tiny_config(model_type)
         skeleton = meta_model(config)
@@ -67,6 +64,23 @@ def check_type(model_type: str) -> dict:
         config, skeleton = _deepened(config, skeleton)
     if not _has_attention(skeleton, config):
         return _refused(_no_attention_reason(skeleton))
+    if correlation := correlation_of(skeleton, config):
+        return _refused(correlation)
+    entry = _check(model_type, config)
+    if entry["status"] == "refused" and (mha := equal_heads_config(config)) is not None:
+        retried = _check(model_type, mha)  # a model reading the head count where the kv count is meant
+        return retried if retried["status"] == "validated" else entry
+    return entry
+
+
+def _check(model_type: str, config) -> dict:
+    """The entry of ``model_type``'s model built from the tiny ``config``."""
+    from transformers import AutoModel
+    from transformers.initialization import no_init_weights
+
+    from ..architectures.discovery import model_class
+    from .check import randomized
+
     try:
         with no_init_weights():
             cls = model_class(model_type)
@@ -103,6 +117,7 @@ def _attempt(model, config, source, layout: str) -> dict:
     from ..architectures.discovered import discover
     from ..architectures.discovery import Found, find_attention
     from .check import capture, compare, compare_latent
+    from .content_bias import seen_part
     from .modules import drive
 
     try:
@@ -138,7 +153,9 @@ def _attempt(model, config, source, layout: str) -> dict:
             rope = next(pending) if item.rope else None
             why = compare_latent(layer, rope, records[item.path])
         else:
-            why = compare(layer, records[item.path], bool(item.fused))
+            why = compare(
+                seen_part(model, item, layer, records[item.path]), records[item.path], bool(item.fused)
+            )
         if why:
             own = f" (on {OWN_FORWARD})" if item.path in driven else ""
             return _refused(f"not validated{own}: {layer.stack} layer {layer.layer}: {why}", near=True)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import validators
-from .relations import related, tiny_value, unset_sizes
+from .relations import KV_PAIRS, related, tiny_value, unset_sizes
 from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH
 from .unset import fill_unset
 
@@ -373,7 +373,7 @@ def _repaired(config, max_params: int | None = None, tries: int = 8):
     """``config`` once its model builds on the meta device (with at most ``max_params``); an attribute
     the model reads that the config (or a sub-config) lacks gets the tiny value its name implies, else the
     value another of its configs has (Qwen3-Omni-MoE's talker reads the vision tower's
-    ``spatial_merge_size``)."""
+    ``spatial_merge_size``); a kv-head count gets the config's head count."""
     from ..architectures.discovery import meta_model
 
     for _ in range(tries):
@@ -386,6 +386,9 @@ def _repaired(config, max_params: int | None = None, tries: int = 8):
             found = MISSING.search(str(err))
             owner = found and next((c for c in _configs(config) if type(c).__name__ == found[1]), None)
             value = found and tiny_value(found[2])
+            heads = next((getattr(owner, n) for n in KV_PAIRS[1] if hasattr(owner, n)), None)
+            if found and found[2] in KV_PAIRS[0] and isinstance(heads, int):
+                value = heads  # a config without a kv-head count has as many as heads (Moonshine Streaming)
             if found and value is None:  # the value another config of the model has (its vision tower's)
                 value = next((vars(c)[found[2]] for c in _configs(config) if found[2] in vars(c)), None)
             if owner is None or value is None:
