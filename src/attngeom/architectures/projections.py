@@ -87,14 +87,3 @@ def token_convolution(attention: torch.nn.Module) -> str | None:
         if any(QK_PART.search(p) for p in parts) and any(CONV_PART.search(p) for p in parts):
             return path
     return None
-
-
-def first_output(output):
-    """A projection's output (a quantised linear's is a pair: the output and its scale, I-BERT's)."""
-    return output[0] if isinstance(output, tuple) else output
-
-
-def tokens_last(projection, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """A projection's input and output as (..., tokens, features): a pointwise convolution's are
-    channels first."""
-    return (x.mT, y.mT) if isinstance(projection, torch.nn.Conv1d) else (x, y)

@@ -19,9 +19,8 @@ from contextlib import ExitStack, contextmanager
 import torch
 
 from ..architectures.discovery import Found
-from ..architectures.projections import first_output, tokens_last
 from .inputs import input_sets
-from .products import as_heads, score_products
+from .products import as_heads, first_output, score_products, tokens_last
 
 CAPTURE = "attngeom_conformance"
 RTOL = 1e-5

@@ -24,9 +24,9 @@ from itertools import product
 import torch
 
 from ..architectures.discovery import Found
-from ..architectures.projections import first_output, inputs, tokens_last
+from ..architectures.projections import inputs
 from .check import CAPTURE, _implementation, _interface, _register, _rotary_neutralised
-from .products import as_heads, score_products
+from .products import as_heads, first_output, score_products, tokens_last
 
 BATCH, LENGTH, KV_LENGTH = 2, 7, 5
 KEY_VALUE = ("encoder_hidden", "key_value", "context", "memory", "cross_attention", "encoder_states")

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import validators
 from .relations import KV_PAIRS, related, tiny_value, unset_sizes
-from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH
+from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH, all_layers
 from .unset import fill_unset
 
 TOKEN_ID = re.compile(r"(_token_id|_token_index|_token_ids|_id)$")
@@ -47,13 +47,7 @@ def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
             if re.search(pattern, key):
                 out[key] = min(value, tiny) if value > 0 else value
                 break
-    tiny_layers = next(
-        (v for k, v in out.items() if re.search(LAYER_KEYS, str(k)) and isinstance(v, int)), None
-    )
-    for key, value in entries.items():  # a count of layers that is all of them (Gemma 4 assistant's
-        # KV-sharing layers) stays all of them
-        if isinstance(value, int) and value == layers_before and re.search(r"_layers$", str(key)):
-            out[key] = out[key] if re.search(LAYER_KEYS, str(key)) else tiny_layers
+    all_layers(entries, out, layers_before)
     _fit_patches(out)
     _fit_windows(out)
     unscheduled = dict(out)
