@@ -197,6 +197,36 @@ def test_a_fused_projection_split_in_equal_parts_keeps_as_many_kv_heads_as_heads
     assert tiny_config("llama").num_key_value_heads == 2
 
 
+def test_a_count_of_layers_that_is_all_of_them_stays_all_of_them():
+    out = shrink({"num_hidden_layers": 30, "num_kv_shared_layers": 30, "num_dense_layers": 3})
+    assert out["num_hidden_layers"] == 2 and out["num_kv_shared_layers"] == 2
+    assert out["num_dense_layers"] == 3  # some of the layers: not a count of all
+    config = tiny_config("gemma4_unified_assistant").get_text_config()
+    assert config.num_kv_shared_layers == config.num_hidden_layers
+    meta_model(tiny_config("gemma4_unified_assistant"))  # built: its layers all share keys, as by default
+
+
+def test_multi_head_defaults_keep_as_many_kv_heads_as_heads_in_the_second_config():
+    from attngeom.conformance.kv_heads import equal_heads_config
+    from attngeom.conformance.relations import equal_heads
+
+    defaults = {"num_attention_heads": 8, "num_key_value_heads": 8, "sub": {"n_heads": 8, "n_kv_heads": 2}}
+    tiny = {"num_attention_heads": 4, "num_key_value_heads": 2, "sub": {"n_heads": 4, "n_kv_heads": 2}}
+    assert equal_heads(tiny, defaults) == tiny | {"num_key_value_heads": 4}  # GQA by default stays GQA
+    config = tiny_config("granite_speech5_encoder")  # 8 heads, 8 kv heads by default
+    assert (config.num_attention_heads, config.num_key_value_heads) == (4, 2)
+    mha = equal_heads_config(config)
+    assert (mha.num_attention_heads, mha.num_key_value_heads) == (4, 4)
+    assert equal_heads_config(tiny_config("mistral")) is None  # 32 heads, 8 kv heads by default
+
+
+def test_a_kv_head_count_the_config_lacks_is_its_head_count():
+    """Moonshine Streaming's decoder reads ``num_key_value_heads``, which its config does not define."""
+    config = tiny_config("moonshine_streaming")
+    assert "num_key_value_heads" not in type(config)().to_dict()
+    assert config.num_key_value_heads == config.num_attention_heads == 4
+
+
 def test_structure_the_defaults_leave_unset_is_filled_as_the_model_reads_it():
     from transformers import CONFIG_MAPPING
 

@@ -17,6 +17,7 @@ from transformers import AutoModel
 from attngeom.architectures.discovered import discover
 from attngeom.architectures.discovery import Found, Skipped, find_attention, meta_model
 from attngeom.conformance.check import capture, compare, randomized
+from attngeom.conformance.content_bias import seen_part
 from attngeom.conformance.run import open_source_for, run_all
 from attngeom.conformance.tiny import tiny_config
 
@@ -42,6 +43,15 @@ LAYOUTS = {
     "glm5_next_text": "latent attention without a rotary part, beside linear-attention layers",
     "kimi_linear": "delta-rule linear-attention layers beside latent attention",
     "granitemoehybrid": "a hybrid whose default has no attention layer",
+    "moshi": "q/k projections wrapping their nn.Linear as `linear`, rotary computed inside the attention",
+    "gemma4_vision": "clippable linear wrappers; flattened patches with their (x, y) positions",
+    "ibert": "quantised linear layers returning (output, scale)",
+    "squeezebert": "grouped pointwise Conv1d projections, channels first",
+    "cpmant": "project_q / project_k projections",
+    "bark": "a fused att_proj outside the attention interface, checked at its score product",
+    "parakeet_encoder": "a relative-position attention adding its content bias u to every query",
+    "esmc": "LayerNorms over the whole q and k projections (centring all heads together)",
+    "granite_speech5_encoder": "a model grouping kv heads by a count its projections do not use",
 }
 """Types that each exercise one case of discovery or of the check, and must validate."""
 
@@ -64,10 +74,82 @@ def test_each_layout_case_validates():
 
 
 def test_refusals_name_what_the_model_computes():
-    results = run_all(["inkling_text", "mobilevitv2", "hiera"], jobs=1)
-    assert "convolution over tokens (`k_sconv`)" in results["inkling_text"]["reason"]
+    named = [
+        "inkling_text",
+        "inkling2_text",
+        "cvt",
+        "mobilevitv2",
+        "gemma4_unified_assistant",
+        "jetmoe",
+        "hiera",
+        "autoformer",
+    ]
+    results = run_all(named, jobs=1)
+    assert results["autoformer"]["reason"].startswith("no dot-product attention (AutoformerAttention auto-")
     assert results["hiera"]["reason"].startswith("query pooling (HieraMaskUnitAttention, `query_stride`)")
-    assert results["mobilevitv2"]["reason"].startswith("linear attention (MobileViTV2LinearSelfAttention)")
+    assert "a mixture of attention heads" in results["jetmoe"]["reason"]
+    assert "without key projections of its own" in results["gemma4_unified_assistant"]["reason"]
+    assert "convolution over tokens (`k_sconv`)" in results["inkling_text"]["reason"]
+    assert "convolution over tokens (`k_proj.sconv`)" in results["inkling2_text"]["reason"]
+    assert "convolution over tokens (`attention.convolution_projection_query`)" in results["cvt"]["reason"]
+    assert results["mobilevitv2"]["reason"].startswith(
+        "no dot-product attention (linear attention (MobileViTV2LinearSelfAttention)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("model_type", "mechanism"),
+    [
+        ("rwkv", "a recurrence with a learned time decay (RwkvSelfAttention)"),
+        ("slanet", "additive attention (SLANetAttentionGRUCell)"),
+        ("swiftformer", "additive attention (SwiftFormerEfficientAdditiveAttention)"),
+        ("patchtsmixer", "gated attention (PatchTSMixerGatedAttention)"),
+        ("bert", None),  # softmax(q·k): no other mechanism
+        ("jetmoe", None),  # a mixture of attention heads, q·k all the same
+    ],
+)
+def test_attention_named_modules_without_q_k_scores_are_told_apart(model_type, mechanism):
+    from attngeom.conformance.mechanisms import no_attention
+
+    reason = no_attention(meta_model(tiny_config(model_type)))
+    if mechanism is None:
+        assert reason is None
+    else:
+        assert reason.startswith(f"no dot-product attention ({mechanism}")
+
+
+def test_grouped_pointwise_projections_are_read_block_diagonal(tmp_path):
+    """SqueezeBERT's grouped 1-wide convolutions: read as block-diagonal maps the layers give the model's
+    own q and k; read as one dense block (the groups ignored) they do not."""
+    from dataclasses import replace
+
+    from attngeom.architectures.discovered import discovered_layers
+
+    config = tiny_config("squeezebert")
+    model = randomized(AutoModel.from_config(config))
+    items = [i for i in find_attention(model, config) if isinstance(i, Found)]
+    assert items and all(i.blocks > 1 for i in items)
+    records, _ = capture(model, items)
+    model.save_pretrained(tmp_path)
+    source = open_source_for(tmp_path)
+    for found, expect_match in ((items, True), ([replace(i, blocks=1) for i in items], False)):
+        for item, layer in zip(found, discovered_layers(config, source, found, False), strict=True):
+            try:
+                why = compare(layer, records[item.path])
+            except RuntimeError as err:  # the dense reading's shapes do not fit the inputs
+                why = str(err)
+            assert (why is None) == expect_match, why
+
+
+def test_a_wrapped_linear_is_a_projection_only_while_it_holds_nothing_else():
+    from attngeom.architectures.projections import projection
+
+    attention, wrapper = torch.nn.Module(), torch.nn.Module()
+    wrapper.linear = torch.nn.Linear(4, 4)
+    attention.q_proj = wrapper
+    assert projection(attention, "q_proj") == "q_proj.linear"
+    wrapper.norm = torch.nn.LayerNorm(4)  # a map of its own after the linear one: not W_q alone
+    assert projection(attention, "q_proj") is None
 
 
 def test_linear_attention_layers_are_unscored_mixers():
@@ -95,6 +177,64 @@ def _codegen_layers(layout: str):
 def test_codegen_groups_its_fused_rows_by_model_parallel_part():
     assert all(compare(layer, record, fused=True) is None for layer, record in _codegen_layers("groups_qvk"))
     assert all(compare(layer, record, fused=True) for layer, record in _codegen_layers("blocks"))
+
+
+def test_the_content_bias_u_is_the_query_bias_and_v_is_not(monkeypatch):
+    """Parakeet's attention adds ``bias_u`` to q before q·k, ``bias_v`` only before the position term:
+    the form validates with u folded into the query bias, and fails without it or with v in its place."""
+    from attngeom.architectures import discovered
+
+    config = tiny_config("parakeet_encoder")
+    model = randomized(AutoModel.from_config(config))
+    items = [i for i in find_attention(model, config) if isinstance(i, Found)]
+    records, _ = capture(model, items)
+    found = discovered.content_biases(model, items)
+    assert found and set(found.values()) == {"bias_u"}
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        source = open_source_for(folder)
+        layers = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
+        assert all(
+            compare(layer, records[item.path]) is None for item, layer in zip(items, layers, strict=True)
+        )
+        assert all("relative_position" in layer.left_out for layer in layers)
+        projections = {k: v for k, v in records[items[0].path].items() if not k.endswith("_attn")}
+        assert compare(layers[0], projections)  # outside the attention interface q is seen before u
+        assert compare(seen_part(model, items[0], layers[0], projections), projections) is None
+        for biases in ({}, {p: "bias_v" for p in found}):
+            monkeypatch.setattr(discovered, "content_biases", lambda model, items, b=biases: b)
+            wrong = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
+            assert all(compare(w, records[i.path]) for i, w in zip(items, wrong, strict=True)), biases
+
+
+def test_only_an_fft_of_q_and_k_is_an_auto_correlation():
+    from attngeom.conformance.refusals import correlation_of
+
+    for model_type, correlated in (("autoformer", True), ("informer", False), ("fnet", False)):
+        config = tiny_config(model_type)
+        assert bool(correlation_of(meta_model(config), config)) == correlated, model_type
+
+
+def test_a_whole_projection_layernorm_centres_all_heads_together(monkeypatch):
+    """ESM C's q/k LayerNorms span H·d_h: centring each head alone instead fails the check."""
+    from attngeom.architectures import normalised_decoders
+
+    config = tiny_config("esmc")
+    model = randomized(AutoModel.from_config(config))
+    items = [i for i in find_attention(model, config) if isinstance(i, Found)]
+    records, _ = capture(model, items)
+    fold = normalised_decoders._fold_norm
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        source = open_source_for(folder)
+        for per_head in (False, True):
+            if per_head:
+                monkeypatch.setattr(
+                    normalised_decoders, "_fold_norm", lambda w, g, h, d, c, whole=False: fold(w, g, h, d, c)
+                )
+            layers = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
+            whys = [compare(layer, records[item.path]) for item, layer in zip(items, layers, strict=True)]
+            assert all(why is None for why in whys) != per_head, whys
 
 
 def test_a_fused_projection_outside_the_interface_is_checked_at_its_score_product():

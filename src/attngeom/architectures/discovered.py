@@ -21,6 +21,10 @@ from .discovery import HEADLESS, SCORER, Found, Skipped, find_attention, meta_mo
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
+CONTENT_BIAS = re.compile(r"^(pos_)?bias_u$|^r_w_bias$")
+"""Transformer-XL's names for the learned content bias u that a relative-position attention adds to every
+query before q·k (its positional bias v meets only the position keys): a query bias of the form."""
+
 
 def _terms(config: PretrainedConfig, found: Found, rotary: bool) -> tuple[str, ...]:
     from .decoders import rotary_terms, window
@@ -34,16 +38,32 @@ def _temperature(found: Found) -> tuple[str, ...]:
     return ("query_temperature",) if found.temperature else ()
 
 
+def content_biases(model: torch.nn.Module, items: list[Found | Skipped]) -> dict[str, str]:
+    """By attention path: the module's own parameter (``CONTENT_BIAS``, one value per head dim) that it
+    adds to q."""
+    biases = {}
+    for item in items:
+        if isinstance(item, Found) and not item.latent and not item.fused:
+            for name, param in model.get_submodule(item.path).named_parameters(recurse=False):
+                if CONTENT_BIAS.search(name) and param.numel() == item.n_heads * item.head_dim:
+                    biases[item.path] = name
+    return biases
+
+
 def discovered_layers(
     config: PretrainedConfig,
     reader: TensorReader,
     items: list[Found | Skipped],
     rotary: bool,
+    biases: dict[str, str] | None = None,
 ) -> Iterator[AttentionLayer | UnscoredLayer]:
-    """The layers of ``items`` read from ``reader`` (by the model's own parameter names)."""
+    """The layers of ``items`` read from ``reader`` (by the model's own parameter names); ``biases``: the
+    content biases of ``content_biases``."""
     from .normalised_decoders import QK_NORM_PER_HEAD, QK_NORM_WHOLE, normalised
 
-    get = reader.get
+    def get(name: str) -> torch.Tensor:
+        tensor = reader.get(name)
+        return tensor[..., 0] if tensor.dim() == 3 and tensor.shape[-1] == 1 else tensor  # a pointwise conv
 
     def split(item: Found, suffix: str, role: int) -> torch.Tensor:
         tensor = get(f"{item.q}.{suffix}")
@@ -59,12 +79,18 @@ def discovered_layers(
         return per_head.reshape(h * d, *tensor.shape[1:])
 
     def key(item: Found, suffix: str) -> torch.Tensor:
-        return split(item, suffix, 1) if item.fused else get(f"{item.k}.{suffix}")
+        return split(item, suffix, 1) if item.fused else diagonal(item, get(f"{item.k}.{suffix}"))
+
+    def diagonal(item: Found, tensor: torch.Tensor) -> torch.Tensor:
+        """A grouped convolution's weight [outputs × inputs/groups] as its block-diagonal linear map."""
+        if item.blocks == 1 or tensor.dim() != 2:
+            return tensor
+        return torch.block_diag(*tensor.reshape(item.blocks, -1, tensor.shape[1]))
 
     def query(item: Found, suffix: str) -> torch.Tensor:
         if item.fused:
             return split(item, suffix, 0)
-        tensor = get(f"{item.q}.{suffix}")
+        tensor = diagonal(item, get(f"{item.q}.{suffix}"))
         if not item.gated:
             return tensor
         per_head = tensor.reshape(item.n_heads, 2 * item.head_dim, *tensor.shape[1:])
@@ -81,18 +107,24 @@ def discovered_layers(
             for layer in mla_layer(text, reader, item.path, item.layer, item.stack, item.rope_norm):
                 yield replace(layer, left_out=layer.left_out + _temperature(item))
             continue
-        bias = ("bias",) if item.q_bias or item.k_bias else ()
+        b_q = query(item, "bias") if item.q_bias else None
+        u_name = (biases or {}).get(item.path)
+        if u_name:  # u is added to every query: part of its bias; the position term is left out
+            u = get(f"{item.path}.{u_name}").flatten()
+            b_q = u if b_q is None else b_q + u
+        bias = ("bias",) if b_q is not None or item.k_bias else ()
+        relative = ("relative_position",) if u_name else ()
         layer = AttentionLayer(
             stack=item.stack,
             layer=item.layer,
             w_q=linear(query(item, "weight")),
             w_k=linear(key(item, "weight")),
-            b_q=query(item, "bias") if item.q_bias else None,
+            b_q=b_q,
             b_k=key(item, "bias") if item.k_bias else None,
             n_heads=item.n_heads,
             n_kv_heads=item.n_kv_heads,
             head_dim=item.head_dim,
-            left_out=bias + _terms(config, item, rotary) + _temperature(item),
+            left_out=bias + _terms(config, item, rotary) + relative + _temperature(item),
             cross=item.cross,
         )
         scale = (
@@ -118,7 +150,13 @@ def discovered_layers(
             per_head = q_gain.numel() == item.head_dim or q_gain.dim() == 2  # shared, or one per head
             form = QK_NORM_PER_HEAD if per_head else QK_NORM_WHOLE
             layer = normalised(
-                layer, q_gain, k_gain, form, item.q_norm.centre, item.q_norm.bias or item.k_norm.bias
+                layer,
+                q_gain,
+                k_gain,
+                form,
+                item.q_norm.centre,
+                item.q_norm.bias or item.k_norm.bias,
+                whole=form == QK_NORM_WHOLE,  # a norm with a gain as wide as the projection spans it
             )
         yield layer
 
@@ -136,12 +174,13 @@ def discover(config: PretrainedConfig, layout: str = "") -> Architecture:
     if not any(isinstance(item, Found) for item in items):
         raise ArchitectureError("no attention module with separate query and key projections")
     rotary = any("Rotary" in type(m).__name__ for m in model.modules())
+    biases = content_biases(model, items)
     stacks = tuple(dict.fromkeys(item.stack for item in items if isinstance(item, Found)))
     return Architecture(
         model_types=(config.model_type,),
         modality=_modality(model, stacks),
         objective=_objective(config.model_type),
-        layers=lambda cfg, reader: discovered_layers(cfg, Converted(reader, model), items, rotary),
+        layers=lambda cfg, reader: discovered_layers(cfg, Converted(reader, model), items, rotary, biases),
         n_layers=lambda cfg: sum(i.forms if isinstance(i, Found) else 1 for i in items),
         notes=_notes(model, items),
         stacks=stacks,

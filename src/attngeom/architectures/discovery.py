@@ -27,6 +27,11 @@ from .base import ArchitectureError
 from .form_checks import single_form
 from .latent import latent_query
 from .model_classes import WORD, family_words, mapped_class, own_model_class
+from .projections import inputs as _inputs
+from .projections import is_conv1d as _conv1d
+from .projections import is_linear as _linear
+from .projections import projection
+from .projections import rows as _rows
 from .qk_norms import Norm, qk_norms, query_scale, rope_key_norm
 from .recurrence import gated_recurrence as recurrent
 from .temperature import query_temperature
@@ -45,9 +50,10 @@ PAIRS = (
     ("Wq", "Wk"),
     ("q_linear", "k_linear"),
     ("linear_q", "linear_k"),
+    ("project_q", "project_k"),
 )
 """Child names of separate query and key projections."""
-FUSED = ("qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv", "c_attn")
+FUSED = ("qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv", "c_attn", "att_proj")
 """Child names of one linear projection yielding q, k and v together."""
 LAYOUTS = ("blocks", "per_head", "groups_qvk")
 """How a fused projection's output rows are ordered: [q | k | v] (q: H·d_h rows, k and v: H_kv·d_h each),
@@ -91,6 +97,8 @@ class Found:
     """The fused projection's model-parallel groups (layout ``groups_qvk``)."""
     transposed: bool = False
     """The projection is a ``Conv1D`` (GPT-2's): its weight is stored in the x W convention, inputs × outputs."""
+    blocks: int = 1
+    """A grouped pointwise convolution's groups: its weight is the diagonal blocks of the linear map."""
     latent: bool = False
     """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
     rope: bool = True
@@ -100,6 +108,10 @@ class Found:
     rope_norm: Norm | None = None
     """A latent attention's norm of its rotary key alone (Dots 3's), folded into that key's projection."""
     temperature: str = ""  # the child rescaling q by position (``temperature``): left out as rotary is
+
+    def local(self, name: str) -> str:
+        """The path of projection ``name`` (``q`` or ``k``) inside the attention module (``q_proj.linear``)."""
+        return name.removeprefix(f"{self.path}.") if self.path else name
 
     @property
     def forms(self) -> int:
@@ -135,27 +147,6 @@ def meta_model(config: PretrainedConfig) -> torch.nn.Module:
         if cls is AutoModel:
             return cls.from_config(config, trust_remote_code=False)
         return cls._from_config(config)
-
-
-def _linear(module: object) -> bool:
-    return isinstance(module, torch.nn.Linear)
-
-
-def _conv1d(module: object) -> bool:
-    """transformers' ``Conv1D``: a linear layer whose weight is stored transposed (inputs × outputs)."""
-    from transformers.pytorch_utils import Conv1D
-
-    return isinstance(module, Conv1D)
-
-
-def _rows(module: torch.nn.Module) -> int:
-    """A projection's output width (a ``Conv1D`` calls it ``nf``)."""
-    return module.nf if _conv1d(module) else module.out_features
-
-
-def _inputs(module: torch.nn.Module) -> int:
-    """A projection's input width."""
-    return module.weight.shape[0] if _conv1d(module) else module.in_features
 
 
 def _head_dim(module: torch.nn.Module, config: PretrainedConfig, q_width: int) -> int | None:
@@ -195,8 +186,9 @@ def find_attention(
             raw.append((path, q_name, "kv_a_proj_with_mqa", module))
             continue
         for q, k in PAIRS:
-            if _linear(getattr(module, q, None)) and _linear(getattr(module, k, None)):
-                raw.append((path, q, k, module))
+            q_path, k_path = projection(module, q), projection(module, k)
+            if q_path and k_path:
+                raw.append((path, q_path, k_path, module))
                 break
         else:
             fused = next((n for n in FUSED if _linear(p := getattr(module, n, None)) or _conv1d(p)), None)
@@ -283,7 +275,7 @@ def _stack_names(groups: dict[str, list]) -> dict[str, str]:
 def _is_cross(entry: tuple) -> bool:
     path, q, k, module = entry
     name = path.rsplit(".", 1)[-1]
-    return bool(CROSS.search(name)) or _inputs(getattr(module, q)) != _inputs(getattr(module, k))
+    return bool(CROSS.search(name)) or _inputs(module.get_submodule(q)) != _inputs(module.get_submodule(k))
 
 
 def _fused_heads(module: torch.nn.Module, config, width: int, layout: str) -> tuple[int, int, int]:
@@ -311,7 +303,7 @@ def _fused_heads(module: torch.nn.Module, config, width: int, layout: str) -> tu
 def _found(
     config, path: str, q: str, k: str, module: torch.nn.Module, stack: str, index: int, layout: str
 ) -> Found:
-    q_mod, k_mod = getattr(module, q), getattr(module, k)
+    q_mod, k_mod = module.get_submodule(q), module.get_submodule(k)
     if k == "kv_a_proj_with_mqa":
         own = getattr(module, "config", None) or config
         latent_query(module, q)
@@ -355,12 +347,12 @@ def _found(
         )
     if {n for n, c in module.named_children() if _linear(c) or _conv1d(c)} == {q, k}:
         raise ArchitectureError(f"{type(module).__name__} at {path}: {SCORER}")
-    head_dim = _head_dim(module, config, q_mod.out_features)
+    head_dim = _head_dim(module, config, _rows(q_mod))
     if head_dim is None:
         raise ArchitectureError(f"{type(module).__name__} at {path}: {HEADLESS}")
     single_form(module, q, k)
     q_norm, k_norm = qk_norms(module, head_dim, (q_mod, k_mod))
-    n_heads = q_mod.out_features // head_dim
+    n_heads = _rows(q_mod) // head_dim
     stated = getattr(getattr(module, "config", None) or config, "num_attention_heads", None)
     gated = isinstance(stated, int) and n_heads == 2 * stated
     return Found(
@@ -371,13 +363,14 @@ def _found(
         k=f"{path}.{k}" if path else k,
         head_dim=head_dim,
         n_heads=n_heads // 2 if gated else n_heads,
-        n_kv_heads=k_mod.out_features // head_dim,
+        n_kv_heads=_rows(k_mod) // head_dim,
         q_bias=q_mod.bias is not None,
         k_bias=k_mod.bias is not None,
         cross=stack.endswith("_cross"),
         q_norm=q_norm,
         k_norm=k_norm,
         gated=gated,
+        blocks=getattr(q_mod, "groups", 1) if isinstance(q_mod, torch.nn.Conv1d) else 1,
         q_scale=query_scale(module, head_dim),
         temperature=query_temperature(module),
     )

@@ -39,9 +39,10 @@ QK_LAYERNORM = (
 
 
 def _fold_norm(
-    w: torch.Tensor | None, gain: torch.Tensor, heads: int, head_dim: int, centre: bool
+    w: torch.Tensor | None, gain: torch.Tensor, heads: int, head_dim: int, centre: bool, whole: bool = False
 ) -> torch.Tensor | None:
-    """``w`` (… × H·d_h) times diag(gain), after centring each head's columns when the norm is a LayerNorm.
+    """``w`` (… × H·d_h) times diag(gain), after centring each head's columns when the norm is a LayerNorm
+    (``whole``: all H·d_h columns together, a LayerNorm over the whole projection).
 
     ``gain`` has d_h entries (one norm shared by the heads) or H·d_h (one norm over the whole projection,
     or one gain vector per head).
@@ -51,7 +52,7 @@ def _fold_norm(
     dtype = torch.promote_types(w.dtype, torch.float32)
     shaped = w.to(dtype).reshape(*w.shape[:-1], heads, head_dim)
     if centre:
-        shaped = shaped - shaped.mean(-1, keepdim=True)
+        shaped = shaped - shaped.mean((-2, -1) if whole else -1, keepdim=True)
     return (shaped * gain.to(dtype).reshape(-1, head_dim)).reshape(w.shape)
 
 
@@ -62,18 +63,20 @@ def normalised(
     form: str,
     centre: bool = False,
     norm_bias: bool = False,
+    whole: bool = False,
 ) -> AttentionLayer:
     """``layer`` with the q/k norm gains (and LayerNorm centring) folded into W_q, W_k and the biases.
 
     ``norm_bias``: the LayerNorm adds a bias after the gain, a term outside the form (``qk_norm_bias``).
+    ``whole``: the LayerNorm centres the whole projection (ESM C's), not each head.
     """
     d_h = layer.head_dim
     return replace(
         layer,
-        w_q=_fold_norm(layer.w_q, q_gain, layer.n_heads, d_h, centre),
-        w_k=_fold_norm(layer.w_k, k_gain, layer.n_kv_heads, d_h, centre),
-        b_q=_fold_norm(layer.b_q, q_gain, layer.n_heads, d_h, centre),
-        b_k=_fold_norm(layer.b_k, k_gain, layer.n_kv_heads, d_h, centre),
+        w_q=_fold_norm(layer.w_q, q_gain, layer.n_heads, d_h, centre, whole),
+        w_k=_fold_norm(layer.w_k, k_gain, layer.n_kv_heads, d_h, centre, whole),
+        b_q=_fold_norm(layer.b_q, q_gain, layer.n_heads, d_h, centre, whole),
+        b_k=_fold_norm(layer.b_k, k_gain, layer.n_kv_heads, d_h, centre, whole),
         left_out=layer.left_out + (("qk_norm_bias",) if norm_bias else ()),
         form=form,
     )

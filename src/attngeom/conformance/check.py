@@ -20,7 +20,7 @@ import torch
 from ..architectures.discovery import Found
 from .inputs import input_sets
 from .neutral import rotary_neutralised, temperature_neutralised
-from .products import as_heads, score_products
+from .products import as_heads, first_output, score_products, tokens_last
 
 CAPTURE = "attngeom_conformance"
 RTOL = 1e-5
@@ -105,7 +105,7 @@ def capture(
     def keep(path: str, role: str):
         def hook(projection, args, output):
             record = seen.setdefault(path, {})
-            x, y = args[0].detach(), output.detach()
+            x, y = tokens_last(projection, args[0].detach(), first_output(output).detach())
             if f"x_{role}" not in record:
                 record[f"x_{role}"], record[role] = x, y
             elif first_call.get(path) and _joinable(record[role], y) and _joinable(record[f"x_{role}"], x):
@@ -140,7 +140,7 @@ def capture(
             ):
                 stack.callback(handle.remove)
             for role, name in (("q", item.q), ("k", item.k)):
-                child = module.get_submodule(name.rsplit(".", 1)[-1])
+                child = module.get_submodule(item.local(name))
                 handle = child.register_forward_hook(keep(item.path, role))
                 stack.callback(handle.remove)
         stack.enter_context(rotary_neutralised(list(modules.values())))
@@ -179,6 +179,11 @@ def capture(
                 as_heads(q, item.n_heads),
                 as_heads(k, item.n_kv_heads),
             )
+    upstream = [p for p, r in seen.items() if not all(r[x].isfinite().all() for x in ("x_q", "x_k"))]
+    for path in upstream:  # non-finite states reached it (a mask's overflow upstream): driven on its own
+        del seen[path]
+    if upstream and failure is None:
+        failure = FloatingPointError(f"non-finite states reached {upstream[0]}")
     return seen, failure
 
 

@@ -114,6 +114,14 @@ class _Maker:
             out = {"pixel_values": self.randn(patches, *shape)}
             out |= {name: grid for name in GRIDS if name in self.params}
             return out | {name: torch.tensor([merge] * self.batch) for name in MERGES if name in self.params}
+        if "pixel_position_ids" in self.params:  # flattened patches and each one's (x, y) in the image
+            side = _find(self.config, "pooling_kernel_size", default=1) * GRID[1]
+            grid = torch.stack(torch.meshgrid(torch.arange(side), torch.arange(side), indexing="xy"), -1)
+            shape = torch.tensor(_patch_shape(self.model)).prod().item()
+            return {
+                "pixel_values": self.randn(self.batch, side * side, shape),
+                "pixel_position_ids": grid.reshape(1, -1, 2).expand(self.batch, -1, -1),
+            }
         if "spatial_shapes" in self.params:  # patches of variable-size images, padded per image
             patches = GRID[1] * GRID[2]
             return {

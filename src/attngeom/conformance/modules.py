@@ -24,9 +24,10 @@ from itertools import product
 import torch
 
 from ..architectures.discovery import Found
+from ..architectures.projections import inputs
 from .check import CAPTURE, _implementation, _interface, _register
 from .neutral import rotary_neutralised, temperature_neutralised
-from .products import as_heads, score_products
+from .products import as_heads, first_output, score_products, tokens_last
 
 BATCH, LENGTH, KV_LENGTH = 2, 7, 5
 KEY_VALUE = ("encoder_hidden", "key_value", "context", "memory", "cross_attention", "encoder_states")
@@ -66,14 +67,16 @@ def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.
     def keep(role: str):
         def hook(projection, args, output):
             if f"x_{role}" not in record:
-                record[f"x_{role}"], record[role] = args[0].detach(), output.detach()
+                record[f"x_{role}"], record[role] = tokens_last(
+                    projection, args[0].detach(), first_output(output).detach()
+                )
 
         return hook
 
     _interface.pop(id(module), None)
     with ExitStack() as stack:
         for role, name in (("q", item.q), ("k", item.k)):
-            handle = module.get_submodule(name.rsplit(".", 1)[-1]).register_forward_hook(keep(role))
+            handle = module.get_submodule(item.local(name)).register_forward_hook(keep(role))
             stack.callback(handle.remove)
         stack.enter_context(rotary_neutralised([module]))
         stack.enter_context(temperature_neutralised([(module, item)]))
@@ -102,8 +105,8 @@ def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iter
     ]
     if not params:
         return
-    q_in = module.get_submodule(item.q.rsplit(".", 1)[-1]).in_features
-    k_in = module.get_submodule(item.k.rsplit(".", 1)[-1]).in_features
+    q_in = inputs(module.get_submodule(item.local(item.q)))
+    k_in = inputs(module.get_submodule(item.local(item.k)))
     cross = item.cross or q_in != k_in
     packed = any("cu_seqlens" in p.name for p in params)
     generator = torch.Generator().manual_seed(2)

@@ -107,3 +107,14 @@ def as_heads(t: torch.Tensor, n: int) -> torch.Tensor:
         return t
     lead = t.shape[:-2].numel()
     return t.reshape(lead // n, n, *t.shape[-2:]) if lead % n == 0 else t
+
+
+def first_output(output):
+    """A projection's output (a quantised linear's is a pair: the output and its scale, I-BERT's)."""
+    return output[0] if isinstance(output, tuple) else output
+
+
+def tokens_last(projection, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A projection's input and output as (..., tokens, features): a pointwise convolution's are
+    channels first."""
+    return (x.mT, y.mT) if isinstance(projection, torch.nn.Conv1d) else (x, y)

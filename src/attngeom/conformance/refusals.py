@@ -1,15 +1,11 @@
 """The specific refusal of a model type whose tiny model cannot be built (an optional package the
 environment cannot hold, no model class at all, a base class transformers names but does not define), or
-whose attention has no key projection of its own."""
+whose attention has no key projection of its own or is no dot-product attention."""
 
 from __future__ import annotations
 
 import re
 
-FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv")
-"""Child names of a fused q/k/v projection discovery reads only in a layout the run chose."""
-LINEAR = re.compile(r"Linear\w*Attention$")
-"""A linear (separable, kernel) attention's class: it never forms the per-pair scores a form describes."""
 UNAVAILABLE = {
     "timm": "whose torchvision dependency is built on PyPI against torch's CUDA libraries and does not load "
     "with the CPU torch installed here",
@@ -19,6 +15,8 @@ UNAVAILABLE = {
 }
 """Optional packages some models import, and why the test environment cannot hold them."""
 NEEDS = re.compile(r"requires the ([\w.-]+) library")
+FFT_QK = re.compile(r"fft\.\w*fft\(\s*(query|key)")
+"""An FFT of q or k in an attention's forward: a correlation over time lags, not per-pair scores."""
 
 
 def build_refusal(err: BaseException) -> str | None:
@@ -35,6 +33,29 @@ def build_refusal(err: BaseException) -> str | None:
     package = name.split(".")[0]
     why = UNAVAILABLE.get(package, "which is not installed")
     return f"needs the {package} package, {why}"
+
+
+def correlation_of(skeleton, config) -> str | None:
+    """The refusal of a model whose every attention module takes the FFT of its q and k (Autoformer's
+    auto-correlation, read off its forward's code), else None."""
+    import inspect
+
+    from ..architectures.discovery import Found, find_attention
+
+    classes = {
+        type(skeleton.get_submodule(i.path)) for i in find_attention(skeleton, config) if isinstance(i, Found)
+    }
+    try:
+        sources = [inspect.getsource(cls.forward) for cls in classes]
+    except (OSError, TypeError):
+        return None
+    if classes and all(FFT_QK.search(source) for source in sources):
+        return (
+            f"no dot-product attention ({sorted(c.__name__ for c in classes)[0]} auto-correlation: q and k "
+            "are correlated over time lags by FFT and a softmax over the top lags weights shifted values; "
+            "no per-pair q·k score)"
+        )
+    return None
 
 
 QUERY = re.compile(r"^(q|query|q_proj|to_q)$")
@@ -63,28 +84,13 @@ def undefined_base(model_type: str) -> bool:
     return name is not None and not hasattr(transformers, name)
 
 
-def no_attention_reason(model) -> str:
-    """Why a built model has no discovered attention: a fused projection, another attention, or none."""
-    import torch
+def sub_config_class(model_type: str) -> str | None:
+    """The refusal of a config with no model whose modular source extends another type's config
+    (``config_base_of``): its checkpoints are that type's models."""
+    from ..architectures.model_classes import config_base_of
 
-    from ..architectures.recurrence import recurrence_reason
-
-    if recurrent := recurrence_reason(model):
-        return recurrent
-    linear = sorted({type(m).__name__ for m in model.modules() if LINEAR.search(type(m).__name__)})
-    if linear:
-        return f"linear attention ({linear[0]}): no softmax over q·k scores, no per-head bilinear form"
-    for path, module in model.named_modules():
-        name = path.rsplit(".", 1)[-1]
-        if name in FUSED or isinstance(module, torch.nn.MultiheadAttention):
-            return f"fused q/k/v projection ({type(module).__name__} `{name}`): layout not discovered"
-    classes = sorted({type(m).__name__ for m in model.modules() if "Attention" in type(m).__name__})
-    queries_only = sorted({type(m).__name__ for m in model.modules() if queries_only_attention(m)})
-    if queries_only and set(queries_only) == set(classes):
-        return (
-            f"attention without key projections of its own ({queries_only[0]} has a query projection only: "
-            "its keys are another model's or layer's, shared): no W_qk within this model"
-        )
-    if classes:
-        return f"attention without separate q/k projections ({', '.join(classes[:2])}): layout not discovered"
-    return "no dot-product attention (convolutional, state-space or other token mixing)"
+    base = config_base_of(model_type)
+    return base and (
+        f"a sub-config class (its config extends `{base}`'s; transformers defines no model for it): "
+        f"its checkpoints are `{base}` models, scored through `{base}`"
+    )

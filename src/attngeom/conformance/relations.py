@@ -87,6 +87,27 @@ def _rotary_sections(out: dict[str, Any]) -> None:
             holder["mrope_section"] = scaled
 
 
+KV_PAIRS = (
+    ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "n_kv_head"),
+    ("num_attention_heads", "n_heads", "n_head", "num_heads"),
+)
+"""The names of a config's kv-head and head counts."""
+
+
+def equal_heads(tiny: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``tiny`` with its kv heads as many as its heads in each config and sub-config whose defaults
+    have the two counts equal (multi-head attention stays so)."""
+    out = dict(tiny)
+    for key, value in tiny.items():
+        if isinstance(value, dict) and isinstance(defaults.get(key), dict):
+            out[key] = equal_heads(value, defaults[key])
+    heads = next((k for k in KV_PAIRS[1] if isinstance(defaults.get(k), int)), None)
+    for kv in KV_PAIRS[0]:
+        if heads and defaults.get(kv) == defaults[heads] and isinstance(out.get(heads), int):
+            out[kv] = out[heads]
+    return out
+
+
 def unset_sizes(entries: dict[str, Any]) -> dict[str, Any]:
     """Entries whose size is unset (None) where the name says which size: the tiny value; unset
     structure the model reads (:func:`fill_unset`) filled."""
@@ -177,7 +198,10 @@ def _derived(cls, entries: dict[str, Any], defaults: dict[str, Any]) -> list[str
 
 def variants(model_type: str, cls, entries: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
     """``entries`` to try: with as many kv heads as heads where the loading rules cut q/k/v in equal parts
-    (``equal_chunks``), first without the derived sizes (``_derived``), then as they are."""
+    (``equal_chunks``), first without the derived sizes (``_derived``), then as they are; entries no
+    config takes (the saving transformers' version, a path, architectures) left out."""
+    for drop in ("transformers_version", "_name_or_path", "architectures"):
+        entries.pop(drop, None)
     if equal_chunks(model_type):
         kv_as_heads(entries)
     derived = _derived(cls, entries, base)

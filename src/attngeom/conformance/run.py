@@ -20,15 +20,12 @@ from pathlib import Path
 
 from ..architectures.discovery import LAYOUTS
 from ..architectures.validated import SUPPORT_FILE
-from .refusals import no_attention_reason as _no_attention_reason
+from .mechanisms import no_attention_reason as _no_attention_reason
 
 TIMEOUT_S = 120
-"""A type whose check takes longer is refused with a TimeoutError (a slow machine's verdict, not the
-model's: the full-run test does not compare such entries)."""
+"""Longer, a type is refused with a TimeoutError (a slow machine's verdict: the full-run test skips it)."""
 OWN_FORWARD = "the attention modules' own forward"
 """Said by the reason of a type validated (in part) on its attention modules called one by one."""
-
-
 PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]*")
 """An absolute path in an error message (a temporary folder, the installation): not part of a reason."""
 
@@ -42,10 +39,9 @@ def check_type(model_type: str) -> dict:
     """The conformance entry of one ``model_type``."""
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
-    from ..architectures.model_classes import config_base_of
     from ..architectures.registry import REGISTRY
-    from .check import randomized
-    from .refusals import build_refusal, undefined_base
+    from .kv_heads import equal_heads_config
+    from .refusals import build_refusal, correlation_of, sub_config_class, undefined_base
     from .tiny import tiny_config
 
     if model_type in REGISTRY:
@@ -54,16 +50,10 @@ def check_type(model_type: str) -> dict:
     if (model_type not in MODEL_MAPPING_NAMES or undefined) and (parent := parent_of(model_type, undefined)):
         why = f" (transformers defines no {MODEL_MAPPING_NAMES[model_type]} of its own)" if undefined else ""
         return _refused(f"a sub-config, scored through its parent `{parent}`{why}")
-    if model_type not in MODEL_MAPPING_NAMES and (base := config_base_of(model_type)):
-        return _refused(
-            f"a sub-config class (its config extends `{base}`'s; transformers defines no model for it): "
-            f"its checkpoints are `{base}` models, scored through `{base}`"
-        )
+    if model_type not in MODEL_MAPPING_NAMES and (why := sub_config_class(model_type)):
+        return _refused(why)
     try:
-        from transformers import AutoModel
-        from transformers.initialization import no_init_weights
-
-        from ..architectures.discovery import meta_model, model_class
+        from ..architectures.discovery import meta_model
 
         config = tiny_config(model_type)
         skeleton = meta_model(config)
@@ -75,6 +65,23 @@ def check_type(model_type: str) -> dict:
         config, skeleton = _deepened(config, skeleton)
     if not _has_attention(skeleton, config):
         return _refused(_no_attention_reason(skeleton))
+    if correlation := correlation_of(skeleton, config):
+        return _refused(correlation)
+    entry = _check(model_type, config)
+    if entry["status"] == "refused" and (mha := equal_heads_config(config)) is not None:
+        retried = _check(model_type, mha)  # a model reading the head count where the kv count is meant
+        return retried if retried["status"] == "validated" else entry
+    return entry
+
+
+def _check(model_type: str, config) -> dict:
+    """The entry of ``model_type``'s model built from the tiny ``config``."""
+    from transformers import AutoModel
+    from transformers.initialization import no_init_weights
+
+    from ..architectures.discovery import model_class
+    from .check import randomized
+
     try:
         with no_init_weights():
             cls = model_class(model_type)
@@ -111,6 +118,7 @@ def _attempt(model, config, source, layout: str) -> dict:
     from ..architectures.discovered import discover
     from ..architectures.discovery import Found, find_attention
     from .check import capture, compare, compare_latent
+    from .content_bias import seen_part
     from .modules import drive
 
     try:
@@ -130,11 +138,6 @@ def _attempt(model, config, source, layout: str) -> dict:
     if len(layers) != expected:
         return _refused(f"not validated: {len(layers)} layers read back, {expected} expected")
     records, whole = capture(model, items)
-    upstream = [p for p, r in records.items() if not all(r[x].isfinite().all() for x in ("x_q", "x_k"))]
-    for path in upstream:  # non-finite states reached it (a mask's overflow upstream): driven on its own
-        del records[path]
-    if upstream and whole is None:
-        whole = FloatingPointError(f"non-finite states reached {upstream[0]}")
     unrun = [item for item in items if item.path not in records]
     driven, failures = drive(model, unrun)
     if failures:
@@ -151,7 +154,9 @@ def _attempt(model, config, source, layout: str) -> dict:
             rope = next(pending) if item.rope else None
             why = compare_latent(layer, rope, records[item.path])
         else:
-            why = compare(layer, records[item.path], bool(item.fused))
+            why = compare(
+                seen_part(model, item, layer, records[item.path]), records[item.path], bool(item.fused)
+            )
         if why:
             own = f" (on {OWN_FORWARD})" if item.path in driven else ""
             return _refused(f"not validated{own}: {layer.stack} layer {layer.layer}: {why}", near=True)

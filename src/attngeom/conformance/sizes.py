@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 WIDTH, HEADS, KV_HEADS, HEAD_DIM, LAYERS, VOCAB, FFN = 64, 4, 2, 16, 2, 128, 64
 
 LAYER_KEYS = r"(^|_)(num_hidden_layers|n_layers?|num_layers|encoder_layers|decoder_layers|depth)$"
@@ -39,3 +42,12 @@ RULES: tuple[tuple[str, int], ...] = (
     *COUNT_RULES,
 )
 """Entry-name pattern → the tiny value (applied only where the default is a larger int)."""
+
+
+def all_layers(entries: dict[str, Any], out: dict[str, Any], before: int | None) -> None:
+    """A count of layers that is all of them by default (Gemma 4 assistant's KV-sharing layers) stays all
+    of them in ``out``, the tiny entries."""
+    tiny = next((v for k, v in out.items() if re.search(LAYER_KEYS, str(k)) and isinstance(v, int)), None)
+    for key, value in entries.items():
+        if isinstance(value, int) and value == before and re.search(r"_layers$", str(key)):
+            out[key] = out[key] if re.search(LAYER_KEYS, str(key)) else tiny

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import validators
-from .relations import related, sums, tiny_value, unset_sizes, variants
-from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH
+from .relations import KV_PAIRS, related, sums, tiny_value, unset_sizes, variants
+from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH, all_layers
 from .unset import fill_unset
 
 TOKEN_ID = re.compile(r"(_token_id|_token_index|_token_ids|_id)$")
@@ -47,6 +47,7 @@ def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
             if re.search(pattern, key):
                 out[key] = min(value, tiny) if value > 0 else value
                 break
+    all_layers(entries, out, layers_before)
     _fit_patches(out)
     sums(out, entries)
     _fit_windows(out)
@@ -301,18 +302,14 @@ def tiny_config(model_type: str):
 
     cls = CONFIG_MAPPING[model_type]
     first: Exception | None = None
-    base = defaults(cls)
-    for tried, entries in enumerate(candidates(base)):
-        for drop in ("transformers_version", "_name_or_path", "architectures"):
-            entries.pop(drop, None)
+    for tried, entries in enumerate(candidates(base := defaults(cls))):
         _mrope_sections(cls, entries)
         for variant in variants(model_type, cls, entries, base):
-            as_derived = variant is entries  # its error is the one reported (a re-derived size's is not)
             for _ in range(VALIDATOR_REPAIRS):
                 try:
                     return _repaired(cls.from_dict(variant), MAX_PARAMS if tried else None)
                 except Exception as err:  # noqa: BLE001 — a repair, the defaults' sizes or the next candidate
-                    first = first or (err if as_derived else None)
+                    first = first or (err if variant.keys() >= entries.keys() else None)  # not re-derived
                     variant = validators.repaired(variant, str(err))
                     if variant is None:
                         break
@@ -370,7 +367,7 @@ def _repaired(config, max_params: int | None = None, tries: int = 8):
     """``config`` once its model builds on the meta device (with at most ``max_params``); an attribute
     the model reads that the config (or a sub-config) lacks gets the tiny value its name implies, else the
     value another of its configs has (Qwen3-Omni-MoE's talker reads the vision tower's
-    ``spatial_merge_size``)."""
+    ``spatial_merge_size``); a kv-head count gets the config's head count."""
     from ..architectures.discovery import meta_model
 
     for _ in range(tries):
@@ -383,6 +380,9 @@ def _repaired(config, max_params: int | None = None, tries: int = 8):
             found = MISSING.search(str(err))
             owner = found and next((c for c in _configs(config) if type(c).__name__ == found[1]), None)
             value = found and tiny_value(found[2])
+            heads = next((getattr(owner, n) for n in KV_PAIRS[1] if hasattr(owner, n)), None)
+            if found and found[2] in KV_PAIRS[0] and isinstance(heads, int):
+                value = heads  # a config without a kv-head count has as many as heads (Moonshine Streaming)
             if found and value is None:  # the value another config of the model has (its vision tower's)
                 value = next((vars(c)[found[2]] for c in _configs(config) if found[2] in vars(c)), None)
             if owner is None or value is None:
