@@ -227,6 +227,9 @@ def test_scores_summing_a_second_q_k_form_are_refused_but_position_terms_are_not
 
     with pytest.raises(ArchitectureError, match="second q·k form .`layout_query`·`layout_key`"):
         discover(tiny_config("lilt"))
+    from attngeom.conformance.run import check_type
+
+    assert check_type("lilt")["reason"].startswith("LiltSelfAttention: its scores add a second q·k form")
     config = AutoConfig.for_model("sew-d", share_att_key=False, **{"num_hidden_layers": 1})
     found = [i for i in find_attention(meta_model(config), config) if isinstance(i, Found)]
     assert found

@@ -40,15 +40,17 @@ def correlation_of(skeleton, config) -> str | None:
     auto-correlation, read off its forward's code), else None."""
     import inspect
 
+    from ..architectures.base import ArchitectureError
     from ..architectures.discovery import Found, find_attention
 
-    classes = {
-        type(skeleton.get_submodule(i.path)) for i in find_attention(skeleton, config) if isinstance(i, Found)
-    }
-    try:
-        sources = [inspect.getsource(cls.forward) for cls in classes]
-    except (OSError, TypeError):
+    try:  # a layout discovery refuses is reported by the attempt that discovers it
+        found = [i for i in find_attention(skeleton, config) if isinstance(i, Found)]
+        sources = [
+            inspect.getsource(cls.forward) for cls in {type(skeleton.get_submodule(i.path)) for i in found}
+        ]
+    except (ArchitectureError, OSError, TypeError):
         return None
+    classes = {type(skeleton.get_submodule(i.path)) for i in found}
     if classes and all(FFT_QK.search(source) for source in sources):
         return (
             f"no dot-product attention ({sorted(c.__name__ for c in classes)[0]} auto-correlation: q and k "
