@@ -40,14 +40,14 @@ def correlation_of(skeleton, config) -> str | None:
     auto-correlation, read off its forward's code), else None."""
     import inspect
 
+    from ..architectures.base import ArchitectureError
     from ..architectures.discovery import Found, find_attention
 
-    classes = {
-        type(skeleton.get_submodule(i.path)) for i in find_attention(skeleton, config) if isinstance(i, Found)
-    }
     try:
+        found = find_attention(skeleton, config)
+        classes = {type(skeleton.get_submodule(i.path)) for i in found if isinstance(i, Found)}
         sources = [inspect.getsource(cls.forward) for cls in classes]
-    except (OSError, TypeError):
+    except (ArchitectureError, OSError, TypeError):  # a layout refused: the full attempt says why
         return None
     if classes and all(FFT_QK.search(source) for source in sources):
         return (
