@@ -87,7 +87,7 @@ def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.
         raise RuntimeError("the module's forward did not use its q and k projections")
     if id(module) in _interface:
         record["q_attn"], record["k_attn"] = _interface.pop(id(module))
-        if not item.latent and record["q_attn"].numel() > record["q"].numel():  # a latent q is low-rank
+        if not item.latent and record["q_attn"].numel() > record["q"].numel():  # a latent q grows
             raise RuntimeError("its q was broadcast against an argument of another shape")
     elif item.path in products.found:
         q, k = products.found[item.path]

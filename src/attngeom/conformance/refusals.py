@@ -43,14 +43,12 @@ def correlation_of(skeleton, config) -> str | None:
     from ..architectures.base import ArchitectureError
     from ..architectures.discovery import Found, find_attention
 
-    try:  # a layout discovery refuses is reported by the attempt that discovers it
-        found = [i for i in find_attention(skeleton, config) if isinstance(i, Found)]
-        sources = [
-            inspect.getsource(cls.forward) for cls in {type(skeleton.get_submodule(i.path)) for i in found}
-        ]
-    except (ArchitectureError, OSError, TypeError):
+    try:
+        found = find_attention(skeleton, config)
+        classes = {type(skeleton.get_submodule(i.path)) for i in found if isinstance(i, Found)}
+        sources = [inspect.getsource(cls.forward) for cls in classes]
+    except (ArchitectureError, OSError, TypeError):  # a layout refused: the full attempt says why
         return None
-    classes = {type(skeleton.get_submodule(i.path)) for i in found}
     if classes and all(FFT_QK.search(source) for source in sources):
         return (
             f"no dot-product attention ({sorted(c.__name__ for c in classes)[0]} auto-correlation: q and k "
