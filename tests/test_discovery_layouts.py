@@ -207,6 +207,28 @@ def test_the_content_bias_u_is_the_query_bias_and_v_is_not(monkeypatch):
             assert all(compare(w, records[i.path]) for i, w in zip(items, wrong, strict=True)), biases
 
 
+def test_outside_the_interface_a_folded_query_scale_is_taken_off_the_seen_form():
+    """Gemma 3n's audio attention multiplies its projected q by softplus(per_dim_scale) outside the
+    attention interface, where only the projections' outputs are seen: the form (scale folded into W_q)
+    is compared there without the scale; with the attention function's q the form stays whole."""
+    from attngeom.architectures.base import AttentionLayer
+
+    generator = torch.Generator().manual_seed(4)
+    x = torch.randn(1, 5, 8, generator=generator, dtype=torch.float64)
+    w_q, w_k = (torch.randn(8, 8, generator=generator, dtype=torch.float64) for _ in range(2))
+    module = torch.nn.Module()
+    module.per_dim_scale = torch.nn.Parameter(torch.randn(4, generator=generator, dtype=torch.float64))
+    model = torch.nn.Module()
+    model.attn = module
+    item = SimpleNamespace(path="attn", q_scale="per_dim_scale", q_norm=None, n_heads=2)
+    folded = w_q * torch.nn.functional.softplus(module.per_dim_scale.detach()).repeat(2)
+    layer = AttentionLayer("self", 0, folded, w_k, n_heads=2, n_kv_heads=2, head_dim=4)
+    projections = {"x_q": x, "x_k": x, "q": x @ w_q, "k": x @ w_k}
+    assert compare(layer, projections)  # the projection's output is seen before the scale
+    assert compare(seen_part(model, item, layer, projections), projections) is None
+    assert seen_part(model, item, layer, projections | {"q_attn": x, "k_attn": x}) is layer
+
+
 def test_only_an_fft_of_q_and_k_is_an_auto_correlation():
     from attngeom.conformance.refusals import correlation_of
 

@@ -240,7 +240,7 @@ def _modality(model: torch.nn.Module, stacks: tuple[str, ...]) -> str:
     main = main[0] if isinstance(main, (list, tuple)) else main  # OneFormer's [pixel_values, task_inputs]
     if main == "pixel_values" or kinds == {"vision"}:
         return "vision"
-    if main in ("input_features", "input_values") or kinds == {"audio"}:
+    if main in ("input_features", "input_values") or "audio" in main or kinds == {"audio"}:  # audio_mel
         return "audio"
     return "language"
 
