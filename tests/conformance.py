@@ -25,6 +25,7 @@ from transformers import AttentionInterface, AutoConfig, AutoModel, PretrainedCo
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from attngeom.architectures import AttentionLayer, UnscoredLayer, architecture_for
+from attngeom.conformance.neutral import removed_after
 from attngeom.scores import split_heads
 from attngeom.sources import open_source
 
@@ -125,16 +126,6 @@ def by_argument_name(qk_inputs: Callable[[torch.nn.Module, dict], Inputs]):
         return qk_inputs(module, arguments)
 
     return read
-
-
-@contextmanager
-def removed_after(handles: list) -> Iterator[None]:
-    """Hook handles (or anything with ``remove()``) removed when the block ends, even on failure."""
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @contextmanager

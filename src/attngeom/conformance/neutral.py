@@ -5,6 +5,7 @@ is handed) and a query temperature (``Found.temperature``: q passed on unchanged
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
@@ -56,11 +57,8 @@ def rotary_neutralised(modules: list[torch.nn.Module]):
     handles += [m.register_forward_pre_hook(zero_positions, with_kwargs=True) for m in modules]
     inner = [c for m in modules for c in m.children() if "Rotary" in type(c).__name__]
     handles += [c.register_forward_hook(post_hook) for c in inner]
-    try:
+    with removed_after(handles):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @contextmanager
@@ -72,7 +70,13 @@ def temperature_neutralised(pairs: list[tuple[torch.nn.Module, Found]]):
         return args[0] if args else next(iter(kwargs.values()))
 
     children = [m.get_submodule(f.temperature) for m, f in pairs if f.temperature]
-    handles = [c.register_forward_hook(identity, with_kwargs=True) for c in children]
+    with removed_after([c.register_forward_hook(identity, with_kwargs=True) for c in children]):
+        yield
+
+
+@contextmanager
+def removed_after(handles: list) -> Iterator[None]:
+    """Hook handles (or anything with ``remove()``) removed when the block ends, even on failure."""
     try:
         yield
     finally:
