@@ -28,7 +28,7 @@ PRESETS: dict[int, tuple[int, int, int]] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "objective": ("encoder", "decoder"),
     "decoder_loss": ("causal", "masked"),
-    "init": ("random", "symmetric", "skew"),
+    "init": ("random", "symmetric", "skew", "torch_default", "torch_default_symmetric"),
     "reg_target": ("symmetric", "skew"),
     "precision": ("auto", "bf16", "fp32"),
     "device": ("auto", "cpu", "cuda"),
@@ -95,6 +95,11 @@ class TrainConfig:
     through the masked-LM collator, so only the 15% masked positions carry a loss."""
     mlm_probability: float = 0.15
     init: str = "random"
+    """The attention init: ``random`` (BERT's, N(0, 0.02) weights and zero biases); ``symmetric`` (W_k = W_q
+    at BERT's init); ``skew`` (W_k = W_q Sᵀ, S skew-symmetric); ``torch_default`` (q, k, v re-drawn as
+    fresh ``nn.Linear`` layers: PyTorch's default kaiming-uniform weights U(±1/√d), std 1/√(3d), and
+    uniform biases U(±1/√d)); ``torch_default_symmetric`` (that, then W_q = W_k: what the authors' code
+    calls ``--init symmetric-init``, ``BertSelfAttentionSymmetricInit``)."""
     reg_weight: float = 0.0
     """γ of Eq. S146; 0 disables the regulariser."""
     reg_target: str = "symmetric"

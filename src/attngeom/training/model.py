@@ -42,29 +42,48 @@ def attention_modules(model: PreTrainedModel) -> list[nn.Module]:
     return [layer.attention.self for layer in model.bert.encoder.layer]
 
 
+SYMMETRIC_INITS = ("symmetric", "torch_default_symmetric")
+"""Inits whose every head starts with a symmetric W_qk."""
+
+
 @torch.no_grad()
 def init_attention(model: PreTrainedModel, init: str, seed: int = 0) -> None:
-    """Make every head's W_qk = W_q W_kᵀ symmetric (W_k = W_q) or skew-symmetric (W_k = W_q Sᵀ, S = A − Aᵀ).
+    """The attention init of ``TrainConfig.init``, applied to a model that has BERT's init.
 
-    W_q keeps its random init. In nn.Linear terms a head's W_q is ``query.weight[rows].T`` (d × d_h), so
+    ``torch_default*`` re-draws q, k and v (weights and biases) as a fresh ``nn.Linear`` would, as the
+    authors' ``BertSelfAttentionSymmetricInit`` does. ``*symmetric`` then makes every head's
+    W_qk = W_q W_kᵀ symmetric (W_k = W_q); ``skew`` makes it skew-symmetric (W_k = W_q Sᵀ, S = A − Aᵀ). W_q
+    keeps its init. In nn.Linear terms a head's W_q is ``query.weight[rows].T`` (d × d_h), so
     W_k = W_q Sᵀ becomes ``key.weight[rows] = S @ query.weight[rows]``. A has entries of variance
     1/(2 d_h), so S's rows have about unit norm and W_k the scale of W_q.
     """
-    if init == "random":
-        return
-    if init not in ("symmetric", "skew"):
+    if init not in ("random", "skew", "torch_default", *SYMMETRIC_INITS):
         raise ValueError(f"unknown init {init!r}")
     gen = torch.Generator().manual_seed(seed + 7919)
     for attn in attention_modules(model):
+        if init.startswith("torch_default"):
+            for linear in (attn.query, attn.key, attn.value):
+                _torch_default(linear, gen)
         q, k = attn.query.weight, attn.key.weight
-        if init == "symmetric":
+        if init in SYMMETRIC_INITS:
             k.copy_(q)
-            continue
-        d_h = attn.attention_head_size
-        for h in range(attn.num_attention_heads):
-            rows = slice(h * d_h, (h + 1) * d_h)
-            a = torch.randn(d_h, d_h, generator=gen, dtype=torch.float64) / (2 * d_h) ** 0.5
-            k[rows] = ((a - a.T) @ q[rows].double()).to(k.dtype)
+        elif init == "skew":
+            d_h = attn.attention_head_size
+            for h in range(attn.num_attention_heads):
+                rows = slice(h * d_h, (h + 1) * d_h)
+                a = torch.randn(d_h, d_h, generator=gen, dtype=torch.float64) / (2 * d_h) ** 0.5
+                k[rows] = ((a - a.T) @ q[rows].double()).to(k.dtype)
+
+
+def _torch_default(linear: nn.Linear, gen: torch.Generator) -> None:
+    """``nn.Linear.reset_parameters`` drawn from ``gen``: weight kaiming-uniform with a = √5, i.e.
+    U(±1/√fan_in), and bias U(±1/√fan_in)."""
+    bound = linear.in_features**-0.5
+    weight = torch.empty(linear.weight.shape, dtype=torch.float64).uniform_(-bound, bound, generator=gen)
+    linear.weight.copy_(weight)
+    if linear.bias is not None:
+        bias = torch.empty(linear.bias.shape, dtype=torch.float64).uniform_(-bound, bound, generator=gen)
+        linear.bias.copy_(bias)
 
 
 def head_symmetry(model: PreTrainedModel) -> torch.Tensor:
