@@ -16,8 +16,9 @@ import attngeom.architectures.discovery as discovery
 from attngeom.architectures import REGISTRY, support
 from attngeom.architectures.discovery import Found
 from attngeom.architectures.validated import conformance
+from attngeom.conformance.entries import OWN_FORWARD
 from attngeom.conformance.modules import drive
-from attngeom.conformance.run import OWN_FORWARD, check_type
+from attngeom.conformance.run import check_type
 
 WHOLE_FAILS = "inkling2_vision"
 """Its whole forward takes each image token's block of patches as (tokens, p·m, p·m, channels), which the

@@ -28,7 +28,7 @@ STATES = re.compile(r"^(hidden_states|\w+_embeds)$")
 """A required input of this name is states of the model's width (a q-former's queries, a fusion stack's input)."""
 LAYOUTS = (0, 1, 2)
 """``_Maker`` variants: the usual layout, the second one in use, frames stacked as the first linear map reads them."""
-MEDIA = {"pixel_values", "pixel_values_videos", *AUDIO}
+MEDIA = {"pixel_values", "pixel_values_videos", "flattened_patches", *AUDIO}
 FEATURE_MASKS = ("input_features_mask", "feature_attention_mask")
 
 
@@ -171,6 +171,13 @@ class _Maker:
             masks["feature_lens"] = torch.tensor([frames] * self.batch)
         return {"input_features": features} | masks
 
+    def flattened(self) -> dict[str, torch.Tensor]:
+        """Pix2Struct's patches: each one's row and column, then its pixels (``patch_embed_hidden_size``)."""
+        width = _find(self.config, "patch_embed_hidden_size", default=768)
+        places = torch.arange(self.length, dtype=torch.float64)
+        grid = torch.stack([places // 4, places % 4], -1).expand(self.batch, -1, -1)
+        return {"flattened_patches": torch.cat([grid, self.randn(self.batch, self.length, width)], -1)}
+
     def values(self) -> dict[str, torch.Tensor]:
         samples = 4000
         return {
@@ -190,6 +197,7 @@ class _Maker:
         makers = {
             "input_ids": lambda: {"input_ids": self.tokens()},
             "pixel_values": self.pixels,
+            "flattened_patches": self.flattened,
             "input_features": self.features,
             "input_values": self.values,
             "pixel_values_videos": self.videos,
