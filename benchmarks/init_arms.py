@@ -125,13 +125,19 @@ def command(group: Group, out: Path, args: argparse.Namespace) -> list[str]:
     ]  # fmt: skip
 
 
+def group_name(group: Group) -> str:
+    return f"{group.experiment.name}-s{'_'.join(map(str, group.seeds))}-{'_'.join(group.inits)}"
+
+
 def run(args: argparse.Namespace) -> int:
-    """Start every group on its GPU, wait for all; their output goes to OUT/logs/."""
+    """Start every group (or those named in ``--only``) on its GPU, wait for all; their output goes to
+    OUT/logs/."""
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
     processes = []
-    for gpu, assigned in assign(groups(), args.gpus).items():
+    chosen = [g for g in groups() if not args.only or group_name(g) in args.only]
+    for gpu, assigned in assign(chosen, args.gpus).items():
         for group in assigned:
-            name = f"{group.experiment.name}-s{'_'.join(map(str, group.seeds))}-{'_'.join(group.inits)}"
+            name = group_name(group)
             env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu) if args.device == "cuda" else "")
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
             log = (args.out / "logs" / f"{name}.log").open("a")
@@ -181,13 +187,16 @@ def main() -> int:
         "--tiny", action="store_true", help="a small model and corpus: a smoke test of the plan"
     )
     parser.add_argument("--stop-at", type=int, help="stop every run here (default: each experiment's)")
+    parser.add_argument(
+        "--only", nargs="+", metavar="GROUP", help="run: only these groups (names as `plan` prints)"
+    )
     args = parser.parse_args()
     if args.action == "plan":
         for gpu, assigned in assign(groups(), args.gpus).items():
             work = sum(g.work for g in assigned) / 1e9
             print(
                 f"gpu {gpu} ({work:.2f}G tokens): "
-                + "; ".join(f"{g.experiment.name} {g.seeds} {g.inits}" for g in assigned)
+                + ", ".join(group_name(g) for g in assigned)
             )
         return 0
     if args.action == "run":
