@@ -225,7 +225,8 @@ def test_what_the_keys_read_is_told_by_their_values_not_their_shape():
     assert reading(x, torch.cat([x, torch.randn(2, 3, 8)], 1)) == MERGED
     assert reading(x, x + 1e-3) == OTHER  # same shape, other values: another input
     assert reading(x, x[:, :3]) == OTHER  # fewer tokens (a spatial reduction)
-    assert reading(x, torch.cat([torch.randn(2, 3, 8), x], 1)) == OTHER  # the queries' tokens not first
+    assert reading(x, torch.cat([torch.randn(2, 3, 8), x], 1)) == MERGED  # after other tokens
+    assert reading(x, torch.cat([x[:, :2], torch.randn(2, 3, 8), x[:, 2:]], 1)) == OTHER  # split apart
 
 
 def test_a_mask_is_causal_when_the_first_token_sees_no_later_one():
@@ -238,8 +239,9 @@ def test_a_mask_is_causal_when_the_first_token_sees_no_later_one():
     images = lower.clone()
     images[2:, 2:] = True  # image tokens that see each other after causal text
     assert causal(module, query, images[None, None], None)
-    module.is_causal = False  # no mask: as scaled_dot_product_attention decides
-    assert not causal(module, query, None, None) and causal(module, query, None, True)
+    assert not causal(module, query, None, None)  # no mask built, nothing said: not causal
+    module.is_causal = True
+    assert causal(module, query, None, None) and not causal(module, query, None, False)
     assert not causal(module, query[..., :1, :], None, True)  # one token sees no other
 
 

@@ -98,15 +98,15 @@ def _read_back(architecture, source, items: list) -> list | str:
 def _observed(model, items: list, records: dict, driven: set[str]):
     """What the forward pass showed (``observe.observed``): whether each module's q and k read one input,
     seen in the whole forward pass, on a driven module's own forward where its signature takes one input
-    only, else as the modules around it call it (``modules.reads_one_input``)."""
-    from .modules import reads_one_input, takes_states
+    only, else as the modules around it call it (``modules.reading_as_called``)."""
+    from .modules import reading_as_called, takes_states
     from .observe import observed, reading
 
     reads: dict[str, str | None] = {}
     for item in items:
         record = records[item.path]
         if item.path in driven and takes_states(model.get_submodule(item.path)):
-            reads[item.path] = reads_one_input(model, item)
+            reads[item.path] = reading_as_called(model, item)
         else:
             reads[item.path] = reading(record["x_q"], record["x_k"])
     return observed(model, items, records, reads)

@@ -19,6 +19,7 @@ import torch
 
 from ..architectures.discovery import Found
 from .inputs import input_sets
+from .masks import add_causal, softmax_masks
 from .neutral import rotary_neutralised, temperature_neutralised
 from .observe import causal
 from .products import as_heads, first_output, score_products, tokens_last
@@ -100,7 +101,7 @@ def capture(
 ) -> tuple[dict[str, dict[str, torch.Tensor]], Exception | None]:
     """By attention path: x_q, x_k (projection inputs), q, k (projection outputs) and, where the module
     goes through the attention interface, q_attn and k_attn as the attention function got them and
-    ``causal`` (whether its mask was: ``observe.causal``); with the
+    ``causal`` (whether its mask was: ``masks``); with the
     last error of the forward passes when some modules never ran (``modules`` drives those on their own)."""
     seen: dict[str, dict[str, torch.Tensor]] = {}
     modules = {item.path: model.get_submodule(item.path) for item in items}
@@ -154,6 +155,7 @@ def capture(
         stack.enter_context(_implementation(model, CAPTURE))
         stack.enter_context(_default_dtype(torch.float64))  # tensors a model makes itself (masks, positions)
         products = stack.enter_context(score_products(modules, items))
+        softmaxes = stack.enter_context(softmax_masks(modules))
         pending = [item.path for item in items]
         failure: Exception | None = None
         for runner in _runners(model, items):
@@ -172,6 +174,7 @@ def capture(
                         del _interface[key]
                         _causal.pop(key, None)
                     products.cut_short(set(seen))
+                    softmaxes.active.clear()
             pending = [p for p in pending if p not in seen]
             if not pending:
                 break
@@ -180,13 +183,13 @@ def capture(
     for item in items:
         if id(modules[item.path]) in _interface and item.path in seen:
             seen[item.path]["q_attn"], seen[item.path]["k_attn"] = _interface[id(modules[item.path])]
-            seen[item.path]["causal"] = torch.tensor(_causal[id(modules[item.path])])
         elif item.path in products.found and item.path in seen:
             q, k = products.found[item.path]
             seen[item.path]["q_attn"], seen[item.path]["k_attn"] = (
                 as_heads(q, item.n_heads),
                 as_heads(k, item.n_kv_heads),
             )
+    add_causal(model, seen, _causal, softmaxes)
     upstream = [p for p, r in seen.items() if not all(r[x].isfinite().all() for x in ("x_q", "x_k"))]
     for path in upstream:  # non-finite states reached it (a mask's overflow upstream): driven on its own
         del seen[path]

@@ -95,8 +95,8 @@ def _run(
     if id(module) in _interface:
         record["q_attn"], record["k_attn"] = _interface.pop(id(module))
         causal = _causal.pop(id(module))
-        if isinstance(getattr(module, "is_causal", None), bool):  # no mask the model builds: only a
-            record["causal"] = torch.tensor(causal)  # module that says whether it is causal tells
+        if isinstance(getattr(module, "is_causal", None), bool):  # with no mask the model builds, only
+            record["causal"] = torch.tensor(causal)  # a module's own is_causal says
         if not item.latent and record["q_attn"].numel() > record["q"].numel():  # a latent q grows
             raise RuntimeError("its q was broadcast against an argument of another shape")
     elif item.path in products.found:
@@ -105,7 +105,7 @@ def _run(
     return record
 
 
-def reads_one_input(model: torch.nn.Module, item: Found) -> str | None:
+def reading_as_called(model: torch.nn.Module, item: Found) -> str | None:
     """What the module's keys read beside its queries' input (``observe.reading``) as its callers call it,
     where its own signature leaves that open (key/value states it may be given or not): seen by calling
     the outermost module around it whose forward runs on generic inputs, every key/value argument given

@@ -3,10 +3,12 @@ queries and keys read one input at the same positions (a self form, with a symme
 whatever the module is called), and whether the mask its attention gets is causal; from these, the kinds
 of ``Observed`` and the type's objective.
 
-q and k read one input when the key projection's input begins with the query projection's, value for
-value: the same tokens (``SELF``; ``MERGED``: a merged self- and cross-attention, T5Gemma 2's, adds the
-encoder's tokens after them). A mask is causal when the first token sees no later one (a vision-language decoder's image tokens
-may see each other); with no mask, as ``scaled_dot_product_attention`` decides (``is_causal``).
+q and k read one input when the key projection's input is the query projection's, value for value: the
+same tokens (``SELF``); ``MERGED`` where other tokens come before or after them, in one attention over both
+(T5Gemma 2's decoder adds the encoder's tokens after its own; a perceiver resampler's latents attend to the
+image features and themselves): a self form over the queries' own tokens. A mask is causal when the first token sees no later one (a vision-language decoder's image tokens
+may see each other); with no mask, where the call or the module says ``is_causal`` (a module that does
+not say is not causal, though ``scaled_dot_product_attention`` would take it as causal).
 """
 
 from __future__ import annotations
@@ -27,13 +29,16 @@ SELF, MERGED, OTHER = "self", "merged", "other"
 
 
 def reading(x_q: torch.Tensor, x_k: torch.Tensor) -> str:
-    """What the key projection's input ``x_k`` is to the query projection's ``x_q`` (``SELF``...)."""
+    """What the key projection's input ``x_k`` is to the query projection's ``x_q`` (``SELF``, ``MERGED``
+    or ``OTHER``)."""
     if x_q.dim() != x_k.dim() or x_q.shape[:-2] != x_k.shape[:-2] or x_q.shape[-1] != x_k.shape[-1]:
         return OTHER
-    n = x_q.shape[-2]
-    if x_k.shape[-2] < n or not torch.equal(x_k[..., :n, :], x_q):
-        return OTHER
-    return SELF if x_k.shape[-2] == n else MERGED
+    n, m = x_q.shape[-2], x_k.shape[-2]
+    if m == n:
+        return SELF if torch.equal(x_k, x_q) else OTHER
+    if m > n and (torch.equal(x_k[..., :n, :], x_q) or torch.equal(x_k[..., m - n :, :], x_q)):
+        return MERGED
+    return OTHER
 
 
 def causal(module: torch.nn.Module, query: torch.Tensor, mask: torch.Tensor | None, is_causal) -> bool:
@@ -41,8 +46,8 @@ def causal(module: torch.nn.Module, query: torch.Tensor, mask: torch.Tensor | No
     n = query.shape[-2]
     if n < 2:
         return False
-    if mask is None:
-        return bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    if mask is None:  # none built: causal only where the call or the module says so
+        return bool(is_causal if is_causal is not None else getattr(module, "is_causal", False))
     first = mask[..., 0, 1:n] if mask.dim() >= 2 else mask[..., 1:n]
     blocked = ~first if first.dtype == torch.bool else first <= BLOCKED
     return bool(blocked.all())
@@ -76,11 +81,11 @@ def objective(items: list[Found], records: dict[str, dict], reads: dict[str, str
     """``encoder-decoder`` where the layers of a stack with causal masks read another stack's tokens too
     (a cross form beside its self-attention, or keys merged from both) and a stack is bidirectional; else
     ``autoregressive`` where a stack's masks are causal; else ``bidirectional``."""
-    masks: dict[str, list[bool]] = {}
+    masks: dict[str, list[bool]] = {}  # by stack of self forms: each mask causal (not seen: not causal)
     for item in items:
         seen = records.get(item.path, {}).get("causal")
-        if reads.get(item.path) in (SELF, MERGED) and seen is not None:
-            masks.setdefault(item.stack, []).append(bool(seen))
+        if reads.get(item.path) in (SELF, MERGED):
+            masks.setdefault(item.stack, []).append(seen is not None and bool(seen))
     causal_stacks = {s for s, flags in masks.items() if all(flags)}
     if not causal_stacks:
         return "bidirectional"
