@@ -36,10 +36,10 @@ import pandas as pd
 import torch
 
 from attngeom.files import atomic_dir
+from attngeom.runstats.intervals import mean_interval
 from attngeom.training.config import TrainConfig, make_config
 from attngeom.training.data import IGNORED, MicroBatch, PackedBatches, load_corpus
 from attngeom.training.document_mask import document_attention_mask
-from attngeom.training.intervals import mean_interval
 from attngeom.training.loop import learning_rate, make_optimizer
 from attngeom.training.model import build_model
 from attngeom.training.step import TrainStep

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from attngeom.runstats.speedup import table1
 from attngeom.training import figures
-from attngeom.training.speedup import table1
 
 runs = [Path(final).parent for final in snakemake.input.finals]
 scores, losses = figures.load_runs(runs)

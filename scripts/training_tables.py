@@ -7,10 +7,10 @@ from pathlib import Path
 import pandas as pd
 
 from attngeom import tables
-from attngeom.training.claims import CAPTION, TITLE, claims
+from attngeom.runstats.claims import CAPTION, TITLE, claims
+from attngeom.runstats.official import compare_official, official_note, ours_medians
+from attngeom.runstats.speedup import table1, write_table1
 from attngeom.training.figures import load_runs
-from attngeom.training.official import compare_official, official_note, ours_medians
-from attngeom.training.speedup import table1, write_table1
 
 runs = [Path(final).parent for final in snakemake.input.finals]
 table = table1(runs, pd.read_csv(snakemake.input.paper))

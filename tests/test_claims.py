@@ -1,12 +1,12 @@
-"""The paper's training claims against the committed GPU runs (attngeom.training.claims)."""
+"""The paper's training claims against the committed GPU runs (attngeom.runstats.claims)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from attngeom.training.claims import claims
+from attngeom.runstats.claims import claims
+from attngeom.runstats.speedup import table1
 from attngeom.training.figures import load_runs
-from attngeom.training.speedup import table1
 
 RUNS = sorted(
     (Path(__file__).resolve().parents[1] / "benchmarks/results/training_repro_seeds/runs").iterdir()

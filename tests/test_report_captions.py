@@ -19,7 +19,7 @@ from attngeom.pipeline.captions import (
 )
 from attngeom.pipeline.registry import build_registry
 from attngeom.pipeline.training_runs import training_models, training_runs
-from attngeom.training.official import published_settings
+from attngeom.runstats.official import published_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 OFFICIAL = published_settings(ROOT / "config" / "reference" / "official_training_evolution.csv")
@@ -135,7 +135,7 @@ def test_every_caption_renders_without_a_docutils_system_message():
 
 
 def test_the_quoted_plateau_exits_are_those_of_the_committed_gpu_encoders_logs():
-    from attngeom.training.plateau import plateau_exit
+    from attngeom.runstats.plateau import plateau_exit
 
     runs = ROOT / "benchmarks" / "results" / "training_repro_seeds" / "runs"
     exits = [plateau_exit(pd.read_parquet(runs / f"encoder-random-s{s}" / "loss.parquet")) for s in range(3)]

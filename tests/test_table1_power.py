@@ -1,4 +1,4 @@
-"""Table 1's test (attngeom.training.significance) has the error rate it states: simulated null
+"""Table 1's test (attngeom.runstats.significance) has the error rate it states: simulated null
 experiments with seed noise like that of the committed GPU runs are called an effect at most 10% of the
 time (~5%), and a 25% speed-up is detected at ≥ 80% with the paper grid's 3 seeds. Seeded, vectorised."""
 
@@ -11,8 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attngeom.training.runs import RunInfo
-from attngeom.training.significance import (
+from attngeom.runstats.significance import (
     ALPHA,
     minimum_detectable_effect,
     power,
@@ -20,7 +19,8 @@ from attngeom.training.significance import (
     t_sf2,
     t_test,
 )
-from attngeom.training.speedup import NULL, SYMMETRIC_VS_RANDOM, pair_speedups, summarise, verdict
+from attngeom.runstats.speedup import NULL, SYMMETRIC_VS_RANDOM, pair_speedups, summarise, verdict
+from attngeom.training.runs import RunInfo
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_RUNS = ROOT / "benchmarks" / "results" / "training_repro_seeds" / "runs"

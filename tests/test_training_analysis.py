@@ -9,7 +9,22 @@ import pandas as pd
 import pytest
 import yaml
 
-from attngeom.training.config import make_config
+from attngeom.runstats.intervals import mean_interval, t_975
+from attngeom.runstats.official import compare_official, nearest_official, official_note, ours_medians
+from attngeom.runstats.pairing import SeedPair, Twin, comparison_key, seed_pairs, twins
+from attngeom.runstats.smoothing import smoothed
+from attngeom.runstats.speedup import (
+    RULES,
+    pair_speedups,
+    paper_speedup,
+    signed_speedup,
+    speedup,
+    summarise,
+    table1,
+    table1_display,
+    write_table1,
+)
+from attngeom.training.config import dataset_label, make_config
 from attngeom.training.figures import (
     COLOURS,
     evolution_figure,
@@ -17,30 +32,8 @@ from attngeom.training.figures import (
     official_figure,
     symmetric_init_figure,
 )
-from attngeom.training.intervals import mean_interval, t_975
 from attngeom.training.loop import train
-from attngeom.training.official import compare_official, nearest_official, official_note, ours_medians
-from attngeom.training.runs import (
-    RunInfo,
-    SeedPair,
-    Twin,
-    comparison_key,
-    dataset_label,
-    seed_pairs,
-    twins,
-)
-from attngeom.training.speedup import (
-    RULES,
-    pair_speedups,
-    paper_speedup,
-    signed_speedup,
-    smoothed,
-    speedup,
-    summarise,
-    table1,
-    table1_display,
-    write_table1,
-)
+from attngeom.training.runs import RunInfo
 
 
 def curve(values) -> pd.DataFrame:

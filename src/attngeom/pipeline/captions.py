@@ -12,8 +12,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..training.official import Setting, counterpart_note, counterparts
-from ..training.plateau import GPU_ENCODER_EXITS, SMOKE_TEST_STEPS
+from ..runstats.official import Setting, counterpart_note, counterparts
+from ..runstats.plateau import GPU_ENCODER_EXITS, SMOKE_TEST_STEPS
 from .registry import Model
 from .training_runs import TrainingRun
 
@@ -112,7 +112,7 @@ def training_scope(runs: dict[str, TrainingRun]) -> str:
 
 def official_scope(runs: dict[str, TrainingRun], published: set[Setting]) -> str:
     """Which of our random-init runs the authors published an evolution for (``published``: their runs'
-    settings, ``training.official.published_settings``), and what is drawn if none."""
+    settings, ``runstats.official.published_settings``), and what is drawn if none."""
     ours = [
         (r.layers, r.objective, r.dataset) for r in runs.values() if r.init == "random" and not r.regularised
     ]

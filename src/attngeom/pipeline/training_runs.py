@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..runstats.plateau import SMOKE_TEST_STEPS
 from ..training.config import RESOURCE_KEYS, dataset_label, make_config
-from ..training.plateau import SMOKE_TEST_STEPS
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 """A run name is a folder name under results/training: no '/', no leading '.' (so never '..')."""

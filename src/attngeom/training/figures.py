@@ -21,9 +21,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..figures import save
-from .official import METRICS, nearest_official, official_medians, official_note, ours_medians
-from .runs import RunInfo, twins
-from .speedup import CLAIM_RULE, smoothed
+from ..runstats.official import METRICS, nearest_official, official_medians, official_note, ours_medians
+from ..runstats.pairing import twins
+from ..runstats.smoothing import smoothed
+from ..runstats.speedup import CLAIM_RULE
+from .runs import RunInfo
 
 COLOURS = {"encoder": "tab:blue", "decoder": "tab:purple", "random": "lightskyblue", "symmetric": "navy"}
 STYLES = {"random": "--", "symmetric": "-"}
@@ -40,7 +42,7 @@ LAYER_FORM_STYLE = ":"
 
 def load_runs(runs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(scores, losses) of the run folders, each row tagged with what its run trained (``RunInfo.labels``)
-    and, for the runs of a random-vs-symmetric pair (``runs.twins``), ``twin``: the pair's symmetric run.
+    and, for the runs of a random-vs-symmetric pair (``runstats.pairing.twins``), ``twin``: the pair's symmetric run.
     Losses are smoothed as Table 1 smooths them."""
     infos = [RunInfo.read(run) for run in runs]
     pair = {}

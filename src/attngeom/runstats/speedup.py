@@ -19,11 +19,11 @@ Losses are smoothed first (a trailing mean over 2% of the log); two logs of diff
 compared up to the last step both reached (a run stopped early, say at a deadline).
 
 **Seeds, the test, the null.** Per group of runs that differ only in init and seed
-(``runs.comparison_key``): the speed-ups over the seed pairs (symmetric seed s vs random seed s,
-``runs.twins``) with a 95% t-interval (``intervals``); the test of ``significance`` on the signed
+(``pairing.comparison_key``): the speed-ups over the seed pairs (symmetric seed s vs random seed s,
+``pairing.twins``) with a 95% t-interval (``intervals``); the test of ``significance`` on the signed
 speed-up (symmetric over random minus random over symmetric, 0 in expectation when init does not matter),
 its p-value and the minimum detectable effect at 80% power; and, for scale, the null: the signed speed-up of
-random-vs-random pairs of different seeds, disjoint pairs so that they are independent (``runs.seed_pairs``:
+random-vs-random pairs of different seeds, disjoint pairs so that they are independent (``pairing.seed_pairs``:
 3 seeds give one pair). Final losses are likewise a mean ± interval over seeds.
 """
 
@@ -38,32 +38,29 @@ import numpy as np
 import pandas as pd
 
 from .. import tables
-from .config import TrainConfig
-from .documents import SUBSTITUTES, split_revision
+from ..training.config import TrainConfig
+from ..training.documents import SUBSTITUTES, split_revision
+from ..training.runs import RunInfo
 from .intervals import Interval, mean_interval
+from .pairing import comparison_key, seed_pairs, twins
 from .plateau import plateau_exit
-from .runs import RunInfo, comparison_key, dataset_label, seed_pairs, twins
 from .significance import ALPHA, minimum_detectable_effect, t_test
 from .smoothing import SMOOTHING_FRACTION, smoothed
 
 __all__ = [
     "CLAIM_RULE",
     "RULES",
-    "SMOOTHING_FRACTION",
     "TABLE1_CAPTION",
     "TABLE1_TITLE",
-    "dataset_label",
     "pair_speedups",
     "paper_speedup",
     "signed_speedup",
-    "smoothed",
     "speedup",
     "summarise",
     "table1",
     "table1_display",
     "write_table1",
 ]
-"""``dataset_label`` lives in ``runs``, ``smoothed`` in ``smoothing``; callers still import them from here."""
 
 Rule = Literal["first", "robust"]
 RULES: tuple[Rule, ...] = ("first", "robust")
