@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from attngeom.runstats.speedup import table1
+from attngeom.runstats.table1 import table1
 from attngeom.training import figures
 
 runs = [Path(final).parent for final in snakemake.input.finals]

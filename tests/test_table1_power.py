@@ -19,7 +19,7 @@ from attngeom.runstats.significance import (
     seeds_needed,
     t_test,
 )
-from attngeom.runstats.speedup import NULL, SYMMETRIC_VS_RANDOM, pair_speedups, summarise, verdict
+from attngeom.runstats.table1 import NOISE, NULL, pair_speedups, summarise, twin_label, verdict
 from attngeom.training.runs import RunInfo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ def observed_sd() -> float:
     """The between-seed standard deviation of the signed speed-up (%) of the committed GPU runs, pooled
     over the encoder and decoder groups: the seed noise the simulations use."""
     pairs = gpu_pairs()
-    twins = pairs[pairs["comparison"] == SYMMETRIC_VS_RANDOM]
+    twins = pairs[pairs["comparison"] == twin_label("symmetric", "random")]
     groups = twins.groupby(twins["reference"].str.split("-").str[0])["signed_robust"]
     variances, dfs = groups.var(ddof=1), groups.count() - 1
     return float(math.sqrt((variances * dfs).sum() / dfs.sum()))
@@ -94,14 +94,14 @@ def test_null_experiments_are_called_an_effect_at_most_10_percent_of_the_time():
     for seeds in (2, GRID_SEEDS, 5):
         for scale in (1, 3):  # the observed seed noise, and three times it
             signed = simulate(0.0, scale * noise, seeds, np.random.default_rng(seeds * 10 + scale))
-            called = np.mean([v != "not distinguishable from seed noise" for v in verdicts(signed)])
+            called = np.mean([not v.startswith(NOISE) for v in verdicts(signed)])
             assert 0.02 <= called <= 0.10, (seeds, scale, called)
 
 
 def test_a_25_percent_speedup_is_detected_with_the_grids_three_seeds():
     noise = observed_sd()
     signed = simulate(0.25, noise, GRID_SEEDS, np.random.default_rng(7))
-    assert np.mean([v == "faster than seed noise" for v in verdicts(signed)]) >= 0.8
+    assert np.mean([v == "faster than seed noise (t-test)" for v in verdicts(signed)]) >= 0.8
     assert minimum_detectable_effect(noise, GRID_SEEDS) < 25
     # at three times the observed noise 3 seeds no longer suffice; the seeds it would take:
     needed = seeds_needed(25, 3 * noise)
@@ -129,5 +129,5 @@ def test_table1_null_experiments_through_the_loss_logs_keep_the_error_rate():
             curve = 2 + 6 * np.exp(-steps / (300 * stretch)) + 0.3 * np.exp(-steps / (1500 * stretch))
             losses[name] = pd.DataFrame({"step": steps, "loss": curve + rng.normal(0, 0.02, len(steps))})
         row = summarise(losses, configs).set_index("init").loc["symmetric"]
-        called.append(row["verdict"] != "not distinguishable from seed noise")
+        called.append(not row["verdict"].startswith(NOISE))
     assert np.mean(called) <= 0.10

@@ -104,8 +104,10 @@ def training_scope(runs: dict[str, TrainingRun]) -> str:
         text += " With one seed per setting no interval can be computed, so no difference can be told from seed noise."
     else:
         text += (
-            " Table 1 says, from each run's own log, whether and when it left the masked-LM plateau, and its "
-            "test whether the effect shows (p-value, and the smallest effect the seeds could detect)."
+            " Table 1 says when each run left the masked-LM plateau (the step its loss first reached one fixed "
+            "loss, the same for every run it is compared with), and its tests whether the effect shows "
+            "(the t-test's p-value and the smallest effect the seeds could detect; the exact sign-flip and "
+            "Wilcoxon tests, which need 6 seeds to reach p < 0.05)."
         )
     return text
 

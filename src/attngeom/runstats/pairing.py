@@ -35,36 +35,70 @@ def comparison_key(config: TrainConfig) -> tuple:
     return tuple(sorted(learnt(config, ("init", "seed")).items()))
 
 
+REFERENCE_INIT = "random"
+"""The init every other arm is compared with (BERT's: N(0, 0.02) weights, zero biases)."""
+
+EFFECTS: dict[tuple[str, str], str] = {
+    ("symmetric", "random"): "symmetry alone (W_k = W_q at BERT's init)",
+    ("torch_default", "random"): "init scale alone (PyTorch's default q/k/v)",
+    ("torch_default_symmetric", "random"): "scale and symmetry (the authors' symmetric init)",
+    ("torch_default_symmetric", "torch_default"): "symmetry at the authors' scale",
+    ("skew", "random"): "skew-symmetry (W_k = W_q Sᵀ at BERT's init)",
+}
+"""(candidate init, reference init) → what the comparison of the two measures: the decomposition of the
+authors' speed-up into init scale and symmetry. Every non-random arm is compared with the random run of its
+seed; the authors' symmetric init also with the scale control of its seed."""
+
+
 def _plain(config: TrainConfig, init: str) -> bool:
     return config.init == init and config.reg_weight == 0
 
 
 @dataclass(frozen=True)
 class Twin:
-    """A symmetric-init run and the random-init run it is compared with (Table 1, Figure S5)."""
+    """Two unregularised runs of one seed that differ only in ``init``: the ``candidate`` timed against
+    the ``reference`` (Table 1, Figure S5); ``effect`` says what the difference of their inits measures."""
 
-    random: str
-    symmetric: str
+    reference: str
+    candidate: str
+    reference_init: str
+    candidate_init: str
     dataset: str
     layers: int
     objective: str
     seed: int
 
+    @property
+    def effect(self) -> str:
+        return EFFECTS[self.candidate_init, self.reference_init]
+
 
 def twins(configs: Mapping[str, TrainConfig]) -> list[Twin]:
-    """Every unregularised symmetric-init run paired with the random-init run that differs from it
-    only in ``init`` (so the same dataset, depth, objective and seed) and in bookkeeping settings; when
-    several qualify, the first by name. Works on configs alone, so the pipeline can call it before
-    any run exists."""
-    randoms = {name: learnt(c) for name, c in sorted(configs.items()) if _plain(c, "random")}
+    """For every comparison of ``EFFECTS``, each unregularised run of the candidate init paired with the
+    run of the reference init that differs from it only in ``init`` (so the same dataset, depth,
+    objective and seed) and in bookkeeping settings; when several qualify, the first by name. In the
+    order of ``EFFECTS``, then by candidate name."""
     pairs = []
-    for name, config in sorted(configs.items()):
-        if not _plain(config, "symmetric"):
-            continue
-        match = next((r for r, learnt_r in randoms.items() if learnt_r == learnt(config)), None)
-        if match is not None:
-            label = dataset_label(config.dataset)
-            pairs.append(Twin(match, name, label, config.n_layers, config.objective, config.seed))
+    for candidate_init, reference_init in EFFECTS:
+        references = {n: learnt(c) for n, c in sorted(configs.items()) if _plain(c, reference_init)}
+        for name, config in sorted(configs.items()):
+            if not _plain(config, candidate_init):
+                continue
+            match = next((r for r, settings in references.items() if settings == learnt(config)), None)
+            if match is not None:
+                label = dataset_label(config.dataset)
+                pairs.append(
+                    Twin(
+                        match,
+                        name,
+                        reference_init,
+                        candidate_init,
+                        label,
+                        config.n_layers,
+                        config.objective,
+                        config.seed,
+                    )
+                )
     return pairs
 
 
@@ -86,7 +120,7 @@ def seed_pairs(configs: Mapping[str, TrainConfig]) -> list[SeedPair]:
     pair); with one seed there is no pair."""
     groups: dict[tuple, dict[int, str]] = {}
     for name, config in sorted(configs.items()):
-        if _plain(config, "random"):
+        if _plain(config, REFERENCE_INIT):
             groups.setdefault(comparison_key(config), {}).setdefault(config.seed, name)
     pairs = []
     for by_seed in groups.values():

@@ -22,9 +22,10 @@ from matplotlib.lines import Line2D
 
 from ..figures import save
 from ..runstats.official import METRICS, nearest_official, official_medians, official_note, ours_medians
-from ..runstats.pairing import twins
+from ..runstats.pairing import REFERENCE_INIT, twins
 from ..runstats.smoothing import smoothed
 from ..runstats.speedup import CLAIM_RULE
+from .model import SYMMETRIC_INITS
 from .runs import RunInfo
 
 COLOURS = {"encoder": "tab:blue", "decoder": "tab:purple", "random": "lightskyblue", "symmetric": "navy"}
@@ -42,13 +43,13 @@ LAYER_FORM_STYLE = ":"
 
 def load_runs(runs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(scores, losses) of the run folders, each row tagged with what its run trained (``RunInfo.labels``)
-    and, for the runs of a random-vs-symmetric pair (``runstats.pairing.twins``), ``twin``: the pair's symmetric run.
+    and, for the runs of a compared pair (``runstats.pairing.twins``), ``twin``: the pair's candidate run.
     Losses are smoothed as Table 1 smooths them."""
     infos = [RunInfo.read(run) for run in runs]
     pair = {}
     for twin in twins({info.name: info.config for info in infos}):
-        pair.setdefault(twin.random, twin.symmetric)
-        pair[twin.symmetric] = twin.symmetric
+        pair.setdefault(twin.reference, twin.candidate)
+        pair[twin.candidate] = twin.candidate
     scores, losses = [], []
     for run, info in zip(runs, infos, strict=True):
         labels = {**info.labels(), "twin": pair.get(info.name)}
@@ -136,15 +137,17 @@ def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path
 
 
 def speedup_note(table: pd.DataFrame | None, dataset: str, layers: int, objective: str) -> str:
-    """One line per unregularised symmetric row of Table 1 (``speedup.summarise``) in this group: the
-    speed-up by the rule claims use, its interval, the censored pairs, the test's p and MDE, the verdict."""
+    """One line per unregularised symmetric-init row of Table 1 (``table1.summarise``) compared with random
+    in this group: the speed-up by the rule claims use, its interval, the censored pairs, the t-test's p and
+    MDE, the verdict."""
     if table is None:
         return ""
     rows = table[
         (table["dataset"] == dataset)
         & (table["layers"] == layers)
         & (table["objective"] == objective)
-        & (table["init"] == "symmetric")
+        & (table["init"].isin(SYMMETRIC_INITS))
+        & (table["reference"] == REFERENCE_INIT)
         & (table["reg_weight"] == 0)
         & (table["seed_pairs"] > 0)
     ]
@@ -156,9 +159,9 @@ def speedup_note(table: pd.DataFrame | None, dataset: str, layers: int, objectiv
             if row.seed_pairs > 1
             else ""
         )
-        test = f"; p = {row.p_value:.3f}, MDE {row.mde:.1f} %" if row.seed_pairs > 1 else ""
+        test = f"; p = {row.signed_p_t:.3f}, MDE {row.mde:.1f} %" if row.seed_pairs > 1 else ""
         lines.append(
-            f"speed-up ({CLAIM_RULE}) {getattr(row, speed):.1f}{interval} % over {row.seed_pairs} seed "
+            f"{row.init}: speed-up ({CLAIM_RULE}) {getattr(row, speed):.1f}{interval} % over {row.seed_pairs} seed "
             f"pair(s), {row.censored} censored{test}: {row.verdict}"
         )
     return "\n".join(lines)
@@ -175,7 +178,7 @@ def symmetric_init_figure(
 ) -> Figure:
     """Figure S5: loss, median symmetry and per-layer symmetry, random vs symmetric initialisation, for
     the twin runs (``load_runs``' ``twin`` column) of one dataset, depth and objective, every seed; with
-    Table 1 (``speedup.summarise``) given, its speed-up, null and verdict are written under the title."""
+    Table 1 (``runstats.table1.summarise``) given, its speed-up, null and verdict are written under the title."""
 
     def select(frame: pd.DataFrame) -> pd.DataFrame:
         group = (
