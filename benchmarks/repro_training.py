@@ -47,7 +47,7 @@ from attngeom.runstats import authors
 from attngeom.runstats.table1 import pair_speedups, table1
 from attngeom.runstats.table1_display import write_table1
 from attngeom.training.config import CHOICES, make_config, parse_overrides
-from attngeom.training.data import load_corpus
+from attngeom.training.corpus import load_corpus
 from attngeom.training.figures import evolution_figure, load_runs, official_figure, symmetric_init_figure
 from attngeom.training.runs import RunInfo
 

@@ -5,6 +5,7 @@ values at our horizon are those quoted in issue 27 (15,200 updates: 28.9/39.5/26
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +99,17 @@ def test_table1_sets_the_authors_value_beside_symmetric_rows_only(logs):
     theirs = authors.compare(logs, 4, "jigsaw", 15_000)
     assert table.loc["torch_default_symmetric", "authors_jigsaw_robust"] == theirs["speedup_robust"]
     assert np.isnan(table.loc["random", "authors_jigsaw_robust"])
+    assert "authors_wikipedia_robust" not in table  # word pieces: Jigsaw only
+
+    spaced = {name: dataclasses.replace(config, character_spacing=True) for name, config in configs.items()}
+    table = summarise(losses, spaced, authors_logs=logs).set_index("init")
+    row = table.loc["torch_default_symmetric"]
+    assert row["characters"] and "authors_jigsaw_robust" not in table
+    assert row["authors_wikipedia_gap"] == authors.compare(logs, 4, "wikipedia", 15_000)["loss_gap"]
+    assert (
+        row["authors_red_pajama_notebook"]
+        == authors.compare(logs, 4, "red_pajama", 15_000)["speedup_notebook"]
+    )
 
 
 def test_a_file_that_is_not_theirs_is_refused(tmp_path):

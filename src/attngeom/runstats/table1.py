@@ -72,11 +72,6 @@ def twin_label(candidate_init: str, reference_init: str) -> str:
     return f"{candidate_init} vs {reference_init} (same seed)"
 
 
-def characters(config: TrainConfig) -> bool:
-    """Whether the run was trained on character-spaced text (the authors' Wikipedia and RedPajama)."""
-    return bool(config.to_dict().get("character_spacing", False))
-
-
 def pair_speedups(losses: Mapping[str, pd.DataFrame], configs: Mapping[str, TrainConfig]) -> pd.DataFrame:
     """One row per compared pair of runs (the twins of every comparison and the random-vs-random null
     pairs): the speed-up by both rules and the paper's formula, whether the candidate is censored by the
@@ -229,7 +224,7 @@ def summarise(
             del labels["seed"]
             row = {
                 **labels,
-                "characters": characters(first),
+                "characters": first.character_spacing,
                 "run": ", ".join(names),
                 "seeds": len(names),
                 "steps": min(int(losses[n]["step"].max()) for n in names),
