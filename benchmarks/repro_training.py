@@ -172,7 +172,8 @@ def launch(runs: list[Run], gpus: int, per_gpu: int, deadline: float, threads: i
 def render(runs: list[Path], out: Path, staging: Path) -> list[Path]:
     """Table 1 into ``out``; the figures into ``staging`` (PDF and PNG), per dataset and depth among the
     runs; returns the figure stems."""
-    table = table1(runs, pd.read_csv(PAPER), authors.read_logs(AUTHORS_LOGS))
+    logs = authors.read_logs(AUTHORS_LOGS)
+    table = table1(runs, pd.read_csv(PAPER), logs)
     write_table1(table, out / "table_1")
     scores, losses = load_runs(runs)
     groups = sorted(set(zip(scores["dataset"], scores["layers"], strict=True)))
@@ -184,7 +185,7 @@ def render(runs: list[Path], out: Path, staging: Path) -> list[Path]:
         here = scores[(scores["dataset"] == dataset) & (scores["layers"] == layers)]
         for objective in sorted(set(here["objective"])):
             stems.append(staging / f"figure_s5_{objective}{suffix}")
-            symmetric_init_figure(scores, losses, dataset, layers, objective, stems[-1], table)
+            symmetric_init_figure(scores, losses, dataset, layers, objective, stems[-1], table, logs)
     official_figure(scores, pd.read_csv(OFFICIAL), staging / "official_comparison")
     return stems
 

@@ -116,3 +116,35 @@ def test_a_file_that_is_not_theirs_is_refused(tmp_path):
     (tmp_path / authors.LOSS_FILE).write_text("bert_small--encoder--imdb\n1.0\n")
     with pytest.raises(authors.AuthorsLogsError, match="not one of the authors' runs"):
         authors.read_logs(tmp_path)
+
+
+def test_figure_s5_draws_the_authors_curves_beside_ours_up_to_our_horizon(logs, tmp_path):
+    """The committed paper-recipe runs (4-layer word-piece encoders): panel b holds the authors' BERT-mini
+    on Jigsaw, random and symmetric init, cut at our last step; the figure is written as PDF and PNG."""
+    from attngeom.runstats.table1 import table1
+    from attngeom.training.figures import COLOURS, load_runs, symmetric_init_figure
+
+    runs = sorted(
+        p for p in (ROOT / "benchmarks/results/training_repro_paper_recipe").iterdir() if p.is_dir()
+    )
+    runs = [r for r in runs if (r / "loss.parquet").exists()]
+    scores, losses = load_runs(runs)
+    table = table1(runs, authors_logs=logs)
+    fig = symmetric_init_figure(scores, losses, "sotu_paragraphs", 4, "encoder", tmp_path / "s5", table, logs)
+    assert (tmp_path / "s5.pdf").stat().st_size > 0 and (tmp_path / "s5.png").stat().st_size > 0
+    theirs = fig.axes[1]
+    assert theirs.get_title().startswith("b) training loss, the authors' BERT-mini runs")
+    labels = [line.get_label() for line in theirs.get_lines()]
+    assert labels == [
+        "authors, jigsaw: random",
+        "authors, jigsaw: symmetric init (= torch_default_symmetric)",
+    ]
+    assert all(line.get_xdata().max() == 15_200 for line in theirs.get_lines())  # our last step: 15,300
+    assert [line.get_color() for line in theirs.get_lines()] == [
+        COLOURS["random"],
+        COLOURS["torch_default_symmetric"],
+    ]
+    assert theirs.get_xlabel() == "training step" and theirs.get_ylabel().startswith("loss")
+    assert "symmetric vs random: speed-up (robust) 5.6 [2.3, 8.9] %" in fig.get_suptitle()
+    without = symmetric_init_figure(scores, losses, "sotu_paragraphs", 4, "encoder", tmp_path / "s5b", table)
+    assert not any("authors" in ax.get_title() for ax in without.axes)

@@ -143,6 +143,7 @@ if EVOLUTION_GROUPS:
                 lambda run: (run.dataset, str(run.layers), run.objective)
                 == (wildcards.dataset, wildcards.layers, wildcards.objective)
             ),
+            authors=REFERENCE / "authors-logs" / "symmetric-initialization-loss.csv",
         output:
             report(
                 multiext(

@@ -224,7 +224,6 @@ def summarise(
             del labels["seed"]
             row = {
                 **labels,
-                "characters": first.character_spacing,
                 "run": ", ".join(names),
                 "seeds": len(names),
                 "steps": min(int(losses[n]["step"].max()) for n in names),

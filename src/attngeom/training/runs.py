@@ -244,6 +244,7 @@ class RunInfo:
             "layers": self.config.n_layers,
             "objective": self.config.objective,
             "init": self.config.init,
+            "characters": self.config.character_spacing,
             "reg_weight": self.config.reg_weight,
             "seed": self.config.seed,
             "differs_from_paper": "; ".join(paper_differences(self.config)) or "none",
