@@ -20,8 +20,8 @@ The corpus and tokenizer are prepared into ``--cache`` (default benchmarks/.cach
 OUT holds flat files: table_1.{csv,md,tex} (Table 1: final loss and speed-up over seeds with 95%
 intervals, three tests, the random-vs-random null, the verdicts, the authors' runs at the same horizon),
 notes.md (device, each run's progress, every pair's speed-up, the authors' Table 1 from their logs by their
-notebook's formula and ours), figure_3_evolution.png and figure_s5_<objective>.png per dataset and depth
-(Figures 3 and S5; ``_<dataset>_<layers>L`` added when the runs hold several), and
+notebook's formula and ours), figure_3_evolution.png and figure_s5_<objective>.png per dataset, depth and
+tokens (Figures 3 and S5; ``_<dataset>_<layers>L[_characters]`` added when the runs hold several), and
 runs.tar.gz (each run's config.yaml, loss.parquet, scores.parquet and log, the figures as PDF, the
 comparison with the authors' nearest published evolution).
 """
@@ -170,22 +170,23 @@ def launch(runs: list[Run], gpus: int, per_gpu: int, deadline: float, threads: i
 
 
 def render(runs: list[Path], out: Path, staging: Path) -> list[Path]:
-    """Table 1 into ``out``; the figures into ``staging`` (PDF and PNG), per dataset and depth among the
-    runs; returns the figure stems."""
+    """Table 1 into ``out``; the figures into ``staging`` (PDF and PNG), per dataset, depth and tokens
+    (word pieces or characters) among the runs; returns the figure stems."""
     logs = authors.read_logs(AUTHORS_LOGS)
     table = table1(runs, pd.read_csv(PAPER), logs)
     write_table1(table, out / "table_1")
     scores, losses = load_runs(runs)
-    groups = sorted(set(zip(scores["dataset"], scores["layers"], strict=True)))
+    groups = sorted(set(zip(scores["dataset"], scores["layers"], scores["characters"], strict=True)))
     stems = []
-    for dataset, layers in groups:
-        suffix = f"_{dataset}_{layers}L" if len(groups) > 1 else ""
+    for dataset, layers, characters in groups:
+        suffix = f"_{dataset}_{layers}L{'_characters' if characters else ''}" if len(groups) > 1 else ""
+        here, here_losses = (frame[frame["characters"] == characters] for frame in (scores, losses))
         stems.append(staging / f"figure_3_evolution{suffix}")
-        evolution_figure(scores, dataset, layers, stems[-1])
-        here = scores[(scores["dataset"] == dataset) & (scores["layers"] == layers)]
-        for objective in sorted(set(here["objective"])):
+        evolution_figure(here, dataset, layers, stems[-1])
+        objectives = set(here.loc[(here["dataset"] == dataset) & (here["layers"] == layers), "objective"])
+        for objective in sorted(objectives):
             stems.append(staging / f"figure_s5_{objective}{suffix}")
-            symmetric_init_figure(scores, losses, dataset, layers, objective, stems[-1], table, logs)
+            symmetric_init_figure(here, here_losses, dataset, layers, objective, stems[-1], table, logs)
     official_figure(scores, pd.read_csv(OFFICIAL), staging / "official_comparison")
     return stems
 

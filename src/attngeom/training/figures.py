@@ -152,14 +152,17 @@ def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path
     return fig
 
 
-def speedup_note(table: pd.DataFrame | None, dataset: str, layers: int, objective: str) -> str:
-    """One line per unregularised comparison row of Table 1 (``table1.summarise``) in this group: the
-    speed-up by the rule claims use, its interval, the censored pairs, the t-test's p and MDE, the sign-flip
-    test's p, the verdict."""
+def speedup_note(
+    table: pd.DataFrame | None, dataset: str, layers: int, objective: str, characters: bool = False
+) -> str:
+    """One line per unregularised comparison row of Table 1 (``table1.summarise``) in this group (word
+    pieces or ``characters``): the speed-up by the rule claims use, its interval, the censored pairs, the
+    t-test's p and MDE, the sign-flip test's p, the verdict."""
     if table is None:
         return ""
     rows = table[
-        (table["dataset"] == dataset)
+        (table["characters"] == characters)
+        & (table["dataset"] == dataset)
         & (table["layers"] == layers)
         & (table["objective"] == objective)
         & (table["reg_weight"] == 0)
@@ -278,7 +281,7 @@ def symmetric_init_figure(
             ax.set_axis_off()
             continue
         _per_layer(ax, group, "symmetry", f"{next(letters)}) {inits[i]} init: symmetry per layer")
-    note = speedup_note(table, dataset, layers, objective)
+    note = speedup_note(table, dataset, layers, objective, characters)
     fig.suptitle(
         f"{layers}-layer {objective} on {dataset}: init arms compared ({', '.join(inits)})"
         + (f"\n{note}" if note else "")
