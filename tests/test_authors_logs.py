@@ -148,3 +148,17 @@ def test_figure_s5_draws_the_authors_curves_beside_ours_up_to_our_horizon(logs, 
     assert "symmetric vs random: speed-up (robust) 5.6 [2.3, 8.9] %" in fig.get_suptitle()
     without = symmetric_init_figure(scores, losses, "sotu_paragraphs", 4, "encoder", tmp_path / "s5b", table)
     assert not any("authors" in ax.get_title() for ax in without.axes)
+
+
+def test_the_papers_numbers_sit_only_beside_rows_of_the_same_tokens():
+    steps = np.arange(1, 401) * 10
+    losses, configs = {}, {}
+    for init, scale in (("random", 300), ("torch_default_symmetric", 250)):
+        losses[init] = pd.DataFrame({"step": steps, "loss": 2 + 8 * np.exp(-steps / scale)})
+        configs[init] = make_config({"dataset": "wikipedia", "n_layers": 4}, {"init": init})
+    words = summarise(losses, configs, PAPER).set_index("init")
+    assert words["paper_speedup_percent"].isna().all()  # the paper's Wikipedia was trained on characters
+    spaced = {name: dataclasses.replace(config, character_spacing=True) for name, config in configs.items()}
+    table = summarise(losses, spaced, PAPER).set_index("init")
+    assert table.loc["torch_default_symmetric", "paper_speedup_percent"] == 73
+    assert table.loc["random", "paper_loss"] == 0.984

@@ -259,8 +259,9 @@ def summarise(
 
 def _with_paper(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
     """The paper's Table 1 numbers (one run each; its "symmetric" is the authors' init) beside our
-    unregularised encoder rows of the same depth and dataset: its random row beside our random init, its
-    symmetric row beside every symmetric init compared with random."""
+    unregularised encoder rows of the same depth, dataset and tokens (its Wikipedia and RedPajama rows were
+    trained on characters, Jigsaw on word pieces): its random row beside our random init, its symmetric row
+    beside every symmetric init compared with random."""
     published = paper.rename(columns={"final_loss": "paper_loss", "speedup_percent": "paper_speedup_percent"})
     published = published.rename(columns={"init": "paper_init"})
     paper_init = np.where(
@@ -268,7 +269,10 @@ def _with_paper(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
         "symmetric",
         np.where(table["init"] == REFERENCE_INIT, "random", ""),
     )
-    comparable = (table["objective"] == "encoder") & (table["reg_weight"] == 0) & (paper_init != "")
+    same_tokens = table["dataset"].isin(authors.CHARACTER_DATASETS) == table["characters"]
+    comparable = (
+        (table["objective"] == "encoder") & (table["reg_weight"] == 0) & (paper_init != "") & same_tokens
+    )
     merged = table[comparable].assign(paper_init=paper_init[comparable])
     merged = merged.merge(published, on=["layers", "dataset", "paper_init"], how="left")
     return pd.concat([merged.drop(columns="paper_init"), table[~comparable]], ignore_index=True)
