@@ -37,11 +37,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from attngeom import tables
 from attngeom.files import atomic_path, write_bytes, write_text
+from attngeom.report.table_formats import to_markdown
+from attngeom.report.training_figures import (
+    evolution_figure,
+    load_runs,
+    official_figure,
+    symmetric_init_figure,
+)
 from attngeom.training.config import make_config, parse_overrides
 from attngeom.training.data import load_corpus
-from attngeom.training.figures import evolution_figure, load_runs, official_figure, symmetric_init_figure
 from attngeom.training.runs import RunInfo
 from attngeom.training.speedup import pair_speedups, table1, write_table1
 
@@ -198,8 +203,8 @@ def notes(runs: list[Run], folders: list[Path], started: float, device: str) -> 
         [
             f"Device: {device}. Wall time of this call: {time.monotonic() - started:.0f} s.",
             "",
-            tables.to_markdown(progress, "Runs"),
-            tables.to_markdown(pairs.round(2), "Speed-up of every pair (%), by both rules"),
+            to_markdown(progress, "Runs"),
+            to_markdown(pairs.round(2), "Speed-up of every pair (%), by both rules"),
         ]
     )
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from attngeom import figures, tables
 from attngeom.pipeline.training_runs import trained_model_id
+from attngeom.report import score_figures
+from attngeom.report.summary import collect, read_table, summarise
 from attngeom.training.runs import RunInfo
 
 
@@ -19,17 +20,17 @@ def heatmap_panel(path: str) -> tuple[str, np.ndarray | None, str]:
 
 
 if snakemake.rule == "figure_2":
-    summary = tables.read_table(snakemake.input.summary)
+    summary = read_table(snakemake.input.summary)
 else:
-    scores, models = tables.collect(snakemake.params.models, snakemake.input.scores, snakemake.input.status)
-    summary = tables.summarise(scores, models)
+    scores, models = collect(snakemake.params.models, snakemake.input.scores, snakemake.input.status)
+    summary = summarise(scores, models)
 runs = [RunInfo.read(Path(final).parent) for final in snakemake.input.runs]
 inits = {trained_model_id(run.name): run.config.init for run in runs}
 stem = Path(snakemake.output[0]).with_suffix("")
 if snakemake.rule == "figure_2":
-    figures.figure_2(summary, [heatmap_panel(path) for path in snakemake.input.heatmaps], stem, inits)
+    score_figures.figure_2(summary, [heatmap_panel(path) for path in snakemake.input.heatmaps], stem, inits)
 elif snakemake.rule == "figure_s1":
-    figures.figure_groups(summary, "figure_s1", "objective", "Vision and audio models", stem, inits)
+    score_figures.figure_groups(summary, "figure_s1", "objective", "Vision and audio models", stem, inits)
 else:
     title = "Encoder-decoder models: encoder vs decoder stack"
-    figures.figure_groups(summary, "figure_s2", "stack", title, stem, inits)
+    score_figures.figure_groups(summary, "figure_s2", "stack", title, stem, inits)

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attngeom import figures
 from attngeom.errors import InputError
+from attngeom.report import score_figures
 
 
 def summary_row(model: str, objective: str, role: str, median: float, groups=("figure_2",), **extra) -> dict:
@@ -55,7 +55,7 @@ def points(ax) -> list[tuple[float, float, str, str]]:
 def test_figure_2_main_panels_hold_only_pretrained_models_and_controls_get_their_own(tmp_path):
     matrix = np.arange(16.0).reshape(4, 4) - 8
     panels = [("enc, layer 1", matrix, ""), ("dec, layer 0", None, "not available: gated")]
-    fig = figures.figure_2(SUMMARY, panels, tmp_path / "figure_2", INITS)
+    fig = score_figures.figure_2(SUMMARY, panels, tmp_path / "figure_2", INITS)
     main, controls, heatmap = fig.axes[0], fig.axes[1], fig.axes[2]
     assert sorted(y for _, y, _, _ in points(main)) == [0.1, 0.6]  # pretrained only
     found = points(controls)
@@ -71,13 +71,13 @@ def test_figure_2_main_panels_hold_only_pretrained_models_and_controls_get_their
 
 def test_without_controls_figure_2_has_no_controls_panel(tmp_path):
     pretrained = SUMMARY[SUMMARY["role"] == "pretrained"]
-    fig = figures.figure_2(pretrained, [], tmp_path / "figure_2")
+    fig = score_figures.figure_2(pretrained, [], tmp_path / "figure_2")
     assert len(fig.axes) == 2
 
 
 def test_figure_s1_with_only_controls_says_it_has_no_pretrained_model(tmp_path):
     rows = SUMMARY[SUMMARY["role"] != "pretrained"].assign(groups=[["figure_s1"]] * 3)
-    fig = figures.figure_groups(rows, "figure_s1", "objective", "S1", tmp_path / "s1", INITS)
+    fig = score_figures.figure_groups(rows, "figure_s1", "objective", "S1", tmp_path / "s1", INITS)
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert texts == ["no pretrained model in this group"]
     assert len(points(fig.axes[2])) == 3
@@ -93,12 +93,15 @@ def layer_scores(values: list[float], stack: str = "encoder") -> list[dict]:
 def test_the_representative_layer_is_the_one_closest_to_the_models_median():
     scores = pd.DataFrame(layer_scores([0.9, 0.1, 0.5, 0.44, 0.2]) + layer_scores([0.4, 0.4], "cross"))
     scores["head"] = scores["head"].astype("Int64")
-    assert figures.representative_layer(scores, "symmetry") == ("encoder", 3, 0.44, 0.44)
+    assert score_figures.representative_layer(scores, "symmetry") == ("encoder", 3, 0.44, 0.44)
     tie = pd.DataFrame(layer_scores([0.0, 1.0]))
     tie["head"] = tie["head"].astype("Int64")
-    assert figures.representative_layer(tie, "directionality")[:2] == ("encoder", 0)  # the lower on a tie
+    assert score_figures.representative_layer(tie, "directionality")[:2] == (
+        "encoder",
+        0,
+    )  # the lower on a tie
     with pytest.raises(InputError, match="no scored self-attention layer"):
-        figures.representative_layer(tie.iloc[0:0], "symmetry")
+        score_figures.representative_layer(tie.iloc[0:0], "symmetry")
 
 
 def test_figure_2_legends_cover_no_error_bar_and_an_empty_panel_has_no_parameter_axis(tmp_path):
@@ -112,7 +115,7 @@ def test_figure_2_legends_cover_no_error_bar_and_an_empty_panel_has_no_parameter
             summary_row("random/dec", "autoregressive", "random", 0.01),
         ]
     )
-    fig = figures.figure_2(summary, [], tmp_path / "f2")
+    fig = score_figures.figure_2(summary, [], tmp_path / "f2")
     renderer = FigureCanvasAgg(fig).get_renderer()
     checked = 0
     for ax in fig.axes:
@@ -127,6 +130,6 @@ def test_figure_2_legends_cover_no_error_bar_and_an_empty_panel_has_no_parameter
                 checked += 1
     assert checked >= 8
     lonely = pd.DataFrame([summary_row("random/vit", "bidirectional", "random", 0.0, groups=("figure_s1",))])
-    fig = figures.figure_groups(lonely, "figure_s1", "objective", "S1", tmp_path / "s1")
+    fig = score_figures.figure_groups(lonely, "figure_s1", "objective", "S1", tmp_path / "s1")
     top = fig.axes[0]
     assert top.get_xticks().size == 0 and top.get_yticks().size == 0 and top.get_xscale() == "linear"

@@ -22,10 +22,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from . import figures_scale  # noqa: E402
-from .errors import InputError  # noqa: E402
-from .files import atomic_path  # noqa: E402
-from .tables import in_group, layer_rows  # noqa: E402
+from ..errors import InputError  # noqa: E402
+from ..files import atomic_path  # noqa: E402
+from . import crowded_panels  # noqa: E402
+from .summary import in_group, layer_rows  # noqa: E402
 
 COLOURS = {
     "bidirectional": "#1f77b4",  # encoder-only: blue, as in the paper
@@ -69,8 +69,8 @@ def save(fig: Figure, stem: str | os.PathLike) -> list[Path]:
 
 def _failed_note(rows: pd.DataFrame) -> str:
     failed = rows[rows["status"] != "ok"].drop_duplicates("model")
-    if figures_scale.crowded(failed, figures_scale.NAMED_FAILURES):
-        return figures_scale.failed_summary(failed)
+    if crowded_panels.crowded(failed, crowded_panels.NAMED_FAILURES):
+        return crowded_panels.failed_summary(failed)
     return "; ".join(f"{r.display}: {r.reason}" for r in failed.itertuples(index=False))
 
 
@@ -82,8 +82,8 @@ def scatter(ax: plt.Axes, rows: pd.DataFrame, metric: str, hue: str) -> None:
     """Median ± interquartile distances vs parameters of the pretrained models; colour by ``hue``
     column, marker by modality."""
     rows = rows[(rows["status"] == "ok") & rows[f"{metric}_median"].notna() & (rows["role"] == "pretrained")]
-    if figures_scale.crowded(rows):
-        figures_scale.scatter_summary(ax, rows, metric, hue, COLOURS, LABELS, METRIC_LABELS[metric])
+    if crowded_panels.crowded(rows):
+        crowded_panels.scatter_summary(ax, rows, metric, hue, COLOURS, LABELS, METRIC_LABELS[metric])
         return
     if rows.empty:  # no parameter axis to show: a bare log axis with cut tick labels says nothing
         ax.text(
