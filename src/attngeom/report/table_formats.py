@@ -1,14 +1,17 @@
-"""A table written three ways: ``stem``.csv at full precision, ``stem``.md and ``stem``.tex with the
-title, the caption and the grid (or each block of it under its heading); and the cell formats they share."""
+"""A table written four ways: ``stem``.csv at full precision; ``stem``.md, ``stem``.tex and ``stem``.html
+(a sortable page of its own, what the pipeline's report shows inline) with the title, the caption and the
+grid, or each block of it under its heading; and the cell formats they share."""
 
 from __future__ import annotations
 
+import html
 import os
 from dataclasses import dataclass
 
 import pandas as pd
 
 from ..files import write_text
+from . import html_page
 from .summary import write_csv
 
 
@@ -96,6 +99,24 @@ def to_latex(table: pd.DataFrame | list[Block], title: str, caption: str = "") -
     return "\n".join([*lines, r"\end{table}", ""])
 
 
+def _cell(value: object) -> str:
+    return "" if pd.api.types.is_scalar(value) and pd.isna(value) else str(value)
+
+
+def to_html(table: pd.DataFrame | list[Block], title: str, caption: str = "", empty: str = "") -> str:
+    """A page of its own (``html_page``): the title, the caption, then the table, or each block under its
+    heading with its notes below, every grid sortable by any column; a table without rows says ``empty``."""
+    blocks = [b for b in (table if isinstance(table, list) else [Block(table)]) if not b.table.empty]
+    body = [] if blocks else [f"<p>{html.escape(empty)}</p>"]
+    for block in blocks:
+        body += [f"<h2>{html.escape(block.heading)}</h2>"] if block.heading else []
+        cells = [[_cell(v) for v in row] for row in block.table.itertuples(index=False)]
+        body += html_page.grid(cells, [str(c) for c in block.table.columns])
+        notes = [f"<li>{html.escape(note)}</li>" for note in block.notes]
+        body += ['<ul class="notes">', *notes, "</ul>"] if notes else []
+    return html_page.page(title, caption, body)
+
+
 def write_table(
     table: pd.DataFrame | list[Block],
     stem: str | os.PathLike,
@@ -104,15 +125,16 @@ def write_table(
     empty: str = "This table has no rows.",
     caption: str = "",
 ) -> None:
-    """``stem``.csv (``csv`` if given: full precision), ``stem``.md and ``stem``.tex: the title, the
-    caption (what the table shows, what its ± means), then the table, or each of its blocks under its
-    heading. A table without rows is still a CSV with its header, and the MD/TeX say ``empty`` (one
-    sentence: why) instead of a grid."""
+    """``stem``.csv (``csv`` if given: full precision), ``stem``.md, ``stem``.tex and ``stem``.html: the
+    title, the caption (what the table shows, what its ± means), then the table, or each of its blocks
+    under its heading. A table without rows is still a CSV with its header, and the others say ``empty``
+    (one sentence: why) instead of a grid."""
     stem = str(stem)
     if csv is None and isinstance(table, list):
         raise ValueError("a table in blocks needs its full-precision csv")
     write_csv(table if csv is None else csv, stem + ".csv")
     blocks = [b for b in (table if isinstance(table, list) else [Block(table)]) if not b.table.empty]
+    write_text(stem + ".html", to_html(blocks, title, caption, empty))
     if not blocks:
         write_text(stem + ".md", f"# {title}\n\n{empty}\n" + (f"\n{caption}\n" if caption else ""))
         write_text(stem + ".tex", f"% {_latex_escape(title)}\n{_latex_escape(' '.join([empty, caption]))}\n")
