@@ -133,3 +133,48 @@ def test_figure_2_legends_cover_no_error_bar_and_an_empty_panel_has_no_parameter
     fig = score_figures.figure_groups(lonely, "figure_s1", "objective", "S1", tmp_path / "s1")
     top = fig.axes[0]
     assert top.get_xticks().size == 0 and top.get_yticks().size == 0 and top.get_xscale() == "linear"
+
+
+def drawn_beyond_the_figure(fig, path) -> list[str]:
+    """Saved as the docs show (``fig.savefig(path)``, no ``bbox_inches``): what is drawn off the page.
+    Every text but the tick labels (titles, axis labels, legends, notes) is checked by itself, to name it;
+    ``get_tightbbox`` bounds everything drawn, tick labels in view included."""
+    from matplotlib.text import Text
+
+    fig.savefig(path)
+    renderer = fig.canvas.get_renderer()
+    page = fig.bbox.padded(1)  # a pixel for antialiasing
+
+    def off_page(box) -> bool:
+        return not (page.contains(box.x0, box.y0) and page.contains(box.x1, box.y1))
+
+    ticks = {
+        id(label)
+        for ax in fig.axes
+        for label in ax.get_xticklabels(which="both") + ax.get_yticklabels(which="both")
+    }
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text() and id(t) not in ticks]
+    outside = [f"{t.get_text()[:50]!r}" for t in texts if off_page(t.get_window_extent(renderer))]
+    drawn = fig.get_tightbbox(renderer).transformed(fig.dpi_scale_trans)
+    return outside + ([f"everything drawn: {drawn}"] if off_page(drawn) else [])
+
+
+def test_figures_saved_as_documented_keep_every_title_and_note_on_the_page(tmp_path):
+    from attngeom import Results, plots
+
+    matrix = np.random.default_rng(0).normal(size=(16, 16))
+    name = "meta-llama/Llama-3.2-1B-Instruct (pretrained)"
+    panels = [
+        (f"{name}, {stack} layer 1: the most representative layer\n(symmetry 0.12; median 0.10)", matrix, "")
+        for stack in ("encoder", "decoder")
+    ]
+    failed = summary_row("local/corrupt", "bidirectional", "pretrained", np.nan, status="failed")
+    failed["reason"] = "model.safetensors: header is not valid JSON (the file is damaged; download it again)"
+    summary = pd.concat([SUMMARY, pd.DataFrame([failed])], ignore_index=True)
+    groups = summary.assign(groups=[["figure_2", "figure_s1", "figure_s2"]] * len(summary))
+    empty = pd.DataFrame()
+    results = Results(tmp_path, empty, empty, empty, groups, heatmaps=panels)
+    for make in (plots.figure_2, plots.figure_s1, plots.figure_s2):
+        fig = make(results)
+        assert drawn_beyond_the_figure(fig, tmp_path / f"{make.__name__}.png") == [], make.__name__
+        assert any("not scored: corrupt" in t.get_text() for t in fig.texts)  # the note is drawn
