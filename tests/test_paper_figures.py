@@ -178,3 +178,32 @@ def test_figures_saved_as_documented_keep_every_title_and_note_on_the_page(tmp_p
         fig = make(results)
         assert drawn_beyond_the_figure(fig, tmp_path / f"{make.__name__}.png") == [], make.__name__
         assert any("not scored: corrupt" in t.get_text() for t in fig.texts)  # the note is drawn
+
+
+def test_a_figure_whose_group_holds_no_model_says_so(tmp_path):
+    from attngeom.report.summary import collect, summarise
+
+    summary = summarise(*collect([], [], []))  # what the rule script builds when the group is empty
+    fig = score_figures.figure_groups(
+        summary, "figure_s1", "objective", "Vision and audio models", tmp_path / "s1"
+    )
+    assert [t.get_text() for t in fig.texts] == [
+        "Vision and audio models",
+        "No models in this group: the config puts no model in figure_s1.",
+    ]
+    assert (tmp_path / "s1.pdf").read_bytes()[:4] == b"%PDF" and (tmp_path / "s1.png").stat().st_size > 1000
+
+
+def test_a_config_of_language_models_only_draws_figures_s1_and_s2_that_say_they_are_empty(tmp_path):
+    """Both figure jobs ran on the empty group and crashed (KeyError: 'role'), with no log."""
+    from pipeline_support import TINY_MODELS, run_snakemake, write_config
+
+    config = write_config(tmp_path / "language.yaml", TINY_MODELS[:2])  # BERT and Llama: no S1/S2 model
+    targets = [
+        f"results/figures/{figure}.{kind}" for figure in ("figure_s1", "figure_s2") for kind in ("pdf", "png")
+    ]
+    run_snakemake("--cores", "1", *targets, "--configfile", str(config), cwd=tmp_path)
+    for figure in ("figure_s1", "figure_s2"):
+        assert (tmp_path / "results" / "figures" / f"{figure}.pdf").read_bytes()[:4] == b"%PDF"
+        log = (tmp_path / "results" / "logs" / f"{figure}.log").read_text()
+        assert log == f"{figure}: 0 model(s): drawn as a figure that says it is empty\n"

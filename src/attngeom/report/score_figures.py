@@ -261,9 +261,7 @@ def figure_2(
     for i, (title, matrix, note) in enumerate(panels[:2]):
         heatmap(axes[i, columns.index("heatmap")], matrix, title, note)
     _caption(fig, rows)
-    if stem is not None:  # None: the figure only (attngeom.plots)
-        save(fig, stem)
-    return fig
+    return _finished(fig, stem)
 
 
 def figure_groups(
@@ -277,6 +275,8 @@ def figure_groups(
     """Figure S1 (``hue="objective"``, vision and audio) or S2 (``hue="stack"``, encoder-decoder models):
     pretrained models vs parameters; below, when the group has any, the controls and trained models."""
     rows = in_group(summary, group)
+    if rows.empty:
+        return _finished(empty_figure(title, group), stem)
     with_controls = bool(rows["role"].isin(CONTROL_ROLES).any())
     fig, axes = plt.subplots(
         2 if with_controls else 1,
@@ -293,6 +293,21 @@ def figure_groups(
             axes[1, j].set_title(f"{metric}: random controls and models trained here", loc="left", fontsize=8)
     fig.suptitle(title)
     _caption(fig, rows)
+    return _finished(fig, stem)
+
+
+def empty_figure(title: str, group: str) -> Figure:
+    """The figure of a group that holds no model (a config of language models only has none in Figures
+    S1 and S2): its title and one line saying so, so that the report shows why there is nothing."""
+    fig = plt.figure(figsize=(9, 1.4), layout="constrained")
+    fig.suptitle(title)
+    fig.text(
+        0.5, 0.4, f"No models in this group: the config puts no model in {group}.", ha="center", va="center"
+    )
+    return fig
+
+
+def _finished(fig: Figure, stem: str | os.PathLike | None) -> Figure:
     if stem is not None:  # None: the figure only (attngeom.plots)
         save(fig, stem)
     return fig

@@ -60,8 +60,9 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
 
 
 def in_group(table: pd.DataFrame, group: str) -> pd.DataFrame:
-    """The rows whose ``groups`` list holds ``group`` (a table or figure of the paper)."""
-    return table[table["groups"].map(lambda groups: group in groups)]
+    """The rows whose ``groups`` list holds ``group`` (a table or figure of the paper); of a table without
+    rows, its columns (a mask of no rows is cast to bool: pandas takes an empty object mask for labels)."""
+    return table[table["groups"].map(lambda groups: group in groups).astype(bool)]
 
 
 def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) -> tuple:
