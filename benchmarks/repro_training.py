@@ -46,7 +46,7 @@ from attngeom.report.training_figures import (
     symmetric_init_figure,
 )
 from attngeom.training.config import make_config, parse_overrides
-from attngeom.training.data import load_corpus
+from attngeom.training.corpus import load_corpus
 from attngeom.training.runs import RunInfo
 from attngeom.training.speedup import pair_speedups, table1, write_table1
 
