@@ -12,6 +12,7 @@ model's median), with the colour scale clipped at a stated percentile.
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -21,11 +22,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import NullFormatter  # noqa: E402
 
-from . import figures_scale  # noqa: E402
-from .errors import InputError  # noqa: E402
-from .files import atomic_path  # noqa: E402
-from .tables import in_group, layer_rows  # noqa: E402
+from ..errors import InputError  # noqa: E402
+from ..files import atomic_path  # noqa: E402
+from . import crowded_panels  # noqa: E402
+from .summary import in_group, layer_rows  # noqa: E402
 
 COLOURS = {
     "bidirectional": "#1f77b4",  # encoder-only: blue, as in the paper
@@ -50,6 +52,11 @@ MIN_SPAN = 0.2
 """Smallest y range of a scatter panel."""
 METRIC_LABELS = {"symmetry": "median symmetry score", "directionality": "median directionality score"}
 
+TITLE_CHARACTERS = 48
+"""A heatmap's title (a model's name and its layer) is broken into lines of at most this many characters,
+so that it stays over its panel."""
+NOTE_SIZE = 6
+
 DPI = 200
 """Resolution of every PNG the package writes (the PDFs are vector)."""
 
@@ -69,8 +76,8 @@ def save(fig: Figure, stem: str | os.PathLike) -> list[Path]:
 
 def _failed_note(rows: pd.DataFrame) -> str:
     failed = rows[rows["status"] != "ok"].drop_duplicates("model")
-    if figures_scale.crowded(failed, figures_scale.NAMED_FAILURES):
-        return figures_scale.failed_summary(failed)
+    if crowded_panels.crowded(failed, crowded_panels.NAMED_FAILURES):
+        return crowded_panels.failed_summary(failed)
     return "; ".join(f"{r.display}: {r.reason}" for r in failed.itertuples(index=False))
 
 
@@ -82,8 +89,8 @@ def scatter(ax: plt.Axes, rows: pd.DataFrame, metric: str, hue: str) -> None:
     """Median ± interquartile distances vs parameters of the pretrained models; colour by ``hue``
     column, marker by modality."""
     rows = rows[(rows["status"] == "ok") & rows[f"{metric}_median"].notna() & (rows["role"] == "pretrained")]
-    if figures_scale.crowded(rows):
-        figures_scale.scatter_summary(ax, rows, metric, hue, COLOURS, LABELS, METRIC_LABELS[metric])
+    if crowded_panels.crowded(rows):
+        crowded_panels.scatter_summary(ax, rows, metric, hue, COLOURS, LABELS, METRIC_LABELS[metric])
         return
     if rows.empty:  # no parameter axis to show: a bare log axis with cut tick labels says nothing
         ax.text(
@@ -109,11 +116,21 @@ def scatter(ax: plt.Axes, rows: pd.DataFrame, metric: str, hue: str) -> None:
         )
         seen.add(label)
     ax.set_xscale("log")
+    _labelled_decades(ax)
     ax.set_xlabel("number of parameters")
     ax.set_ylabel(METRIC_LABELS[metric])
     _zero_line_and_span(ax)
     if seen:
         _legend_above_data(ax, fontsize=7)
+
+
+def _labelled_decades(ax: plt.Axes) -> None:
+    """Tick labels at powers of ten only; where the models span less than two of them, the axis widens to
+    the decades around them (else matplotlib labels minor ticks, which crowd into each other)."""
+    low, high = np.log10(ax.get_xlim())
+    if np.floor(high) - np.ceil(low) < 1:
+        ax.set_xlim(10 ** np.floor(low - 0.1), 10 ** np.ceil(high + 0.1))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _legend_above_data(ax: plt.Axes, fontsize: float) -> None:
@@ -177,7 +194,7 @@ def controls(ax: plt.Axes, rows: pd.DataFrame, metric: str, hue: str, inits: dic
 
 def heatmap(ax: plt.Axes, matrix: np.ndarray | None, title: str, note: str = "") -> None:
     """W_qk of one layer, colour scale symmetric around 0 and clipped at ``HEATMAP_CLIP_PERCENTILE``."""
-    ax.set_title(title, fontsize=8)
+    ax.set_title(_wrapped(title, TITLE_CHARACTERS), fontsize=8)
     if matrix is None:
         ax.text(
             0.5, 0.5, note or "not available", ha="center", va="center", wrap=True, transform=ax.transAxes
@@ -188,7 +205,7 @@ def heatmap(ax: plt.Axes, matrix: np.ndarray | None, title: str, note: str = "")
     image = ax.imshow(matrix, cmap="RdBu_r", vmin=-limit, vmax=limit, interpolation="nearest")
     ax.set_xlabel("key dimension j")
     ax.set_ylabel("query dimension i")
-    label = rf"$(W_{{qk}})_{{ij}}$, clipped at the {HEATMAP_CLIP_PERCENTILE:g}th percentile of |value|"
+    label = r"$(W_{qk})_{ij}$, clipped at the" + f"\n{HEATMAP_CLIP_PERCENTILE:g}th percentile of |value|"
     plt.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=label)
 
 
@@ -206,10 +223,17 @@ def representative_layer(scores: pd.DataFrame, metric: str) -> tuple[str, int, f
     return stack, int(rows["layer"].iloc[best]), float(rows[metric].iloc[best]), median
 
 
+def _wrapped(text: str, width: int) -> str:
+    """``text`` with each of its lines broken at ``width`` characters."""
+    return "\n".join(textwrap.fill(line, width) for line in text.splitlines())
+
+
 def _caption(fig: Figure, rows: pd.DataFrame) -> None:
+    """The models not scored, named under the panels (inside the figure: the layout makes room)."""
     note = _failed_note(rows)
     if note:
-        fig.text(0.01, -0.02, f"not scored: {note}", fontsize=6, ha="left", va="top", wrap=True)
+        width = int(fig.get_figwidth() * 72 / (NOTE_SIZE * 0.55))  # characters across the figure
+        fig.supxlabel(_wrapped(f"not scored: {note}", width), x=0.01, ha="left", fontsize=NOTE_SIZE)
 
 
 def figure_2(
@@ -225,7 +249,9 @@ def figure_2(
     rows = in_group(summary, "figure_2")
     columns = ["scatter"] + (["controls"] if rows["role"].isin(CONTROL_ROLES).any() else [])
     columns += ["heatmap"] if panels else []
-    fig, axes = plt.subplots(2, len(columns), figsize=(4.5 * len(columns), 7.5), squeeze=False)
+    fig, axes = plt.subplots(
+        2, len(columns), figsize=(4.5 * len(columns), 7.5), squeeze=False, layout="constrained"
+    )
     for i, metric in enumerate(("symmetry", "directionality")):
         scatter(axes[i, 0], rows, metric, "objective")
         axes[i, 0].set_title(f"{'ab'[i]}) {metric}: pretrained models", loc="left", fontweight="bold")
@@ -235,10 +261,7 @@ def figure_2(
     for i, (title, matrix, note) in enumerate(panels[:2]):
         heatmap(axes[i, columns.index("heatmap")], matrix, title, note)
     _caption(fig, rows)
-    fig.tight_layout()
-    if stem is not None:  # None: the figure only (attngeom.plots)
-        save(fig, stem)
-    return fig
+    return _finished(fig, stem)
 
 
 def figure_groups(
@@ -252,9 +275,15 @@ def figure_groups(
     """Figure S1 (``hue="objective"``, vision and audio) or S2 (``hue="stack"``, encoder-decoder models):
     pretrained models vs parameters; below, when the group has any, the controls and trained models."""
     rows = in_group(summary, group)
+    if rows.empty:
+        return _finished(empty_figure(title, group), stem)
     with_controls = bool(rows["role"].isin(CONTROL_ROLES).any())
     fig, axes = plt.subplots(
-        2 if with_controls else 1, 2, figsize=(9, 7.6 if with_controls else 3.8), squeeze=False
+        2 if with_controls else 1,
+        2,
+        figsize=(9, 7.6 if with_controls else 3.8),
+        squeeze=False,
+        layout="constrained",
     )
     for j, (metric, letter) in enumerate(zip(("symmetry", "directionality"), "ab", strict=True)):
         scatter(axes[0, j], rows, metric, hue)
@@ -264,7 +293,21 @@ def figure_groups(
             axes[1, j].set_title(f"{metric}: random controls and models trained here", loc="left", fontsize=8)
     fig.suptitle(title)
     _caption(fig, rows)
-    fig.tight_layout()
+    return _finished(fig, stem)
+
+
+def empty_figure(title: str, group: str) -> Figure:
+    """The figure of a group that holds no model (a config of language models only has none in Figures
+    S1 and S2): its title and one line saying so, so that the report shows why there is nothing."""
+    fig = plt.figure(figsize=(9, 1.4), layout="constrained")
+    fig.suptitle(title)
+    fig.text(
+        0.5, 0.4, f"No models in this group: the config puts no model in {group}.", ha="center", va="center"
+    )
+    return fig
+
+
+def _finished(fig: Figure, stem: str | os.PathLike | None) -> Figure:
     if stem is not None:  # None: the figure only (attngeom.plots)
         save(fig, stem)
     return fig
@@ -277,7 +320,9 @@ def heads_figure(scores: pd.DataFrame, title: str, stem: str | os.PathLike, reas
     stacks = list(dict.fromkeys(heads["stack"])) if not heads.empty else []
     n_layers = max([heads.loc[heads["stack"] == s, "layer"].nunique() for s in stacks] or [1])
     width = max(4.5, 0.22 * n_layers)
-    fig, axes = plt.subplots(2, max(len(stacks), 1), figsize=(width * max(len(stacks), 1), 6), squeeze=False)
+    fig, axes = plt.subplots(
+        2, max(len(stacks), 1), figsize=(width * max(len(stacks), 1), 6), squeeze=False, layout="constrained"
+    )
     if not stacks:
         for ax in axes.flat:
             ax.text(
@@ -325,5 +370,4 @@ def heads_figure(scores: pd.DataFrame, title: str, stem: str | os.PathLike, reas
             ax.set_xticks(ticks, [str(t) for t in ticks])
             ax.legend(frameon=False, fontsize=7)
     fig.suptitle(title)
-    fig.tight_layout()
     save(fig, stem)

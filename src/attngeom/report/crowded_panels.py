@@ -5,7 +5,7 @@ about 100). Beyond ``CROWDED`` models a panel draws each model as a faint dot an
 marker per family and colour: the median over the family's models of their median score, bars from the
 25th to the 75th percentile over those models, at the family's median size, its area growing with the
 number of models. The note under the figure then counts the models not scored by reason instead of
-naming each. Nothing here imports matplotlib: it draws on the axes it is given (attngeom.figures).
+naming each. Nothing here imports matplotlib: it draws on the axes it is given (attngeom.report.score_figures).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .errors import reason_kind
+from ..errors import reason_kind
 
 CROWDED = 300
 """More models than this in a panel: draw them as a crowd."""

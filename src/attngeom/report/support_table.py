@@ -12,9 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .architectures.support import END, START, with_support_table
-from .errors import InputError
-from .files import write_text
+from ..architectures.support import END, START, with_support_table
+from ..errors import InputError
+from ..files import write_text
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -35,10 +35,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     current = _read(args.readme)
     if args.conformance:
-        from .conformance.run import main as conformance_main
+        from ..conformance.run import main as conformance_main
 
         conformance_main(["--jobs", str(args.jobs)])
-        from .architectures.validated import conformance
+        from ..architectures.validated import conformance
 
         conformance.cache_clear()
     updated = with_support_table(current)

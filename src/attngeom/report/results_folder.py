@@ -1,4 +1,4 @@
-"""The pipeline's results as frames, for a notebook: ``load_results("results/")`` (``summarize`` is in ``tables``).
+"""The pipeline's results as frames, for a notebook: ``load_results("results/")`` (``summarize`` is in ``summary``).
 
 Reads what the pipeline wrote (``aggregate/scores.parquet``, ``aggregate/models.csv``,
 ``tables/summary.csv``, ``heatmaps/*.npz``, ``training/<run>/``) and nothing else; neither torch nor
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import InputError
-from .records import read_scores
-from .tables import read_table
+from ..errors import InputError
+from ..records import read_scores
+from .summary import read_table
 
 MODEL_FACTS = ["role", "status", "reason", "family", "modality", "display"]
 """Columns of ``aggregate/models.csv`` joined onto every score row (by model id)."""
@@ -67,7 +67,7 @@ def training_runs(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame] | tuple[Non
     )
     if not runs:
         return None, None
-    from .training.figures import load_runs  # matplotlib and the training code: only when there are runs
+    from .training_figures import load_runs  # matplotlib and the training code: only when there are runs
 
     return load_runs(runs)
 

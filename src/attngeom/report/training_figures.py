@@ -20,10 +20,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..figures import save
-from .official import METRICS, nearest_official, official_medians, official_note, ours_medians
-from .runs import RunInfo, twins
-from .speedup import CLAIM_RULE, smoothed
+from ..training.official import METRICS, nearest_official, official_medians, official_note, ours_medians
+from ..training.runs import RunInfo, twins
+from ..training.speedup import CLAIM_RULE, smoothed
+from .score_figures import save
 
 COLOURS = {"encoder": "tab:blue", "decoder": "tab:purple", "random": "lightskyblue", "symmetric": "navy"}
 STYLES = {"random": "--", "symmetric": "-"}

@@ -1,6 +1,6 @@
 """The paper's figures as matplotlib figures, from ``load_results`` (or the tables), for a notebook.
 
-The same drawing code as the pipeline's figure rules (``attngeom.figures``, ``attngeom.training.figures``),
+The same drawing code as the pipeline's figure rules (``score_figures``, ``training_figures``),
 returning the ``Figure`` without writing a file: save it with ``fig.savefig(...)``.
 """
 
@@ -9,10 +9,9 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from . import figures
-from .errors import InputError
-from .results import Results
-from .training import figures as training_figures
+from ..errors import InputError
+from . import score_figures, training_figures
+from .results_folder import Results
 
 
 def _summary(data: Results | pd.DataFrame) -> pd.DataFrame:
@@ -21,7 +20,7 @@ def _summary(data: Results | pd.DataFrame) -> pd.DataFrame:
 
 def _inits(data: Results | pd.DataFrame) -> dict[str, str]:
     """Trained model id → its initialisation, so the models trained here get their markers."""
-    from .pipeline.training_runs import trained_model_id
+    from ..pipeline.training_runs import trained_model_id
 
     if not isinstance(data, Results) or data.training is None:
         return {}
@@ -33,12 +32,12 @@ def figure_2(data: Results | pd.DataFrame) -> Figure:
     """Figure 2: median symmetry and directionality vs parameters of the pretrained encoder- and decoder-only
     language models (``figure_2`` group), the controls beside them, and the heatmaps a ``Results`` holds."""
     panels = data.heatmaps if isinstance(data, Results) else []
-    return figures.figure_2(_summary(data), panels, None, _inits(data))
+    return score_figures.figure_2(_summary(data), panels, None, _inits(data))
 
 
 def figure_s1(data: Results | pd.DataFrame) -> Figure:
     """Figure S1: vision and audio models (``figure_s1`` group)."""
-    return figures.figure_groups(
+    return score_figures.figure_groups(
         _summary(data), "figure_s1", "objective", "Vision and audio models", None, _inits(data)
     )
 
@@ -46,7 +45,7 @@ def figure_s1(data: Results | pd.DataFrame) -> Figure:
 def figure_s2(data: Results | pd.DataFrame) -> Figure:
     """Figure S2: encoder vs decoder stacks of encoder-decoder models (``figure_s2`` group)."""
     title = "Encoder-decoder models: encoder vs decoder stack"
-    return figures.figure_groups(_summary(data), "figure_s2", "stack", title, None, _inits(data))
+    return score_figures.figure_groups(_summary(data), "figure_s2", "stack", title, None, _inits(data))
 
 
 def evolution(data: Results | pd.DataFrame, dataset: str | None = None, layers: int | None = None) -> Figure:

@@ -14,8 +14,9 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from . import tables
-from .scores import GAMMA
+from ..scores import GAMMA
+from . import table_formats
+from .summary import in_group
 
 TABLES = {
     "symmetry": ("table_s2", "Table S2: symmetry score"),
@@ -51,7 +52,7 @@ def block_of(row: pd.Series) -> str:
 
 def long_table(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The table's rows at full precision, one per (model, stack), with their block, role and kind: the CSV."""
-    members = tables.in_group(summary, TABLES[metric][0])
+    members = in_group(summary, TABLES[metric][0])
     numbers = [f"{metric}_{what}" for what in ("median", "minus", "plus")]
     long = pd.DataFrame(
         {
@@ -85,9 +86,9 @@ def _cells(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "Model": [_label(row) for _, row in rows.iterrows()],
-            "Parameters": rows["n_params"].map(tables.parameters).to_list(),
+            "Parameters": rows["n_params"].map(table_formats.parameters).to_list(),
             "Median": [
-                tables.number(m) if status == "ok" else "not scored"
+                table_formats.number(m) if status == "ok" else "not scored"
                 for m, status in zip(rows[f"{metric}_median"], rows["status"], strict=True)
             ],
             "Interquartile range": [
@@ -115,7 +116,7 @@ def _side_by_side(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
     return pd.concat([side.reindex(range(length)).astype(object).fillna("") for side in sides], axis=1)
 
 
-def blocks(long: pd.DataFrame, metric: str) -> list[tables.Block]:
+def blocks(long: pd.DataFrame, metric: str) -> list[table_formats.Block]:
     """The blocks of the table (``block_order``); a block's unscored models listed under it with the
     reason."""
     found = []
@@ -126,7 +127,7 @@ def blocks(long: pd.DataFrame, metric: str) -> list[tables.Block]:
         else:
             cells = _cells(rows, metric)
             grid = cells.iloc[:, :1].assign(Kind=rows["kind"].to_list()).join(cells.iloc[:, 1:])
-        found.append(tables.Block(grid, name, _notes(rows)))
+        found.append(table_formats.Block(grid, name, _notes(rows)))
     return found
 
 
@@ -182,4 +183,4 @@ def write(summary: pd.DataFrame, metric: str, variants: Iterable[str], stem: str
     long = long_table(summary, metric)
     empty = f"No model of this run is in {group} (the `groups` of each model in the config)."
     text = " ".join(filter(None, [caption(metric, variants), contrast_note(long, metric)]))
-    tables.write_table(blocks(long, metric), stem, title, csv=long, empty=empty, caption=text)
+    table_formats.write_table(blocks(long, metric), stem, title, csv=long, empty=empty, caption=text)
