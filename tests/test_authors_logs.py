@@ -121,8 +121,8 @@ def test_a_file_that_is_not_theirs_is_refused(tmp_path):
 def test_figure_s5_draws_the_authors_curves_beside_ours_up_to_our_horizon(logs, tmp_path):
     """The committed paper-recipe runs (4-layer word-piece encoders): panel b holds the authors' BERT-mini
     on Jigsaw, random and symmetric init, cut at our last step; the figure is written as PDF and PNG."""
+    from attngeom.report.training_figures import COLOURS, load_runs, symmetric_init_figure
     from attngeom.runstats.table1 import table1
-    from attngeom.training.figures import COLOURS, load_runs, symmetric_init_figure
 
     runs = sorted(
         p for p in (ROOT / "benchmarks/results/training_repro_paper_recipe").iterdir() if p.is_dir()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attngeom.report.training_figures import load_runs
 from attngeom.runstats import authors
 from attngeom.runstats.claims import claims
 from attngeom.runstats.table1 import table1
-from attngeom.training.figures import load_runs
 
 AUTHORS_LOGS = Path(__file__).resolve().parents[1] / "config" / "reference" / "authors-logs"
 RUNS = sorted(

@@ -9,6 +9,13 @@ import pandas as pd
 import pytest
 import yaml
 
+from attngeom.report.training_figures import (
+    COLOURS,
+    evolution_figure,
+    load_runs,
+    official_figure,
+    symmetric_init_figure,
+)
 from attngeom.runstats.intervals import mean_interval, t_975
 from attngeom.runstats.official import compare_official, nearest_official, official_note, ours_medians
 from attngeom.runstats.pairing import SeedPair, Twin, comparison_key, seed_pairs, twins
@@ -17,13 +24,6 @@ from attngeom.runstats.speedup import RULES, paper_speedup, signed_speedup, spee
 from attngeom.runstats.table1 import pair_speedups, summarise, table1
 from attngeom.runstats.table1_display import table1_display, write_table1
 from attngeom.training.config import dataset_label, make_config
-from attngeom.training.figures import (
-    COLOURS,
-    evolution_figure,
-    load_runs,
-    official_figure,
-    symmetric_init_figure,
-)
 from attngeom.training.loop import train
 from attngeom.training.runs import RunInfo
 

@@ -7,7 +7,7 @@ import os
 
 import pandas as pd
 
-from .. import tables
+from ..report import table_formats
 from .authors import DATASETS
 from .intervals import Interval
 from .significance import ALPHA, least_exact_p
@@ -147,7 +147,7 @@ def write_table1(table: pd.DataFrame, stem: str | os.PathLike) -> None:
     block per depth as the paper prints it, with the caption)."""
     shown = table1_display(table)
     blocks = [
-        tables.Block(rows.drop(columns="depth"), f"{depth} models")
+        table_formats.Block(rows.drop(columns="depth"), f"{depth} models")
         for depth, rows in shown.groupby("depth", sort=False)
     ]
-    tables.write_table(blocks, stem, TITLE, csv=table, caption=CAPTION, empty="No training run.")
+    table_formats.write_table(blocks, stem, TITLE, csv=table, caption=CAPTION, empty="No training run.")
