@@ -1,5 +1,5 @@
 """The paper's training claims against what the runs measured: one row per claim and group of runs
-(dataset, depth), each with its test and that test's error rate.
+(dataset, depth, word pieces or characters), each with its test and that test's error rate.
 
 Claims read from the runs' score logs (the last scored step) are judged seed by seed: "agrees" only where
 every seed says so, "disagrees" where every seed says the opposite, else "mixed" (the exact sign test: with
@@ -33,7 +33,8 @@ CAPTION = (
     "'agrees' only where the effect is found and, for the speed-up and the loss gap, the authors' own value "
     "at the same horizon lies in our 95% interval."
 )
-COLUMNS = ["dataset", "layers", "claim", "measured", "test", "verdict"]
+COLUMNS = ["dataset", "layers", "text", "claim", "measured", "test", "verdict"]
+TEXT = {False: "word pieces", True: "characters"}
 
 
 def _final(scores: pd.DataFrame) -> pd.DataFrame:
@@ -63,8 +64,11 @@ def _per_seed(frame: pd.DataFrame, value) -> dict[int, float]:
 
 
 def _row(group: tuple, claim: str, measured: str, test: str, verdict: str) -> dict[str, object]:
-    dataset, layers = group
-    return dict(zip(COLUMNS, (dataset, layers, claim, measured, test, verdict), strict=True))
+    """One claim of the runs of ``group``: (dataset, layers, trained on characters)."""
+    dataset, layers, characters = group
+    return dict(
+        zip(COLUMNS, (dataset, layers, TEXT[bool(characters)], claim, measured, test, verdict), strict=True)
+    )
 
 
 def _forms(frame: pd.DataFrame) -> pd.DataFrame:
@@ -121,7 +125,7 @@ def claims(scores: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     """The claims table from the runs' scores (``load_runs``) and Table 1."""
     final = _final(scores)
     rows = []
-    for group, runs in final.groupby(["dataset", "layers"]):
+    for group, runs in final.groupby(["dataset", "layers", "characters"]):
         random = runs[runs["init"] == REFERENCE_INIT]
         enc, dec = (random[random["objective"] == o] for o in ("encoder", "decoder"))
         if len(enc) and len(dec):
@@ -177,7 +181,11 @@ def _exact(row: pd.Series, name: str, n: int) -> str:
 def _speedup_claim(r: pd.Series) -> dict[str, object]:
     """Symmetric init speeds up training: Table 1's t-test of the signed speed-up, sized against the
     authors' speed-up (the claim rule on their runs) at this horizon."""
-    group, n, name = (r["dataset"], r["layers"]), int(r["seed_pairs"]), f"speedup_{CLAIM_RULE}"
+    group, n, name = (
+        (r["dataset"], r["layers"], r["characters"]),
+        int(r["seed_pairs"]),
+        f"speedup_{CLAIM_RULE}",
+    )
     claim = f"{r['init']} init speeds up training (encoders, Table 1)"
     measured = f"speed-up ({CLAIM_RULE}) {r[name]:.1f} % over {n} seed pair(s)"
     if n < 2:
@@ -194,7 +202,7 @@ def _speedup_claim(r: pd.Series) -> dict[str, object]:
 def _loss_claim(r: pd.Series) -> dict[str, object]:
     """Symmetric init ends at a lower loss: the t-test of the loss gap at the horizon over seed pairs,
     sized against the authors' gap at this horizon."""
-    group, n = (r["dataset"], r["layers"]), int(r["seed_pairs"])
+    group, n = (r["dataset"], r["layers"], r["characters"]), int(r["seed_pairs"])
     claim = f"{r['init']} init ends at a lower loss (encoders, Table 1)"
     measured = f"loss gap {r['loss_gap']:+.3f} nats over {n} seed pair(s)"
     if n < 2:
