@@ -194,10 +194,7 @@ def main() -> int:
     if args.action == "plan":
         for gpu, assigned in assign(groups(), args.gpus).items():
             work = sum(g.work for g in assigned) / 1e9
-            print(
-                f"gpu {gpu} ({work:.2f}G tokens): "
-                + ", ".join(group_name(g) for g in assigned)
-            )
+            print(f"gpu {gpu} ({work:.2f}G tokens): " + ", ".join(group_name(g) for g in assigned))
         return 0
     if args.action == "run":
         if args.out is None:
