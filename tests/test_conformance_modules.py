@@ -35,8 +35,8 @@ def test_a_type_whose_whole_forward_fails_is_validated_on_its_modules_and_says_s
 def _wrong(change):
     real = discovery.find_attention
 
-    def find_attention(model, config, layout=""):
-        return [change(i) if isinstance(i, Found) else i for i in real(model, config, layout)]
+    def find_attention(model, config, layout="", observed=None):
+        return [change(i) if isinstance(i, Found) else i for i in real(model, config, layout, observed)]
 
     return find_attention
 

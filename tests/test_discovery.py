@@ -187,9 +187,10 @@ def test_a_query_temperature_is_left_out_and_neutralised_and_a_wrong_discovery_s
     assert check_type("mistral_large4_text")["status"] == "validated"
     real = discovery_module.find_attention
 
-    def missed(model, config, layout=""):
+    def missed(model, config, layout="", observed=None):
         return [
-            replace(i, temperature="") if isinstance(i, Found) else i for i in real(model, config, layout)
+            replace(i, temperature="") if isinstance(i, Found) else i
+            for i in real(model, config, layout, observed)
         ]
 
     monkeypatch.setattr(discovery_module, "find_attention", missed)

@@ -148,8 +148,9 @@ def _calls(
     ]
     if not params:
         return
-    q_in = inputs(model.get_submodule(item.q))
-    k_in = inputs(model.get_submodule(item.k))
+    attention = model.get_submodule(item.path) if route else module
+    q_in = inputs(attention.get_submodule(item.local(item.q)))
+    k_in = inputs(attention.get_submodule(item.local(item.k)))
     cross = route or item.cross or q_in != k_in
     packed = any("cu_seqlens" in p.name for p in params)
     generator = torch.Generator().manual_seed(2)
