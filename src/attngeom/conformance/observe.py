@@ -59,11 +59,11 @@ def observed(
     """The kinds whose keys read another input, by ``reads`` (path → ``reading``; None: not seen, taken
     as another input), and the objective seen in ``records``' masks."""
     verdicts: dict[str, dict[str, list[bool]]] = {}
-    for item in items:
-        module = model.get_submodule(item.path)
-        other = reads.get(item.path) in (OTHER, None)
-        verdicts.setdefault(template(item.path), {}).setdefault(kind(template(item.path), module), []).append(
-            other
+    for item in items:  # by template, then kind: whether each module's keys read another input
+        t = template(item.path)
+        kinds = verdicts.setdefault(t, {})
+        kinds.setdefault(kind(t, model.get_submodule(item.path)), []).append(
+            reads.get(item.path) in (OTHER, None)
         )
     cross: set[str] = set()
     self_kinds: set[str] = set()
