@@ -1,6 +1,7 @@
 """The workflow as the Snakemake workflow catalog expects it: workflow/Snakefile, a test config, a config
 page naming every key, a license; usable as a module of another workflow, whose DAG Snakemake builds
-without torch, pandas or pyarrow; a figure of pretrained models that does not wait for training."""
+without torch, pandas or pyarrow; the top-level Snakefile as the entry point from the repository's root;
+a figure of pretrained models that does not wait for training."""
 
 from __future__ import annotations
 
@@ -74,7 +75,14 @@ def test_config_readme_names_every_key_of_the_schema():
 
 
 def test_catalog_files():
-    assert (ROOT / "workflow" / "Snakefile").is_file() and not (ROOT / "Snakefile").exists()
+    assert (ROOT / "workflow" / "Snakefile").is_file() and (
+        ROOT / "workflow" / "profiles" / "default"
+    ).is_dir()
+    # the entry point at the top level includes the catalog's workflow/Snakefile, and nothing else
+    entry = [line for line in (ROOT / "Snakefile").read_text().splitlines() if line and line[0] != "#"]
+    assert entry == ['include: "workflow/Snakefile"']
+    # Snakemake looks for the workflow's own profile beside the Snakefile it runs: both find the same one
+    assert (ROOT / "profiles" / "default").resolve() == (ROOT / "workflow" / "profiles" / "default").resolve()
     assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"] == "MIT"
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
     usage = yaml.safe_load((ROOT / ".snakemake-workflow-catalog.yml").read_text())["usage"]
@@ -98,8 +106,31 @@ def test_the_test_config_runs_as_a_module_of_another_workflow_without_torch_pand
     assert "benchmark: results/training/benchmarks/train/encoder-random.tsv" in done.stdout
 
 
+def test_the_top_level_snakefile_is_the_entry_point_from_the_root(tmp_path):
+    """`snakemake --profile profiles/slurm all` from the root, as the README runs it, reads ./Snakefile and
+    the workflow's own profile, and plans the jobs that workflow/Snakefile plans."""
+    args = ("-n", "--profile", "profiles/slurm", "all", "--configfile", ".test/config/config.yaml")
+    entry = snakemake(*args[:4], "--directory", str(tmp_path / "entry"), *args[4:], cwd=ROOT)
+    catalog = snakemake(
+        "--snakefile", "workflow/Snakefile", *args[:4], "--directory", str(tmp_path / "catalog"), *args[4:],
+        cwd=ROOT,
+    )  # fmt: skip
+    for done in (entry, catalog):
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"Snakefile: {ROOT / 'Snakefile'}" in entry.stdout
+    assert "workflow specific profile profiles/default" in entry.stdout + entry.stderr
+
+    def jobs(output: str) -> list[tuple[str, str, list[str]]]:
+        return sorted(
+            (rule, wildcards, sorted(res.split(", "))) for rule, wildcards, res in planned_jobs(output)
+        )
+
+    assert jobs(entry.stdout) == jobs(catalog.stdout)
+    assert {"score", "train", "aggregate", "all"} <= {rule for rule, _, _ in planned_jobs(entry.stdout)}
+
+
 def test_a_figure_of_pretrained_models_does_not_pull_training(tmp_path):
-    # from the repository's root, as the README runs it: Snakemake finds workflow/Snakefile by itself
+    # from the repository's root, as the README runs it: Snakemake finds the top-level Snakefile by itself
     done = snakemake("-n", "--directory", str(tmp_path), "results/figures/figure_s1.png", cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = sorted(rule for rule, _, _ in planned_jobs(done.stdout))
