@@ -6,11 +6,13 @@ a figure of pretrained models that does not wait for training."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 from pipeline_support import planned_jobs
 from snakemake.common import SNAKEFILE_CHOICES
@@ -153,3 +155,88 @@ def test_a_figure_of_pretrained_models_does_not_pull_training(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = sorted(rule for rule, _, _ in planned_jobs(done.stdout))
     assert jobs == ["figure_s1", "random_model", "score"]  # the default config's ViT control only
+
+
+MODULE_REPORTING_THE_CHECKOUT = """
+configfile: "{config}"
+
+
+module attngeom:
+    snakefile:
+        "{snakefile}"
+    config:
+        config
+
+
+use rule * from attngeom
+
+
+rule checkout:
+    output:
+        "checkout.txt",
+    run:
+        Path(output[0]).write_text(os.environ["ATTNGEOM_CHECKOUT"])
+"""
+
+
+def test_the_workflow_used_as_a_module_tells_its_jobs_where_its_checkout_is(tmp_path):
+    """`--sdm conda` runs envs/attngeom.post-deploy.sh in Snakemake's working directory, which is another
+    workflow's folder (module) or .test (--directory), not the checkout: the workflow exports the checkout's
+    path to the processes Snakemake starts, the post-deploy step's included."""
+    module = tmp_path / "module"
+    module.mkdir()
+    (module / "Snakefile").write_text(
+        "import os\nfrom pathlib import Path\n"
+        + MODULE_REPORTING_THE_CHECKOUT.format(
+            config=ROOT / ".test" / "config" / "config.yaml", snakefile=ROOT / "workflow" / "Snakefile"
+        )
+    )
+    done = snakemake("--cores", "1", "checkout.txt", cwd=module)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert Path((module / "checkout.txt").read_text()) == ROOT
+
+
+@pytest.mark.slow
+def test_the_conda_post_deploy_step_installs_the_checkout_from_snakemake_s_working_directory(tmp_path):
+    """The step as Snakemake runs it after creating the environment (conda cannot be reached here): its own
+    copy of the script, run by the environment's interpreter in Snakemake's working directory, with the
+    environment Snakemake inherited from the workflow. The environment is a fresh venv holding what
+    envs/attngeom.yaml gives the script: python, pip and this setuptools (the pinned one)."""
+    import setuptools
+
+    assert f"setuptools =={setuptools.__version__}" in (ROOT / "envs" / "attngeom.yaml").read_text()
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
+    site = next(env.glob("lib/python*/site-packages"))
+    here = Path(setuptools.__file__).parent.parent
+    for name in ("setuptools", "_distutils_hack", "pkg_resources", "distutils-precedence.pth"):
+        source = here / name
+        if source.is_dir():
+            shutil.rmtree(site / name, ignore_errors=True)
+            shutil.copytree(source, site / name)
+        elif source.is_file():
+            shutil.copy(source, site / name)
+    working = tmp_path / "dot-test"  # Snakemake's working directory: not the checkout
+    working.mkdir()
+    script = tmp_path / "conda" / "0123abcd_.post-deploy.sh"  # Snakemake's copy beside the environment
+    script.parent.mkdir()
+    shutil.copy(ROOT / "envs" / "attngeom.post-deploy.sh", script)
+    path = f"{env / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    plain = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+    def post_deploy(**extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(script)], cwd=working, env=dict(plain, PATH=path, **extra),
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+
+    refused = post_deploy()  # not started by the workflow: one line, nothing installed
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "ATTNGEOM_CHECKOUT" in refused.stderr
+    done = post_deploy(ATTNGEOM_CHECKOUT=str(ROOT))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    where = subprocess.run(
+        [str(env / "bin" / "python"), "-c", "import attngeom; print(attngeom.__file__)"],
+        cwd=tmp_path, env=plain, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert Path(where.stdout.strip()) == ROOT / "src" / "attngeom" / "__init__.py"
