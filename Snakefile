@@ -4,3 +4,8 @@
 
 
 include: "workflow/Snakefile"
+
+
+# Snakemake restores the default target after an include, so the included `rule all` (default_target: True)
+# is named again here: `snakemake` and `snakemake --report` with no target mean `all`, as they do there.
+workflow.default_target = "all"
