@@ -1,21 +1,26 @@
-"""Rules evolution_figure (Figures 3 / S3 / S4), symmetric_init_figure (S5, with Table 1's speed-up, null
-and verdict of its runs) and official_figure (ours vs the authors' published evolution, or the nearest
+"""Rules evolution_figure (Figures 3 / S3 / S4), symmetric_init_figure (S5: every init arm, the authors'
+loss curves beside ours, Table 1's speed-ups, tests and verdicts of its runs) and official_figure (ours vs the authors' published evolution, or the nearest
 published run), from the run folders of the rule's input."""
 
 from pathlib import Path
 
 import pandas as pd
 
-from attngeom.training import figures
-from attngeom.training.speedup import table1
+from attngeom.report import training_figures
+from attngeom.runstats.authors import read_logs
+from attngeom.runstats.table1 import table1
 
 runs = [Path(final).parent for final in snakemake.input.finals]
-scores, losses = figures.load_runs(runs)
+scores, losses = training_figures.load_runs(runs)
 stem = Path(snakemake.output[0]).with_suffix("")
 w = snakemake.wildcards
 if snakemake.rule == "evolution_figure":
-    figures.evolution_figure(scores, w.dataset, int(w.layers), stem)
+    training_figures.evolution_figure(scores, w.dataset, int(w.layers), stem)
 elif snakemake.rule == "symmetric_init_figure":
-    figures.symmetric_init_figure(scores, losses, w.dataset, int(w.layers), w.objective, stem, table1(runs))
+    logs = read_logs(Path(snakemake.input.authors).parent)
+    table = table1(runs, authors_logs=logs)
+    training_figures.symmetric_init_figure(
+        scores, losses, w.dataset, int(w.layers), w.objective, stem, table, logs
+    )
 else:
-    figures.official_figure(scores, pd.read_csv(snakemake.input.official), stem)
+    training_figures.official_figure(scores, pd.read_csv(snakemake.input.official), stem)

@@ -42,7 +42,7 @@ def lower_bound(requirement: Requirement) -> Version:
 
 TEST = [Requirement(r) for r in PROJECT["optional-dependencies"]["test"]]
 INTERP = [Requirement(r) for r in PROJECT["optional-dependencies"]["interp"]]
-RAISED_BY_THE_SLURM_PLUGIN = {
+RAISED_WITH_THE_PIPELINE = {
     "numpy": Version("2.4.5"),
     "pandas": Version("2.3.3"),
     "pyyaml": Version("6.0.3"),
@@ -62,8 +62,8 @@ def floors(requirements: list[Requirement]) -> dict[str, Version]:
 def test_the_minimum_versions_ci_installs_are_the_stated_lower_bounds():
     assert pins(ROOT / "ci" / "min-versions.txt") == floors(CORE + TEST + INTERP)
     pipeline = pins(ROOT / "ci" / "min-versions-pipeline.txt")
-    assert pipeline == floors(CORE + PIPELINE) | RAISED_BY_THE_SLURM_PLUGIN
-    assert all(RAISED_BY_THE_SLURM_PLUGIN[name] > floors(CORE)[name] for name in RAISED_BY_THE_SLURM_PLUGIN)
+    assert pipeline == floors(CORE + PIPELINE) | RAISED_WITH_THE_PIPELINE
+    assert all(RAISED_WITH_THE_PIPELINE[name] > floors(CORE)[name] for name in RAISED_WITH_THE_PIPELINE)
 
 
 def test_the_workflow_asks_for_the_snakemake_pyproject_states():
@@ -151,7 +151,7 @@ def test_the_wheel_builds_and_installs_into_a_clean_venv(tmp_path):
     )
     (wheel,) = tmp_path.glob("attngeom-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "attngeom/py.typed" in names and "attngeom/plots.py" in names
+    assert "attngeom/py.typed" in names and "attngeom/report/plots.py" in names
     assert "attngeom/architectures/support.json" in names  # without it no discovered type is scored
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert "License-Expression: MIT" in metadata and "Author: attngeom contributors" in metadata

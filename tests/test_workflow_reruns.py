@@ -51,7 +51,7 @@ def test_the_hashes_follow_the_modules_code_not_their_bytes_or_timestamps(tmp_pa
     )
     scores = package_copy(tmp_path / "scores", {"scores.py": "\nCHANGED = 1\n"})
     training = package_copy(tmp_path / "training", {"training/loop.py": "\nCHANGED = 1\n"})
-    figures = package_copy(tmp_path / "figures", {"figures.py": "\nCHANGED = 1\n"})
+    figures = package_copy(tmp_path / "figures", {"report/score_figures.py": "\nCHANGED = 1\n"})
 
     def hashes(package: Path) -> tuple[str, str, str]:
         script = ROOT / "scripts" / "score_model.py"

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..runstats.plateau import SMOKE_TEST_STEPS
 from ..training.config import RESOURCE_KEYS, dataset_label, make_config
-from ..training.plateau import SMOKE_TEST_STEPS
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 """A run name is a folder name under results/training: no '/', no leading '.' (so never '..')."""
@@ -69,20 +69,31 @@ class TrainingRun:
 
 
 def grid_runs(grid: dict) -> list[dict]:
-    """`training: grid:` (setting → list of values) → one run per combination, named by its values."""
+    """`training: grid:` (setting → list of values) → one run per combination, named by its values. A
+    value may be a mapping holding the setting and the settings that go with it (``{dataset: wikipedia,
+    character_spacing: true}``), named by the setting's value."""
     keys = list(grid)
     if not keys:
         return []
-    values = itertools.product(*(grid[k] if isinstance(grid[k], list) else [grid[k]] for k in keys))
-    return [
-        {
-            "name": "-".join(
-                f"{v}L" if k == "n_layers" else str(v) for k, v in zip(keys, combo, strict=True)
-            ),
-            **dict(zip(keys, combo, strict=True)),
-        }
-        for combo in values
-    ]
+    options = {
+        k: [_grid_value(k, v) for v in (grid[k] if isinstance(grid[k], list) else [grid[k]])] for k in keys
+    }
+    runs = []
+    for combo in itertools.product(*options.values()):
+        name = "-".join(
+            f"{v[k]}L" if k == "n_layers" else str(v[k]) for k, v in zip(keys, combo, strict=True)
+        )
+        runs.append({"name": name, **{k: v for value in combo for k, v in value.items()}})
+    return runs
+
+
+def _grid_value(key: str, value: object) -> dict:
+    """A grid value as the settings it sets."""
+    if not isinstance(value, dict):
+        return {key: value}
+    if key not in value:
+        raise InputError(f"config: training: grid: {key}: the mapping {value} must set {key} itself")
+    return value
 
 
 def seeded(entries: list[dict], seeds: int | list[int] | None) -> list[dict]:
@@ -230,10 +241,11 @@ def evolution_groups(runs: dict[str, TrainingRun]) -> list[tuple[str, int]]:
 
 
 def symmetric_groups(runs: dict[str, TrainingRun]) -> list[tuple[str, int, str]]:
-    """(dataset, layers, objective) with both a random and a symmetric run: Figure S5 each."""
+    """(dataset, layers, objective) with both a random run and a run of another init arm (symmetric,
+    torch_default, torch_default_symmetric, skew): Figure S5 each, every arm in it."""
     plain = [r for r in runs.values() if not r.regularised]
     return sorted(
-        {(r.dataset, r.layers, r.objective) for r in plain if r.init == "symmetric"}
+        {(r.dataset, r.layers, r.objective) for r in plain if r.init != "random"}
         & {(r.dataset, r.layers, r.objective) for r in plain if r.init == "random"}
     )
 

@@ -1,4 +1,5 @@
 """A run folder: what it holds, whose settings it was trained with, and whether a new call may resume it.
+Which runs are compared with which is ``attngeom.runstats.pairing``.
 
 The folder's ``config.yaml`` is the one record of what a run trains (read by ``RunInfo.read``);
 ``corpus.json`` records the SHA-256 of the tokenizer and of the token stream it was trained on, and
@@ -18,6 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+import yaml
+
 from ..files import write_text
 from ..provenance import code_hash
 from ..version import __version__
@@ -26,12 +29,72 @@ from .config import (
     TrainConfig,
     dataset_label,
     make_config,
-    paper_differences,
     read_config_file,
-    write_config,
 )
-from .data import Corpus
+from .corpus import Corpus, corpus_facts
 from .documents import SUBSTITUTES, split_revision
+from .recipes import AUTHORS_CODE, NOT_OFFERED, PAPER, PAPER_CORPORA
+
+
+def paper_differences(config: TrainConfig, data: Mapping[str, float] | None = None) -> list[str]:
+    """Every way ``config`` computes something other than the paper's text and the authors' code, as
+    ``name=value (paper: …; authors' code: …)``; ``data`` (``corpus_facts``) adds the corpus, tokens per
+    update and passes over the data. Where the two agree with the run, nothing is listed."""
+    settings = config.to_dict()
+    out = [
+        f"{name}={settings[name]} (paper: {value})"
+        for name, value in PAPER.items()
+        if settings[name] != value and name != "batch_documents"
+    ]
+    if config.batch_documents is None:
+        out.append(
+            f"batch_documents=None: an update is {config.micro_batch_rows} × {config.grad_accum} rows of "
+            f"{config.seq_len} tokens cut from the token stream (paper: 256 documents, one a row)"
+        )
+    elif config.batch_documents != PAPER["batch_documents"]:
+        out.append(f"batch_documents={config.batch_documents} (paper: 256)")
+    code = {k: v for k, v in AUTHORS_CODE.items() if k not in PAPER}
+    if not config.uses_masking:
+        code.pop("masking")
+    if config.objective != "decoder":
+        code.pop("decoder_loss")
+    out += [f"{k}={settings[k]} (authors' code: {v})" for k, v in code.items() if settings[k] != v]
+    if config.init not in ("random", "torch_default_symmetric"):
+        out.append(
+            f"init={config.init} (authors' code: random = BERT's N(0, 0.02); symmetric = "
+            "torch_default_symmetric, fresh nn.Linear q/k/v then W_q = W_k)"
+        )
+    named = config.dataset.split("@")[0]
+    if named in PAPER_CORPORA and config.character_spacing != PAPER_CORPORA[named]:
+        out.append(
+            f"character_spacing={config.character_spacing} (authors' code: {PAPER_CORPORA[named]} for {named})"
+        )
+    if named not in PAPER_CORPORA:
+        out.append(
+            f"dataset={config.dataset}, character_spacing={config.character_spacing} (paper: Wikipedia and "
+            "RedPajama spaced out character by character, Jigsaw in word pieces)"
+        )
+    if config.batch_documents and config.pack_documents:
+        out.append(
+            "pack_documents=True (authors' code: one document per padded row; the same losses and "
+            "gradients, tests/test_training_recipe.py)"
+        )
+    out += [f"{name}: {what}" for name, what in NOT_OFFERED.items()]
+    if data:
+        out += [
+            f"tokens per update ≈ {data['tokens_per_update']:,.0f} (paper: up to 256 × 512 = 131,072; "
+            "Wikipedia and RedPajama, spaced out, fill their rows)",
+            f"passes over the data: {data['passes']:,.1f} in {config.steps:,} updates of "
+            f"{data['documents']:,.0f} documents (paper: 200,000 × 256 = 51.2M documents drawn)",
+        ]
+    return out
+
+
+def write_config(config: TrainConfig, path: Path, data: Mapping[str, float] | None = None) -> None:
+    """The run's settings, and how they differ from the paper's (``differs_from_paper``)."""
+    record = {**config.to_dict(), "differs_from_paper": paper_differences(config, data)}
+    write_text(path, yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
+
 
 Restart = Literal["never", "if-changed", "always"]
 RESTART_CHOICES: tuple[Restart, ...] = ("never", "if-changed", "always")
@@ -130,7 +193,7 @@ class RunFolder:
         write_text(self.corpus, json.dumps(recorded, indent=1) + "\n")
         code = {"code_hash": code_hash("training"), "attngeom_version": __version__}
         write_text(self.code, json.dumps(code, indent=1) + "\n")
-        write_config(config, self.config)
+        write_config(config, self.config, corpus_facts(corpus, config))
 
     def recorded_code(self) -> str | None:
         """The hash of the training code that started the folder's run; None if unrecorded."""
@@ -157,7 +220,7 @@ class RunFolder:
         logger.warning("attngeom: the earlier run in %s was moved aside to %s", self.path, target)
 
 
-# ---------------------------------------------------------------- identity and twins
+# ---------------------------------------------------------------- identity
 
 
 @dataclass(frozen=True)
@@ -183,93 +246,8 @@ class RunInfo:
             "layers": self.config.n_layers,
             "objective": self.config.objective,
             "init": self.config.init,
+            "characters": self.config.character_spacing,
             "reg_weight": self.config.reg_weight,
             "seed": self.config.seed,
             "differs_from_paper": "; ".join(paper_differences(self.config)) or "none",
         }
-
-
-BOOKKEEPING = frozenset(
-    (
-        "log_every",
-        "score_every",
-        "checkpoint_every",
-        "device",
-        "precision",
-        "compile",
-        "deterministic",
-        "cache_dir",
-    )
-)
-"""Settings that change how a run is carried out or recorded, not what it learns."""
-
-
-def learnt(config: TrainConfig, apart_from: tuple[str, ...] = ("init",)) -> dict:
-    """What a run learns from, apart from the settings named and the bookkeeping ones."""
-    return {k: v for k, v in config.to_dict().items() if k not in apart_from and k not in BOOKKEEPING}
-
-
-def comparison_key(config: TrainConfig) -> tuple:
-    """Runs with the same key differ only in ``init``, ``seed`` and bookkeeping: one row of Table 1."""
-    return tuple(sorted(learnt(config, ("init", "seed")).items()))
-
-
-def _plain(config: TrainConfig, init: str) -> bool:
-    return config.init == init and config.reg_weight == 0
-
-
-@dataclass(frozen=True)
-class Twin:
-    """A symmetric-init run and the random-init run it is compared with (Table 1, Figure S5)."""
-
-    random: str
-    symmetric: str
-    dataset: str
-    layers: int
-    objective: str
-    seed: int
-
-
-def twins(configs: Mapping[str, TrainConfig]) -> list[Twin]:
-    """Every unregularised symmetric-init run paired with the random-init run that differs from it
-    only in ``init`` (so the same dataset, depth, objective and seed) and in bookkeeping settings; when
-    several qualify, the first by name. Works on configs alone, so the pipeline can call it before
-    any run exists."""
-    randoms = {name: learnt(c) for name, c in sorted(configs.items()) if _plain(c, "random")}
-    pairs = []
-    for name, config in sorted(configs.items()):
-        if not _plain(config, "symmetric"):
-            continue
-        match = next((r for r, learnt_r in randoms.items() if learnt_r == learnt(config)), None)
-        if match is not None:
-            label = dataset_label(config.dataset)
-            pairs.append(Twin(match, name, label, config.n_layers, config.objective, config.seed))
-    return pairs
-
-
-@dataclass(frozen=True)
-class SeedPair:
-    """Two unregularised random-init runs that differ only in ``seed``: the null of Table 1, what the
-    speed-up statistic gives when nothing but the seed changes."""
-
-    reference: str
-    other: str
-    reference_seed: int
-    other_seed: int
-
-
-def seed_pairs(configs: Mapping[str, TrainConfig]) -> list[SeedPair]:
-    """Within each set of random-init runs that differ only in ``seed`` (one run per seed, the first by
-    name), in seed order: disjoint pairs (1st with 2nd, 3rd with 4th, …), so that no run is in two pairs
-    and the pairs are independent. With an odd number of seeds the last is in none (3 seeds give one
-    pair); with one seed there is no pair."""
-    groups: dict[tuple, dict[int, str]] = {}
-    for name, config in sorted(configs.items()):
-        if _plain(config, "random"):
-            groups.setdefault(comparison_key(config), {}).setdefault(config.seed, name)
-    pairs = []
-    for by_seed in groups.values():
-        seeds = sorted(by_seed)
-        for first, second in zip(seeds[0::2], seeds[1::2], strict=False):
-            pairs.append(SeedPair(by_seed[first], by_seed[second], first, second))
-    return pairs
