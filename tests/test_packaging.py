@@ -43,11 +43,12 @@ def lower_bound(requirement: Requirement) -> Version:
 TEST = [Requirement(r) for r in PROJECT["optional-dependencies"]["test"]]
 INTERP = [Requirement(r) for r in PROJECT["optional-dependencies"]["interp"]]
 RAISED_WITH_THE_PIPELINE = {
-    "numpy": Version("2.4.5"),
+    "numpy": Version("2.4.5"),  # snakemake-executor-plugin-slurm 2.7.1's floors ...
     "pandas": Version("2.3.3"),
     "pyyaml": Version("6.0.3"),
+    "scipy": Version("1.15.0"),  # ... and the first scipy that allows that numpy
 }
-"""snakemake-executor-plugin-slurm 2.7.1's own floors, above the library's: the pipeline's minimums."""
+"""The library's floors that the pipeline extra raises: the pipeline's minimums."""
 
 
 def floors(requirements: list[Requirement]) -> dict[str, Version]:

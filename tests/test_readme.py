@@ -59,7 +59,9 @@ def readme_commands(pages: list[Path] = DOCUMENTS) -> list[str]:
 
 def run(command: list[str], cwd: Path, timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
     environment = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", HF_HUB_OFFLINE="1", **env)
-    result = subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout
+    )
     assert result.returncode == 0, f"{shlex.join(command)}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
 
@@ -97,7 +99,9 @@ def default_run(tmp_path_factory) -> Path:
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             (copy / name).symlink_to(os.readlink(source))
     (copy / ".venv").symlink_to(BIN.parent)
-    run(["make", "-o", ".venv/.installed", "run"], cwd=copy, timeout=3600)  # 7 min quiet; far more when loaded
+    run(
+        ["make", "-o", ".venv/.installed", "run"], cwd=copy, timeout=3600
+    )  # 7 min quiet; far more when loaded
     return copy
 
 
