@@ -24,6 +24,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from tqdm.auto import tqdm
 
+from ..cache_layout import mark
 from ..files import atomic_dir, cache_dir
 from ..packaged import packaged_model_path
 from .config import ConfigError, TrainConfig
@@ -169,6 +170,7 @@ def load_corpus(config: TrainConfig, progress: bool = True) -> Corpus:
     with _exclusive(folder.with_name(folder.name + ".lock")):
         if not (folder / "meta.json").is_file():
             with atomic_dir(folder) as temporary:
+                mark(temporary)
                 _tokenise_into(temporary, config, progress)
     meta = json.loads((folder / "meta.json").read_text())
     return Corpus(
