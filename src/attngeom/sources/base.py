@@ -76,6 +76,9 @@ class WeightSource:
         settings["model_type"] = config.model_type  # a generic config's to_dict() leaves it empty
         self._hash = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
         self._names = set(self.names)
+        self._modules: dict[str, list[str]] = {}
+        for name in self.names:
+            self._modules.setdefault(name.rpartition(".")[0], []).append(name)
 
     def _resolve(self, name: str) -> str | None:
         if name in self._names:
@@ -96,7 +99,10 @@ class WeightSource:
                 if self._stored_as is not None:
                     tensor, stored = raw, self._stored_as(full)
                 else:
-                    tensor, stored = dequantise(full, raw, self._scheme, self._companion, self.description)
+                    beside = self._modules[full.rpartition(".")[0]]
+                    tensor, stored = dequantise(
+                        full, raw, self._scheme, self._companion, self.description, beside
+                    )
                 self._record(full, raw)
                 self._dtypes.add(stored)
                 return tensor
@@ -105,9 +111,10 @@ class WeightSource:
             "is this a complete checkpoint of the model its config.json declares?"
         )
 
-    def _read(self, full: str) -> torch.Tensor:
+    def _read(self, full: str, scalar: bool = False) -> torch.Tensor:
+        """A stored tensor, holding weights (with ``scalar``, a scale: one number will do)."""
         tensor = self._load(full)
-        if tensor.ndim == 0 or tensor.numel() == 0:
+        if (tensor.ndim == 0 and not scalar) or tensor.numel() == 0:
             raise InputError(
                 f"{self.description}: tensor {full} has shape {tuple(tensor.shape)}, no weights; "
                 "the checkpoint is damaged, re-download or re-save it"
@@ -118,7 +125,7 @@ class WeightSource:
         """A tensor stored beside one being read (its scales), hashed as read; None where there is none."""
         if name not in self._names:
             return None
-        tensor = self._read(name)
+        tensor = self._read(name, scalar=True)
         self._record(name, tensor)
         return tensor
 
@@ -126,7 +133,7 @@ class WeightSource:
         """``full`` as read, and its bytes as the loader gave them, into the hash."""
         self.loaded.append(full)
         self._hash.update(full.encode())
-        self._hash.update(raw.detach().cpu().contiguous().view(torch.uint8).numpy())  # no copy
+        self._hash.update(raw.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())  # no copy
 
     @property
     def file_hash(self) -> str:
