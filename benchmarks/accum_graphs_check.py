@@ -24,11 +24,12 @@ DEVICE = torch.device("cuda")
 
 def losses(kind: str, mode: str, seed: int, steps: int) -> tuple[np.ndarray, float]:
     """Per-step loss of ``steps`` updates of BERT-mini in setting ``kind``, and the seconds they took."""
-    from attngeom.training.data import PackedBatches, load_corpus
+    from attngeom.training.corpus import load_corpus
     from attngeom.training.document_batches import DocumentBatches
     from attngeom.training.loop import learning_rate, make_optimizer
     from attngeom.training.model import build_model
     from attngeom.training.step import TrainStep, feed, feed_updates, grouped
+    from attngeom.training.stream_batches import PackedBatches
 
     config = bench_config(CACHE, 4, 32, **paper_settings(kind, steps), seed=seed)
     corpus = load_corpus(config, progress=False)

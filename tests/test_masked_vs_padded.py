@@ -12,8 +12,10 @@ import pytest
 import torch
 from training_fixtures import tiny, write_corpus
 
-from attngeom.training.data import IGNORED, PackedBatches, load_corpus
+from attngeom.training.batch import IGNORED
+from attngeom.training.corpus import load_corpus
 from attngeom.training.model import LanguageModelLoss, build_model
+from attngeom.training.stream_batches import PackedBatches
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "masked_vs_padded.py"
 

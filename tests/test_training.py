@@ -11,12 +11,14 @@ from training_fixtures import TINY, sentences, tiny, write_corpus
 
 import attngeom
 from attngeom.cli import main
+from attngeom.training.batch import IGNORED
 from attngeom.training.bookkeeping import Schedule
 from attngeom.training.config import ConfigError, TrainConfig, make_config, parse_overrides
-from attngeom.training.data import IGNORED, PackedBatches, load_corpus
+from attngeom.training.corpus import load_corpus
 from attngeom.training.documents import documents
 from attngeom.training.loop import train
 from attngeom.training.model import LanguageModelLoss, build_model, head_symmetry, symmetry_penalty
+from attngeom.training.stream_batches import PackedBatches
 
 
 @pytest.fixture
@@ -68,7 +70,9 @@ def test_regulariser_gradient_moves_symmetry_towards_its_target(target, sign):
 
 def per_position_loss(model, ids: torch.Tensor, positions: list[int]) -> torch.Tensor:
     wrapped = LanguageModelLoss(model)
-    return torch.stack([wrapped(ids, torch.tensor([[p]]), ids[:, p + 1 : p + 2])[1] for p in positions])
+    return torch.stack(
+        [wrapped(ids, torch.tensor([[p]]), ids[:, p + 1 : p + 2], torch.ones(1, 1))[1] for p in positions]
+    )
 
 
 @pytest.mark.parametrize("objective", ["encoder", "decoder"])
@@ -203,7 +207,7 @@ def test_corpus_is_cached_and_batches_are_packed_and_reproducible(tmp_path, text
     assert not (rows == corpus.token_id("[PAD]")).any()  # packed: no padding anywhere
     assert first.positions.shape == (4, batches.n_masked)
     assert torch.equal(rows.gather(1, first.positions), first.targets)  # targets are the original tokens
-    special = torch.tensor(batches.special)
+    special = batches.special
     assert not torch.isin(first.targets, special).any()  # special tokens are never masked
 
 

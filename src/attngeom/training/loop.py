@@ -26,14 +26,17 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
 from ..files import atomic_dir
+from .batch import Update
 from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord, progress_since
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ConfigError, TrainConfig
-from .data import Corpus, PackedBatches, load_corpus
-from .document_batches import DocumentBatches, Update
+from .corpus import Corpus, load_corpus
+from .document_batches import DocumentBatches
+from .memory import rows_per_pass
 from .model import build_model
 from .runs import Restart, RunFolder
 from .step import TrainStep, feed, feed_updates, grouped, micro_batch_indices
+from .stream_batches import PackedBatches
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def _warn_if_slow(config: TrainConfig, rt: Runtime, model: torch.nn.Module) -> N
     """One line when ``device=auto`` found no GPU for a step this large: a run of thousands of steps would
     take days, and nothing else would say why."""
     n_params = sum(p.numel() for p in model.parameters())
-    flop = 6 * n_params * config.batch_size * config.seq_len * config.grad_accum * rt.world
+    flop = 6 * n_params * config.micro_batch_rows * config.seq_len * config.grad_accum * rt.world
     if rt.main and config.device == "auto" and rt.device.type == "cpu" and flop >= CPU_WARNING_FLOP:
         print(
             f"attngeom train: warning: no CUDA device, so training runs on the CPU: ≈ {flop / 1e12:.0f} TFLOP "
@@ -160,7 +163,6 @@ def train(
     corpus = _load_corpus_rank0_first(config, rt, progress is True)
     if config.batch_documents is not None and rt.world > 1:
         raise ConfigError("batch_documents trains on one GPU per run: launch without torchrun")
-    batches = DocumentBatches(corpus, config) if config.batch_documents else PackedBatches(corpus, config)
 
     # model and optimiser, from the seed
     torch.manual_seed(config.seed)
@@ -168,6 +170,13 @@ def train(
     model.train()
     _warn_if_slow(config, rt, model)
     optimizer = make_optimizer(model, config, rt.device)
+
+    # an update's rows in as few passes as the device's memory allows (documents), or the token stream
+    if config.batch_documents:
+        rows = rows_per_pass(config, rt.device, corpus.vocab_size, verbose=progress is not False and rt.main)
+        batches: PackedBatches | DocumentBatches = DocumentBatches(corpus, config, rows)
+    else:
+        batches = PackedBatches(corpus, config)
 
     # the run folder: a new run records its settings and data, a resumed one must have the same
     if rt.main:
@@ -243,7 +252,7 @@ def _updates(
     if isinstance(batches, DocumentBatches):
         yield from feed_updates(batches, steps, rt.device)
         return
-    tokens = config.batch_size * config.seq_len * config.grad_accum * rt.world
+    tokens = config.micro_batch_rows * config.seq_len * config.grad_accum * rt.world
     indices = micro_batch_indices(config, steps, rt.rank, rt.world)
     for group in grouped(feed(batches, indices, rt.device), config.grad_accum):
         yield Update(list(group), documents=None, tokens=tokens)

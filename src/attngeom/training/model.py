@@ -147,7 +147,8 @@ def head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
 
 
 class LanguageModelLoss(nn.Module):
-    """Cross-entropy of the LM head at the loss positions only (masked positions for MLM), plus γ·L_c.
+    """Cross-entropy of the LM head at the loss positions only (masked positions for MLM), each weighted
+    by its share of the update's loss, plus γ·L_c in the micro-batch's share.
 
     Targets of -100 carry no loss. Wrapping the model in one module lets DDP and torch.compile see the
     whole step.
@@ -164,13 +165,16 @@ class LanguageModelLoss(nn.Module):
         input_ids: torch.Tensor,
         positions: torch.Tensor,
         targets: torch.Tensor,
+        weights: torch.Tensor,
         documents: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(total loss, LM loss) for one micro-batch."""
+        """(total loss, LM loss) of one micro-batch: its part of the update's."""
         hidden = hidden_states(self.model, input_ids, documents)
         picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
         logits = head_logits(self.model, picked)
-        lm_loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
+        lm_loss = (losses * weights.flatten()).sum()
         if not self.reg_weight:
             return lm_loss, lm_loss
-        return lm_loss + self.reg_weight * symmetry_penalty(self.model, self.reg_target), lm_loss
+        share = weights.sum()
+        return lm_loss + share * self.reg_weight * symmetry_penalty(self.model, self.reg_target), lm_loss

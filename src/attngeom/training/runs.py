@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+import yaml
+
 from ..files import write_text
 from ..provenance import code_hash
 from ..version import __version__
@@ -26,12 +28,70 @@ from .config import (
     TrainConfig,
     dataset_label,
     make_config,
-    paper_differences,
     read_config_file,
-    write_config,
 )
-from .data import Corpus
+from .corpus import Corpus, corpus_facts
 from .documents import SUBSTITUTES, split_revision
+from .recipes import AUTHORS_CODE, NOT_OFFERED, PAPER, PAPER_CORPORA
+
+
+def paper_differences(config: TrainConfig, data: Mapping[str, float] | None = None) -> list[str]:
+    """Every way ``config`` computes something other than the paper's text and the authors' code, as
+    ``name=value (paper: …; authors' code: …)``; ``data`` (``corpus_facts``) adds the corpus, tokens per
+    update and passes over the data. Where the two agree with the run, nothing is listed."""
+    settings = config.to_dict()
+    out = [
+        f"{name}={settings[name]} (paper: {value})"
+        for name, value in PAPER.items()
+        if settings[name] != value and name != "batch_documents"
+    ]
+    if config.batch_documents != PAPER["batch_documents"]:
+        out.append(
+            f"batch_documents={config.batch_documents} (paper: 256 documents an update; None: a stream of "
+            f"{config.micro_batch_rows} × {config.grad_accum} rows of {config.seq_len} tokens)"
+        )
+    code = {k: v for k, v in AUTHORS_CODE.items() if k not in PAPER}
+    if not config.uses_masking:
+        code.pop("masking")
+    if config.objective != "decoder":
+        code.pop("decoder_loss")
+    out += [f"{k}={settings[k]} (authors' code: {v})" for k, v in code.items() if settings[k] != v]
+    if config.init not in ("random", "torch_default_symmetric"):
+        out.append(
+            f"init={config.init} (authors' code: random = BERT's N(0, 0.02); symmetric = "
+            "torch_default_symmetric, fresh nn.Linear q/k/v then W_q = W_k)"
+        )
+    named = config.dataset.split("@")[0]
+    if named in PAPER_CORPORA and config.character_spacing != PAPER_CORPORA[named]:
+        out.append(
+            f"character_spacing={config.character_spacing} (authors' code: {PAPER_CORPORA[named]} for {named})"
+        )
+    if named not in PAPER_CORPORA:
+        out.append(
+            f"dataset={config.dataset}, character_spacing={config.character_spacing} (paper: Wikipedia and "
+            "RedPajama spaced out character by character, Jigsaw in word pieces)"
+        )
+    if config.batch_documents and config.pack_documents:
+        out.append(
+            "pack_documents=True (authors' code: one document per padded row; the same losses and "
+            "gradients, tests/test_training_recipe.py)"
+        )
+    out += [f"{name}: {what}" for name, what in NOT_OFFERED.items()]
+    if data:
+        out += [
+            f"tokens per update ≈ {data['tokens_per_update']:,.0f} (paper: up to 256 × 512 = 131,072; "
+            "Wikipedia and RedPajama, spaced out, fill their rows)",
+            f"passes over the data: {data['passes']:,.1f} in {config.steps:,} updates of "
+            f"{data['documents']:,.0f} documents (paper: 200,000 × 256 = 51.2M documents drawn)",
+        ]
+    return out
+
+
+def write_config(config: TrainConfig, path: Path, data: Mapping[str, float] | None = None) -> None:
+    """The run's settings, and how they differ from the paper's (``differs_from_paper``)."""
+    record = {**config.to_dict(), "differs_from_paper": paper_differences(config, data)}
+    write_text(path, yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
+
 
 Restart = Literal["never", "if-changed", "always"]
 RESTART_CHOICES: tuple[Restart, ...] = ("never", "if-changed", "always")
@@ -130,7 +190,7 @@ class RunFolder:
         write_text(self.corpus, json.dumps(recorded, indent=1) + "\n")
         code = {"code_hash": code_hash("training"), "attngeom_version": __version__}
         write_text(self.code, json.dumps(code, indent=1) + "\n")
-        write_config(config, self.config)
+        write_config(config, self.config, corpus_facts(corpus, config))
 
     def recorded_code(self) -> str | None:
         """The hash of the training code that started the folder's run; None if unrecorded."""

