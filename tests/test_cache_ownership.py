@@ -20,7 +20,7 @@ from training_fixtures import tiny, write_corpus
 
 import attngeom
 from attngeom import cache, cache_layout
-from attngeom.training.data import load_corpus
+from attngeom.training.corpus import load_corpus
 
 REPO = "org/tiny-llama"
 FOREIGN = b"not attngeom's: "
