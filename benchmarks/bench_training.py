@@ -1,17 +1,22 @@
-"""Training throughput on one GPU: attngeom beside a plain PyTorch loop and a transformers-Trainer baseline.
+"""Training throughput on one GPU: attngeom as users run it, beside a plain PyTorch loop and the
+transformers-Trainer setup the authors used.
 
-Systems, in one process on one GPU, micro-batch 32 × 512 tokens, the BERT-uncased vocabulary:
+Systems, in one process on one GPU (the first is the figure users get):
 
-- ``trainer``: transformers ``Trainer`` as the authors ran it: fp16, every State of the Union paragraph
-  (~94 tokens) padded to 512, ``DataCollatorForLanguageModeling`` (15%), MLM logits at every position.
-- ``plain-eager``, ``plain-compiled``: what a user writes in an afternoon: ``BertForMaskedLM`` with SDPA,
-  random token ids filling every position, 15% masked, bf16 autocast, fused AdamW, ``torch.compile(model)``.
-- ``attngeom-eager``, ``attngeom-compiled``: ``attngeom.training`` on the same paragraphs packed into rows,
-  documents masked from each other (each attends only to itself, positions restart per document);
-  ``attngeom-compiled-nodocs``: the same with document masking off (documents see each other). Measured
-  through ``train()`` (loss log and all), timed between two logged steps; with ``--profile``, through its
-  optimizer step alone (``TrainStep`` + ``feed``), whose steps can be profiled;
-  ``attngeom-compiled-nographs`` (step alone): torch.compile without CUDA graphs.
+- ``attngeom-paper``: ``attngeom train --config config/paper.yaml`` with its training defaults as they are
+  (``paper_setting.py``): the authors' recipe, 256 documents an update packed into 512-token rows, as many
+  rows a pass as memory holds, on the State of the Union paragraphs (~94 tokens each), BERT's uncased
+  vocabulary; ``attngeom-paper-stacked-R``: R such runs stacked in one process (``--seeds``/``--inits``).
+- ``trainer``: transformers ``Trainer`` as the authors ran it: fp16, every paragraph padded to 512,
+  ``DataCollatorForLanguageModeling`` (15%), MLM logits at every position (micro-batch ``--batch``).
+- ``plain-eager``, ``plain-compiled``, ``plain-compiled-mask``: what a user writes in an afternoon:
+  ``BertForMaskedLM`` with SDPA, random token ids filling every position, 15% masked, bf16 autocast, fused
+  AdamW, ``torch.compile(model)`` (``-mask``: with a document attention mask).
+- ``attngeom-eager``, ``attngeom-compiled``: ``attngeom.training`` on the token stream (rows of 512 cut
+  from the paragraphs, documents masked from each other); ``attngeom-compiled-nodocs``: document masking
+  off. Measured through ``train()``, timed between two logged steps; with ``--profile``, through its
+  optimizer step alone (``TrainStep`` + ``feed``); ``attngeom-compiled-nographs`` (step alone):
+  torch.compile without CUDA graphs.
 
 Tokens/s count the tokens a system trains on: every token of a row, except the Trainer's padding. MFU =
 model FLOPs per second / the GPU's dense bf16 peak, with model FLOPs = 6·N_body·tokens (N_body: the
@@ -38,19 +43,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from paper_setting import CACHE, WARMUP, corpus_settings, launch, rate, table1_row_minutes, train_command
 
-CACHE = Path(__file__).parent / ".cache" / "training"
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12}
 """Dense bf16/fp16 tensor-core peak (SXM parts)."""
 SEQ_LEN = 512
 VOCAB = 30522  # BERT uncased
 SYSTEMS = (
+    "attngeom-paper",
     "trainer",
     "plain-eager",
     "plain-compiled",
     "plain-compiled-mask",
-    "attngeom-paper",
-    "attngeom-paper-accum",
     "attngeom-paper-stacked",
     "attngeom-eager",
     "attngeom-compiled",
@@ -372,100 +376,49 @@ def attngeom_train(
     }
 
 
-PAPER_DOCUMENTS = 256
-"""Documents per update in the paper (32 sequences × 8 accumulation steps, one document each)."""
-PAPER_UPDATES = 200_000
-PAPER_ROW_RUNS = 6
-"""Runs of one Table 1 row: random and symmetric init × 3 seeds."""
-
-
-def paper_settings(kind: str, stop: int) -> dict:
-    """The paper's update and bookkeeping cadence (loss every 100 updates, scores and a checkpoint every
-    1,000) on the benchmark corpus: ``documents`` counts the update in documents (256, packed into rows
-    of 512, micro-batches of 56 rows: the 42–54 rows that 256 State of the Union paragraphs fill); ``accum`` is 32 × 8 rows of the packed stream."""
-    size = {"documents": {"batch_documents": PAPER_DOCUMENTS, "batch_size": 56}, "accum": {"grad_accum": 8}}
-    return {
-        **size[kind],
-        "steps": PAPER_UPDATES,
-        "log_every": 100,
-        "score_every": 1000,
-        "checkpoint_every": 1000,
-    }
-
-
-def attngeom_paper(preset: int, steps: int, warmup: int, cache: Path, kind: str) -> dict:
-    """``train()`` in the paper's setting, timed between the loss log's rows ``warmup`` and ``warmup + steps``
-    (multiples of 100); tokens/s counts the updates' tokens (padding not)."""
+def attngeom_paper(
+    preset: int, steps: int, cache: Path, work: Path, runs: int = 1, settings: tuple[str, ...] = ()
+) -> dict:
+    """The CLI on ``config/paper.yaml``'s training defaults as they are (``paper_setting``), ``runs`` runs
+    stacked in one process (seeds 0, 1, … alternating random and symmetric init), timed from their loss logs
+    between updates ``WARMUP`` and ``WARMUP + steps``; tokens/s adds the runs' tokens (padding not).
+    ``settings``: more overrides (a CPU smoke test's small model); the result records the first run's
+    settings as its config.yaml holds them."""
     import shutil
+    import subprocess
 
-    from attngeom.training.loop import train
+    import yaml
 
-    stop = warmup + steps
-    config = bench_config(cache, preset, 32, **paper_settings(kind, stop))
-    out = cache / f"run-{preset}L-paper-{kind}"
-    shutil.rmtree(out, ignore_errors=True)
-    train(config, out, progress=False, stop_at=stop)
-    log = pd.read_parquet(out / "loss.parquet").set_index("step")
-    seconds = float(log.loc[stop, "elapsed_s"] - log.loc[warmup, "elapsed_s"])
-    tokens = float(log.loc[warmup + 1 : stop, "update_tokens"].sum())
-    shutil.rmtree(out, ignore_errors=True)
-    return {
-        "tokens_per_s": tokens / seconds,
-        "seconds": seconds,
-        "ms_per_update": 1e3 * seconds / steps,
-        "tokens_per_update": tokens / steps,
-        "flops": float("nan"),
-    }
-
-
-def stacked_configs(preset: int, runs: int, stop: int, cache: Path) -> list:
-    """``runs`` runs of one Table 1 row in the paper's setting: random and symmetric init in turn, seeds 0, 1, …"""
-    inits = ("random", "symmetric")
-    return [
-        bench_config(cache, preset, 32, **paper_settings("documents", stop), seed=r // 2, init=inits[r % 2])
-        for r in range(runs)
-    ]
-
-
-def attngeom_paper_stacked(preset: int, runs: int, steps: int, warmup: int, cache: Path) -> dict:
-    """``runs`` runs in one process, one compiled step (``train_stacked``), timed like ``attngeom_paper``;
-    tokens/s adds the runs' tokens over the window; the Table 1 row estimate assumes one such process
-    on each GPU of a ``HOST_GPUS``-GPU host, in as many rounds as the row's runs need."""
-    import shutil
-
-    from attngeom.training.stacked import train_stacked
-
-    stop = warmup + steps
-    configs = stacked_configs(preset, runs, stop, cache)
-    work = cache / f"run-{preset}L-paper-stacked-{runs}"
+    stop = WARMUP + steps
     shutil.rmtree(work, ignore_errors=True)
-    outs = train_stacked(configs, [work / f"run{r}" for r in range(runs)], progress=False, stop_at=stop)
-    tokens, seconds = 0.0, []
-    for out in outs:
-        log = pd.read_parquet(out / "loss.parquet").set_index("step")
-        seconds.append(float(log.loc[stop, "elapsed_s"] - log.loc[warmup, "elapsed_s"]))
-        tokens += float(log.loc[warmup + 1 : stop, "update_tokens"].sum())
+    work.mkdir(parents=True)
+    stacked = (
+        {"seeds": ",".join(map(str, range((runs + 1) // 2))), "inits": "random,symmetric"} if runs > 1 else {}
+    )
+    out = work / ("run-{init}-s{seed}" if runs > 1 else "run")
+    command = train_command(out, stop, *corpus_settings(cache), f"n_layers={preset}", *settings, **stacked)
+    process = launch(command, work / "log.txt")
+    if process.wait():
+        raise subprocess.CalledProcessError(
+            process.returncode, command, (work / "log.txt").read_text()[-800:]
+        )
+    folders = sorted(p for p in work.iterdir() if p.is_dir())[:runs]
+    rates = [rate(folder, stop) for folder in folders]
+    tokens, updates = sum(r[0] for r in rates), min(r[1] for r in rates)
+    passes = [line for line in (work / "log.txt").read_text().splitlines() if "a pass" in line]
+    recorded = yaml.safe_load((folders[0] / "config.yaml").read_text())
     shutil.rmtree(work, ignore_errors=True)
-    window = max(seconds)
     return {
         "runs": runs,
-        "tokens_per_s": tokens / window,
-        "seconds": window,
-        "ms_per_update": 1e3 * window / steps,
-        "tokens_per_update": tokens / steps / runs,
-        "table1_row_min_4gpu": table1_row_minutes(runs, steps / window),
+        "tokens_per_s": tokens,
+        "seconds": steps / updates,
+        "ms_per_update": 1e3 / updates,
+        "tokens_per_update": tokens / updates / runs,
+        "table1_row_min_4gpu": table1_row_minutes(runs, updates),
+        "rows_a_pass": passes[0] if passes else "",
         "flops": float("nan"),
+        "settings": recorded,
     }
-
-
-HOST_GPUS = 4
-
-
-def table1_row_minutes(runs_per_gpu: int, updates_per_s_per_run: float) -> float:
-    """Minutes for the 4-layer Table 1 row (``PAPER_ROW_RUNS`` runs of ``PAPER_UPDATES`` updates) on a
-    ``HOST_GPUS``-GPU host with ``runs_per_gpu`` runs on each GPU, in rounds."""
-    rounds = -(-PAPER_ROW_RUNS // (HOST_GPUS * runs_per_gpu))
-    return rounds * PAPER_UPDATES / updates_per_s_per_run / 60
 
 
 def attngeom_steps(
@@ -575,16 +528,16 @@ def attention_kernels(
 def run_system(name: str, preset: int, args: argparse.Namespace) -> dict:
     """One measurement; a failure (e.g. torch.compile unavailable) is recorded, not fatal."""
     common = (preset, args.steps, args.warmup, args.batch)
+    smoke = ("device=cpu", "compile=false") if DEVICE.type == "cpu" else ()
     runs = {
         "trainer": lambda: trainer_baseline(*common, CACHE, args.profile),
         "plain-eager": lambda: plain_loop(*common, False, args.profile),
         "plain-compiled": lambda: plain_loop(*common, True, args.profile),
         "plain-compiled-mask": lambda: plain_loop(*common, True, args.profile, mask=True),
-        "attngeom-paper": lambda: attngeom_paper(preset, args.paper_steps, 100, CACHE, "documents"),
-        "attngeom-paper-accum": lambda: attngeom_paper(preset, args.paper_steps, 100, CACHE, "accum"),
+        "attngeom-paper": lambda: attngeom_paper(preset, args.paper_steps, CACHE, CACHE / "paper", 1, smoke),
         **{
             f"attngeom-paper-stacked-{r}": partial(
-                attngeom_paper_stacked, preset, r, args.paper_steps, 100, CACHE
+                attngeom_paper, preset, args.paper_steps, CACHE, CACHE / f"paper-stacked-{r}", r, smoke
             )
             for r in args.stack
         },
@@ -604,8 +557,6 @@ def run_system(name: str, preset: int, args: argparse.Namespace) -> dict:
     began = time.perf_counter()
     try:
         result = runs[name]()
-        if name == "attngeom-paper":
-            result["table1_row_min_4gpu"] = table1_row_minutes(1, 1e3 / result["ms_per_update"])
     except Exception as err:  # noqa: BLE001 - report and go on with the other systems
         result = {"error": f"{type(err).__name__}: {err}"[:500]}
     finally:
@@ -693,7 +644,7 @@ def main() -> None:
     global DEVICE
     DEVICE = torch.device(args.device)
     if args.action == "concurrent":
-        from concurrent_runs import concurrent_table
+        from concurrent_runs import concurrent_table  # noqa: I001 - a sibling script
 
         print(
             concurrent_table(args.preset, args.runs, args.paper_steps, CACHE, args.out).to_string(index=False)
@@ -711,7 +662,10 @@ def main() -> None:
     for preset in args.preset:
         for name in systems:
             results.append(run_system(name, preset, args))
-            print(json.dumps({k: v for k, v in results[-1].items() if k != "profile"}), flush=True)
+            print(
+                json.dumps({k: v for k, v in results[-1].items() if k not in ("profile", "settings")}),
+                flush=True,
+            )
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=1))
     print(table(results).to_string(index=False, float_format=lambda v: f"{v:,.3f}"))

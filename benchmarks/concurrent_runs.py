@@ -1,7 +1,7 @@
 """Several training runs sharing one GPU, in the paper's setting: the aggregate tokens/s and what it means
 for the paper's 4-layer Table 1 row (200,000 updates × 256 documents, 2 inits × 3 seeds) on a 4-GPU host.
 
-Each run is its own ``attngeom train`` process (seeds differ, as a row's runs do), all started together on
+Each run is its own ``attngeom train --config config/paper.yaml`` process (``paper_setting``) (seeds differ, as a row's runs do), all started together on
 the same GPU; each run's rate is read off its own loss log between two logged updates after warm-up, and
 the rates add up because the runs overlap for the whole window. Called by
 ``bench_training.py concurrent``.
@@ -12,32 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
-from bench_training import bench_config, paper_settings, table1_row_minutes
-
-WARMUP = 100
-
-
-def launch(preset: int, seed: int, stop: int, cache: Path, folder: Path) -> subprocess.Popen:
-    config = bench_config(cache, preset, 32, **paper_settings("documents", stop), seed=seed)
-    settings = [f"{k}={v}" for k, v in config.to_dict().items() if v is not None]
-    command = [sys.executable, "-m", "attngeom.cli", "train", "--quiet", "--out", str(folder), "--stop-at"]
-    log = (folder.parent / f"{folder.name}.log").open("w")
-    return subprocess.Popen(
-        [*command, str(stop), *settings], stdout=log, stderr=subprocess.STDOUT, env=os.environ
-    )
-
-
-def rate(folder: Path, stop: int) -> tuple[float, float]:
-    """(tokens/s, updates/s) of one run between updates ``WARMUP`` and ``stop``."""
-    log = pd.read_parquet(folder / "loss.parquet").set_index("step")
-    seconds = float(log.loc[stop, "elapsed_s"] - log.loc[WARMUP, "elapsed_s"])
-    return float(log.loc[WARMUP + 1 : stop, "update_tokens"].sum()) / seconds, (stop - WARMUP) / seconds
+from paper_setting import WARMUP, corpus_settings, launch, rate, table1_row_minutes, train_command
 
 
 def concurrent_table(presets: list[int], runs: list[int], steps: int, cache: Path, out: Path) -> pd.DataFrame:
@@ -49,7 +28,14 @@ def concurrent_table(presets: list[int], runs: list[int], steps: int, cache: Pat
             work.mkdir(parents=True)
             stop = WARMUP + steps
             began = time.perf_counter()
-            procs = [launch(preset, seed, stop, cache, work / f"seed{seed}") for seed in range(n)]
+            settings = (*corpus_settings(cache), f"n_layers={preset}")
+            procs = [
+                launch(
+                    train_command(work / f"seed{seed}", stop, *settings, f"seed={seed}"),
+                    work / f"seed{seed}.log",
+                )
+                for seed in range(n)
+            ]
             codes = [p.wait() for p in procs]
             if any(codes):
                 tail = (work / "seed0.log").read_text()[-800:]

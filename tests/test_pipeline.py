@@ -198,10 +198,10 @@ def test_paper_config_dry_run_is_offline_reads_no_weights_and_lists_every_model(
     score_jobs = {wildcards: resources for rule, wildcards, resources in jobs if rule == "score"}
     trained = {w for w in score_jobs if w.startswith("slug=trained--")}
     assert set(score_jobs) - trained == expected
-    # Table 1's grid: 3 corpora × 4 and 12 layers × encoder and decoder × 2 inits × 3 seeds, one GPU each
+    # Table 1's grid: 3 corpora × 4 and 12 layers × encoder and decoder × 4 init arms × 3 seeds, one GPU each
     train_jobs = {wildcards: resources for rule, wildcards, resources in jobs if rule == "train"}
-    assert len(train_jobs) == 72 == len(trained)
-    assert "run=wikipedia-4L-encoder-symmetric-s2" in train_jobs
+    assert len(train_jobs) == 144 == len(trained)
+    assert "run=wikipedia-4L-encoder-torch_default_symmetric-s2" in train_jobs
     assert all("gpu=1" in resources for resources in train_jobs.values())
     counts = collections.Counter(rule for rule, _, _ in jobs)
     assert counts["figure_heads"] == len(expected) + len(trained) and counts["heatmap_matrix"] == 2

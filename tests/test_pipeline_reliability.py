@@ -138,6 +138,16 @@ def test_seeds_multiply_every_run_and_set_its_seed(tmp_path):
         training_runs.training_runs({"runs": [{**RUN, "seed": 1}], "seeds": 2}, "r")
 
 
+def test_a_grid_value_may_bring_the_settings_that_go_with_it():
+    grid = {"dataset": [{"dataset": "wikipedia", "character_spacing": True}, "jigsaw"], "init": ["random"]}
+    runs = training_runs.training_runs({"defaults": SETTINGS, "grid": grid}, "r")
+    assert list(runs) == ["wikipedia-random", "jigsaw-random"]
+    assert runs["wikipedia-random"].settings["character_spacing"] is True
+    assert "character_spacing" not in runs["jigsaw-random"].settings
+    with pytest.raises(InputError, match="must set dataset itself"):
+        training_runs.training_runs({"defaults": SETTINGS, "grid": {"dataset": [{"init": "random"}]}}, "r")
+
+
 @pytest.mark.parametrize("name", ["..", ".hidden", "a/b", "-x", ""])
 def test_run_names_are_safe_folder_names(name):
     with pytest.raises(InputError, match="must be letters"):

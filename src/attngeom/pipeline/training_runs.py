@@ -69,20 +69,31 @@ class TrainingRun:
 
 
 def grid_runs(grid: dict) -> list[dict]:
-    """`training: grid:` (setting → list of values) → one run per combination, named by its values."""
+    """`training: grid:` (setting → list of values) → one run per combination, named by its values. A
+    value may be a mapping holding the setting and the settings that go with it (``{dataset: wikipedia,
+    character_spacing: true}``), named by the setting's value."""
     keys = list(grid)
     if not keys:
         return []
-    values = itertools.product(*(grid[k] if isinstance(grid[k], list) else [grid[k]] for k in keys))
-    return [
-        {
-            "name": "-".join(
-                f"{v}L" if k == "n_layers" else str(v) for k, v in zip(keys, combo, strict=True)
-            ),
-            **dict(zip(keys, combo, strict=True)),
-        }
-        for combo in values
-    ]
+    options = {
+        k: [_grid_value(k, v) for v in (grid[k] if isinstance(grid[k], list) else [grid[k]])] for k in keys
+    }
+    runs = []
+    for combo in itertools.product(*options.values()):
+        name = "-".join(
+            f"{v[k]}L" if k == "n_layers" else str(v[k]) for k, v in zip(keys, combo, strict=True)
+        )
+        runs.append({"name": name, **{k: v for value in combo for k, v in value.items()}})
+    return runs
+
+
+def _grid_value(key: str, value: object) -> dict:
+    """A grid value as the settings it sets."""
+    if not isinstance(value, dict):
+        return {key: value}
+    if key not in value:
+        raise InputError(f"config: training: grid: {key}: the mapping {value} must set {key} itself")
+    return value
 
 
 def seeded(entries: list[dict], seeds: int | list[int] | None) -> list[dict]:

@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 IGNORED = -100
@@ -70,25 +71,15 @@ class Update:
     """Tokens the update trains on ([CLS] and [SEP] included, padding not)."""
 
 
-def position_weights(
-    targets: torch.Tensor, groups: torch.Tensor | None = None, n_groups: int = 1
-) -> torch.Tensor:
-    """Each loss position's weight: 1/N over the N positions that carry a loss; with ``groups`` (each
-    position's group, ``n_groups`` of them), 1/(n_groups · N_g) in group g, so the loss is the mean of the
-    groups' mean losses (how transformers' ``Trainer`` averages its accumulation steps)."""
+def position_weights(targets: torch.Tensor) -> torch.Tensor:
+    """Each loss position's weight: 1/N over the N positions that carry a loss."""
     carries = targets != IGNORED
-    if groups is None:
-        return carries / carries.sum().clamp_min(1)
-    counts = torch.zeros(n_groups).index_add_(0, groups[carries], torch.ones(int(carries.sum())))
-    share = 1 / (n_groups * counts.clamp_min(1))
-    return torch.where(carries, share[groups.clamp(0, n_groups - 1)], 0.0)
+    return carries / carries.sum().clamp_min(1)
 
 
-def corrupt(
-    originals: torch.Tensor, mask_id: int, action: torch.Tensor, random_ids: torch.Tensor
-) -> torch.Tensor:
+def corrupt(originals: np.ndarray, mask_id: int, action: np.ndarray, random_ids: np.ndarray) -> np.ndarray:
     """BERT's corruption of chosen tokens: ``action`` < 0.8 → [MASK], < 0.9 → ``random_ids``, else kept."""
-    return torch.where(action < 0.8, mask_id, torch.where(action < 0.9, random_ids, originals))
+    return np.where(action < 0.8, mask_id, np.where(action < 0.9, random_ids, originals))
 
 
 def generator(seed: int, stream: int, index: int) -> torch.Generator:

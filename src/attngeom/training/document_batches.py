@@ -19,13 +19,14 @@ Update ``t`` is a pure function of (seed, t), like the token stream's micro-batc
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
-from .batch import IGNORED, MicroBatch, Update, bucket, chosen_slots, corrupt, generator, position_weights
+from .batch import IGNORED, MicroBatch, Update, bucket, corrupt, generator
 from .config import ConfigError, TrainConfig
 from .corpus import Corpus
-from .document_mask import crosses_documents, document_ids
 from .tokenizer import SPECIAL_TOKENS
 
 
@@ -58,7 +59,7 @@ class DocumentBatches:
         self.cls, self.sep, self.pad, self.mask = (
             corpus.token_id(t) for t in ("[CLS]", "[SEP]", "[PAD]", "[MASK]")
         )
-        self.special = torch.tensor([corpus.token_id(t) for t in SPECIAL_TOKENS])
+        self.special = np.array([corpus.token_id(t) for t in SPECIAL_TOKENS])
         self.starts, lengths = corpus.document_spans()
         self.lengths = np.minimum(lengths, config.seq_len - 2)
         if len(self.starts) < config.batch_documents:
@@ -101,62 +102,104 @@ class DocumentBatches:
     def layout(self, step: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
         """Update ``step`` as (R, L) rows (each row's end filled with [PAD]), the flat place in them of every
         token of its documents (in the order drawn, [CLS] and [SEP] included), and each token's document."""
+        placed = self._placed(step)
+        out = np.full(placed.rows * self.config.seq_len, self.pad, dtype=np.int64)
+        out[placed.places] = placed.values
+        return torch.from_numpy(out.reshape(placed.rows, -1)), placed.places, placed.owner
+
+    def _placed(self, step: int) -> _Placed:
         docs = self.documents(step)
         sizes = self.lengths[docs] + 2
         heads, n_rows = self.heads(sizes)
         owner = np.repeat(np.arange(len(docs)), sizes)
         within = np.arange(len(owner)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
         values = self.corpus.tokens[self.starts[docs][owner] + np.maximum(within - 1, 0)].astype(np.int64)
+        edge = (within == 0) | (within == sizes[owner] - 1)
         values[within == 0] = self.cls
         values[within == sizes[owner] - 1] = self.sep
-        places = heads[owner] + within
-        out = np.full(n_rows * self.config.seq_len, self.pad, dtype=np.int64)
-        out[places] = values
-        return torch.from_numpy(out.reshape(n_rows, self.config.seq_len)), places, owner
+        return _Placed(values, heads[owner] + within, owner, n_rows, edge | np.isin(values, self.special))
 
     def update(self, step: int) -> Update:
         """Update ``step``'s micro-batches: its rows in as few passes of at most ``max_rows`` rows as they
-        need, each pass's rows rounded up (``batch.bucket``) with empty rows, which carry no loss."""
-        rows, places, owner = self.layout(step)
+        need, each pass's rows rounded up (``batch.bucket``) with empty rows, which carry no loss. Built with
+        numpy on the host, off the GPU's path (``step.feed_updates``)."""
+        placed = self._placed(step)
+        length = self.config.seq_len
+        passes = -(-placed.rows // self.max_rows)
+        size = bucket(-(-placed.rows // passes))
+        ids = np.full(passes * size * length, self.pad, dtype=np.int64)
+        ids[placed.places] = placed.values
+        documents = np.zeros(len(ids), dtype=np.int32)  # each document its own number, padding 0
+        documents[placed.places] = placed.owner + 1
         gen = generator(self.config.seed, 4, step)
-        inputs, positions, targets = self._targets(rows, places, gen)
-        # each loss position's document, so its weight (``loss_average``) does not depend on the layout
-        document_at = np.full(rows.numel(), -1, dtype=np.int64)
-        document_at[places] = owner
-        flat = torch.arange(len(rows)).unsqueeze(1) * rows.shape[1] + positions
-        group = torch.from_numpy(document_at)[flat] * self.groups // self.config.batch_documents
-        weights = position_weights(targets, group if self.groups > 1 else None, self.groups)
-        passes = -(-len(rows) // self.max_rows)
-        size = bucket(-(-len(rows) // passes))
-        whole = MicroBatch(inputs, positions, targets, weights, document_ids(rows, self.sep))
-        whole = whole.padded(passes * size, positions.shape[1], self.pad)
-        micro = [whole.apply(lambda t, i=i: t[i : i + size]) for i in range(0, passes * size, size)]
-        return Update(micro, documents=self.config.batch_documents, tokens=len(places))
-
-    def _targets(
-        self, rows: torch.Tensor, places: np.ndarray, gen: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(inputs, positions, targets): BERT's corruption (``masking``), in as many slots per row as the
-        row with the most needs (``fixed_count``: round(15% × ``seq_len``)), unused slots carrying no
-        loss; or, for a causal decoder, every next token inside its document."""
         if not self.config.uses_masking:
-            owner = document_ids(rows, self.sep)
-            positions = torch.arange(rows.shape[1] - 1).repeat(rows.shape[0], 1)
-            targets = rows[:, 1:].clone()
-            unseen = crosses_documents(owner, positions, 1) | (targets == self.pad)
-            return rows, positions, targets.masked_fill(unseen, IGNORED)
-        if self.config.masking == "fixed_count":
-            inputs, positions, targets = self._fixed_count(rows, gen)
+            positions, targets, owners = self._next_tokens(ids, documents)
+        elif self.config.masking == "bernoulli":
+            positions, targets, owners = self._bernoulli(ids, placed, gen)
         else:
-            inputs, positions, targets = self._bernoulli(rows, torch.from_numpy(places), gen)
-        if self.config.objective == "decoder":  # authors' variant: position i−1 predicts masked token i
-            positions = (positions - 1).clamp_min(0)
-        return inputs, positions, targets
+            positions, targets, owners = self._fixed_count(ids, documents, placed.rows, gen)
+        if self.config.objective == "decoder" and self.config.uses_masking:  # position i−1 predicts masked i
+            positions = np.maximum(positions - 1, 0)
+        weights = self._weights(targets, owners)
+        tensors = [
+            torch.from_numpy(t.reshape(passes * size, -1))
+            for t in (ids, positions, targets, weights, documents)
+        ]
+        micro = [MicroBatch(*(t[i : i + size] for t in tensors)) for i in range(0, passes * size, size)]
+        return Update(micro, documents=self.config.batch_documents, tokens=len(placed.places))
 
-    def _fixed_count(self, rows: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+    def _weights(self, targets: np.ndarray, owners: np.ndarray) -> np.ndarray:
+        """Each loss position's share of the update's loss (``batch.position_weights``), its group being
+        that of its document in the order drawn (``loss_average``), so the layout does not change it."""
+        carries = targets != IGNORED
+        group = owners * self.groups // self.config.batch_documents
+        counts = np.bincount(group[carries], minlength=self.groups)
+        share = 1 / (self.groups * np.maximum(counts, 1))
+        return np.where(carries, share[np.clip(group, 0, self.groups - 1)], 0.0).astype(np.float32)
+
+    def _next_tokens(self, ids: np.ndarray, documents: np.ndarray) -> tuple[np.ndarray, ...]:
+        """A causal decoder's loss positions: every position predicts the next token of its document."""
+        length = self.config.seq_len
+        here, there = documents.reshape(-1, length)[:, :-1], documents.reshape(-1, length)[:, 1:]
+        positions = np.broadcast_to(np.arange(length - 1), here.shape).copy()
+        targets = np.where((here == there) & (there > 0), ids.reshape(-1, length)[:, 1:], IGNORED)
+        return positions, targets, here.astype(np.int64) - 1
+
+    def _bernoulli(self, ids: np.ndarray, placed: _Placed, gen: torch.Generator) -> tuple[np.ndarray, ...]:
+        """Each non-special token with probability ``mlm_probability``, as transformers'
+        ``DataCollatorForLanguageModeling`` draws it; drawn token by token in the order the documents were
+        drawn, so the same tokens are corrupted the same way however the documents are laid out. Each
+        row's picks fill its first slots (as many as the row with the most picks needs, ``bucket``ed)."""
+        count = len(placed.values)
+        noise, action = (torch.rand(count, generator=gen).numpy() for _ in range(2))
+        random_ids = torch.randint(self.corpus.vocab_size, (count,), generator=gen).numpy()
+        chosen = (noise < self.config.mlm_probability) & ~placed.special
+        originals = placed.values[chosen]
+        ids[placed.places[chosen]] = corrupt(originals, self.mask, action[chosen], random_ids[chosen])
+        order = np.argsort(placed.places[chosen], kind="stable")
+        picked, originals, owners = (
+            placed.places[chosen][order],
+            originals[order],
+            placed.owner[chosen][order],
+        )
+        row, column = np.divmod(picked, self.config.seq_len)
+        per_row = np.bincount(row, minlength=len(ids) // self.config.seq_len)
+        slots = bucket(max(1, int(per_row.max())))
+        rank = np.arange(len(picked)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+        positions = np.zeros((len(per_row), slots), dtype=np.int64)
+        targets = np.full((len(per_row), slots), IGNORED, dtype=np.int64)
+        owner_at = np.full((len(per_row), slots), -1, dtype=np.int64)
+        positions[row, rank], targets[row, rank], owner_at[row, rank] = column, originals, owners
+        return positions, targets, owner_at
+
+    def _fixed_count(
+        self, ids: np.ndarray, documents: np.ndarray, n_rows: int, gen: torch.Generator
+    ) -> tuple[np.ndarray, ...]:
         """round(``mlm_probability`` × its non-special tokens) of each row (at least one), in a fixed
-        number of slots per row."""
-        special = torch.isin(rows, self.special)
+        number of slots per row (the rows beyond ``n_rows``, padding, carry none)."""
+        length = self.config.seq_len
+        rows = torch.from_numpy(ids.reshape(-1, length)[:n_rows])
+        special = torch.isin(rows, torch.from_numpy(self.special))
         noise = torch.rand(rows.shape, generator=gen).masked_fill(special, 2.0)
         order = noise.topk(self.slots, dim=1, largest=False).indices  # ascending noise: rank order
         real = (~special).sum(dim=1, keepdim=True)
@@ -167,25 +210,27 @@ class DocumentBatches:
         originals = rows.gather(1, positions)
         action = torch.rand(positions.shape, generator=gen)
         random_ids = torch.randint(self.corpus.vocab_size, positions.shape, generator=gen)
-        replaced = corrupt(originals, self.mask, action, random_ids)
-        inputs = rows.scatter(1, positions, torch.where(used, replaced, originals))
-        return inputs, positions, originals.masked_fill(~used, IGNORED)
+        replaced = torch.where(
+            used,
+            torch.from_numpy(corrupt(originals.numpy(), self.mask, action.numpy(), random_ids.numpy())),
+            originals,
+        )
+        ids.reshape(-1, length)[:n_rows] = rows.scatter(1, positions, replaced).numpy()
+        grown = np.zeros((len(ids) // length, self.slots), dtype=np.int64)
+        grown[:n_rows] = positions.numpy()
+        targets = np.full_like(grown, IGNORED)
+        targets[:n_rows] = originals.masked_fill(~used, IGNORED).numpy()
+        owners = np.take_along_axis(documents.reshape(-1, length), grown, axis=1).astype(np.int64) - 1
+        return grown, targets, owners
 
-    def _bernoulli(
-        self, rows: torch.Tensor, places: torch.Tensor, gen: torch.Generator
-    ) -> tuple[torch.Tensor, ...]:
-        """Each non-special token with probability ``mlm_probability``, as transformers'
-        ``DataCollatorForLanguageModeling`` draws it; drawn token by token in the order the documents were
-        drawn, so the same tokens are corrupted the same way however the documents are laid out."""
-        flat = rows.flatten()
-        values = flat[places]
-        noise, action = torch.rand(len(places), generator=gen), torch.rand(len(places), generator=gen)
-        random_ids = torch.randint(self.corpus.vocab_size, (len(places),), generator=gen)
-        chosen = (noise < self.config.mlm_probability) & ~torch.isin(values, self.special)
-        inputs = flat.clone()
-        inputs[places] = torch.where(chosen, corrupt(values, self.mask, action, random_ids), values)
-        picked = torch.zeros(len(flat), dtype=torch.bool)
-        picked[places[chosen]] = True
-        positions, used = chosen_slots(picked.view_as(rows))
-        targets = rows.gather(1, positions).masked_fill(~used, IGNORED)
-        return inputs.view_as(rows), positions, targets
+
+@dataclass(frozen=True)
+class _Placed:
+    """An update's tokens (its documents in the order drawn, each [CLS] … [SEP]): their ids, their flat
+    place in the rows, their document, how many rows they take, and which are special (never masked)."""
+
+    values: np.ndarray
+    places: np.ndarray
+    owner: np.ndarray
+    rows: int
+    special: np.ndarray

@@ -45,11 +45,13 @@ def paper_differences(config: TrainConfig, data: Mapping[str, float] | None = No
         for name, value in PAPER.items()
         if settings[name] != value and name != "batch_documents"
     ]
-    if config.batch_documents != PAPER["batch_documents"]:
+    if config.batch_documents is None:
         out.append(
-            f"batch_documents={config.batch_documents} (paper: 256 documents an update; None: a stream of "
-            f"{config.micro_batch_rows} × {config.grad_accum} rows of {config.seq_len} tokens)"
+            f"batch_documents=None: an update is {config.micro_batch_rows} × {config.grad_accum} rows of "
+            f"{config.seq_len} tokens cut from the token stream (paper: 256 documents, one a row)"
         )
+    elif config.batch_documents != PAPER["batch_documents"]:
+        out.append(f"batch_documents={config.batch_documents} (paper: 256)")
     code = {k: v for k, v in AUTHORS_CODE.items() if k not in PAPER}
     if not config.uses_masking:
         code.pop("masking")

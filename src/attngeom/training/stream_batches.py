@@ -83,7 +83,7 @@ class PackedBatches:
         originals = rows.gather(1, positions)
         action = torch.rand(positions.shape, generator=gen)
         random_ids = torch.randint(self.corpus.vocab_size, positions.shape, generator=gen)
-        replaced = corrupt(originals, self.mask, action, random_ids)
+        replaced = torch.from_numpy(corrupt(originals.numpy(), self.mask, action.numpy(), random_ids.numpy()))
         inputs = rows.scatter(1, positions, torch.where(used, replaced, originals))
         if self.config.objective == "decoder":  # authors' variant: position i−1 predicts masked token i
             positions = (positions - 1).clamp_min(0)

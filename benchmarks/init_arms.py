@@ -1,0 +1,211 @@
+"""Table 1's init arms as the authors' code trains them, on the offline corpus, on a host of several GPUs.
+
+BERT-mini encoders on the State of the Union paragraphs (``bench_training.py prepare``), with
+``config/paper.yaml``'s training defaults as they are (``recipe: authors_code``: per-token masking, the
+Trainer's mean of 8 groups, BERT's uncased vocabulary; 256 documents an update; the 200,000-update
+schedule, stopped at ``--stop-at``), in two experiments:
+
+- ``wordpiece``: the four init arms (``random``, ``symmetric`` at BERT's init, ``torch_default``,
+  ``torch_default_symmetric``, the authors' own) × 5 seeds, to 15,000 updates;
+- ``characters``: the same paragraphs spaced out character by character (``recipe:
+  authors_code_characters``, as the authors' code read Wikipedia and RedPajama), ``random`` and
+  ``torch_default_symmetric`` × 3 seeds, to 10,000 updates.
+
+Each group of runs (one seed's arms, or part of them) is one ``attngeom train --seeds … --inits …`` process
+(its runs stacked in one compiled step); groups are spread over the GPUs by their expected tokens (longest
+first, each to the least loaded GPU) and share a GPU by time-slicing. Loss every update, scores and a
+checkpoint every 1,000: a run stopped early resumes from its folder when the same command runs again.
+
+    python benchmarks/init_arms.py plan --gpus 4                   # the groups and their GPUs
+    python benchmarks/init_arms.py run --gpus 4 --out RUNS         # on the GPU host (blocks until done)
+    python benchmarks/init_arms.py status RUNS                     # each run's last logged update
+    python benchmarks/init_arms.py collect RUNS ARCHIVE.tar.gz     # the runs' logs, no checkpoints
+    python benchmarks/init_arms.py run --device cpu --tiny --out RUNS   # a CPU smoke test of the plan
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / "benchmarks" / ".cache" / "training"
+ARMS = ("random", "symmetric", "torch_default", "torch_default_symmetric")
+KEPT = ("config.yaml", "corpus.json", "code.json", "loss.parquet", "scores.parquet")
+"""What ``collect`` keeps of a run folder (checkpoints and final models stay behind)."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    settings: tuple[str, ...]
+    inits: tuple[str, ...]
+    seeds: int
+    stop_at: int
+    tokens_per_update: float
+    """Expected tokens an update (for spreading groups over GPUs only)."""
+
+
+EXPERIMENTS = (
+    Experiment("wordpiece", (), ARMS, 5, 15_000, 24_000),
+    Experiment(
+        "characters",
+        ("recipe=authors_code_characters",),
+        ("random", "torch_default_symmetric"),
+        3,
+        10_000,
+        77_000,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Group:
+    experiment: Experiment
+    seeds: tuple[int, ...]
+    inits: tuple[str, ...]
+
+    @property
+    def work(self) -> float:
+        e = self.experiment
+        return len(self.seeds) * len(self.inits) * e.stop_at * e.tokens_per_update
+
+
+def groups() -> list[Group]:
+    """One group per seed of each experiment (its arms stacked); the last seed of the word-piece arms in
+    two halves, so that the work spreads evenly over four GPUs."""
+    out = []
+    for e in EXPERIMENTS:
+        for seed in range(e.seeds):
+            halves = len(e.inits) == 4 and seed == e.seeds - 1
+            parts = (e.inits[:2], e.inits[2:]) if halves else (e.inits,)
+            out += [Group(e, (seed,), part) for part in parts]
+    return out
+
+
+def assign(items: list[Group], gpus: int) -> dict[int, list[Group]]:
+    """Longest processing time first: each group, largest first, to the GPU with the least work so far."""
+    load = {g: [] for g in range(gpus)}
+    for group in sorted(items, key=lambda g: -g.work):
+        gpu = min(load, key=lambda g: sum(x.work for x in load[g]))
+        load[gpu].append(group)
+    return load
+
+
+def command(group: Group, out: Path, args: argparse.Namespace) -> list[str]:
+    """The ``attngeom train`` command of one group."""
+    e = group.experiment
+    tiny = (
+        ["n_layers=2", "hidden_size=32", "n_heads=4", "intermediate_size=64", "seq_len=64", "batch_documents=16",
+         "grad_accum=4", "max_documents=400", "score_every=10", "checkpoint_every=10", "log_every=5"]
+        if args.tiny else ["score_every=1000", "checkpoint_every=1000", "log_every=100"]
+    )  # fmt: skip
+    return [
+        sys.executable, "-m", "attngeom", "train",
+        "--config", str(ROOT / "config" / "paper.yaml"),
+        f"dataset={args.cache / 'sotu_paragraphs.txt'}",
+        f"tokenizer={args.cache / 'tokenizer.json'}",
+        f"cache_dir={args.cache / 'tokens'}",
+        f"device={args.device}",
+        *(["compile=false"] if args.device == "cpu" else []),
+        *e.settings,
+        *tiny,
+        "--seeds", ",".join(map(str, group.seeds)),
+        "--inits", ",".join(group.inits),
+        "--stop-at", str(args.stop_at or e.stop_at),
+        "--log-lines",
+        "--out", str(out / f"{e.name}-{{init}}-s{{seed}}"),
+    ]  # fmt: skip
+
+
+def group_name(group: Group) -> str:
+    return f"{group.experiment.name}-s{'_'.join(map(str, group.seeds))}-{'_'.join(group.inits)}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start every group (or those named in ``--only``) on its GPU, wait for all; their output goes to
+    OUT/logs/."""
+    (args.out / "logs").mkdir(parents=True, exist_ok=True)
+    processes = []
+    chosen = [g for g in groups() if not args.only or group_name(g) in args.only]
+    for gpu, assigned in assign(chosen, args.gpus).items():
+        for group in assigned:
+            name = group_name(group)
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu) if args.device == "cuda" else "")
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+            log = (args.out / "logs" / f"{name}.log").open("a")
+            processes.append(
+                (name, subprocess.Popen(command(group, args.out, args), stdout=log, stderr=log, env=env))
+            )
+            print(f"gpu {gpu}: {name}", flush=True)
+    failed = [name for name, p in processes if p.wait() != 0]
+    print(f"{len(processes) - len(failed)} of {len(processes)} groups finished; failed: {failed or 'none'}")
+    return 1 if failed else 0
+
+
+def status(folder: Path) -> pd.DataFrame:
+    rows = []
+    for run in sorted(p for p in folder.iterdir() if (p / "config.yaml").is_file()):
+        loss = run / "loss.parquet"
+        log = pd.read_parquet(loss) if loss.is_file() else pd.DataFrame({"step": [0], "elapsed_s": [0.0]})
+        rows.append(
+            {"run": run.name, "step": int(log["step"].max()), "elapsed_s": float(log["elapsed_s"].max())}
+        )
+    return pd.DataFrame(rows)
+
+
+def collect(folder: Path, archive: Path) -> None:
+    """The runs' records (``KEPT``) and the logs, in one archive."""
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and (
+                path.name in KEPT and path.parent.parent == folder or path.parent.name == "logs"
+            ):
+                tar.add(path, arcname=str(path.relative_to(folder)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("action", choices=("plan", "run", "status", "collect"))
+    parser.add_argument("folder", nargs="*", type=Path, help="status: RUNS; collect: RUNS ARCHIVE")
+    parser.add_argument("--gpus", type=int, default=4)
+    parser.add_argument("--out", type=Path, help="run: where the runs' folders go")
+    parser.add_argument(
+        "--cache", type=Path, default=CACHE, help="corpus and tokenizer (bench_training.py prepare)"
+    )
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument(
+        "--tiny", action="store_true", help="a small model and corpus: a smoke test of the plan"
+    )
+    parser.add_argument("--stop-at", type=int, help="stop every run here (default: each experiment's)")
+    parser.add_argument(
+        "--only", nargs="+", metavar="GROUP", help="run: only these groups (names as `plan` prints)"
+    )
+    args = parser.parse_args()
+    if args.action == "plan":
+        for gpu, assigned in assign(groups(), args.gpus).items():
+            work = sum(g.work for g in assigned) / 1e9
+            print(f"gpu {gpu} ({work:.2f}G tokens): " + ", ".join(group_name(g) for g in assigned))
+        return 0
+    if args.action == "run":
+        if args.out is None:
+            parser.error("run needs --out")
+        return run(args)
+    if args.action == "status":
+        print(status(args.folder[0]).to_string(index=False))
+        return 0
+    collect(*args.folder)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
