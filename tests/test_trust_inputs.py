@@ -1,0 +1,48 @@
+"""Inputs a careless user gives (issue 32, points 8 to 11): two spellings of one seed, an output folder that is
+a model's, a refs file of other bytes, a config.json nested past any parser, a display name with a newline,
+and what `train --quiet` and a legacy checkpoint print."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from training_fixtures import TINY
+
+from attngeom.cli import main
+from attngeom.training.cli import distinct_values
+from attngeom.training.config import ConfigError
+
+# ---------------------------------------------------------------- point 8: seeds compared as values
+
+
+def spellings(seed: int) -> st.SearchStrategy[str]:
+    """Ways to write the integer ``seed`` that ``make_config`` reads as it."""
+    ways = [str(seed), f"{seed}.0", f"+{seed}", f" {seed} ", f"{seed}e0"]
+    zeros = len(str(seed)) - len(str(seed).rstrip("0"))
+    if zeros and seed:
+        ways.append(f"{str(seed).rstrip('0')}e{zeros}")
+    return st.sampled_from(ways)
+
+
+SEEDS = st.lists(st.integers(0, 2**63 - 1) | st.sampled_from([0, 7, 1000, 2**53 + 1]), min_size=1, max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), seeds=SEEDS)
+def test_seeds_are_compared_as_values_not_spellings(data, seeds):
+    written = [data.draw(spellings(seed)) for seed in seeds]
+    try:
+        values = distinct_values(",".join(written), "seed", [dict(TINY)])
+    except ConfigError as err:
+        assert len(set(seeds)) < len(seeds), str(err)
+        assert "\n" not in str(err) and "give each seed once" in str(err)
+        return
+    assert values == seeds and len(set(seeds)) == len(seeds)
+
+
+def test_two_spellings_of_one_seed_train_nothing(tmp_path, capsys):
+    settings = [f"{k}={v}" for k, v in TINY.items()] + ["steps=1", f"cache_dir={tmp_path / 'cache'}"]
+    code = main(["train", "--quiet", "--out", str(tmp_path / "r-{seed}"), "--seeds", "1e3,1000", *settings])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "1e3 and 1000 are the same seed (1000)" in err[0]
+    assert not list(tmp_path.glob("r-*"))
