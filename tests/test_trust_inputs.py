@@ -4,8 +4,14 @@ and what `train --quiet` and a legacy checkpoint print."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
+import pytest
+from conformance import build, tiny_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_sources_reliability import LLAMA  # the tiny Llama the source tests share
 from training_fixtures import TINY
 
 from attngeom.cli import main
@@ -46,3 +52,26 @@ def test_two_spellings_of_one_seed_train_nothing(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "1e3 and 1000 are the same seed (1000)" in err[0]
     assert not list(tmp_path.glob("r-*"))
+
+
+# ---------------------------------------------------------------- point 9: no output in any model's folder
+
+
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("models")
+    for name in ("m2", "l2"):
+        build(tiny_config("llama", **LLAMA)).save_pretrained(root / name)
+    return root
+
+
+@pytest.mark.parametrize("output", ["m2", "m2/", "m2/sub", "l2", "./l2/../m2"])
+def test_several_models_into_a_models_folder_write_nothing(two_models, tmp_path, capsys, monkeypatch, output):
+    models = tmp_path / "models"
+    shutil.copytree(two_models, models)
+    before = sorted(p.relative_to(models) for p in models.rglob("*"))
+    monkeypatch.chdir(models)
+    code = main(["score", "m2", "l2", "-o", output, "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "choose another -o" in err[0], err
+    assert sorted(p.relative_to(models) for p in models.rglob("*")) == before
