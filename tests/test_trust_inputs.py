@@ -4,6 +4,7 @@ and what `train --quiet` and a legacy checkpoint print."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -75,3 +76,27 @@ def test_several_models_into_a_models_folder_write_nothing(two_models, tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "choose another -o" in err[0], err
     assert sorted(p.relative_to(models) for p in models.rglob("*")) == before
+
+
+# ---------------------------------------------------------------- point 10: a config nested past any parser
+
+
+@pytest.mark.parametrize(
+    ("where", "depth"),
+    [(where, depth) for where in ("config list", "config object") for depth in (100, 5_000, 50_000)]
+    + [("index", 50_000)],
+)
+def test_json_nested_past_any_config_is_one_line(two_models, tmp_path, capsys, depth, where):
+    model = tmp_path / "m"
+    shutil.copytree(two_models / "m2", model)
+    nested = "[" * depth + "]" * depth if where != "config object" else '{"a": ' * depth + "1" + "}" * depth
+    if where == "index":
+        (model / "model.safetensors.index.json").write_text('{"weight_map": {}, "x": ' + nested + "}")
+    else:
+        config = json.loads((model / "config.json").read_text())
+        text = json.dumps(config)[:-1] + ', "deep": ' + nested + "}"
+        (model / "config.json").write_text(text)
+    code = main(["score", str(model), "-o", str(tmp_path / "s.parquet"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("attngeom: error: "), err[-3:]
+    assert ("index" if where == "index" else "config.json") in err[0]

@@ -157,7 +157,7 @@ def read_index(index_file: Path, description: str) -> dict[str, str]:
     try:
         weight_map = json.loads(index_file.read_text(), object_pairs_hook=_unique_keys)["weight_map"]
         weight_map = {str(name): str(shard) for name, shard in weight_map.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
         raise InputError(
             f"{description}: unreadable index {index_file.name} ({one_line(err)}); re-download it"
         ) from err
