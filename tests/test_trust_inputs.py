@@ -5,17 +5,27 @@ and what `train --quiet` and a legacy checkpoint print."""
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import torch
 from conformance import build, tiny_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from safetensors.torch import load_file
 from test_sources_reliability import LLAMA  # the tiny Llama the source tests share
-from training_fixtures import TINY
+from training_fixtures import TINY, sentences
 
 from attngeom.cli import main
+from attngeom.errors import InputError
+from attngeom.pipeline.registry import build_registry
+from attngeom.tables import to_markdown
 from attngeom.training.cli import distinct_values
 from attngeom.training.config import ConfigError
 
@@ -100,3 +110,52 @@ def test_json_nested_past_any_config_is_one_line(two_models, tmp_path, capsys, d
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("attngeom: error: "), err[-3:]
     assert ("index" if where == "index" else "config.json") in err[0]
+
+
+# ---------------------------------------------------------------- point 11: small things
+
+
+@settings(max_examples=200, deadline=None)
+@given(label=st.text(min_size=1, max_size=12))
+def test_a_display_name_is_one_printable_line_or_one_error(label):
+    entry = {"id": "org/model", "objective": "encoder", "display": label}
+    try:
+        (model,) = build_registry([entry], "results").values()
+    except InputError as err:
+        assert "\n" not in str(err) and "one-line label" in str(err) and not label.isprintable()
+        return
+    row = to_markdown(pd.DataFrame([{"model": model.display, "symmetry": 0.5}]), "Table S2").splitlines()
+    assert len(row) == 5 and label.isprintable()  # title, blank line, header, rule, the model's one row
+
+
+def test_train_quiet_prints_only_the_skipped_documents_line_and_once(tmp_path):
+    corpus = tmp_path / "docs.jsonl"
+    lines = [json.dumps({"text": text}) for text in sentences(120)] + ['{"text": null}']
+    corpus.write_text("\n".join(lines) + "\n")
+    settings = [f"{k}={v}" for k, v in TINY.items()] + ["steps=2", "batch_size=2", "grad_accum=1"]
+    settings += [f"dataset={corpus}", f"cache_dir={tmp_path / 'cache'}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "attngeom.cli", "train", "--quiet", "--out", str(tmp_path / "run"), *settings],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.splitlines() == [f"attngeom: dataset {corpus}: skipped 1 null or empty documents"]
+
+
+@pytest.mark.parametrize("pickled", ["plain pickle", "module"])
+def test_a_pickle_checkpoint_is_one_line_without_torchs_notes(two_models, tmp_path, pickled):
+    model = tmp_path / "legacy"
+    model.mkdir()
+    shutil.copy(two_models / "m2" / "config.json", model)
+    state = load_file(two_models / "m2" / "model.safetensors")
+    if pickled == "plain pickle":
+        (model / "pytorch_model.bin").write_bytes(pickle.dumps(state))
+    else:
+        torch.save(torch.nn.Linear(2, 2), model / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "attngeom.cli", "score", str(model), "-o", str(tmp_path / "s.parquet"), "--quiet"],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONWARNINGS="default"),
+    )  # fmt: skip
+    err = done.stderr.splitlines()
+    assert done.returncode == 2 and len(err) == 1 and "weights-only PyTorch checkpoint" in err[0], err
+    assert "\x1b" not in err[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
@@ -22,6 +23,8 @@ SAFETENSORS_SINGLE = "model.safetensors"
 BIN_INDEX = "pytorch_model.bin.index.json"
 BIN_SINGLE = "pytorch_model.bin"
 
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+"""A terminal escape (torch bolds part of its refusal of a pickle): never in an error line."""
 _NOT_IDENTITY = ("_name_or_path", "transformers_version")
 """Config entries that say where or by which version a model was saved, not what it is."""
 
@@ -147,7 +150,7 @@ class WeightSource:
 
 def one_line(err: BaseException) -> str:
     """An exception's message on one line (library errors often span several)."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    lines = [line.strip() for line in ANSI.sub("", str(err)).splitlines() if line.strip()]
     return " ".join(lines)[:300] if lines else type(err).__name__
 
 
