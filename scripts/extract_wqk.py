@@ -1,6 +1,6 @@
 """Rule heatmap_matrix: the dense W_qk = W_q W_kᵀ of one small layer, for a heatmap panel of Figure 2.
 
-The layer is the config's, or else the model's most representative one (``figures.representative_layer``
+The layer is the config's, or else the model's most representative one (``score_figures.representative_layer``
 on its scores: symmetry for the encoder panel, directionality for the decoder panel, as Figure 2's rows
 a and b). The only place the d × d matrix is formed (scoring never does); refused above ``max_dim``. A
 model that cannot be read records the reason instead, as the score rule does.
@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attngeom import figures
 from attngeom.architectures import architecture_for
 from attngeom.errors import InputError
 from attngeom.files import atomic_path
 from attngeom.pipeline.outcome import portable
 from attngeom.records import read_scores
+from attngeom.report.score_figures import representative_layer
 from attngeom.sources import open_source
 
 METRIC = {"encoder": "symmetry", "decoder": "directionality"}
@@ -49,7 +49,7 @@ def chosen_layer(p, role: str) -> tuple[str | None, int, str]:
     if status["status"] != "ok":
         raise InputError(f"not scored: {status['reason']}")
     metric = METRIC[role]
-    stack, layer, value, median = figures.representative_layer(read_scores(snakemake.input.scores), metric)
+    stack, layer, value, median = representative_layer(read_scores(snakemake.input.scores), metric)
     title = f"{p.display}, {stack} layer {layer}: the most representative layer\n({metric} {value:.2f}; median over layers {median:.2f})"
     return stack, layer, title
 

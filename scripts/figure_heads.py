@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from attngeom import figures
 from attngeom.records import read_scores
+from attngeom.report.score_figures import heads_figure
 
 status = json.loads(Path(snakemake.input.status).read_text())
 scores = read_scores(snakemake.input.scores) if status["status"] == "ok" else pd.DataFrame()
-figures.heads_figure(
+heads_figure(
     scores,
     snakemake.params.title,
     Path(snakemake.output[0]).with_suffix(""),

@@ -1,14 +1,15 @@
 """Rules figure_2, figure_s1, figure_s2: the paper's scatter figures; the models trained here marked by
 their initialisation, read from each run folder's config.yaml. Figure 2 reads the summary table of every
 model; Figures S1 and S2 summarise the scores of their own models only, so that a figure of pretrained
-models never waits for the training runs."""
+models never waits for the training runs. A figure whose group holds no model says so (the log too)."""
 
 from pathlib import Path
 
 import numpy as np
 
-from attngeom import figures, tables
 from attngeom.pipeline.training_runs import trained_model_id
+from attngeom.report import score_figures
+from attngeom.report.summary import collect, in_group, read_table, summarise
 from attngeom.training.runs import RunInfo
 
 
@@ -19,17 +20,24 @@ def heatmap_panel(path: str) -> tuple[str, np.ndarray | None, str]:
 
 
 if snakemake.rule == "figure_2":
-    summary = tables.read_table(snakemake.input.summary)
+    summary = read_table(snakemake.input.summary)
 else:
-    scores, models = tables.collect(snakemake.params.models, snakemake.input.scores, snakemake.input.status)
-    summary = tables.summarise(scores, models)
+    scores, models = collect(snakemake.params.models, snakemake.input.scores, snakemake.input.status)
+    summary = summarise(scores, models)
 runs = [RunInfo.read(Path(final).parent) for final in snakemake.input.runs]
 inits = {trained_model_id(run.name): run.config.init for run in runs}
 stem = Path(snakemake.output[0]).with_suffix("")
-if snakemake.rule == "figure_2":
-    figures.figure_2(summary, [heatmap_panel(path) for path in snakemake.input.heatmaps], stem, inits)
-elif snakemake.rule == "figure_s1":
-    figures.figure_groups(summary, "figure_s1", "objective", "Vision and audio models", stem, inits)
+group = snakemake.rule
+members = in_group(summary, group)["model"].nunique()
+with open(snakemake.log[0], "w") as log:
+    print(
+        f"{group}: {members} model(s)" + ("" if members else ": drawn as a figure that says it is empty"),
+        file=log,
+    )
+if group == "figure_2":
+    score_figures.figure_2(summary, [heatmap_panel(path) for path in snakemake.input.heatmaps], stem, inits)
+elif group == "figure_s1":
+    score_figures.figure_groups(summary, "figure_s1", "objective", "Vision and audio models", stem, inits)
 else:
     title = "Encoder-decoder models: encoder vs decoder stack"
-    figures.figure_groups(summary, "figure_s2", "stack", title, stem, inits)
+    score_figures.figure_groups(summary, "figure_s2", "stack", title, stem, inits)

@@ -1,14 +1,18 @@
-"""Rule tables: the summary of every model, Tables S2 (symmetry) and S3 (directionality) in the paper's
-layout (attngeom.paper_tables)."""
+"""Rule tables: the summary of every model (a CSV and a page for the report), Tables S2 (symmetry) and S3
+(directionality) in the paper's layout (attngeom.report.tables_s2_s3)."""
 
 from pathlib import Path
 
-from attngeom import paper_tables, tables
+from attngeom.files import write_text
 from attngeom.records import read_scores
+from attngeom.report import tables_s2_s3
+from attngeom.report.summary import read_table, summarise, write_csv
+from attngeom.report.summary_page import summary_html
 
 scores = read_scores(snakemake.input.scores)
-summary = tables.summarise(scores, tables.read_table(snakemake.input.models))
-tables.write_csv(summary, snakemake.output.summary)
+summary = summarise(scores, read_table(snakemake.input.models))
+write_csv(summary, snakemake.output.summary)
+write_text(snakemake.output.summary_page, summary_html(summary))
 variants = scores["variant"].dropna().unique()
 for metric, outputs in (("symmetry", snakemake.output.s2), ("directionality", snakemake.output.s3)):
-    paper_tables.write(summary, metric, variants, Path(outputs[0]).with_suffix(""))
+    tables_s2_s3.write(summary, metric, variants, Path(outputs[0]).with_suffix(""))

@@ -6,16 +6,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from attngeom.training import figures
+from attngeom.report import training_figures
 from attngeom.training.speedup import table1
 
 runs = [Path(final).parent for final in snakemake.input.finals]
-scores, losses = figures.load_runs(runs)
+scores, losses = training_figures.load_runs(runs)
 stem = Path(snakemake.output[0]).with_suffix("")
 w = snakemake.wildcards
 if snakemake.rule == "evolution_figure":
-    figures.evolution_figure(scores, w.dataset, int(w.layers), stem)
+    training_figures.evolution_figure(scores, w.dataset, int(w.layers), stem)
 elif snakemake.rule == "symmetric_init_figure":
-    figures.symmetric_init_figure(scores, losses, w.dataset, int(w.layers), w.objective, stem, table1(runs))
+    training_figures.symmetric_init_figure(
+        scores, losses, w.dataset, int(w.layers), w.objective, stem, table1(runs)
+    )
 else:
-    figures.official_figure(scores, pd.read_csv(snakemake.input.official), stem)
+    training_figures.official_figure(scores, pd.read_csv(snakemake.input.official), stem)

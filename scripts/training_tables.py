@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from attngeom import tables
+from attngeom.report.table_formats import write_table
+from attngeom.report.training_figures import load_runs
 from attngeom.training.claims import CAPTION, TITLE, claims
-from attngeom.training.figures import load_runs
 from attngeom.training.official import compare_official, official_note, ours_medians
 from attngeom.training.speedup import table1, write_table1
 
@@ -17,7 +17,7 @@ table = table1(runs, pd.read_csv(snakemake.input.paper))
 write_table1(table, Path(snakemake.output.table_1[0]).with_suffix(""))
 scores, _ = load_runs(runs)
 found = claims(scores, table)
-tables.write_table(
+write_table(
     found,
     Path(snakemake.output.claims[0]).with_suffix(""),
     TITLE,
@@ -27,7 +27,7 @@ tables.write_table(
 )
 official = pd.read_csv(snakemake.input.official)
 comparison = compare_official(scores, official)
-tables.write_table(
+write_table(
     comparison.round(3),
     Path(snakemake.output.official[0]).with_suffix(""),
     "Median symmetry / directionality over layers, ours vs. the authors' published evolution",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attngeom.report.training_figures import load_runs
 from attngeom.training.claims import claims
-from attngeom.training.figures import load_runs
 from attngeom.training.speedup import table1
 
 RUNS = sorted(

@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.collections import PathCollection
 from test_paper_figures import summary_row
 
-from attngeom import figures, figures_scale
+from attngeom.report import crowded_panels, score_figures
 
 
 def zoo_summary(n: int, families: int, failed: int) -> pd.DataFrame:
@@ -43,8 +43,8 @@ def dots(ax) -> int:
 def test_a_crowded_panel_shows_every_model_as_a_dot_and_each_family_once(tmp_path):
     n, families = 1200, 10
     summary = zoo_summary(n, families, failed=50)
-    assert figures_scale.crowded(summary[summary["status"] == "ok"])
-    fig = figures.figure_2(summary, [], tmp_path / "figure_2")
+    assert crowded_panels.crowded(summary[summary["status"] == "ok"])
+    fig = score_figures.figure_2(summary, [], tmp_path / "figure_2")
     symmetry = fig.axes[0]
     assert dots(symmetry) == n  # every scored model, none twice
     # one marker per (family, objective): even families are encoders here, odd ones decoders
@@ -58,7 +58,7 @@ def test_a_crowded_panel_shows_every_model_as_a_dot_and_each_family_once(tmp_pat
 
 def test_at_the_papers_size_every_model_keeps_its_own_marker(tmp_path):
     summary = zoo_summary(100, 10, failed=3)
-    fig = figures.figure_2(summary, [], tmp_path / "figure_2")
+    fig = score_figures.figure_2(summary, [], tmp_path / "figure_2")
     assert errorbar_points(fig.axes[0]) == 100 and dots(fig.axes[0]) == 0
     note = " ".join(t.get_text() for t in fig.texts)
     assert all(f"m-{i}: gated/m-{i}: gated repository" in note for i in range(3))  # each one named

@@ -104,7 +104,7 @@ def test_the_wheel_builds_and_installs_into_a_clean_venv(tmp_path):
     )
     (wheel,) = tmp_path.glob("attngeom-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "attngeom/py.typed" in names and "attngeom/plots.py" in names
+    assert "attngeom/py.typed" in names and "attngeom/report/plots.py" in names
     assert "attngeom/architectures/support.json" in names  # without it no discovered type is scored
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert "License-Expression: MIT" in metadata and "Author: attngeom contributors" in metadata

@@ -64,4 +64,4 @@ def test_matplotlib_is_imported_only_by_the_figure_modules():
         for path in (ROOT / "src").rglob("*.py")
         if "import matplotlib" in path.read_text()
     }
-    assert importers <= {"attngeom/figures.py", "attngeom/training/figures.py"}
+    assert importers <= {"attngeom/report/score_figures.py", "attngeom/report/training_figures.py"}

@@ -258,7 +258,7 @@ def machine_paths_in(results: Path, paths: list[str]) -> list[str]:
         if file.suffix == ".parquet":
             frame = pd.read_parquet(file)
             text = frame.astype(str).to_csv() if not frame.empty else ""
-        elif file.suffix in (".csv", ".md", ".tex", ".json", ".yaml", ".txt"):
+        elif file.suffix in (".csv", ".md", ".tex", ".html", ".json", ".yaml", ".txt"):
             text = file.read_text(errors="replace")
         else:
             continue

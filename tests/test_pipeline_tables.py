@@ -1,4 +1,4 @@
-"""attngeom.tables: medians and interquartile distances, the paper-style formats, the reference comparison."""
+"""attngeom.report: medians and interquartile distances, the paper-style formats, the reference comparison."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attngeom import paper_tables, tables
+from attngeom.report import reference_comparison, table_formats, tables_s2_s3
+from attngeom.report.summary import collect, in_group, read_table, summarise, write_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +61,7 @@ def test_summary_is_median_and_interquartile_distances_of_layer_rows_only():
         ("s2s", "encoder-decoder", "ok", ""),
         ("bad", "autoregressive", "failed", "gated"),
     )
-    summary = tables.summarise(scores, models)
+    summary = summarise(scores, models)
     enc = summary[summary["model"] == "enc"].iloc[0]
     assert enc["symmetry_median"] == pytest.approx(np.median(values))
     assert enc["symmetry_minus"] == pytest.approx(np.median(values) - np.percentile(values, 25))
@@ -69,7 +70,7 @@ def test_summary_is_median_and_interquartile_distances_of_layer_rows_only():
     assert list(summary.loc[summary["model"] == "s2s", "stack"]) == ["encoder", "decoder"]  # no cross
     bad = summary[summary["model"] == "bad"].iloc[0]
     assert pd.isna(bad["symmetry_median"]) and bad["reason"] == "gated"
-    side_by_side, other = paper_tables.blocks(paper_tables.long_table(summary, "symmetry"), "symmetry")
+    side_by_side, other = tables_s2_s3.blocks(tables_s2_s3.long_table(summary, "symmetry"), "symmetry")
     assert list(side_by_side.table["Encoder-only model"]) == ["ENC"]
     assert list(side_by_side.table["Decoder-only model"]) == ["BAD"]
     assert side_by_side.table["Interquartile range"].iloc[0, 0] == "± [0.20, 0.10]"  # 0.1 0.2 0.4 0.5 0.9
@@ -79,9 +80,9 @@ def test_summary_is_median_and_interquartile_distances_of_layer_rows_only():
 
 def test_markdown_and_latex_escape_their_special_characters():
     table = pd.DataFrame({"Max |Δ|": ["a|b"], "Model": ["gpt_2 & co ± 1%"]})
-    markdown = tables.to_markdown(table, "T")
+    markdown = table_formats.to_markdown(table, "T")
     assert "| Max \\|Δ\\| | Model |" in markdown and "a\\|b" in markdown
-    latex = tables.to_latex(table, "T")
+    latex = table_formats.to_latex(table, "T")
     assert r"gpt\_2 \& co $\pm$ 1\%" in latex and r"\toprule" in latex
 
 
@@ -101,8 +102,8 @@ def test_comparison_matches_a_one_stack_reference_to_the_stack_of_the_same_depth
         }
     )
     models = models_table(("facebook/s2t-small-librispeech-asr", "encoder-decoder", "ok", ""))
-    defects = tables.known_defects(ROOT / "config" / "reference" / "known_defects.csv")
-    per_layer, per_model = tables.compare_with_reference(scores, models, reference, defects)
+    defects = reference_comparison.known_defects(ROOT / "config" / "reference" / "known_defects.csv")
+    per_layer, per_model = reference_comparison.compare_with_reference(scores, models, reference, defects)
     row = per_model.iloc[0]
     assert row["stack"] == "encoder" and row["n_layers_ours"] == row["n_layers_paper"] == 3
     assert row["symmetry_max_abs_diff"] == pytest.approx(0.05)
@@ -111,9 +112,9 @@ def test_comparison_matches_a_one_stack_reference_to_the_stack_of_the_same_depth
 
 
 def test_known_defects_flag_the_documented_families():
-    defects = tables.known_defects(ROOT / "config" / "reference" / "known_defects.csv")
+    defects = reference_comparison.known_defects(ROOT / "config" / "reference" / "known_defects.csv")
     flagged = {
-        model: tables._defect_of(model, defects)
+        model: reference_comparison._defect_of(model, defects)
         for model in (
             "meta-llama/Llama-3.1-8B",
             "EleutherAI/pythia-70m",
@@ -124,7 +125,7 @@ def test_known_defects_flag_the_documented_families():
     assert "grouped-query" in flagged["meta-llama/Llama-3.1-8B"]
     assert "fused" in flagged["EleutherAI/pythia-70m"] and "fused" in flagged["microsoft/deberta-base"]
     assert flagged["bert-base-uncased"] == ""
-    assert tables._defect_of("microsoft/deberta-v2-xlarge", defects) == ""
+    assert reference_comparison._defect_of("microsoft/deberta-v2-xlarge", defects) == ""
 
 
 def test_collect_joins_scores_to_models_by_id_not_by_position(tmp_path):
@@ -143,12 +144,12 @@ def test_collect_joins_scores_to_models_by_id_not_by_position(tmp_path):
     (tmp_path / "b.parquet").write_bytes(b"")
     statuses.append(tmp_path / "b.json")
     statuses[-1].write_text('{"model": "b", "status": "crashed", "reason": "ValueError: boom"}')
-    scores, table = tables.collect(models, paths, statuses)
+    scores, table = collect(models, paths, statuses)
     assert list(table["model"]) == ["a", "b", "c"]
     assert list(table["status"]) == ["ok", "crashed", "ok"]
     assert table.loc[0, "n_params"] == 1000 and pd.isna(table.loc[1, "n_params"])
     assert set(scores["model_id"]) == {"a", "c"}
-    summary = tables.summarise(scores, table)
+    summary = summarise(scores, table)
     assert summary.loc[summary["model"] == "a", "symmetry_median"].iloc[0] == pytest.approx(0.2)
     assert summary.loc[summary["model"] == "c", "symmetry_median"].iloc[0] == pytest.approx(0.3)
 
@@ -176,29 +177,29 @@ def rows_for_records(model: str) -> list[dict]:
 def test_groups_are_a_list_in_memory_and_readable_in_the_csv(tmp_path):
     table = models_table(("enc", "bidirectional", "ok", ""), ("dec", "autoregressive", "failed", "x"))
     table.loc[1, "groups"] = ["table_s3"]
-    tables.write_csv(table, tmp_path / "models.csv")
+    write_csv(table, tmp_path / "models.csv")
     assert "table_s2,table_s3" in (tmp_path / "models.csv").read_text()
-    back = tables.read_table(tmp_path / "models.csv")
+    back = read_table(tmp_path / "models.csv")
     assert list(back["groups"]) == [["table_s2", "table_s3"], ["table_s3"]]
-    assert list(tables.in_group(back, "table_s2")["model"]) == ["enc"]
-    assert list(tables.in_group(back, "table_s3")["model"]) == ["enc", "dec"]
+    assert list(in_group(back, "table_s2")["model"]) == ["enc"]
+    assert list(in_group(back, "table_s3")["model"]) == ["enc", "dec"]
 
 
 def test_an_empty_comparison_is_a_csv_with_its_header_and_says_why(tmp_path):
     models = models_table(("not-in-the-paper", "bidirectional", "ok", ""))
     scores = pd.DataFrame(rows("not-in-the-paper", "encoder", [0.1, 0.2]))
     reference = pd.read_csv(ROOT / "config" / "reference" / "official_per_layer_scores.csv")
-    per_layer, per_model = tables.compare_with_reference(scores, models, reference, [])
+    per_layer, per_model = reference_comparison.compare_with_reference(scores, models, reference, [])
     assert per_model.empty and per_layer.empty
-    tables.write_table(
-        tables.comparison_display(per_model),
+    table_formats.write_table(
+        reference_comparison.comparison_display(per_model),
         tmp_path / "cmp",
         "T",
         csv=per_model,
-        empty=tables.NOTHING_TO_COMPARE,
+        empty=reference_comparison.NOTHING_TO_COMPARE,
     )
     read = pd.read_csv(tmp_path / "cmp.csv")
-    assert read.empty and list(read.columns) == tables.COMPARISON_COLUMNS
+    assert read.empty and list(read.columns) == reference_comparison.COMPARISON_COLUMNS
     for suffix in (".md", ".tex"):
         assert "nothing to compare" in (tmp_path / f"cmp{suffix}").read_text()
 
@@ -224,12 +225,12 @@ def test_when_no_model_could_be_scored_the_tables_still_list_every_model_and_why
     for model, status in (("a", "failed"), ("b", "crashed")):
         statuses.append(tmp_path / f"{model}.json")
         statuses[-1].write_text(f'{{"model": "{model}", "status": "{status}", "reason": "why {model}"}}')
-    scores, table = tables.collect(models, [], statuses)
+    scores, table = collect(models, [], statuses)
     write_scores(scores, tmp_path / "all.parquet")
-    summary = tables.summarise(read_scores(tmp_path / "all.parquet"), table)
+    summary = summarise(read_scores(tmp_path / "all.parquet"), table)
     assert list(summary["reason"]) == ["why a", "why b"] and summary["symmetry_median"].isna().all()
     summary = summary.assign(objective="bidirectional", role="pretrained", modality="language")
-    (block,) = paper_tables.blocks(paper_tables.long_table(summary, "symmetry"), "symmetry")
+    (block,) = tables_s2_s3.blocks(tables_s2_s3.long_table(summary, "symmetry"), "symmetry")
     assert block.notes == ("a: not scored: why a", "b: not scored: why b")
     assert list(block.table["Median"].iloc[:, 0]) == ["not scored", "not scored"]  # the encoder side
 
@@ -268,19 +269,19 @@ def test_tables_s2_s3_put_each_kind_and_role_in_its_own_block_as_the_paper_does(
             summary_row("vit", "bidirectional", "pretrained", modality="vision"),
         ]
     )
-    paper_tables.write(summary, "directionality", ["excess"], tmp_path / "table_s3")
+    tables_s2_s3.write(summary, "directionality", ["excess"], tmp_path / "table_s3")
     long = pd.read_csv(tmp_path / "table_s3.csv")
     assert list(long["block"].drop_duplicates()) == [
-        paper_tables.SIDE_BY_SIDE,
+        tables_s2_s3.SIDE_BY_SIDE,
         "Other pretrained models: language, encoder-decoder",
         "Other pretrained models: vision, encoder-only",
-        paper_tables.CONTROLS,
-        paper_tables.TRAINED,
+        tables_s2_s3.CONTROLS,
+        tables_s2_s3.TRAINED,
     ]
     roles = dict(zip(long["model"], long["role"], strict=True))
     assert roles["bert"] == "pretrained" and roles["random/gpt2"] == "random control"
     assert roles["trained/encoder-symmetric-s0"] == "trained here"
-    side = paper_tables.blocks(paper_tables.long_table(summary, "directionality"), "directionality")[0].table
+    side = tables_s2_s3.blocks(tables_s2_s3.long_table(summary, "directionality"), "directionality")[0].table
     assert list(side["Encoder-only model"]) == ["bert", ""]  # padded: two decoders beside one encoder
     assert list(side["Decoder-only model"]) == ["gpt2", "llama"]
     markdown = (tmp_path / "table_s3.md").read_text()
@@ -289,8 +290,8 @@ def test_tables_s2_s3_put_each_kind_and_role_in_its_own_block_as_the_paper_does(
     assert markdown.index("## Pretrained language models") < markdown.index("## Random-initialised controls")
     latex = (tmp_path / "table_s3.tex").read_text()
     assert latex.count(r"\begin{tabular}") == 5 and "excess of each row" in latex
-    assert "variant" not in paper_tables.caption("symmetry", ["excess"])
-    assert "Eq. 17" in paper_tables.caption("directionality", ["eq17"])
+    assert "variant" not in tables_s2_s3.caption("symmetry", ["excess"])
+    assert "Eq. 17" in tables_s2_s3.caption("directionality", ["eq17"])
 
 
 def test_the_encoder_decoder_contrast_is_claimed_only_when_it_beats_the_random_controls():
@@ -311,17 +312,17 @@ def test_the_encoder_decoder_contrast_is_claimed_only_when_it_beats_the_random_c
             row("random/smollm2", "autoregressive", "random", 0.0, 0.05, 0.13),
         ]
     )
-    long = paper_tables.long_table(within, "directionality")
-    note = paper_tables.contrast_note(long, "directionality")
+    long = tables_s2_s3.long_table(within, "directionality")
+    note = tables_s2_s3.contrast_note(long, "directionality")
     assert "-0.10 vs decoder-only -0.24" in note and "span -0.18 to +0.13" in note
     assert "within the controls' spread: these models cannot show it" in note
     wide = within.assign(directionality_median=[0.6, -0.6, -0.05, 0.0])
-    assert "exceeds the controls' spread" in paper_tables.contrast_note(
-        paper_tables.long_table(wide, "directionality"), "directionality"
+    assert "exceeds the controls' spread" in tables_s2_s3.contrast_note(
+        tables_s2_s3.long_table(wide, "directionality"), "directionality"
     )
     alone = within[within["role"] == "pretrained"]
-    assert "no contrast is claimed" in paper_tables.contrast_note(
-        paper_tables.long_table(alone, "directionality"), "directionality"
+    assert "no contrast is claimed" in tables_s2_s3.contrast_note(
+        tables_s2_s3.long_table(alone, "directionality"), "directionality"
     )
 
 

@@ -50,6 +50,7 @@ def test_one_command_trains_every_run_and_writes_table_1_figures_and_an_archive(
             "notes.md",
             "runs.tar.gz",
             "table_1.csv",
+            "table_1.html",
             "table_1.md",
             "table_1.tex",
         ]

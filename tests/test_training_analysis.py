@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from attngeom.training.config import make_config
-from attngeom.training.figures import (
+from attngeom.report.training_figures import (
     COLOURS,
     evolution_figure,
     load_runs,
     official_figure,
     symmetric_init_figure,
 )
+from attngeom.training.config import make_config
 from attngeom.training.intervals import mean_interval, t_975
 from attngeom.training.loop import train
 from attngeom.training.official import compare_official, nearest_official, official_note, ours_medians

@@ -40,7 +40,7 @@ def test_the_hashes_follow_the_modules_contents_not_their_timestamps(tmp_path):
         os.utime(path, (later, later))
     scores = package_copy(tmp_path / "scores", {"scores.py": "\n# changed\n"})
     training = package_copy(tmp_path / "training", {"training/loop.py": "\n# changed\n"})
-    figures = package_copy(tmp_path / "figures", {"figures.py": "\n# changed\n"})
+    figures = package_copy(tmp_path / "figures", {"report/score_figures.py": "\n# changed\n"})
 
     def hashes(package: Path) -> tuple[str, str, str]:
         script = ROOT / "scripts" / "score_model.py"

@@ -2,9 +2,14 @@
 
 from .version import __version__
 
-__all__ = ["__version__", "load_results", "plots", "score", "summarize"]
+__all__ = ["Results", "__version__", "load_results", "plots", "score", "summarize"]
 
-LAZY = {"score": "engine", "summarize": "tables", "load_results": "results", "Results": "results"}
+LAZY = {
+    "score": "engine",
+    "summarize": "report.summary",
+    "load_results": "report.results_folder",
+    "Results": "report.results_folder",
+}
 """Name → the module that defines it, imported on first use: tables and figures need neither torch nor
 transformers, and ``import attngeom`` needs none of them."""
 
@@ -15,5 +20,5 @@ def __getattr__(name: str):
     if name in LAZY:
         return getattr(importlib.import_module(f".{LAZY[name]}", __name__), name)
     if name == "plots":  # matplotlib
-        return importlib.import_module(".plots", __name__)
+        return importlib.import_module(".report.plots", __name__)
     raise AttributeError(f"module 'attngeom' has no attribute {name!r}")

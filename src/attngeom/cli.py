@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 PLUGINS = {
     "train": "attngeom.training.cli",
     "paper-config": "attngeom.pipeline.paper_config",
-    "support-table": "attngeom.support_table",
+    "support-table": "attngeom.report.support_table",
     "zoo": "attngeom.pipeline.zoo",
     "cache": "attngeom.cache",
 }
@@ -31,7 +31,7 @@ PLUGINS = {
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Median and interquartile range over layers of the layer rows, per stack (printed by ``score``)."""
-    from .tables import summarize
+    from .report.summary import summarize
 
     return summarize(frame).droplevel("model_id")
 

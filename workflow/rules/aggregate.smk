@@ -29,13 +29,14 @@ rule tables:
         models=rules.aggregate.output.models,
     output:
         summary=report(f"{R}/tables/summary.csv", category="Tables", caption="../report/summary.rst"),
+        summary_page=report(f"{R}/tables/summary.html", category="Tables", caption="../report/summary.rst"),
         s2=report(
-            multiext(f"{R}/tables/table_s2", ".csv", ".md", ".tex"),
+            multiext(f"{R}/tables/table_s2", ".csv", ".md", ".tex", ".html"),
             category="Tables",
             caption="../report/table_s2.rst",
         ),
         s3=report(
-            multiext(f"{R}/tables/table_s3", ".csv", ".md", ".tex"),
+            multiext(f"{R}/tables/table_s3", ".csv", ".md", ".tex", ".html"),
             category="Tables",
             caption="../report/table_s3.rst",
         ),
@@ -64,7 +65,7 @@ rule reference_comparison:
     output:
         layers=f"{R}/tables/reference_comparison_layers.csv",
         table=report(
-            multiext(f"{R}/tables/reference_comparison", ".csv", ".md", ".tex"),
+            multiext(f"{R}/tables/reference_comparison", ".csv", ".md", ".tex", ".html"),
             category="Tables",
             caption="../report/reference_comparison.rst",
         ),

@@ -21,7 +21,7 @@
 #       init: [random, symmetric]
 #
 #   results/training/<run>/{config.yaml, loss.parquet, scores.parquet, checkpoint/, final/}
-#   results/training/tables/{table_1,official_comparison}.{csv,md,tex}   (Table 1 over seeds, with the null)
+#   results/training/tables/{table_1,claims,official_comparison}.{csv,md,tex,html}   (Table 1 over seeds, with the null)
 #   results/training/figures/{evolution_*,symmetric_init_*,official_comparison}.{pdf,png}
 #
 # A killed job resumes from its checkpoint when re-run (checkpoint/ is not a declared output, so
@@ -74,17 +74,17 @@ if TRAINING_RUNS:
             official=REFERENCE / "official_training_evolution.csv",
         output:
             table_1=report(
-                multiext(f"{TR}/tables/table_1", ".csv", ".md", ".tex"),
+                multiext(f"{TR}/tables/table_1", ".csv", ".md", ".tex", ".html"),
                 category="Training",
                 caption="../report/table_1.rst",
             ),
             claims=report(
-                multiext(f"{TR}/tables/claims", ".csv", ".md", ".tex"),
+                multiext(f"{TR}/tables/claims", ".csv", ".md", ".tex", ".html"),
                 category="Training",
                 caption="../report/claims.rst",
             ),
             official=report(
-                multiext(f"{TR}/tables/official_comparison", ".csv", ".md", ".tex"),
+                multiext(f"{TR}/tables/official_comparison", ".csv", ".md", ".tex", ".html"),
                 category="Training",
                 caption="../report/official_comparison.rst",
             ),

@@ -128,7 +128,7 @@ def nearest_published(models: pd.DataFrame, reference: pd.DataFrame) -> str:
     medians: a sentence that says what the comparison could have been, for orientation only."""
     import pandas as pd
 
-    from .. import tables
+    from ..report import table_formats
     from .paper_config import model_entry
 
     published = pd.DataFrame(
@@ -155,8 +155,8 @@ def nearest_published(models: pd.DataFrame, reference: pd.DataFrame) -> str:
         gap = (same["n_params"].astype(float).map(math.log) - math.log(float(model.n_params))).abs()
         near = same.loc[gap.idxmin()]
         parts.append(
-            f"{model.display} ({tables.parameters(model.n_params)}): {near['id']} "
-            f"({tables.parameters(near['n_params'])}; published median symmetry {near['symmetry']:.2f}, "
+            f"{model.display} ({table_formats.parameters(model.n_params)}): {near['id']} "
+            f"({table_formats.parameters(near['n_params'])}; published median symmetry {near['symmetry']:.2f}, "
             f"directionality {near['dir']:.2f})"
         )
     if not parts:

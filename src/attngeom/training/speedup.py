@@ -37,7 +37,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from .. import tables
+from ..report import table_formats
 from .config import TrainConfig
 from .documents import SUBSTITUTES, split_revision
 from .intervals import Interval, mean_interval
@@ -379,9 +379,9 @@ def write_table1(table: pd.DataFrame, stem: str | os.PathLike) -> None:
     per depth as the paper prints it, with the caption)."""
     shown = table1_display(table)
     blocks = [
-        tables.Block(rows.drop(columns="depth"), f"{depth} models")
+        table_formats.Block(rows.drop(columns="depth"), f"{depth} models")
         for depth, rows in shown.groupby("depth", sort=False)
     ]
-    tables.write_table(
+    table_formats.write_table(
         blocks, stem, TABLE1_TITLE, csv=table, caption=TABLE1_CAPTION, empty="No training run."
     )

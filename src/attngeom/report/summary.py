@@ -1,0 +1,176 @@
+"""The per-model summary: every model's records collected by ``model_id``, and per model and stack the
+median over layers of each score with its interquartile distances (median − p25, p75 − median).
+
+Tables S2/S3 score one matrix per layer (the layer rows, ``head`` null). Cross-attention stacks map
+between two spaces and are never mixed into these medians. Models are joined to their scores by
+``model_id``: the id the config gives a model is the one its Parquet records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from ..files import write_text
+from ..records import read_scores, to_frame, to_table
+
+METRICS = ("symmetry", "directionality")
+CROSS = "cross"  # stacks whose name contains this (cross-attention) stay out of the medians
+MODEL_COLUMNS = ["model", "display", "family", "modality", "objective", "role", "groups", "n_params", "slug"]
+TEXT_COLUMNS = [
+    "model",
+    "display",
+    "family",
+    "modality",
+    "objective",
+    "role",
+    "slug",
+    "status",
+    "reason",
+    "stack",
+]
+GROUP_SEPARATOR = ","
+"""``groups`` is a list in memory and a comma-joined cell in a CSV (readable by a person)."""
+
+
+def write_csv(table: pd.DataFrame, path: str | os.PathLike) -> None:
+    """``table`` as a CSV, a ``groups`` list column written comma-joined."""
+    if "groups" in table.columns:
+        table = table.assign(groups=table["groups"].map(GROUP_SEPARATOR.join))
+    write_text(path, table.to_csv(index=False))
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """A models or summary CSV written by ``write_csv``: text columns as strings ('' when empty),
+    ``groups`` as a list."""
+    table = pd.read_csv(
+        path, dtype={c: "string" for c in [*TEXT_COLUMNS, "groups"]}, keep_default_na=False, na_values=[""]
+    )
+    present = [c for c in TEXT_COLUMNS if c in table.columns]
+    table[present] = table[present].fillna("")
+    if "groups" in table.columns:
+        table["groups"] = (
+            table["groups"].fillna("").map(lambda cell: [g for g in cell.split(GROUP_SEPARATOR) if g])
+        )
+    return table
+
+
+def in_group(table: pd.DataFrame, group: str) -> pd.DataFrame:
+    """The rows whose ``groups`` list holds ``group`` (a table or figure of the paper); of a table without
+    rows, its columns (a mask of no rows is cast to bool: pandas takes an empty object mask for labels)."""
+    return table[table["groups"].map(lambda groups: group in groups).astype(bool)]
+
+
+def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) -> tuple:
+    """All per-model Parquet files as one frame and the model table, joined on the model id.
+
+    ``models`` are registry rows (``Model.table_row()``, in config order); each status JSON names its
+    model and says ``ok``, ``failed`` (bad input) or ``crashed`` (a defect), with the reason. The model
+    table gets ``status``, ``reason`` and, where the config gave none, ``n_params`` from the scores (and
+    ``modality``/``objective`` where the registry says "unknown").
+    """
+    status_of = {}
+    for path in statuses:
+        status = json.loads(Path(path).read_text())
+        status_of[status["model"]] = status
+    frames = {}
+    for path in scores:
+        frame = read_scores(path)
+        for model_id, rows in frame.groupby("model_id", sort=False) if not frame.empty else ():
+            frames[model_id] = rows
+    rows, kept = [], []
+    for entry in models:
+        model_id = entry["model"]
+        if model_id not in status_of:
+            raise ValueError(f"no status file names model {model_id!r}")
+        status = status_of[model_id]
+        row = {key: entry.get(key) for key in MODEL_COLUMNS}
+        row.update(status=status["status"], reason=status.get("reason", ""))
+        if status["status"] == "ok":
+            if model_id not in frames:
+                raise ValueError(f"model {model_id!r} is ok but no scores file has model_id {model_id!r}")
+            kept.append(frames[model_id])
+            known = frames[model_id]["n_params"].dropna()
+            if not row["n_params"] and len(known):
+                row["n_params"] = int(known.iloc[0])
+            for key in ("modality", "objective"):  # a zoo model the Hub listed without its model_type
+                if row[key] == "unknown":
+                    row[key] = frames[model_id][key].iloc[0]
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=[*MODEL_COLUMNS, "status", "reason"])
+    table["n_params"] = pd.to_numeric(table["n_params"]).astype("Int64")
+    scores_frame = (
+        pd.concat(kept, ignore_index=True) if kept else to_frame(to_table([]))
+    )  # nothing scored: no rows
+    return scores_frame, table
+
+
+def layer_statistics(scores: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Per group of ``by``: the number of scored layer rows (``head`` null, not a ``not_scored`` layer) and
+    the median, 25th and 75th percentile over them of each metric. The one place these statistics are
+    computed (tables, CLI)."""
+    layers = scores[scores["head"].isna() & _scored(scores)]
+    grouped = layers.groupby(by, sort=False)
+    stats = {"n_layers": grouped.size()}
+    for metric in METRICS:
+        values = grouped[metric]
+        stats.update(
+            {
+                f"{metric}_median": values.median(),
+                f"{metric}_p25": values.quantile(0.25),
+                f"{metric}_p75": values.quantile(0.75),
+            }
+        )
+    return pd.DataFrame(stats).reset_index()
+
+
+def layer_rows(scores: pd.DataFrame) -> pd.DataFrame:
+    """The per-layer forms (head null) of self-attention stacks."""
+    if scores.empty:
+        return scores
+    keep = scores["head"].isna() & _scored(scores) & ~scores["stack"].astype(str).str.contains(CROSS)
+    return scores[keep]
+
+
+def _scored(scores: pd.DataFrame) -> pd.Series:
+    """Rows that carry scores: every row but a ``not_scored`` layer's (a Mamba block, a pooling probe)."""
+    if "not_scored" not in scores.columns:
+        return pd.Series(True, index=scores.index)
+    return scores["not_scored"].isna()
+
+
+def summarise(scores: pd.DataFrame, models: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, stack): median and interquartile distances of both metrics, plus status.
+
+    A model that was not scored keeps one row with empty numbers and its reason, so tables show it.
+    """
+    layers = layer_rows(scores)
+    statistics = [f"{m}_{what}" for m in METRICS for what in ("median", "minus", "plus")]
+    per_stack = pd.DataFrame(columns=["model", "stack", "n_layers", *statistics])
+    if not layers.empty:
+        stats = layer_statistics(layers, ["model_id", "stack"]).rename(columns={"model_id": "model"})
+        for metric in METRICS:
+            median = stats[f"{metric}_median"]
+            stats[f"{metric}_minus"] = median - stats.pop(f"{metric}_p25")
+            stats[f"{metric}_plus"] = stats.pop(f"{metric}_p75") - median
+        per_stack = stats
+    summary = models.merge(per_stack, on="model", how="left", sort=False)
+    summary["stack"] = summary["stack"].fillna("")
+    order = {model: i for i, model in enumerate(models["model"])}
+    summary = summary.sort_values("model", key=lambda s: s.map(order), kind="stable")
+    return summary.reset_index(drop=True)
+
+
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    """Median and interquartile range over the scored layers of each model and stack (what ``attngeom
+    score`` prints), indexed by ``model_id`` and ``stack``."""
+    stats = layer_statistics(frame, ["model_id", "stack"]).set_index(["model_id", "stack"])
+    columns: dict[str, pd.Series] = {"layers": stats["n_layers"]}
+    for name in METRICS:
+        columns[f"{name} median"] = stats[f"{name}_median"]
+        columns[f"{name} IQR"] = stats[f"{name}_p75"] - stats[f"{name}_p25"]
+    return pd.DataFrame(columns)

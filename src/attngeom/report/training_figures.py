@@ -1,0 +1,263 @@
+"""Figures 3 / S3 / S4 (symmetry and directionality over training, encoder vs decoder, per layer), Figure S5
+(random vs symmetric init) and the comparison with the authors' published evolution, as PDF + PNG.
+
+Two quantities, named in every panel title because they differ (0.014 vs 0.24 for the same layer and
+step is possible): the **layer form** M = Σ_h M_h (what the paper's tables score), summarised by its
+median over layers, and the **heads** M_h of one layer, summarised by their median over heads (what the
+paper's per-layer panels and Figure S5 show). The per-layer panels draw the layer form over the head
+median. Bands are interquartile ranges pooled over every seed; with more than one seed each seed's median
+is also drawn as a thin line. Random init is light blue and dashed, symmetric init dark blue and solid.
+What each run trained comes from its folder's config.yaml (``runs.RunInfo``), never from the logs.
+Each figure function saves its figure and returns it (closed), so what it drew can be inspected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from ..training.official import METRICS, nearest_official, official_medians, official_note, ours_medians
+from ..training.runs import RunInfo, twins
+from ..training.speedup import CLAIM_RULE, smoothed
+from .score_figures import save
+
+COLOURS = {"encoder": "tab:blue", "decoder": "tab:purple", "random": "lightskyblue", "symmetric": "navy"}
+STYLES = {"random": "--", "symmetric": "-"}
+DRAWING_ORDER = ("symmetric", "random")
+LINE_MARKS = {
+    "random": {"marker": "o", "markersize": 3, "markevery": 0.08, "zorder": 3},
+    "symmetric": {"alpha": 0.75, "zorder": 2},
+}
+"""Figure S5's loss lines: the symmetric ones first and translucent, the random ones on top with
+markers, so that where the curves coincide both stay visible."""
+LAYER_FORM = "layer form Σ_h M_h"
+LAYER_FORM_STYLE = ":"
+
+
+def load_runs(runs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(scores, losses) of the run folders, each row tagged with what its run trained (``RunInfo.labels``)
+    and, for the runs of a random-vs-symmetric pair (``runs.twins``), ``twin``: the pair's symmetric run.
+    Losses are smoothed as Table 1 smooths them."""
+    infos = [RunInfo.read(run) for run in runs]
+    pair = {}
+    for twin in twins({info.name: info.config for info in infos}):
+        pair.setdefault(twin.random, twin.symmetric)
+        pair[twin.symmetric] = twin.symmetric
+    scores, losses = [], []
+    for run, info in zip(runs, infos, strict=True):
+        labels = {**info.labels(), "twin": pair.get(info.name)}
+        scores.append(pd.read_parquet(run / "scores.parquet").assign(**labels))
+        losses.append(smoothed(pd.read_parquet(run / "loss.parquet")).assign(**labels))
+    return pd.concat(scores, ignore_index=True), pd.concat(losses, ignore_index=True)
+
+
+def _seeds(frame: pd.DataFrame) -> int:
+    return frame["seed"].nunique() if len(frame) else 0
+
+
+def _band(
+    ax, frame: pd.DataFrame, metric: str, colour, label: str, style: str = "-", thin: bool = True
+) -> None:
+    """Median line and interquartile band of ``metric`` over the rows of each step (pooled over seeds),
+    and with several seeds and ``thin``, each seed's median as a thin line."""
+    stats = frame.groupby("step")[metric].quantile([0.25, 0.5, 0.75]).unstack()
+    ax.plot(stats.index, stats[0.5], style, color=colour, label=label)
+    ax.fill_between(stats.index, stats[0.25], stats[0.75], color=colour, alpha=0.2, linewidth=0)
+    if thin and _seeds(frame) > 1:
+        for _, seed in frame.groupby("seed"):
+            median = seed.groupby("step")[metric].median()
+            ax.plot(median.index, median.values, style, color=colour, linewidth=0.6, alpha=0.6)
+
+
+def _layer_median(ax, frame: pd.DataFrame, metric: str, label: str, colour: str, style: str = "-") -> None:
+    """The layer form's median and IQR over layers, per step."""
+    _band(ax, frame[frame["head"].isna()], metric, colour, label, style)
+
+
+def _layer_title(panel: str, metric: str, seeds: int) -> str:
+    thin = "; thin: each seed" if seeds > 1 else ""
+    return f"{panel}) {metric} of the {LAYER_FORM}, median over layers\n(line; band: IQR over layers{thin})"
+
+
+def _per_layer(ax, frame: pd.DataFrame, metric: str, title: str) -> None:
+    """Per layer: the median and IQR of ``metric`` over the layer's heads, and the layer form's own
+    score (median over seeds) drawn over it."""
+    heads, forms = frame[frame["head"].notna()], frame[frame["head"].isna()]
+    layers = sorted(heads["layer"].unique())
+    cmap = plt.get_cmap("viridis", max(2, len(layers)))
+    for i, layer in enumerate(layers):
+        _band(ax, heads[heads["layer"] == layer], metric, cmap(i), f"layer {layer}", thin=False)
+        form = forms[forms["layer"] == layer].groupby("step")[metric].median()
+        ax.plot(form.index, form.values, LAYER_FORM_STYLE, color=cmap(i), linewidth=1.5)
+    seeds = _seeds(frame)
+    ax.set(
+        title=f"{title}, median over heads\n(line; band: IQR over heads{' and seeds' if seeds > 1 else ''}; "
+        f"dotted: {LAYER_FORM})",
+        xlabel="training step",
+        ylabel=metric,
+    )
+    handles, _ = ax.get_legend_handles_labels()
+    handles.append(Line2D([], [], linestyle=LAYER_FORM_STYLE, color="black", label=LAYER_FORM))
+    ax.legend(handles=handles, fontsize="x-small", ncol=2)
+
+
+def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path | None) -> Figure:
+    """Figure 3 / S3 / S4 for one dataset and depth: random-init runs, encoder vs decoder."""
+    runs = scores[
+        (scores["dataset"] == dataset)
+        & (scores["layers"] == layers)
+        & (scores["init"] == "random")
+        & (scores["reg_weight"] == 0)
+    ]
+    fig, axes = plt.subplots(3, 2, figsize=(11, 13), constrained_layout=True)
+    for ax, metric, panel in zip(axes[0], METRICS, "ab", strict=True):
+        for objective, group in runs.groupby("objective"):
+            _layer_median(ax, group, metric, f"{objective}-only", COLOURS[objective])
+        ax.axhline(0, color="grey", linewidth=0.5)
+        ax.set(title=_layer_title(panel, metric, _seeds(runs)), xlabel="training step", ylabel=metric)
+        ax.legend()
+    for row, metric, panel in ((1, "symmetry", "c"), (2, "directionality", "d")):
+        for ax, objective in zip(axes[row], ("encoder", "decoder"), strict=True):
+            group = runs[runs["objective"] == objective]
+            if group.empty:
+                ax.set_axis_off()
+                continue
+            _per_layer(ax, group, metric, f"{panel}) {objective}-only: {metric} per layer")
+    fig.suptitle(f"{layers}-layer models trained on {dataset}, random init ({_seeds(runs)} seed(s))")
+    if stem is not None:  # None: the figure only (attngeom.plots)
+        save(fig, stem)
+    return fig
+
+
+def speedup_note(table: pd.DataFrame | None, dataset: str, layers: int, objective: str) -> str:
+    """One line per unregularised symmetric row of Table 1 (``speedup.summarise``) in this group: the
+    speed-up by the rule claims use, its interval, the censored pairs, the test's p and MDE, the verdict."""
+    if table is None:
+        return ""
+    rows = table[
+        (table["dataset"] == dataset)
+        & (table["layers"] == layers)
+        & (table["objective"] == objective)
+        & (table["init"] == "symmetric")
+        & (table["reg_weight"] == 0)
+        & (table["seed_pairs"] > 0)
+    ]
+    lines = []
+    for row in rows.itertuples(index=False):
+        speed = f"speedup_{CLAIM_RULE}"
+        interval = (
+            f" [{getattr(row, speed + '_low'):.1f}, {getattr(row, speed + '_high'):.1f}]"
+            if row.seed_pairs > 1
+            else ""
+        )
+        test = f"; p = {row.p_value:.3f}, MDE {row.mde:.1f} %" if row.seed_pairs > 1 else ""
+        lines.append(
+            f"speed-up ({CLAIM_RULE}) {getattr(row, speed):.1f}{interval} % over {row.seed_pairs} seed "
+            f"pair(s), {row.censored} censored{test}: {row.verdict}"
+        )
+    return "\n".join(lines)
+
+
+def symmetric_init_figure(
+    scores: pd.DataFrame,
+    losses: pd.DataFrame,
+    dataset: str,
+    layers: int,
+    objective: str,
+    stem: Path,
+    table: pd.DataFrame | None = None,
+) -> Figure:
+    """Figure S5: loss, median symmetry and per-layer symmetry, random vs symmetric initialisation, for
+    the twin runs (``load_runs``' ``twin`` column) of one dataset, depth and objective, every seed; with
+    Table 1 (``speedup.summarise``) given, its speed-up, null and verdict are written under the title."""
+
+    def select(frame: pd.DataFrame) -> pd.DataFrame:
+        group = (
+            (frame["dataset"] == dataset) & (frame["layers"] == layers) & (frame["objective"] == objective)
+        )
+        return frame[group & frame["twin"].notna()]
+
+    sc, lo = select(scores), select(losses)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 9), constrained_layout=True)
+    for init in DRAWING_ORDER:  # random last, on top, with markers: it hides under nothing
+        group = lo[lo["init"] == init]
+        for i, (_, run) in enumerate(group.groupby("run")):
+            label = f"{init} init ({_seeds(group)} seed(s))" if i == 0 else None
+            axes[0, 0].plot(
+                run["step"],
+                run["loss"],
+                STYLES[init],
+                color=COLOURS[init],
+                linewidth=1,
+                label=label,
+                **LINE_MARKS[init],
+            )
+    axes[0, 0].set(
+        title="a) training loss (smoothed), each seed a line", xlabel="training step", ylabel="loss"
+    )
+    axes[0, 0].legend()
+    for init in DRAWING_ORDER:
+        group = sc[sc["init"] == init]
+        if len(group):
+            _layer_median(axes[0, 1], group, "symmetry", f"{init} init", COLOURS[init], STYLES[init])
+    axes[0, 1].set(title=_layer_title("b", "symmetry", _seeds(sc)), xlabel="training step", ylabel="symmetry")
+    axes[0, 1].legend()
+    for ax, init, panel in zip(axes[1], ("random", "symmetric"), "cd", strict=True):
+        group = sc[sc["init"] == init]
+        if group.empty:
+            ax.set_axis_off()
+            continue
+        _per_layer(ax, group, "symmetry", f"{panel}) {init} init: symmetry per layer")
+    note = speedup_note(table, dataset, layers, objective)
+    fig.suptitle(
+        f"{layers}-layer {objective} on {dataset}: random vs symmetric initialisation"
+        + (f"\n{note}" if note else "")
+    )
+    save(fig, stem)
+    return fig
+
+
+def official_figure(scores: pd.DataFrame, official: pd.DataFrame, stem: Path) -> Figure:
+    """Our runs (solid) over the authors' published evolution (dashed), per objective: the same depth,
+    objective and dataset where they published it, else the nearest (``nearest_official``), labelled so."""
+    ours, theirs = ours_medians(scores), official_medians(official)
+    nearest = nearest_official(ours, official)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), constrained_layout=True, sharex=True)
+    for col, objective in enumerate(("encoder", "decoder")):
+        drawn = nearest[nearest["objective"] == objective].drop_duplicates(["layers", "dataset"])
+        for row, metric in enumerate(METRICS):
+            ax = axes[row, col]
+            for ref in drawn.itertuples(index=False):
+                group = theirs[
+                    (theirs["objective"] == objective)
+                    & (theirs["layers"] == ref.layers)
+                    & (theirs["dataset"] == ref.dataset)
+                ]
+                kind = "same setting" if ref.exact else "nearest published, not our setting"
+                label = f"authors: {ref.layers}L {ref.dataset} ({kind})"
+                ax.plot(group["step"], group[metric], "--", alpha=0.8, label=label)
+            for (run, dataset), group in ours[ours["objective"] == objective].groupby(["run", "dataset"]):
+                ax.plot(
+                    group["step"].clip(lower=1),
+                    group[metric],
+                    "-",
+                    linewidth=2,
+                    label=f"ours: {run} ({dataset})",
+                )
+            ax.set_xscale("log")
+            ax.axhline(0, color="grey", linewidth=0.5)
+            ax.set(
+                title=f"{objective}-only: {metric}\nof the {LAYER_FORM}, median over layers",
+                xlabel="training step",
+                ylabel=metric,
+            )
+            ax.legend(fontsize="x-small")
+    note = official_note(ours, official)
+    if note:
+        fig.suptitle(note, fontsize="small", wrap=True)
+    save(fig, stem)
+    return fig
