@@ -21,7 +21,7 @@ from attngeom.pipeline.training_runs import (
 )
 from attngeom.pipeline.zoo import Zoo, with_zoo
 from attngeom.provenance import script_hash
-from attngeom.training.official import published_settings
+from attngeom.runstats.official import published_settings
 
 R = results_folder(config["results"])
 SCORING = config["scoring"]
