@@ -328,6 +328,7 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "python benchmarks/masked_vs_padded.py --preset gpu --steps 2750 --jobs 6 --out "
     "benchmarks/results/masked_vs_padded_h200": exercise_script_options,
     "python benchmarks/ddp_scaling.py OUT --grad-accum 8": exercise_script_options,
+    "python benchmarks/bench_corpus_bounds.py [--megabytes 20] [--gzip-megabytes 150]": exercise_script_options,
     "python benchmarks/multi_gpu_pipeline.py OUT [--workdir DIR] [--configfile CONFIG]": exercise_script_options,
     "python benchmarks/bench_zoo.py [-n 1000] [--per-model 40] [--slurm] [--json benchmarks/results/zoo.json]": (
         exercise_script_options
