@@ -52,5 +52,5 @@ def architecture_for(config: PretrainedConfig) -> Architecture:
     nearest = f"; nearest supported: {', '.join(near)}" if near else ""
     raise ArchitectureError(
         f"unsupported model_type {model_type!r} ({reason}){nearest}; "
-        "see the support table in README.md (`attngeom support-table`)"
+        "see the support table in docs/support.md (`attngeom support-table`)"
     )

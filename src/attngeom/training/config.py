@@ -8,6 +8,7 @@ recipe or what the authors' code computes (``RECIPES``).
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -266,7 +267,7 @@ def _check_type(name: str, value: Any, kind: str) -> None:
 
 def _coerce(name: str, value: Any) -> Any:
     """A CLI string (or YAML scalar) as the type the field declares: ``1e3`` or ``1000.0`` is the
-    integer 1000, ``10.5`` is no integer."""
+    integer 1000 (read exactly: ``9007199254740993`` stays itself), ``10.5`` is no integer."""
     if name not in FIELDS:
         raise ConfigError(f"unknown training setting {name!r}; known: {', '.join(FIELDS)}")
     kind = str(FIELDS[name].type)
@@ -274,8 +275,8 @@ def _coerce(name: str, value: Any) -> Any:
         return None
     try:
         if kind.startswith("int") and isinstance(value, str | float) and not isinstance(value, bool):
-            number = float(value)
-            if not number.is_integer():
+            number = decimal.Decimal(value.strip() if isinstance(value, str) else value)  # exact, any size
+            if not number.is_finite() or number != number.to_integral_value():
                 raise ValueError(value)
             return int(number)
         if kind.startswith("float") and isinstance(value, str | int) and not isinstance(value, bool):
@@ -284,7 +285,7 @@ def _coerce(name: str, value: Any) -> Any:
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
                 raise ValueError(value)
             return value.lower() in ("true", "1", "yes")
-    except ValueError:
+    except (ValueError, decimal.InvalidOperation):
         raise ConfigError(f"training setting {name}={value!r} is not a valid {kind}") from None
     return value
 
