@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import torch
 
-from .architectures import AttentionLayer, UnscoredLayer, architecture_for
+from .architectures import Architecture, AttentionLayer, UnscoredLayer, architecture_for
 from .errors import InputError
 from .provenance import code_hash
 from .records import to_frame, to_table
@@ -110,12 +110,14 @@ def score_source(
     *,
     progress: bool = True,
     model_id: str | None = None,
+    architecture: Architecture | None = None,
 ) -> pa.Table:
-    """Score an opened source (see ``score``) as an Arrow table with the records' schema."""
+    """Score an opened source (see ``score``) as an Arrow table with the records' schema; ``architecture``:
+    a map to use instead of the registry's (the conformance compares a table with discovery so)."""
     settings = settings or Settings.checked("cpu", torch.float64, "excess", GAMMA)
     config = source.config
     try:
-        architecture = architecture_for(config)
+        architecture = architecture or architecture_for(config)
     except InputError as err:  # the source layer reads any model type; support is decided here
         raise InputError(f"{source.description}: {err}") from err
     n_layers = architecture.n_layers(config)

@@ -60,7 +60,8 @@ def window(config: PretrainedConfig, i: int) -> tuple[str, ...]:
     layer_types = getattr(config, "layer_types", None)
     if layer_types:
         local = {"sliding_attention": "sliding_window", "chunked_attention": "chunked_attention"}
-        return (local[layer_types[i]],) if layer_types[i] in local else ()
+        kind = layer_types[i] if i < len(layer_types) else None
+        return (local[kind],) if kind in local else ()
     if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
         return ("sliding_window",)
     return ()
@@ -69,7 +70,7 @@ def window(config: PretrainedConfig, i: int) -> tuple[str, ...]:
 def uses_rope(config: PretrainedConfig, i: int) -> bool:
     """False for a NoPE layer: ``no_rope_layers[i] == 0`` (SmolLM3, Llama 4; 1 means rotary)."""
     no_rope_layers = getattr(config, "no_rope_layers", None)
-    return bool(no_rope_layers[i]) if no_rope_layers else True
+    return bool(no_rope_layers[i]) if no_rope_layers and i < len(no_rope_layers) else True
 
 
 def rotary_terms(config: PretrainedConfig, i: int) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from .converted import Converted
 from .discovery import HEADLESS, SCORER, Found, Skipped, find_attention, meta_model
 from .model_classes import main_input
 from .observed import Observed
+from .stacks import template
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -28,12 +29,34 @@ CONTENT_BIAS = re.compile(r"^(pos_)?bias_u$|^r_w_bias$")
 query before q·k (its positional bias v meets only the position keys): a query bias of the form."""
 
 
-def _terms(config: PretrainedConfig, found: Found, rotary: bool) -> tuple[str, ...]:
+def layer_terms(
+    model: torch.nn.Module, config: PretrainedConfig, items: list[Found | Skipped], observed: Observed
+) -> dict[str, tuple[str, ...]]:
+    """By attention path: what its form leaves out besides its biases. Rotary where a rotary embedding
+    sits in the attention's own sub-model (a LLaVA's language model, not its vision tower), with that
+    sub-model's config's NoPE layers and windows (``rotary_terms``; windows also without rotary); the
+    scale, a score bias and a soft cap as the forward pass showed them (``Observed.terms``)."""
+    from transformers import PretrainedConfig
+
     from .decoders import rotary_terms, window
 
-    if found.stack == "self" and rotary:
-        return rotary_terms(config, found.layer)
-    return ("scale",) + (window(config, found.layer) if found.stack == "self" else ())
+    rotaries = [p.rpartition(".")[0] for p, m in model.named_modules() if "Rotary" in type(m).__name__]
+    terms = {}
+    for item in items:
+        if not isinstance(item, Found) or item.latent:
+            continue
+        module = model.get_submodule(item.path)
+        own = getattr(module, "config", None) if item.path else None
+        own = own if isinstance(own, PretrainedConfig) else config
+        inside = any(not p or item.path == p or item.path.startswith(f"{p}.") for p in rotaries)
+        if item.cross:
+            scale: tuple[str, ...] = ("scale",)
+        elif inside:
+            scale = rotary_terms(own, item.layer)
+        else:
+            scale = ("scale",) + window(own, item.layer)
+        terms[item.path] = observed.terms(template(item.path), scale, module)
+    return terms
 
 
 def _temperature(found: Found) -> tuple[str, ...]:
@@ -56,12 +79,12 @@ def discovered_layers(
     config: PretrainedConfig,
     reader: TensorReader,
     items: list[Found | Skipped],
-    rotary: bool,
+    terms: dict[str, tuple[str, ...]],
     biases: dict[str, str] | None = None,
 ) -> Iterator[AttentionLayer | UnscoredLayer]:
-    """The layers of ``items`` read from ``reader`` (by the model's own parameter names); ``biases``: the
-    content biases of ``content_biases``."""
-    from .normalised_decoders import QK_NORM_PER_HEAD, QK_NORM_WHOLE, normalised
+    """The layers of ``items`` read from ``reader`` (by the model's own parameter names); ``terms``: what
+    each form leaves out (``layer_terms``); ``biases``: the content biases of ``content_biases``."""
+    from .normalised_decoders import QK_LAYERNORM, QK_NORM_PER_HEAD, QK_NORM_WHOLE, normalised
 
     def get(name: str) -> torch.Tensor:
         tensor = reader.get(name)
@@ -116,6 +139,7 @@ def discovered_layers(
             b_q = u if b_q is None else b_q + u
         bias = ("bias",) if b_q is not None or item.k_bias else ()
         relative = ("relative_position",) if u_name else ()
+        left_out = tuple(dict.fromkeys(bias + terms[item.path] + relative + _temperature(item)))
         layer = AttentionLayer(
             stack=item.stack,
             layer=item.layer,
@@ -126,7 +150,7 @@ def discovered_layers(
             n_heads=item.n_heads,
             n_kv_heads=item.n_kv_heads,
             head_dim=item.head_dim,
-            left_out=bias + _terms(config, item, rotary) + relative + _temperature(item),
+            left_out=left_out,
             cross=item.cross,
         )
         scale = (
@@ -151,6 +175,7 @@ def discovered_layers(
                 )
             per_head = q_gain.numel() == item.head_dim or q_gain.dim() == 2  # shared, or one per head
             form = QK_NORM_PER_HEAD if per_head else QK_NORM_WHOLE
+            form = QK_LAYERNORM if per_head and item.q_norm.centre else form
             layer = normalised(
                 layer,
                 q_gain,
@@ -177,14 +202,14 @@ def discover(config: PretrainedConfig, layout: str = "", observed: Observed | No
     items = find_attention(model, config, layout, observed)
     if not any(isinstance(item, Found) for item in items):
         raise ArchitectureError("no attention module with separate query and key projections")
-    rotary = any("Rotary" in type(m).__name__ for m in model.modules())
+    terms = layer_terms(model, config, items, observed)
     biases = content_biases(model, items)
     stacks = tuple(dict.fromkeys(item.stack for item in items if isinstance(item, Found)))
     return Architecture(
         model_types=(config.model_type,),
         modality=_modality(model, stacks),
         objective=observed.objective or "bidirectional",
-        layers=lambda cfg, reader: discovered_layers(cfg, Converted(reader, model), items, rotary, biases),
+        layers=lambda cfg, reader: discovered_layers(cfg, Converted(reader, model), items, terms, biases),
         n_layers=lambda cfg: sum(i.forms if isinstance(i, Found) else 1 for i in items),
         notes=_notes(model, items),
         stacks=stacks,

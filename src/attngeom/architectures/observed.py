@@ -36,6 +36,12 @@ class Observed:
     objective: str = ""
     model_class: str = ""
     """The checkpoint class built where the base model has no attention (``...ForTextRecognition``)."""
+    unscaled: frozenset[str] = frozenset()
+    """Templates whose attention got the projections' q and k with no scale (T5's): no ``scale`` term."""
+    score_bias: frozenset[str] = frozenset()
+    """Templates whose attention adds a score bias over the token pair: ``relative_position``."""
+    softcap: frozenset[str] = frozenset()
+    """Templates whose attention soft-caps the scores: ``attn_logit_softcapping``."""
 
     @classmethod
     def of(cls, entry: dict) -> Observed:
@@ -45,7 +51,20 @@ class Observed:
             frozenset(entry.get("self_kinds", ())),
             entry.get("objective", ""),
             entry.get("model_class", ""),
+            *(frozenset(entry.get(name, ())) for name in ("unscaled", "score_bias", "softcap")),
         )
+
+    def terms(self, template: str, scale: tuple[str, ...], module: torch.nn.Module) -> tuple[str, ...]:
+        """What the attention ``module`` at a path of ``template`` leaves out of the form: ``scale`` (the
+        terms its config names, ``scale`` among them) less the scale where the tiny model's had none and
+        this one's own ``scaling`` (a config value: Granite's multiplier) is 1 too, a score bias where
+        one was seen, a soft cap where one was and this one's own cap (``attn_logit_softcapping``) is set."""
+        scaling = getattr(module, "scaling", 1.0)
+        unscaled = template in self.unscaled and not (isinstance(scaling, float | int) and scaling != 1)
+        kept = tuple(t for t in scale if t != "scale" or not unscaled)
+        bias = ("relative_position",) if template in self.score_bias else ()
+        capped = template in self.softcap and getattr(module, "attn_logit_softcapping", True) is not None
+        return kept + bias + (("attn_logit_softcapping",) if capped else ())
 
     def is_cross(self, template: str, module: torch.nn.Module) -> bool:
         """Whether the module at a path of ``template`` is a cross form. A kind of a template seen both ways
@@ -64,5 +83,8 @@ class Observed:
             "cross": sorted(self.cross),
             "self_kinds": sorted(self.self_kinds),
             "model_class": self.model_class,
+            "unscaled": sorted(self.unscaled),
+            "score_bias": sorted(self.score_bias),
+            "softcap": sorted(self.softcap),
         }
         return {name: value for name, value in fields.items() if value}

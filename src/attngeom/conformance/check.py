@@ -21,14 +21,16 @@ from ..architectures.discovery import Found
 from .inputs import input_sets
 from .masks import add_causal, softmax_masks
 from .neutral import rotary_neutralised, temperature_neutralised
-from .observe import causal
-from .products import as_heads, first_output, score_products, tokens_last
+from .observe import causal, scores_scoring, scoring
+from .products import as_heads, first_output, heads, operands, score_products, tokens_last
 
 CAPTURE = "attngeom_conformance"
 RTOL = 1e-5
 _interface: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 _causal: dict[int, bool] = {}
 """By module: whether the mask of its first call through the interface was causal (``observe.causal``)."""
+_scoring: dict[int, dict[str, torch.Tensor]] = {}
+"""By module: what its first call through the interface does to q·k besides the form (``observe.scoring``)."""
 
 
 def _attention(module, query, key, value, attention_mask=None, **kwargs):
@@ -36,6 +38,7 @@ def _attention(module, query, key, value, attention_mask=None, **kwargs):
 
     _interface.setdefault(id(module), (query.detach(), key.detach()))
     _causal.setdefault(id(module), causal(module, query, attention_mask, kwargs.get("is_causal")))
+    _scoring.setdefault(id(module), scoring(attention_mask, kwargs))
     kwargs.pop("softcap", None)  # scores capped after q·k: no part of q or k, and sdpa refuses it
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
@@ -61,8 +64,9 @@ def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     with torch.no_grad():
         for param in model.parameters():
             param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * 0.3)
+        saved = model.state_dict().keys()  # not a buffer the model makes itself (GPT-1's causal `bias`)
         for name, buffer in model.named_buffers():  # frozen affine weights (DETR's batch norms) are
-            if name.endswith((".weight", ".bias")) and buffer.is_floating_point():  # buffers, left unset
+            if name.endswith((".weight", ".bias")) and buffer.is_floating_point() and name in saved:
                 buffer.copy_(torch.randn(buffer.shape, generator=generator, dtype=buffer.dtype) * 0.3)
     return model
 
@@ -137,6 +141,7 @@ def capture(
     _register()
     _interface.clear()
     _causal.clear()
+    _scoring.clear()
     _zero_norm_biases(modules, items)
     with ExitStack() as stack:
         for item in items:
@@ -173,6 +178,7 @@ def capture(
                     for key in set(_interface) - interface:
                         del _interface[key]
                         _causal.pop(key, None)
+                        _scoring.pop(key, None)
                     products.cut_short(set(seen))
                     softmaxes.active.clear()
             pending = [p for p in pending if p not in seen]
@@ -183,12 +189,16 @@ def capture(
     for item in items:
         if id(modules[item.path]) in _interface and item.path in seen:
             seen[item.path]["q_attn"], seen[item.path]["k_attn"] = _interface[id(modules[item.path])]
+            seen[item.path] |= _scoring[id(modules[item.path])]
         elif item.path in products.found and item.path in seen:
             q, k = products.found[item.path]
-            seen[item.path]["q_attn"], seen[item.path]["k_attn"] = (
-                as_heads(q, item.n_heads),
-                as_heads(k, item.n_kv_heads),
-            )
+            seen[item.path]["q_attn"] = as_heads(q, item.n_heads)
+            seen[item.path]["k_attn"] = as_heads(k, item.n_kv_heads)
+        record = seen.get(item.path, {})
+        if {"q", "k"} <= set(record) and "scaling" not in record and item.path in softmaxes.scores:
+            q, k = operands(record, item)
+            if q is not None:  # how its softmax's input was made of them
+                record |= scores_scoring(q, k, softmaxes.scores[item.path])
     add_causal(model, seen, _causal, softmaxes)
     upstream = [p for p, r in seen.items() if not all(r[x].isfinite().all() for x in ("x_q", "x_k"))]
     for path in upstream:  # non-finite states reached it (a mask's overflow upstream): driven on its own
@@ -222,13 +232,6 @@ def _runners(model: torch.nn.Module, items: list[Found]) -> list[torch.nn.Module
 
 def _joinable(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dim() == b.dim() >= 2 and a.shape[:-2] == b.shape[:-2] and a.shape[-1] == b.shape[-1]
-
-
-def heads(t: torch.Tensor, n: int, d: int) -> torch.Tensor:
-    """(B, ..., n·d) → (B, n, N, d): a 2-D packed input as one batch, a grid's positions (B, H, W, ·) as
-    one token axis."""
-    t = t.reshape(1, -1, t.shape[-1]) if t.dim() == 2 else t.flatten(1, -2)
-    return t.reshape(t.shape[0], t.shape[1], n, d).transpose(1, 2)
 
 
 def refolded(mine: torch.Tensor, their: torch.Tensor) -> torch.Tensor:

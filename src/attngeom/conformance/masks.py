@@ -24,6 +24,8 @@ class _Softmaxes(TorchFunctionMode):
         super().__init__()
         self.active: list[str] = []
         self.causal: dict[str, bool] = {}
+        self.scores: dict[str, torch.Tensor] = {}
+        """By path: its first softmax's input (``observe.scores_scoring`` reads how it was made)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -33,6 +35,7 @@ class _Softmaxes(TorchFunctionMode):
             if isinstance(scores, torch.Tensor) and scores.dim() >= 2 and scores.shape[-2] > 1:
                 first = scores[..., 0, 1 : scores.shape[-2]]
                 self.causal[path] = bool((first <= BLOCKED).all())
+                self.scores[path] = scores.detach()
         return func(*args, **kwargs)
 
 

@@ -25,7 +25,7 @@ import torch
 
 from ..architectures.discovery import Found
 from ..architectures.projections import inputs
-from .check import CAPTURE, _causal, _implementation, _interface, _register
+from .check import CAPTURE, _causal, _implementation, _interface, _register, _scoring
 from .neutral import rotary_neutralised, temperature_neutralised
 from .products import as_heads, first_output, score_products, tokens_last
 
@@ -81,6 +81,7 @@ def _run(
 
     _interface.pop(id(module), None)
     _causal.pop(id(module), None)
+    _scoring.pop(id(module), None)  # arguments made up for a module alone say nothing of its scoring
     with ExitStack() as stack:
         for role, name in (("q", item.q), ("k", item.k)):
             handle = module.get_submodule(item.local(name)).register_forward_hook(keep(role))

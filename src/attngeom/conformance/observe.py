@@ -24,6 +24,9 @@ BLOCKED = -1e4
 older families -10000)."""
 
 
+ROUNDING = 1e-5
+"""Scores a family forms in float32 (GPT-Neo's, MPT's) agree with the float64 products this closely."""
+
 SELF, MERGED, OTHER = "self", "merged", "other"
 """What the keys read: the queries' input, that and more tokens after it, or another input."""
 
@@ -53,11 +56,72 @@ def causal(module: torch.nn.Module, query: torch.Tensor, mask: torch.Tensor | No
     return bool(blocked.all())
 
 
+def scoring(mask: torch.Tensor | None, kwargs: dict) -> dict[str, torch.Tensor]:
+    """What one attention call does to q·k besides the form: its ``scaling`` (NaN: none given, 1/√d_h),
+    whether it adds a score bias that depends on the token pair (a float mask or ``position_bias`` whose
+    unblocked entries differ: T5's, Swin's relative positions, ALiBi) and whether it soft-caps the scores."""
+    scaling = kwargs.get("scaling")
+    biases = [t for t in (mask, kwargs.get("position_bias")) if isinstance(t, torch.Tensor)]
+    return {
+        "scaling": torch.tensor(float("nan") if scaling is None else float(scaling)),
+        "score_bias": torch.tensor(any(t.is_floating_point() and _varies(t) for t in biases)),
+        "softcap": torch.tensor(kwargs.get("softcap") is not None),
+    }
+
+
+def scores_scoring(q: torch.Tensor, k: torch.Tensor, scores: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``scoring`` of a module that forms its scores itself, from its softmax's input: scores = c·q·kᵀ + B
+    (+ the mask), B a bias of the positions alone, so c is fitted on the differences between batch items
+    (``scaling`` c, NaN where no single c explains them) and B is what remains over the open entries."""
+    product = q.double() @ k.double().repeat_interleave(q.shape[1] // k.shape[1], 1).mT
+    seen = {
+        "scaling": torch.tensor(float("nan")),
+        "score_bias": torch.tensor(False),
+        "softcap": torch.tensor(False),
+    }
+    if scores.numel() != product.numel() or product.shape[0] < 2:
+        return seen
+    s = scores.double().reshape(product.shape)
+    open_ = (s > BLOCKED).all(0)
+    ds, dp = (s[1:] - s[:1])[:, open_], (product[1:] - product[:1])[:, open_]
+    c = (ds * dp).sum() / (dp * dp).sum().clamp_min(1e-300)
+    if ds.numel() == 0 or (ds - c * dp).abs().max() > ROUNDING * ds.abs().max().clamp_min(1e-300):
+        return seen
+    bias = (s - c * product)[:, open_]
+    return seen | {"scaling": c, "score_bias": torch.tensor(_spread(bias, s[:, open_]))}
+
+
+def _varies(bias: torch.Tensor) -> bool:
+    open_ = bias[bias > BLOCKED].double()
+    return _spread(open_, open_)
+
+
+def _spread(values: torch.Tensor, scores: torch.Tensor) -> bool:
+    """Whether ``values`` differ beyond the rounding of ``scores``."""
+    return values.numel() > 1 and bool(
+        values.max() - values.min() > ROUNDING * scores.abs().max().clamp_min(1)
+    )
+
+
+def _unscaled(record: dict) -> bool:
+    """The attention function got the projections' own q and k (equal norms) and a scaling of 1."""
+    scaling = record.get("scaling", torch.tensor(float("nan"))).double()
+    if not torch.isclose(scaling, torch.tensor(1.0, dtype=torch.float64), rtol=1e-6):
+        return False
+    return all(
+        f"{r}_attn" not in record  # the scores were fitted to the projections' outputs themselves
+        or torch.isclose(record[f"{r}_attn"].double().norm(), record[r].double().norm(), rtol=1e-9, atol=0)
+        for r in ("q", "k")
+    )
+
+
 def observed(
     model: torch.nn.Module, items: list[Found], records: dict[str, dict], reads: dict[str, str | None]
 ) -> Observed:
     """The kinds whose keys read another input, by ``reads`` (path → ``reading``; None: not seen, taken
-    as another input), and the objective seen in ``records``' masks."""
+    as another input), the templates whose attention calls scale, bias or cap q·k otherwise than the
+    form's ``scale`` says (``scoring``, seen in the whole forward pass), and the objective seen in
+    ``records``' masks."""
     verdicts: dict[str, dict[str, list[bool]]] = {}
     for item in items:  # by template, then kind: whether each module's keys read another input
         t = template(item.path)
@@ -74,7 +138,24 @@ def observed(
         elif any(every):  # seen both ways: by kind; a kind seen both ways has no symmetry
             cross |= {k for k, votes in kinds.items() if any(votes)}
             self_kinds |= {k for k, votes in kinds.items() if not any(votes)}
-    return Observed(frozenset(cross), frozenset(self_kinds), objective(items, records, reads))
+    terms: dict[str, dict[str, list[bool]]] = {"unscaled": {}, "score_bias": {}, "softcap": {}}
+    for item in items:
+        record = records.get(item.path, {})
+        if "scaling" in record:  # seen at the interface in the whole forward pass
+            for name, seen in (
+                ("unscaled", _unscaled(record)),
+                ("score_bias", bool(record["score_bias"])),
+                ("softcap", bool(record["softcap"])),
+            ):
+                terms[name].setdefault(template(item.path), []).append(seen)
+    return Observed(
+        frozenset(cross),
+        frozenset(self_kinds),
+        objective(items, records, reads),
+        unscaled=frozenset(t for t, votes in terms["unscaled"].items() if all(votes)),
+        score_bias=frozenset(t for t, votes in terms["score_bias"].items() if any(votes)),
+        softcap=frozenset(t for t, votes in terms["softcap"].items() if any(votes)),
+    )
 
 
 def objective(items: list[Found], records: dict[str, dict], reads: dict[str, str | None]) -> str:

@@ -118,3 +118,22 @@ def tokens_last(projection, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Ten
     """A projection's input and output as (..., tokens, features): a pointwise convolution's are
     channels first."""
     return (x.mT, y.mT) if isinstance(projection, torch.nn.Conv1d) else (x, y)
+
+
+def operands(record: dict, item: Found) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The q and k of a score product: as the products mode found them, else the projections' outputs
+    split into heads (where they are q's and k's own width); None where neither is there."""
+    if "q_attn" in record:
+        return record["q_attn"], record["k_attn"]
+    q, k = record["q"], record["k"]
+    widths = (item.n_heads * item.head_dim, item.n_kv_heads * item.head_dim)
+    if item.fused or item.latent or (q.shape[-1], k.shape[-1]) != widths:
+        return None, None
+    return heads(q, item.n_heads, item.head_dim), heads(k, item.n_kv_heads, item.head_dim)
+
+
+def heads(t: torch.Tensor, n: int, d: int) -> torch.Tensor:
+    """(B, ..., n·d) → (B, n, N, d): a 2-D packed input as one batch, a grid's positions (B, H, W, ·) as
+    one token axis."""
+    t = t.reshape(1, -1, t.shape[-1]) if t.dim() == 2 else t.flatten(1, -2)
+    return t.reshape(t.shape[0], t.shape[1], n, d).transpose(1, 2)

@@ -29,22 +29,53 @@ TIMEOUT_S = 120
 
 
 def check_type(model_type: str) -> dict:
-    """The conformance entry of one ``model_type``."""
-    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
-
+    """The conformance entry of one ``model_type``: ``table`` where the registry has one, else discovery's."""
     from ..architectures.registry import REGISTRY
-    from .kv_heads import equal_heads_config
-    from .refusals import build_refusal, correlation_of, sub_config_class, undefined_base
-    from .tiny import tiny_config
 
     if model_type in REGISTRY:
         return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}
+    return check_discovery(model_type)[0]
+
+
+def check_discovery(model_type: str) -> tuple[dict, object, str]:
+    """Discovery's conformance entry of ``model_type`` (a table or not), with the tiny config it was
+    checked on and the checkpoint class built (empty: the base model); no config where none was."""
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    from .refusals import sub_config_class, undefined_base
+
     undefined = undefined_base(model_type)
     if (model_type not in MODEL_MAPPING_NAMES or undefined) and (parent := parent_of(model_type, undefined)):
+        alone = None if undefined else _alone(model_type)
+        if alone is not None:
+            return alone
         why = f" (transformers defines no {MODEL_MAPPING_NAMES[model_type]} of its own)" if undefined else ""
-        return _refused(f"a sub-config, scored through its parent `{parent}`{why}")
+        return _refused(f"a sub-config, scored through its parent `{parent}`{why}"), None, ""
     if model_type not in MODEL_MAPPING_NAMES and (why := sub_config_class(model_type)):
-        return _refused(why)
+        return _refused(why), None, ""
+    return _discovered(model_type)
+
+
+def _alone(model_type: str) -> tuple[dict, object, str] | None:
+    """A sub-config's entry where transformers gives it a model class of its own and discovery validates
+    that model (a checkpoint of the tower alone: CLIP's text model, SigLIP's); else None."""
+    from ..architectures.model_classes import own_model_class
+
+    try:
+        if own_model_class(model_type) is None:
+            return None
+    except Exception:  # noqa: BLE001 — no class to find: scored through its parent
+        return None
+    found = _discovered(model_type)
+    return found if found[0]["status"] == "validated" else None
+
+
+def _discovered(model_type: str) -> tuple[dict, object, str]:
+    """``check_discovery`` of a type whose model is checked (not one scored through its parent)."""
+    from .kv_heads import equal_heads_config
+    from .refusals import build_refusal, correlation_of
+    from .tiny import tiny_config
+
     try:
         from ..architectures.discovery import meta_model
 
@@ -53,21 +84,22 @@ def check_type(model_type: str) -> dict:
     except Exception as err:  # noqa: BLE001 — any failure is this type's result
         why = _default_reason(model_type) or build_refusal(err) or _source_reason(model_type)
         why = why or _default_failure(model_type)
-        return _refused(why or f"could not build a tiny model ({_short(err)})")
+        return _refused(why or f"could not build a tiny model ({_short(err)})"), None, ""
     if not _has_attention(skeleton, config):
         config, skeleton = _deepened(config, skeleton)
     name = ""
     if not _has_attention(skeleton, config):
         name, skeleton = _checkpoint_with_attention(model_type, config) or (name, skeleton)
     if not _has_attention(skeleton, config):
-        return _refused(_no_attention_reason(skeleton))
+        return _refused(_no_attention_reason(skeleton)), None, ""
     if correlation := correlation_of(skeleton, config):
-        return _refused(correlation)
+        return _refused(correlation), None, ""
     entry = _check(model_type, config, name)
     if entry["status"] == "refused" and (mha := equal_heads_config(config)) is not None:
         retried = _check(model_type, mha, name)  # a model reading the head count where the kv count is meant
-        return retried if retried["status"] == "validated" else entry
-    return entry
+        if retried["status"] == "validated":
+            return retried, mha, name
+    return entry, config, name
 
 
 def _checkpoint_with_attention(model_type: str, config):
@@ -87,21 +119,27 @@ def _checkpoint_with_attention(model_type: str, config):
     return None
 
 
-def _check(model_type: str, config, name: str = "") -> dict:
-    """The entry of ``model_type``'s model built from the tiny ``config`` (``name``: a checkpoint class
-    to build instead of the base model)."""
+def tiny_model(model_type: str, config, name: str = ""):
+    """The random float64 model of ``model_type`` built from the tiny ``config`` (``name``: a checkpoint
+    class to build instead of the base model), the same for the same arguments."""
     from transformers import AutoModel
     from transformers.initialization import no_init_weights
 
     from ..architectures.discovery import model_class
-    from .attempt import attempt
     from .check import randomized
 
+    with no_init_weights():
+        cls = model_class(model_type, name)
+        return randomized(cls.from_config(config) if cls is AutoModel else cls._from_config(config))
+
+
+def _check(model_type: str, config, name: str = "") -> dict:
+    """The entry of ``model_type``'s model built from the tiny ``config`` (``name``: a checkpoint class
+    to build instead of the base model)."""
+    from .attempt import attempt
+
     try:
-        with no_init_weights():
-            cls = model_class(model_type, name)
-            built = cls.from_config(config) if cls is AutoModel else cls._from_config(config)
-            model = randomized(built)
+        model = tiny_model(model_type, config, name)
     except Exception as err:  # noqa: BLE001
         return _refused(f"could not build a tiny model ({_short(err)})")
     with tempfile.TemporaryDirectory() as folder:
