@@ -218,7 +218,7 @@ class TrainConfig:
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
-_POSITIVE = (1, math.inf, "an integer ≥ 1")
+_POSITIVE = (1, 2**63 - 1, "an integer in [1, 2⁶³)")
 RANGES: dict[str, tuple[float, float, str]] = {
     **dict.fromkeys(
         ("n_layers", "hidden_size", "n_heads", "intermediate_size", "vocab_size", "max_documents"), _POSITIVE
@@ -235,8 +235,8 @@ RANGES: dict[str, tuple[float, float, str]] = {
         ),
         _POSITIVE,
     ),
-    "seq_len": (8, math.inf, "an integer ≥ 8"),
-    "warmup_steps": (0, math.inf, "an integer ≥ 0"),
+    "seq_len": (8, 2**63 - 1, "an integer in [8, 2⁶³)"),
+    "warmup_steps": (0, 2**63 - 1, "an integer in [0, 2⁶³)"),
     "seed": (0, 2**63 - 1, "an integer in [0, 2⁶³)"),
     "lr": (math.nextafter(0, 1), math.inf, "a finite number > 0"),
     "dropout": (0, math.nextafter(1, 0), "a number in [0, 1)"),
@@ -249,7 +249,8 @@ RANGES: dict[str, tuple[float, float, str]] = {
 
 
 def _in_range(value: float, low: float, high: float) -> bool:
-    return math.isfinite(value) and low <= value <= high
+    """An integer is compared exactly (one read from ``1e400`` has no float); a float must be finite."""
+    return (isinstance(value, int) or math.isfinite(value)) and low <= value <= high
 
 
 def _check_type(name: str, value: Any, kind: str) -> None:
