@@ -153,12 +153,13 @@ def test_left_out_names_what_the_form_excludes(tmp_path):
         "llama_bias": "bias,rotary,scale",
         "qwen2": "bias,rotary,scale",
         "phi": "bias,rotary,scale",
-        "gemma2": [  # layer_types: local (sliding-window) layers alternate with global ones
-            "rotary,query_pre_attn_scalar,attn_logit_softcapping,sliding_window",
-            "rotary,query_pre_attn_scalar,attn_logit_softcapping",
+        "gemma2": [  # layer_types: local (sliding-window) layers alternate with global ones; the
+            # query_pre_attn_scalar is a scale, the soft cap seen in the forward pass
+            "rotary,scale,sliding_window,attn_logit_softcapping",
+            "rotary,scale,attn_logit_softcapping",
         ],
         "olmo": "bias,rotary,scale",
-        "olmo_clip": "rotary,scale,clip_qkv",
+        "olmo_clip": "rotary,scale",  # a clamp its type's default config does not set: not stated
         "phi_qk_layernorm": "bias,rotary,scale,qk_norm_bias",
     }
     for name, left_out in expected.items():

@@ -74,14 +74,18 @@ def _by_stack(layers, stack: str):
     return [layer for layer in layers if layer.stack == stack]
 
 
+GEMMA3_STACKS = ["vision_tower_encoder", "language_model"]
+"""Discovery's stack names for Gemma 3: the words of each tower's module paths."""
+
+
 def test_gemma3_vision_tower_and_text_decoder_conform(tmp_path):
     model = gemma3()
     layers = layers_from_disk(model, tmp_path)
-    assert [layer.stack for layer in layers] == ["vision"] * 2 + ["decoder"] * 2
+    assert [layer.stack for layer in layers] == [GEMMA3_STACKS[0]] * 2 + [GEMMA3_STACKS[1]] * 2
     vision = model.model.vision_tower
-    assert_conforms(capture_qk(vision, {"pixel_values": pixels()}), _by_stack(layers, "vision"))
+    assert_conforms(capture_qk(vision, {"pixel_values": pixels()}), _by_stack(layers, GEMMA3_STACKS[0]))
     text = model.model.language_model
-    decoder = _by_stack(layers, "decoder")
+    decoder = _by_stack(layers, GEMMA3_STACKS[1])
     assert all(layer.form == QK_NORM_PER_HEAD for layer in decoder)
     assert_conforms_up_to_scale(
         capture_qk(text, token_inputs(text.config)), decoder, shared_across_heads=False
@@ -109,7 +113,7 @@ def test_gemma3_hub_layout_scores_like_the_saved_one(tmp_path):
             torch.tensor(frame["symmetry"].to_numpy()), torch.tensor(saved["symmetry"].to_numpy())
         )
     assert set(saved["modality"]) == {"vision", "language"}
-    assert set(saved[saved["stack"] == "vision"]["modality"]) == {"vision"}
+    assert set(saved[saved["stack"] == GEMMA3_STACKS[0]]["modality"]) == {"vision"}
 
 
 def test_llama4_vision_encoder_and_text_decoder_conform(tmp_path):
@@ -145,7 +149,7 @@ def test_llama4_text_only_checkpoint(tmp_path):
 def test_embedding_gemma_is_a_bidirectional_encoder(tmp_path):
     model = build(tiny_config("gemma3_text", **TEXT, use_bidirectional_attention=True))
     layers = layers_from_disk(model, tmp_path)
-    assert {layer.stack for layer in layers} == {"encoder"}
+    assert {layer.stack for layer in layers} == {"self"}
     assert_conforms_up_to_scale(
         capture_qk(model, token_inputs(model.config)), layers, shared_across_heads=False
     )
@@ -153,14 +157,14 @@ def test_embedding_gemma_is_a_bidirectional_encoder(tmp_path):
     assert set(scores["objective"]) == {"bidirectional"}
 
 
-@pytest.mark.parametrize("make", [gemma3, llama4])
-def test_engine_on_disk_and_in_memory(make, tmp_path):
+@pytest.mark.parametrize(("make", "stacks"), [(gemma3, GEMMA3_STACKS), (llama4, ["vision", "decoder"])])
+def test_engine_on_disk_and_in_memory(make, stacks, tmp_path):
     model = make()
     model.save_pretrained(tmp_path)
     on_disk = attngeom.score(tmp_path, progress=False)
     in_memory = attngeom.score(model, progress=False)
     assert set(on_disk["objective"]) == {"autoregressive"}
-    assert list(on_disk["stack"].unique()) == ["vision", "decoder"]
+    assert list(on_disk["stack"].unique()) == stacks
     for column in ("symmetry", "directionality", "norm"):
         torch.testing.assert_close(
             torch.tensor(on_disk[column].to_numpy()), torch.tensor(in_memory[column].to_numpy())

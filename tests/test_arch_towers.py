@@ -21,7 +21,7 @@ from conformance import (
 from transformers import AutoModel
 
 import attngeom
-from attngeom.architectures import UnscoredLayer, architecture_for
+from attngeom.architectures import architecture_for
 
 TEXT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32, vocab_size=100)
 VISION = dict(
@@ -101,33 +101,36 @@ def _per_tower(model, inputs) -> list:
     return captures
 
 
+TOWERS = ("text_model_encoder", "vision_model_encoder")
+"""Discovery's stack names for a two-tower model: the words of each tower's module paths."""
+
+
 @pytest.mark.parametrize("model_type", sorted(TWO_TOWERS))
 def test_two_tower_conformance_from_disk(model_type, two_towers, tmp_path):
     model, inputs = two_towers(model_type)
     layers = layers_from_disk(model, tmp_path)
-    assert [layer.stack for layer in scored(layers)] == ["text"] * 2 + ["vision"] * 2
+    assert [layer.stack for layer in scored(layers)] == [TOWERS[0]] * 2 + [TOWERS[1]] * 2
     assert_conforms(_per_tower(model, inputs(model.config)), scored(layers))
     assert architecture_for(model.config).n_layers(model.config) == len(scored(layers))
 
 
-def test_siglip2_pooling_head_is_unscored_and_owl_towers_score_end_to_end(two_towers, tmp_path):
-    model, _ = two_towers("siglip2")
-    layers = layers_from_disk(model, tmp_path / "siglip2")
-    assert [(layer.stack, type(layer)) for layer in layers[-1:]] == [("vision_head", UnscoredLayer)]
+def test_owl_towers_score_end_to_end(two_towers, tmp_path):
     model, _ = two_towers("owlv2")
     model.save_pretrained(tmp_path / "owlv2")
     on_disk = attngeom.score(tmp_path / "owlv2", progress=False)
     in_memory = attngeom.score(model, progress=False)
     np.testing.assert_allclose(on_disk["symmetry"].to_numpy(float), in_memory["symmetry"].to_numpy(float))
-    assert dict(on_disk.groupby("stack")["modality"].first()) == {"text": "language", "vision": "vision"}
+    assert dict(on_disk.groupby("stack")["modality"].first()) == dict(
+        zip(TOWERS, ("language", "vision"), strict=True)
+    )
 
 
 @pytest.mark.parametrize(
     ("model_type", "model_class", "sizes", "stack", "modality"),
     [
-        ("siglip2_text_model", "Siglip2TextModel", TEXT, "text", "language"),
-        ("owlvit_vision_model", "OwlViTVisionModel", VISION, "vision", "vision"),
-        ("idefics3_vision", "Idefics3VisionTransformer", VISION, "vision", "vision"),
+        ("siglip2_text_model", "Siglip2TextModel", TEXT, "self", "language"),  # discovered: one template
+        ("owlvit_vision_model", "OwlViTVisionModel", VISION, "self", "vision"),
+        ("idefics3_vision", "Idefics3VisionTransformer", VISION, "self", "vision"),
         ("blip_vision_model", "BlipVisionModel", VISION, "vision", "vision"),
     ],
 )

@@ -1,15 +1,10 @@
-"""Audio encoders: the wav2vec 2.0 lineage (MMS checkpoints are model_type wav2vec2), its Conformer
-variants (wav2vec2-conformer, w2v-BERT 2.0) and the audio spectrogram transformer (the ViT layout over
-spectrogram patches).
+"""Audio encoders discovery does not score: WavLM and w2v-BERT 2.0.
 
-The convolutional relative position embedding is added to the input of the first layer, so it is part
-of x, not of the form. WavLM adds a gated relative position bias to the scores: outside the form.
-Conformer self-attention has one of three position schemes (``position_embeddings_type``):
-
-- ``relative`` (Transformer-XL): the score is (q + u)·k + (q + v)·(W_pos r_{i−j}); the content term's
-  learned bias u is folded into the query bias, the position term is left out (``relative_position``);
-- ``relative_key`` (Shaw, w2v-BERT's default): q·k + q·r_{i−j}; the position term is left out;
-- ``rotary``: rotary applied to the layer input before the q/k projections; left out (``rotary``).
+WavLM has wav2vec 2.0's layout; its attention adds a gated relative position bias to the scores (its gate
+reads the query; outside the form). The convolutional relative position embedding is added to the input of
+the first layer, so it is part of x, not of the form. w2v-BERT 2.0 is a Conformer with Shaw relative
+positions (``relative_key``: q·k + q·r_{i−j}, the position term left out) and adapter layers over the
+conv-pooled sequence (stack ``adapter``).
 """
 
 from __future__ import annotations
@@ -18,7 +13,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .base import Architecture, AttentionLayer, TensorReader, separate_layers, separate_qk
-from .vision import vit_layers
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -30,7 +24,7 @@ CONFORMER_POSITIONS = {
 }
 
 
-def _wav2vec2_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+def _wavlm_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     return separate_layers(
         config,
         reader,
@@ -38,19 +32,8 @@ def _wav2vec2_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator
         "q_proj",
         "k_proj",
         stack="encoder",
-        left_out=("scale",) + (("relative_position",) if config.model_type == "wavlm" else ()),
+        left_out=("scale", "relative_position"),
     )
-
-
-WAV2VEC2 = Architecture(
-    model_types=("wav2vec2", "hubert", "unispeech", "unispeech-sat", "data2vec-audio", "sew", "wavlm"),
-    modality="audio",
-    objective="bidirectional",
-    layers=_wav2vec2_layers,
-    n_layers=lambda c: c.num_hidden_layers,
-    notes="MMS is wav2vec2",
-    stacks=("encoder",),
-)
 
 
 def _conformer_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
@@ -91,16 +74,6 @@ def _conformer_count(config: PretrainedConfig) -> int:
     return config.num_hidden_layers + (config.num_adapter_layers if adapter else 0)
 
 
-CONFORMER = Architecture(
-    model_types=("wav2vec2-conformer",),
-    modality="audio",
-    objective="bidirectional",
-    layers=_conformer_layers,
-    n_layers=_conformer_count,
-    notes="relative (u folded into the query bias) or rotary positions left out",
-    stacks=("encoder",),
-)
-
 W2V_BERT = Architecture(
     model_types=("wav2vec2-bert",),
     modality="audio",
@@ -111,14 +84,15 @@ W2V_BERT = Architecture(
     stacks=("encoder", "adapter"),
 )
 
-AST = Architecture(
-    model_types=("audio-spectrogram-transformer",),
-    modality="audio",
-    objective="bidirectional",
-    layers=vit_layers,
-    n_layers=lambda c: c.num_hidden_layers,
-    notes="ViT over spectrogram patches",
-    stacks=("encoder",),
-)
 
-ARCHITECTURES: list[Architecture] = [WAV2VEC2, CONFORMER, W2V_BERT, AST]
+ARCHITECTURES: list[Architecture] = [
+    W2V_BERT,
+    Architecture(
+        model_types=("wavlm",),
+        modality="audio",
+        objective="bidirectional",
+        layers=_wavlm_layers,
+        n_layers=lambda c: c.num_hidden_layers,
+        stacks=("encoder",),
+    ),
+]

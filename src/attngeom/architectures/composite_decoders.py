@@ -1,10 +1,8 @@
-"""Language models shipped with a vision tower (Gemma 3, Llama 4): every tower is its own stack.
+"""Llama 4 (Scout, Maverick): a vision encoder and the MoE text decoder, each its own stack.
 
-The checkpoint nests a text model and a vision encoder under prefixes (``language_model.model.`` and
-``vision_tower.`` / ``vision_model.model.`` as the Hub's files spell them; ``model.language_model.``
-and ``model.vision_tower.`` in a transformers 5 model in memory). ``Within`` is a reader that looks a
-name up under the first prefix that has it, so each tower is read by its own map: Gemma 3's SigLIP
-tower by the map registered for its ``vision_config.model_type``, its text model by Gemma 3's text map.
+The checkpoint nests the text model and the vision encoder under prefixes (``language_model.model.`` and
+``vision_model.model.`` as the Hub's files spell them; ``model.language_model.`` in a transformers 5
+model in memory). ``Within`` is a reader that looks a name up under the first prefix that has it.
 """
 
 from __future__ import annotations
@@ -16,8 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .base import Architecture, AttentionLayer, TensorReader, separate_qk
-from .normalised_decoders import gemma3_text_layers, llama4_text_layers
-from .registry import architecture_for
+from .normalised_decoders import llama4_text_layers
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -44,17 +41,6 @@ class Within:
 
 
 TEXT_PREFIXES = ("language_model.model.", "language_model.")
-
-
-def _registered_tower(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """A tower scored by the map registered for its own ``model_type`` (e.g. ``siglip_vision_model``)."""
-    return architecture_for(config).layers(config, reader)
-
-
-def _gemma3_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """Gemma 3 (4B and larger): the SigLIP vision tower (stack ``vision``), then the text decoder."""
-    yield from _registered_tower(config.vision_config, Within(reader, ("vision_tower.",)))
-    yield from gemma3_text_layers(config.text_config, Within(reader, TEXT_PREFIXES))
 
 
 def _llama4_vision_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
@@ -93,7 +79,6 @@ def _composite(model_types: tuple[str, ...], layers, notes: str) -> Architecture
 
 
 ARCHITECTURES: list[Architecture] = [
-    _composite(("gemma3",), _gemma3_layers, "SigLIP vision tower and Gemma 3 text decoder (see gemma3_text)"),
     _composite(
         ("llama4",), _llama4_layers, "vision encoder (2-D rotary) and Llama 4 text decoder (see llama4_text)"
     ),

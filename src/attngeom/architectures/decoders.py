@@ -31,12 +31,10 @@ from .base import (
     AttentionLayer,
     LayersFn,
     TensorReader,
-    UnscoredLayer,
     head_dim_of,
-    linear,
     separate_layers,
-    separate_qk,
 )
+from .positions import rotary_terms, window
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -53,29 +51,6 @@ def heads_of(config: PretrainedConfig) -> tuple[int, int, int]:
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     return heads, kv_heads, head_dim_of(config, heads)
-
-
-def window(config: PretrainedConfig, i: int) -> tuple[str, ...]:
-    """``sliding_window`` (or Llama 4's ``chunked_attention``) where layer i attends to a local span only."""
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types:
-        local = {"sliding_attention": "sliding_window", "chunked_attention": "chunked_attention"}
-        kind = layer_types[i] if i < len(layer_types) else None
-        return (local[kind],) if kind in local else ()
-    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
-        return ("sliding_window",)
-    return ()
-
-
-def uses_rope(config: PretrainedConfig, i: int) -> bool:
-    """False for a NoPE layer: ``no_rope_layers[i] == 0`` (SmolLM3, Llama 4; 1 means rotary)."""
-    no_rope_layers = getattr(config, "no_rope_layers", None)
-    return bool(no_rope_layers[i]) if no_rope_layers and i < len(no_rope_layers) else True
-
-
-def rotary_terms(config: PretrainedConfig, i: int) -> tuple[str, ...]:
-    """Rotary (unless a NoPE layer), the 1/√d_h scale, and a local window where the config sets one."""
-    return (("rotary",) if uses_rope(config, i) else ()) + ("scale",) + window(config, i)
 
 
 def llama_layers(
@@ -102,25 +77,6 @@ def llama_layers(
         yield replace(layer, left_out=layer.left_out + terms(config, layer.layer))
 
 
-def _gemma2_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """Gemma2 scales by query_pre_attn_scalar^-½ (not head_dim^-½) and may soft-cap the logits."""
-    softcap = ("attn_logit_softcapping",) if getattr(config, "attn_logit_softcapping", None) else ()
-    return llama_layers(
-        config, reader, lambda c, i: ("rotary", "query_pre_attn_scalar") + softcap + window(c, i)
-    )
-
-
-def _olmo_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """OLMo may clamp q, k and v to ±clip_qkv after the projection."""
-    clip = ("clip_qkv",) if getattr(config, "clip_qkv", None) is not None else ()
-    return llama_layers(config, reader, lambda c, i: rotary_terms(c, i) + clip)
-
-
-def _granite_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """Granite scales q·k by ``attention_multiplier`` instead of 1/√d_h."""
-    return llama_layers(config, reader, lambda c, i: ("rotary", "attention_multiplier"))
-
-
 def _cohere2_terms(config: PretrainedConfig, i: int) -> tuple[str, ...]:
     """Cohere2 applies rotary only on its sliding-window layers; the global layers are NoPE."""
     local = window(config, i)
@@ -129,47 +85,6 @@ def _cohere2_terms(config: PretrainedConfig, i: int) -> tuple[str, ...]:
 
 def _cohere2_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     return llama_layers(config, reader, _cohere2_terms)
-
-
-def _phi3_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """Phi-3's fused ``qkv_proj``: output rows [q (H·d_h) | k (H_kv·d_h) | v]."""
-    heads, kv_heads, head_dim = heads_of(config)
-    q_end, k_end = heads * head_dim, (heads + kv_heads) * head_dim
-    for i in range(config.num_hidden_layers):
-        w_qkv = linear(reader.get(f"layers.{i}.self_attn.qkv_proj.weight"))
-        yield AttentionLayer(
-            stack="decoder",
-            layer=i,
-            w_q=w_qkv[:, :q_end],
-            w_k=w_qkv[:, q_end:k_end],
-            n_heads=heads,
-            n_kv_heads=kv_heads,
-            head_dim=head_dim,
-            left_out=rotary_terms(config, i),
-        )
-
-
-MAMBA = "Mamba block: a selective state-space scan, not a bilinear form of its input"
-
-
-def _jamba_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer | UnscoredLayer]:
-    """Jamba: attention layers (Llama's layout, no position encoding) among Mamba blocks, in layer order."""
-    heads, kv_heads, head_dim = heads_of(config)
-    for i, kind in enumerate(config.layers_block_type):
-        if kind != "attention":
-            yield UnscoredLayer(stack="decoder", layer=i, reason=MAMBA)
-            continue
-        yield AttentionLayer(
-            stack="decoder",
-            layer=i,
-            **separate_qk(
-                reader, f"layers.{i}.self_attn.q_proj", f"layers.{i}.self_attn.k_proj", False, False
-            ),
-            n_heads=heads,
-            n_kv_heads=kv_heads,
-            head_dim=head_dim,
-            left_out=("scale",),
-        )
 
 
 def decoder_architecture(
@@ -191,47 +106,13 @@ def decoder_architecture(
 
 
 LLAMA = decoder_architecture(
-    ("llama", "mistral", "mixtral", "qwen2", "gemma") + LLAMA_LAYOUT_REMOTE_CODE,
+    ("llama", "mistral", "mixtral", "gemma") + LLAMA_LAYOUT_REMOTE_CODE,
     llama_layers,
     "q_proj/k_proj; GQA; head_dim from the config (Gemma MQA)",
-)
-LLAMA_LAYOUT = decoder_architecture(
-    ("starcoder2", "nemotron", "glm", "glm4", "helium", "smollm3"),
-    llama_layers,
-    "Llama layout; partial rotary, local windows and NoPE layers as the config sets them",
-)
-LLAMA_LAYOUT_MOE = decoder_architecture(
-    ("qwen2_moe", "phimoe"), llama_layers, "MoE feed-forward; attention in Llama's layout"
-)
-GRANITE = decoder_architecture(
-    ("granite", "granitemoe"), _granite_layers, "Llama layout; attention_multiplier replaces 1/√d_h"
 )
 COHERE2 = decoder_architecture(
     ("cohere2",), _cohere2_layers, "Llama layout; global layers are NoPE, local layers rotary"
 )
-GEMMA2 = decoder_architecture(
-    ("gemma2",), _gemma2_layers, "Llama layout; query_pre_attn_scalar and soft-capping left out"
-)
-OLMO = decoder_architecture(("olmo",), _olmo_layers, "Llama layout; clip_qkv left out")
-PHI3 = decoder_architecture(("phi3",), _phi3_layers, "fused qkv_proj [q|k|v]")
-JAMBA = Architecture(
-    model_types=("jamba",),
-    modality="language",
-    objective="autoregressive",
-    layers=_jamba_layers,
-    n_layers=lambda c: c.num_hidden_layers,
-    notes="hybrid: attention layers scored (no position encoding); Mamba layers recorded as not scored",
-    stacks=("decoder",),
-)
 
-ARCHITECTURES: list[Architecture] = [
-    LLAMA,
-    LLAMA_LAYOUT,
-    LLAMA_LAYOUT_MOE,
-    GRANITE,
-    COHERE2,
-    GEMMA2,
-    OLMO,
-    PHI3,
-    JAMBA,
-]
+
+ARCHITECTURES: list[Architecture] = [LLAMA, COHERE2]

@@ -17,13 +17,15 @@ import torch
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer, linear
 from .converted import Converted
 from .discovery import HEADLESS, SCORER, Found, Skipped, find_attention, meta_model
-from .model_classes import main_input
+from .model_classes import declared_class, main_input
 from .observed import Observed
 from .stacks import template
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
+UNSEEN = "not validated: its type's tiny model has no attention module of this kind"
+"""Said of a module the checkpoint's config adds (GPT-2's cross-attention): recorded, not scored."""
 CONTENT_BIAS = re.compile(r"^(pos_)?bias_u$|^r_w_bias$")
 """Transformer-XL's names for the learned content bias u that a relative-position attention adds to every
 query before q·k (its positional bias v meets only the position keys): a query bias of the form."""
@@ -38,7 +40,7 @@ def layer_terms(
     scale, a score bias and a soft cap as the forward pass showed them (``Observed.terms``)."""
     from transformers import PretrainedConfig
 
-    from .decoders import rotary_terms, window
+    from .positions import rotary_terms, window
 
     rotaries = [p.rpartition(".")[0] for p, m in model.named_modules() if "Rotary" in type(m).__name__]
     terms = {}
@@ -84,7 +86,7 @@ def discovered_layers(
 ) -> Iterator[AttentionLayer | UnscoredLayer]:
     """The layers of ``items`` read from ``reader`` (by the model's own parameter names); ``terms``: what
     each form leaves out (``layer_terms``); ``biases``: the content biases of ``content_biases``."""
-    from .normalised_decoders import QK_LAYERNORM, QK_NORM_PER_HEAD, QK_NORM_WHOLE, normalised
+    from .qk_norms import QK_LAYERNORM, QK_NORM_PER_HEAD, QK_NORM_WHOLE, normalised
 
     def get(name: str) -> torch.Tensor:
         tensor = reader.get(name)
@@ -195,11 +197,17 @@ def discover(config: PretrainedConfig, layout: str = "", observed: Observed | No
     projections are not read); ``observed``: what the conformance run saw in the forward pass (which
     forms are cross, the objective, the checkpoint class it built)."""
     observed = observed or Observed()
+    model = None
+    if not observed.model_class and (declared := declared_class(config)):
+        try:  # the checkpoint's own class: the stacks it holds (an encoder alone, a decoder alone)
+            model = meta_model(config, declared)
+        except Exception:  # noqa: BLE001 — a class this config does not build: the base model
+            model = None
     try:
-        model = meta_model(config, observed.model_class)
+        model = model or meta_model(config, observed.model_class)
     except Exception as err:  # transformers raises many kinds for configs it cannot build
         raise ArchitectureError(f"transformers cannot build it ({type(err).__name__})") from err
-    items = find_attention(model, config, layout, observed)
+    items = [_validated(item, observed, model) for item in find_attention(model, config, layout, observed)]
     if not any(isinstance(item, Found) for item in items):
         raise ArchitectureError("no attention module with separate query and key projections")
     terms = layer_terms(model, config, items, observed)
@@ -215,6 +223,13 @@ def discover(config: PretrainedConfig, layout: str = "", observed: Observed | No
         stacks=stacks,
         stack_modality={s: m for s in stacks if (m := _stack_modality(s))},
     )
+
+
+def _validated(item: Found | Skipped, observed: Observed, model: torch.nn.Module) -> Found | Skipped:
+    """``item``, or an unscored layer where the run validated no module of its template."""
+    if isinstance(item, Skipped) or observed.validated(template(item.path)):
+        return item
+    return Skipped(item.stack, item.layer, type(model.get_submodule(item.path)).__name__, UNSEEN)
 
 
 def _notes(model: torch.nn.Module, items: list[Found | Skipped]) -> str:

@@ -26,8 +26,6 @@ from .base import (
     AttentionLayer,
     TensorReader,
     fused_qkv,
-    linear,
-    separate_layers,
 )
 from .decoders import decoder_architecture
 
@@ -41,74 +39,6 @@ def _grouped_rows(fused: torch.Tensor, groups: int, queries_per_group: int, head
     """(q rows, k rows) of a fused weight (or bias) laid out as ``groups`` × [q × queries_per_group, k, v]."""
     blocks = fused.unflatten(0, (groups, queries_per_group + 2, head_dim))
     return blocks[:, :queries_per_group].flatten(0, 2), blocks[:, queries_per_group].flatten(0, 1)
-
-
-def _conv1d_layers(
-    config: PretrainedConfig, reader: TensorReader, left_out: tuple[str, ...]
-) -> Iterator[AttentionLayer]:
-    """GPT-1 and GPT-2: ``c_attn`` is a Conv1D (d × 3d, x W form) with columns [q | k | v]."""
-    heads = config.num_attention_heads
-    for i in range(config.num_hidden_layers):
-        weight, bias = reader.get(f"h.{i}.attn.c_attn.weight"), reader.get(f"h.{i}.attn.c_attn.bias")
-        yield AttentionLayer(
-            stack=STACK,
-            layer=i,
-            **fused_qkv(weight.T, bias),  # the transposed Conv1D weight is the nn.Linear layout
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=config.hidden_size // heads,
-            left_out=left_out,
-        )
-
-
-def _openai_gpt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    yield from _conv1d_layers(config, reader, ("bias", "scale", "absolute_position_embeddings"))
-
-
-def _gpt2_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    if getattr(config, "add_cross_attention", False):
-        raise ArchitectureError(
-            "gpt2 with add_cross_attention=True (an encoder-decoder's decoder) is not supported; "
-            "score the decoder-only model"
-        )
-    left_out = ("bias",)
-    if config.scale_attn_weights:
-        left_out += ("scale",)
-    if config.scale_attn_by_inverse_layer_idx:
-        left_out += ("inverse_layer_idx_scale",)
-    yield from _conv1d_layers(config, reader, left_out + ("absolute_position_embeddings",))
-
-
-def _gpt_neo_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """Separate q/k/v without bias; GPT-Neo does not scale q·k by 1/√d_h, so nothing but positions is left out."""
-    heads = config.num_attention_heads
-    for i in range(config.num_hidden_layers):
-        prefix = f"h.{i}.attn.attention"
-        window = ("sliding_window",) if config.attention_layers[i] == "local" else ()
-        yield AttentionLayer(
-            stack=STACK,
-            layer=i,
-            w_q=linear(reader.get(f"{prefix}.q_proj.weight")),
-            w_k=linear(reader.get(f"{prefix}.k_proj.weight")),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=config.hidden_size // heads,
-            left_out=("absolute_position_embeddings",) + window,
-        )
-
-
-def _gptj_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """Separate q/k/v without bias; rotary on the first ``rotary_dim`` dims of each head (all if unset)."""
-    return separate_layers(
-        config,
-        reader,
-        "h.{i}.attn",
-        "q_proj",
-        "k_proj",
-        stack=STACK,
-        left_out=("rotary", "scale"),
-        bias=False,
-    )
 
 
 def fused_rows_layers(
@@ -143,19 +73,6 @@ def fused_rows_layers(
         )
 
 
-def _gpt_neox_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    heads = config.num_attention_heads
-    yield from fused_rows_layers(
-        reader,
-        "layers.{i}.attention.query_key_value",
-        config.num_hidden_layers,
-        heads,
-        config.hidden_size // heads,
-        config.attention_bias,
-        ("rotary", "scale"),
-    )
-
-
 def _bloom_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     heads = config.num_attention_heads
     yield from fused_rows_layers(
@@ -187,20 +104,6 @@ def _falcon_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[A
 
     yield from fused_rows_layers(
         reader, name, config.num_hidden_layers, heads, head_dim, config.bias, left_out, kv_heads, split
-    )
-
-
-def _opt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """Separate q/k/v with biases; OPT multiplies q_proj's output (bias included) by 1/√d_h: the scale."""
-    return separate_layers(
-        config,
-        reader,
-        "decoder.layers.{i}.self_attn",
-        "q_proj",
-        "k_proj",
-        stack=STACK,
-        left_out=("scale", "absolute_position_embeddings"),
-        bias=config.enable_bias,
     )
 
 
@@ -283,22 +186,10 @@ def _dbrx_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Att
 
 
 ARCHITECTURES: list[Architecture] = [
-    decoder_architecture(("openai-gpt",), _openai_gpt_layers, "GPT-1: Conv1D c_attn, columns [q | k | v]"),
-    decoder_architecture(("gpt2",), _gpt2_layers, "GPT-2, distilgpt2: Conv1D c_attn, columns [q | k | v]"),
-    decoder_architecture(
-        ("gpt_neo",), _gpt_neo_layers, "GPT-Neo: no bias, no 1/√d_h scale; local layers use a window"
-    ),
-    decoder_architecture(
-        ("gptj",), _gptj_layers, "GPT-J: no bias; rotary on the first rotary_dim dims of each head"
-    ),
-    decoder_architecture(
-        ("gpt_neox",), _gpt_neox_layers, "GPT-NeoX, Pythia: fused rows per head [q_h k_h v_h]; partial rotary"
-    ),
     decoder_architecture(("bloom",), _bloom_layers, "BLOOM: fused rows per head [q_h k_h v_h]; ALiBi"),
     decoder_architecture(
         ("falcon",), _falcon_layers, "Falcon: per-head, per-kv-group (new arch) or multi-query fused rows"
     ),
-    decoder_architecture(("opt",), _opt_layers, "OPT: separate q/k/v with biases; q scaled after projection"),
     decoder_architecture(
         ("gpt_bigcode",),
         _gpt_bigcode_layers,

@@ -145,7 +145,7 @@ def mla_layer(
 
 
 MLA = Architecture(
-    model_types=("deepseek_v2", "deepseek_v3"),
+    model_types=("deepseek_v2",),
     modality="language",
     objective="autoregressive",
     layers=_mla_layers,

@@ -140,3 +140,12 @@ def checkpoint_classes(model_type: str) -> list[type]:
             names += [value] if isinstance(value, str) else list(value or ())
     found = (getattr(transformers, n, None) for n in dict.fromkeys(names))
     return [c for c in found if isinstance(c, type)]
+
+
+def declared_class(config) -> str:
+    """The checkpoint class ``config.architectures`` names where it is one of its type's task classes (a
+    T5 encoder alone, a BART decoder alone, ViT-MAE with its pre-training decoder, BLIP's captioner), so the
+    model discovery reads holds the stacks the checkpoint holds; else "" (the base model)."""
+    names = getattr(config, "architectures", None) or ()
+    known = {c.__name__ for c in checkpoint_classes(config.model_type)} if names else set()
+    return next((name for name in names if name in known), "")

@@ -1,9 +1,9 @@
-"""Vision-language and audio-language models: composites of towers, GIT and Llama 3.2 Vision.
+"""Vision-language models discovery does not score: LLaVA, LLaVA-NeXT, BLIP, BLIP-2, GIT, Llama 3.2 Vision.
 
-A composite (LLaVA, LLaVA-NeXT, PaliGemma, Idefics3, Qwen2-VL, Qwen2.5-VL, BLIP, BLIP-2, CLAP) scores
-every tower with the registry's map for the tower's own ``model_type`` (see ``composite``): the
-language model of a LLaVA is scored exactly as the same Llama, Mistral or Qwen2 checkpoint would be,
-under stack ``text``. The connector (projector, pixel shuffle) has no attention.
+A composite scores every tower with the registry's map for the tower's own ``model_type`` (see
+``composite``), so the tower a checkpoint holds is read whatever the tiny model's was: the language model
+of a LLaVA is scored exactly as the same Llama, Mistral or Qwen2 checkpoint would be, under stack ``text``.
+The connector (projector, pixel shuffle) has no attention.
 """
 
 from __future__ import annotations
@@ -25,10 +25,6 @@ LANGUAGE_MODEL = ("language_model.model.", "language_model.")
 LLAVA_TOWERS = (
     Tower("vision", "vision_config", ("vision_tower.",), "vision"),
     Tower("text", "text_config", LANGUAGE_MODEL, "language"),
-)
-QWEN_VL_TOWERS = (
-    Tower("vision", "vision_config", ("visual.",), "vision"),
-    Tower("text", "text_config", ("model.", "language_model."), "language"),
 )
 BLIP_TEXT_PROBE = "encoder.layer.0.attention.self.query.weight"
 BLIP_TOWERS = (
@@ -135,30 +131,6 @@ ARCHITECTURES: list[Architecture] = [
         notes="vision tower (CLIP, SigLIP, Pixtral) + any mapped language model",
     ),
     composite(
-        ("paligemma",),
-        LLAVA_TOWERS,
-        objective="autoregressive",
-        objective_from="text",
-        notes="SigLIP + Gemma / Gemma 2; the prefix-LM mask is not part of the form",
-    ),
-    composite(
-        ("idefics3",),
-        (
-            Tower("vision", "vision_config", ("vision_model.",), "vision"),
-            Tower("text", "text_config", ("text_model.",), "language"),
-        ),
-        objective="autoregressive",
-        objective_from="text",
-        notes="SigLIP-layout vision tower + Llama",
-    ),
-    composite(
-        ("qwen2_vl", "qwen2_5_vl"),
-        QWEN_VL_TOWERS,
-        objective="autoregressive",
-        objective_from="text",
-        notes="rotary in both towers left out; Qwen2.5-VL windowed vision layers list window",
-    ),
-    composite(
         ("blip",),
         BLIP_TOWERS,
         objective="bidirectional",
@@ -177,15 +149,6 @@ ARCHITECTURES: list[Architecture] = [
         objective_from="text",
         cross_modality={"qformer_cross": "multimodal"},
         notes="OPT or T5 language model (T5: text is its encoder, text_decoder, text_cross)",
-    ),
-    composite(
-        ("clap",),
-        (
-            Tower("text", "text_config", ("text_model.",), "language"),
-            Tower("audio", "audio_config", ("audio_model.",), "audio"),
-        ),
-        objective="bidirectional",
-        notes="RoBERTa text tower + HTS-AT (Swin) audio tower",
     ),
     Architecture(
         model_types=("git",),

@@ -42,6 +42,8 @@ class Observed:
     """Templates whose attention adds a score bias over the token pair: ``relative_position``."""
     softcap: frozenset[str] = frozenset()
     """Templates whose attention soft-caps the scores: ``attn_logit_softcapping``."""
+    templates: frozenset[str] = frozenset()
+    """Every template whose modules the run validated (empty: not recorded, nothing is checked)."""
 
     @classmethod
     def of(cls, entry: dict) -> Observed:
@@ -51,7 +53,7 @@ class Observed:
             frozenset(entry.get("self_kinds", ())),
             entry.get("objective", ""),
             entry.get("model_class", ""),
-            *(frozenset(entry.get(name, ())) for name in ("unscaled", "score_bias", "softcap")),
+            *(frozenset(entry.get(n, ())) for n in ("unscaled", "score_bias", "softcap", "templates")),
         )
 
     def terms(self, template: str, scale: tuple[str, ...], module: torch.nn.Module) -> tuple[str, ...]:
@@ -59,6 +61,7 @@ class Observed:
         terms its config names, ``scale`` among them) less the scale where the tiny model's had none and
         this one's own ``scaling`` (a config value: Granite's multiplier) is 1 too, a score bias where
         one was seen, a soft cap where one was and this one's own cap (``attn_logit_softcapping``) is set."""
+        template = self.as_seen(template)
         scaling = getattr(module, "scaling", 1.0)
         unscaled = template in self.unscaled and not (isinstance(scaling, float | int) and scaling != 1)
         kept = tuple(t for t in scale if t != "scale" or not unscaled)
@@ -66,10 +69,25 @@ class Observed:
         capped = template in self.softcap and getattr(module, "attn_logit_softcapping", True) is not None
         return kept + bias + (("attn_logit_softcapping",) if capped else ())
 
+    def as_seen(self, template: str) -> str:
+        """``template`` as the run saw it: itself, else the longest template the run observed that it
+        ends with (a checkpoint class puts the base model under a prefix: ``model.``, ``vit.``)."""
+        seen = {k.split(" [")[0] for k in self.cross | self.self_kinds}
+        seen |= self.unscaled | self.score_bias | self.softcap | self.templates
+        if template in seen:
+            return template
+        return max((t for t in seen if template.endswith(f".{t}")), key=len, default=template)
+
+    def validated(self, template: str) -> bool:
+        """Whether the run validated modules of ``template`` (a config can add others: GPT-2's
+        ``add_cross_attention``, whose fused projection yields k and v only)."""
+        return not self.templates or self.as_seen(template) in self.templates
+
     def is_cross(self, template: str, module: torch.nn.Module) -> bool:
         """Whether the module at a path of ``template`` is a cross form. A kind of a template seen both ways
         that the run did not see is one too: no symmetry is claimed for keys not seen reading the queries'
         input."""
+        template = self.as_seen(template)
         this = kind(template, module)
         if this in self.cross or template in self.cross:
             return True
@@ -86,5 +104,6 @@ class Observed:
             "unscaled": sorted(self.unscaled),
             "score_bias": sorted(self.score_bias),
             "softcap": sorted(self.softcap),
+            "templates": sorted(self.templates),
         }
         return {name: value for name, value in fields.items() if value}

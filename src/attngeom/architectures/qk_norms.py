@@ -7,11 +7,11 @@ A norm's kind is read off its behaviour, not its class: is its gain ``w`` or ``1
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from .base import ArchitectureError
+from .base import ArchitectureError, AttentionLayer
 
 NORMS = (
     ("q_norm", "k_norm"),
@@ -20,6 +20,12 @@ NORMS = (
     ("qk_norm", "qk_norm"),
 )
 """Child names of q/k norms applied after the projections."""
+QK_NORM_WHOLE = "qk_norm over all heads: W_q diag(g_q) (W_k diag(g_k))ᵀ, up to per-token scalars"
+QK_NORM_PER_HEAD = "qk_norm per head: W_q diag(g_q) (W_k diag(g_k))ᵀ, up to per-token-and-head scalars"
+QK_L2NORM = "qk_l2norm per head: W_q W_kᵀ (no gains), up to per-token-and-head scalars"
+QK_LAYERNORM = (
+    "qk_layernorm per head: W_q C diag(g_q) (W_k C diag(g_k))ᵀ, C centring, up to per-token-and-head scalars"
+)
 
 
 @dataclass(frozen=True)
@@ -139,3 +145,47 @@ def rope_key_norm(module: torch.nn.Module) -> Norm | None:
                 raise ArchitectureError(f"{type(module).__name__}: rotary key norm {name} of unknown kind")
             return norm
     return None
+
+
+def _fold_norm(
+    w: torch.Tensor | None, gain: torch.Tensor, heads: int, head_dim: int, centre: bool, whole: bool = False
+) -> torch.Tensor | None:
+    """``w`` (… × H·d_h) times diag(gain), after centring each head's columns when the norm is a LayerNorm
+    (``whole``: all H·d_h columns together, a LayerNorm over the whole projection).
+
+    ``gain`` has d_h entries (one norm shared by the heads) or H·d_h (one norm over the whole projection,
+    or one gain vector per head).
+    """
+    if w is None:
+        return None
+    dtype = torch.promote_types(w.dtype, torch.float32)
+    shaped = w.to(dtype).reshape(*w.shape[:-1], heads, head_dim)
+    if centre:
+        shaped = shaped - shaped.mean((-2, -1) if whole else -1, keepdim=True)
+    return (shaped * gain.to(dtype).reshape(-1, head_dim)).reshape(w.shape)
+
+
+def normalised(
+    layer: AttentionLayer,
+    q_gain: torch.Tensor,
+    k_gain: torch.Tensor,
+    form: str,
+    centre: bool = False,
+    norm_bias: bool = False,
+    whole: bool = False,
+) -> AttentionLayer:
+    """``layer`` with the q/k norm gains (and LayerNorm centring) folded into W_q, W_k and the biases.
+
+    ``norm_bias``: the LayerNorm adds a bias after the gain, a term outside the form (``qk_norm_bias``).
+    ``whole``: the LayerNorm centres the whole projection (ESM C's), not each head.
+    """
+    d_h = layer.head_dim
+    return replace(
+        layer,
+        w_q=_fold_norm(layer.w_q, q_gain, layer.n_heads, d_h, centre, whole),
+        w_k=_fold_norm(layer.w_k, k_gain, layer.n_kv_heads, d_h, centre, whole),
+        b_q=_fold_norm(layer.b_q, q_gain, layer.n_heads, d_h, centre, whole),
+        b_k=_fold_norm(layer.b_k, k_gain, layer.n_kv_heads, d_h, centre, whole),
+        left_out=layer.left_out + (("qk_norm_bias",) if norm_bias else ()),
+        form=form,
+    )

@@ -1,8 +1,8 @@
 """The registry of architecture maps by ``model_type``, filled by the package when it is imported.
 
-A leaf module (it imports only ``base`` and ``validated``; ``discovered`` and ``observed`` only when it
-is asked), so a composite map can look up the map of each of its towers without importing the families
-that import it.
+A leaf module (it imports only ``base``, ``table_reasons`` and ``validated``; ``discovered`` and
+``observed`` only when it is asked), so a composite map can look up the map of each of its towers
+without importing the families that import it.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .base import Architecture, ArchitectureError
+from .table_reasons import WHY
 from .validated import conformance
 
 if TYPE_CHECKING:
@@ -21,11 +22,14 @@ REGISTRY: dict[str, Architecture] = {}
 
 
 def register(architectures: Iterable[Architecture]) -> None:
-    """Map every ``model_type`` of ``architectures``; a type mapped twice is a defect of the package."""
+    """Map every ``model_type`` of ``architectures``; a type mapped twice, or a table without its reason
+    (``table_reasons.WHY``), is a defect of the package."""
     for architecture in architectures:
         for model_type in architecture.model_types:
             if model_type in REGISTRY:
                 raise RuntimeError(f"model_type {model_type!r} is mapped twice")
+            if model_type not in WHY:
+                raise RuntimeError(f"model_type {model_type!r} has a table but no reason in table_reasons")
             REGISTRY[model_type] = architecture
 
 

@@ -176,11 +176,6 @@ def _bart_stacks(
     ]
 
 
-def _whisper_stacks(config: PretrainedConfig) -> list[Stack]:
-    """Whisper's k_proj has no bias (q_proj has one)."""
-    return _bart_stacks(config, k_bias=False)
-
-
 def _speecht5_stacks(config: PretrainedConfig) -> list[Stack]:
     """SpeechT5: the encoder adds a relative-position term to its scores (outside the form)."""
     return _bart_stacks(
@@ -280,19 +275,6 @@ def _led_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
             yield stack_layer(reader, stack, i)
 
 
-BART = _seq2seq(
-    ("bart", "mbart", "marian", "pegasus", "m2m_100", "plbart", "blenderbot", "blenderbot-small"),
-    "language",
-    _bart_stacks,
-    notes="a …ForCausalLM checkpoint (all but m2m_100 have one) holds the decoder and cross stacks",
-)
-T5 = _seq2seq(
-    ("t5", "mt5", "umt5"),
-    "language",
-    _t5_stacks,
-    notes="T5 v1.1 is model_type t5; no 1/√d_kv scaling and no biases, so nothing but positions is left "
-    "out; …EncoderModel: encoder only",
-)
 SWITCH = _seq2seq(
     ("switch_transformers",),
     "language",
@@ -302,13 +284,6 @@ SWITCH = _seq2seq(
 LONGT5 = _seq2seq(
     ("longt5",), "language", _longt5_stacks, notes="T5 layout; local or transient-global encoder attention"
 )
-WHISPER = _seq2seq(
-    ("whisper",),
-    "audio",
-    _whisper_stacks,
-    notes="WhisperForCausalLM: decoder and cross only; WhisperForAudioClassification: encoder only",
-)
-SPEECH2TEXT = _seq2seq(("speech_to_text",), "audio", _bart_stacks)
 SPEECHT5 = _seq2seq(("speecht5",), "audio", _speecht5_stacks)
 MUSICGEN = _seq2seq(("musicgen",), "audio", _musicgen_stacks)
 MUSICGEN_DECODER = _seq2seq(
@@ -329,16 +304,5 @@ LED = Architecture(
     stacks=("encoder", GLOBAL_STACK, "decoder", "cross"),
 )
 
-ARCHITECTURES: list[Architecture] = [
-    BART,
-    T5,
-    SWITCH,
-    LONGT5,
-    WHISPER,
-    SPEECH2TEXT,
-    SPEECHT5,
-    MUSICGEN,
-    MUSICGEN_DECODER,
-    DETR,
-    LED,
-]
+
+ARCHITECTURES: list[Architecture] = [SWITCH, LONGT5, SPEECHT5, MUSICGEN, MUSICGEN_DECODER, DETR, LED]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .base import Architecture
 from .registry import REGISTRY
+from .table_reasons import WHY
 from .validated import conformance
 
 START = "<!-- support-table:start -->"
@@ -35,9 +36,10 @@ def _cell(text: str) -> str:
 def _row(model_type: str, entry: dict | None) -> str:
     if model_type in REGISTRY:
         arch = REGISTRY[model_type]
+        notes = f"{WHY[model_type]}" + (f" ({arch.notes})" if arch.notes else "")
         return (
             f"| `{model_type}` | table | {arch.modality} | {arch.objective} | {_stacks(arch)} "
-            f"| {_cell(arch.notes)} |"
+            f"| {_cell(notes)} |"
         )
     assert entry is not None
     if entry["status"] == "validated":

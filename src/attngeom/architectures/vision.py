@@ -1,21 +1,23 @@
-"""Vision transformers with the ViT layout: image and video patch encoders, ViT-MAE's decoder, DPT.
+"""Vision maps discovery does not give: ViT-MAE's pre-training decoder, DPT's backbones, ImageGPT's pixels.
 
-DINO checkpoints are model_type ``vit`` and DiT checkpoints ``beit``: they are scored by those maps.
-Names on disk (``attention.attention.query``) differ from the names in memory in transformers 5.x
-(``attention.q_proj``); both are asked for. Video models (VideoMAE, ViViT, TimeSformer) add space-time
-position embeddings to the input (part of x); TimeSformer's divided attention has two forms per block.
+The ViT family itself (ViT, DeiT, BEiT, DINOv2, the video models) is discovered; these tables read the
+ViT layout where a checkpoint holds more than the tiny base model (ViT-MAE's decoder, a DPT backbone) or
+where its input is not what discovery would name (ImageGPT's colour clusters). Names on disk
+(``attention.attention.query``) differ from the names in memory in transformers 5.x (``attention.q_proj``);
+both are asked for. ``qk_block`` also reads the towers of ``towers`` and ``multimodal``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
 
-from . import gpt_lineage
 from .base import Architecture, AttentionLayer, TensorReader, fused_qkv, linear
-from .composite import Tower, tower_layers
+from .composite import Scoped, Tower, tower_layers
+from .registry import REGISTRY
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -80,51 +82,15 @@ def vit_names(disk: str, memory: tuple[str, ...]) -> tuple[tuple[str, ...], tupl
     )
 
 
-def _vit_stack(
-    config: PretrainedConfig,
-    reader: TensorReader,
-    k_bias: bool = True,
-    left_out: tuple[str, ...] = VIT_LEFT_OUT,
-    legacy_q_bias: bool = False,
-) -> Iterator[AttentionLayer]:
+def _vit_stack(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """ViT layout: ``encoder.layer.i.attention.attention.query`` on disk; ``layers.i.attention.q_proj``
-    (ViT, DeiT, ViViT) or ``encoder.layer.i.attention.q_proj`` (DINOv2) in memory.
-
-    ``legacy_q_bias``: the query bias may be saved as ``attention.attention.q_bias`` (VideoMAE).
-    """
+    or ``encoder.layer.i.attention.q_proj`` in memory."""
     heads = config.num_attention_heads
     for i in range(config.num_hidden_layers):
-        disk = f"encoder.layer.{i}.attention"
-        names = vit_names(disk, (f"layers.{i}.attention", f"encoder.layer.{i}.attention"))
-        yield qk_block(
-            reader,
-            "encoder",
-            i,
-            *names,
-            heads,
-            config.hidden_size // heads,
-            k_bias=k_bias,
-            q_bias_names=(f"{disk}.attention.q_bias",) if legacy_q_bias else (),
-            left_out=left_out,
+        names = vit_names(
+            f"encoder.layer.{i}.attention", (f"layers.{i}.attention", f"encoder.layer.{i}.attention")
         )
-
-
-def vit_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """The ViT layout (also ViViT's and the audio spectrogram transformer's)."""
-    return _vit_stack(config, reader)
-
-
-def _beit_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """BEiT / DiT / data2vec-vision: the key has no bias; relative position bias is outside the form."""
-    positions = ("relative_position",)
-    if getattr(config, "use_absolute_position_embeddings", False):
-        positions += ("absolute_position_embeddings",)
-    return _vit_stack(config, reader, k_bias=False, left_out=("bias", "scale") + positions)
-
-
-def _videomae_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """VideoMAE: the key has no bias, the query one only with ``qv_bias`` (saved as ``q_bias``)."""
-    return _vit_stack(config, reader, k_bias=False, legacy_q_bias=True)
+        yield qk_block(reader, "encoder", i, *names, heads, config.hidden_size // heads)
 
 
 def _vit_mae_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
@@ -142,56 +108,28 @@ def _vit_mae_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[
         yield qk_block(reader, "decoder", i, *names, heads, config.decoder_hidden_size // heads)
 
 
-def _timesformer_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """TimeSformer: fused ``qkv`` rows [q; k; v]. Divided space-time attention runs, per block, a
-    ``temporal`` attention (each patch position across frames) before the spatial one (stack
-    ``encoder``: the patches of one frame and the class token); each is a standard form over its own
-    tokens, with its own weights. ``space_only`` / ``joint_space_time`` models have the spatial one only.
-    """
-    heads = config.num_attention_heads
-    modules = [("temporal", "temporal_attention"), ("encoder", "attention")]
-    if config.attention_type != "divided_space_time":
-        modules = modules[1:]
-    for i in range(config.num_hidden_layers):
-        for stack, module in modules:
-            prefix = f"encoder.layer.{i}.{module}.attention.qkv"
-            bias = reader.get(f"{prefix}.bias") if config.qkv_bias else None
-            yield AttentionLayer(
-                stack=stack,
-                layer=i,
-                **fused_qkv(reader.get(f"{prefix}.weight"), bias),
-                n_heads=heads,
-                n_kv_heads=heads,
-                head_dim=config.hidden_size // heads,
-                left_out=VIT_LEFT_OUT if config.qkv_bias else VIT_LEFT_OUT[1:],
-            )
-
-
-def _timesformer_count(config: PretrainedConfig) -> int:
-    return config.num_hidden_layers * (2 if config.attention_type == "divided_space_time" else 1)
+def _dpt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """DPT: a ViT encoder (DPT-Hybrid: after a BiT stem, which has no attention), or a backbone model
+    (``backbone_config``) as stack ``backbone``: Swin v2 by its table, a ViT-layout one (DINOv2, BEiT) as ViT's."""
+    if config.backbone_config is None or config.is_hybrid:
+        yield from _vit_stack(config, reader)
+    elif config.backbone_config.model_type in REGISTRY:
+        yield from tower_layers(DPT_BACKBONE, config, reader)
+    else:
+        for layer in _vit_stack(config.backbone_config, Scoped(reader, ("backbone.",))):
+            yield replace(layer, stack="backbone")
 
 
 DPT_BACKBONE = (Tower("backbone", "backbone_config", ("backbone.",), "vision"),)
 
 
-def _dpt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """DPT: a ViT encoder (DPT-Hybrid: after a BiT stem, which has no attention), or a backbone model
-    (BEiT, Swin v2, DINOv2: ``backbone_config``) scored by its own map as stack ``backbone``."""
-    if config.backbone_config is not None and not config.is_hybrid:
-        return tower_layers(DPT_BACKBONE, config, reader)
-    return _vit_stack(config, reader)
-
-
 def _dpt_count(config: PretrainedConfig) -> int:
-    if config.backbone_config is not None and not config.is_hybrid:
+    if config.backbone_config is None or config.is_hybrid:
+        return config.num_hidden_layers
+    if config.backbone_config.model_type in REGISTRY:
         sub, architecture = DPT_BACKBONE[0].architecture(config)
         return architecture.n_layers(sub)
-    return config.num_hidden_layers
-
-
-def _imagegpt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """ImageGPT is GPT-2 over pixel tokens: Conv1D ``c_attn`` with columns [q | k | v]."""
-    return gpt_lineage._gpt2_layers(config, reader)
+    return config.backbone_config.num_hidden_layers
 
 
 def _layers(config: PretrainedConfig) -> int:
@@ -206,30 +144,29 @@ def vision_architecture(model_types: tuple[str, ...], layers, **kwargs) -> Archi
     return Architecture(model_types=model_types, modality="vision", layers=layers, **kwargs)
 
 
+def _imagegpt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
+    """ImageGPT is GPT-2 over pixel tokens: ``c_attn`` a Conv1D (d × 3d, x W form), columns [q | k | v]."""
+    heads = config.num_attention_heads
+    for i in range(config.num_hidden_layers):
+        weight, bias = reader.get(f"h.{i}.attn.c_attn.weight"), reader.get(f"h.{i}.attn.c_attn.bias")
+        yield AttentionLayer(
+            stack="decoder",
+            layer=i,
+            **fused_qkv(weight.T, bias),  # the transposed Conv1D weight is the nn.Linear layout
+            n_heads=heads,
+            n_kv_heads=heads,
+            head_dim=config.hidden_size // heads,
+            left_out=VIT_LEFT_OUT,
+        )
+
+
 ARCHITECTURES: list[Architecture] = [
-    vision_architecture(
-        ("vit", "deit", "vit_msn", "dinov2", "dinov2_with_registers", "yolos"),
-        vit_layers,
-        notes="DINO is vit",
-    ),
-    vision_architecture(("beit", "data2vec-vision"), _beit_layers, notes="DiT is beit"),
     vision_architecture(
         ("vit_mae",),
         _vit_mae_layers,
         n_layers=lambda c: c.num_hidden_layers + c.decoder_num_hidden_layers,
         stacks=("encoder", "decoder"),
         notes="decoder only in pre-training checkpoints",
-    ),
-    vision_architecture(("vivit",), vit_layers, notes="ViT layout over tubelets; space-time positions in x"),
-    vision_architecture(
-        ("videomae",), _videomae_layers, notes="ViT layout; no key bias; space-time positions in x"
-    ),
-    vision_architecture(
-        ("timesformer",),
-        _timesformer_layers,
-        n_layers=_timesformer_count,
-        stacks=("temporal", "encoder"),
-        notes="divided space-time attention: a temporal and a spatial form per block",
     ),
     vision_architecture(
         ("dpt",),

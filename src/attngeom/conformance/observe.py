@@ -155,6 +155,7 @@ def observed(
         unscaled=frozenset(t for t, votes in terms["unscaled"].items() if all(votes)),
         score_bias=frozenset(t for t, votes in terms["score_bias"].items() if any(votes)),
         softcap=frozenset(t for t, votes in terms["softcap"].items() if any(votes)),
+        templates=frozenset(verdicts),
     )
 
 

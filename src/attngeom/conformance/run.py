@@ -31,9 +31,10 @@ TIMEOUT_S = 120
 def check_type(model_type: str) -> dict:
     """The conformance entry of one ``model_type``: ``table`` where the registry has one, else discovery's."""
     from ..architectures.registry import REGISTRY
+    from ..architectures.table_reasons import WHY
 
     if model_type in REGISTRY:
-        return {"status": "table", "reason": "hand-written map", "stacks": list(REGISTRY[model_type].stacks)}
+        return {"status": "table", "reason": WHY[model_type], "stacks": list(REGISTRY[model_type].stacks)}
     return check_discovery(model_type)[0]
 
 
