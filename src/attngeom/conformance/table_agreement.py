@@ -3,8 +3,9 @@
 For a ``model_type`` with a hand-written table, the conformance's tiny model (``run.check_discovery``:
 discovery validated against its forward pass) is saved once and scored twice, by the table and by the
 discovered layout, and the records are compared: their keys (stack, layer, head), their labels (modality,
-objective, form, left-out terms, shapes) and their numbers (to float64 rounding). A table is kept only
-where they differ for a reason discovery cannot see.
+objective, form, left-out terms, shapes) and their numbers (to float64 rounding). A type whose scores
+discovery reproduces loses its table unless a label discovery would give is wrong for the checkpoints
+people score (``architectures.table_reasons`` says which and why).
 ``python -m attngeom.conformance.table_agreement [OUT.json] [--types a,b] [--jobs N]``.
 """
 
@@ -51,38 +52,46 @@ def records(model_type: str):
     return frames[0], frames[1]
 
 
-def differences(table, found) -> list[str]:
-    """What the records of ``found`` (discovery) say otherwise than ``table``'s; empty when they agree."""
+def differences(table, found) -> tuple[list[str], list[str]]:
+    """What the records of ``found`` (discovery) say otherwise than ``table``'s: (the scores, the labels).
+    The scores differ where a scored record is in one only or a number differs; stacks are matched by their
+    layer norms, so a stack discovery names otherwise is a label."""
     import numpy as np
 
-    said: list[str] = []
+    labels: list[str] = []
     stacks = [list(dict.fromkeys(f["stack"])) for f in (table, found)]
     if stacks[0] != stacks[1]:
         renamed = _renaming(table, found)
-        said.append(f"stacks: {stacks[0]} vs {stacks[1]}")
+        labels.append(f"stacks: {stacks[0]} vs {stacks[1]}")
         if renamed is None:
-            return said + [_unkeyed(table, found)]
+            unkeyed = _unkeyed(table, found)
+            return ([] if unkeyed == EQUAL_UNKEYED else [unkeyed]), labels + ["keys: " + unkeyed]
         found = found.assign(stack=found["stack"].map(renamed))
     key = ["stack", "layer", "head"]
     merged = table.merge(found, on=key, how="outer", suffixes=("_t", "_d"), indicator=True)
     only = merged[merged["_merge"] != "both"]
     if len(only):
-        said.append(f"{len(only)} record keys in one only, e.g. {only[key].iloc[0].tolist()}")
-        return said
+        unscored = only[only["norm_t"].isna() & only["norm_d"].isna()]
+        said = f"{len(only)} record keys in one only, e.g. {only[key].iloc[0].tolist()}"
+        return ([] if len(unscored) == len(only) else [said]), labels + [said]
     for column in ("not_scored", *LABELS):
         a, b = (merged[f"{column}_{s}"].astype("string") for s in "td")
         if column == "left_out":  # a set of terms
             a, b = (x.fillna("").map(lambda t: ",".join(sorted(t.split(",")))) for x in (a, b))
         unequal = a.fillna("") != b.fillna("")
         for (x, y), rows in merged[unequal].groupby([a[unequal].fillna(""), b[unequal].fillna("")]):
-            said.append(f"{column}: {x!r} vs {y!r} ({len(rows)} records)")
+            labels.append(f"{column}: {x!r} vs {y!r} ({len(rows)} records)")
+    scores: list[str] = []
     for column in NUMBERS:
         a, b = (merged[f"{column}_{s}"].to_numpy(dtype=float, na_value=np.nan) for s in "td")
         if not np.array_equal(np.isnan(a), np.isnan(b)):
-            said.append(f"{column}: null in one only ({int((np.isnan(a) != np.isnan(b)).sum())} records)")
+            scores.append(f"{column}: null in one only ({int((np.isnan(a) != np.isnan(b)).sum())} records)")
         elif not np.allclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True):
-            said.append(f"{column}: max |Δ| {np.nanmax(np.abs(a - b)):.3g}")
-    return said
+            scores.append(f"{column}: max |Δ| {np.nanmax(np.abs(a - b)):.3g}")
+    return scores, labels
+
+
+EQUAL_UNKEYED = "the scored records' numbers are equal, keys aside"
 
 
 def _unkeyed(table, found) -> str:
@@ -98,7 +107,7 @@ def _unkeyed(table, found) -> str:
     if a.shape != b.shape:
         return f"{len(a)} vs {len(b)} scored records"
     if np.allclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True):
-        return "the scored records' numbers are equal, keys aside"
+        return EQUAL_UNKEYED
     return f"scored records differ without keys: max |Δ| {np.nanmax(np.abs(a - b)):.3g}"
 
 
@@ -118,7 +127,8 @@ def _renaming(table, found) -> dict[str, str] | None:
 
 
 def verdict(model_type: str) -> tuple[str, dict]:
-    """``agrees``, ``differs`` (with the differences) or ``refused`` (discovery's reason), per type."""
+    """Per type: ``agrees`` (records equal), ``labels`` (scores equal, labels differ: listed), ``differs``
+    (scores differ), ``refused`` (discovery's reason) or ``error``."""
     from transformers.utils import logging
 
     logging.set_verbosity_error()
@@ -128,8 +138,9 @@ def verdict(model_type: str) -> tuple[str, dict]:
         return model_type, {"verdict": "error", "why": [f"{type(err).__name__}: {str(err)[:300]}"]}
     if isinstance(pair, str):
         return model_type, {"verdict": "refused", "why": [pair]}
-    said = differences(*pair)
-    return model_type, {"verdict": "differs" if said else "agrees", "why": said}
+    scores, labels = differences(*pair)
+    said = "differs" if scores else "labels" if labels else "agrees"
+    return model_type, {"verdict": said, "why": scores + labels}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     if args.out:
         write_text(args.out, json.dumps(dict(sorted(results.items())), indent=1) + "\n")
-    agree = sorted(t for t, r in results.items() if r["verdict"] == "agrees")
-    print(f"{len(agree)} of {len(results)} agree: {','.join(agree)}", file=sys.stderr)
+    agree = sorted(t for t, r in results.items() if r["verdict"] in ("agrees", "labels"))
+    print(f"{len(agree)} of {len(results)} score equally: {','.join(agree)}", file=sys.stderr)
     return 0
 
 
