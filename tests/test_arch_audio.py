@@ -144,8 +144,7 @@ def test_conformer_self_attention_conforms(model_type, positions, left_out, tmp_
     Rotary (applied to the layer input) is made the identity for the check."""
     model = build(_conformer(model_type, positions))
     layers = layers_from_disk(model, tmp_path)
-    stack = "encoder" if model_type == "wav2vec2-bert" else "self"  # a table; discovery: one template
-    assert [(layer.stack, layer.layer) for layer in layers] == [(stack, 0), (stack, 1)]
+    assert [(layer.stack, layer.layer) for layer in layers] == [("encoder", 0), ("encoder", 1)]
     assert all(left_out is None or left_out in layer.left_out for layer in layers)
     with rotary_inputs_neutralised(model):
         captures = capture_qk(model, _conformer_inputs(model_type))

@@ -87,7 +87,7 @@ class Family:
     capture: Callable[[torch.nn.Module, dict], list[Capture]] = capture_qk
     zero_positions: bool = False  # position ids 0 make rotary the identity
     rtol: float = 1e-9
-    stack: str = "self"  # discovered: one template, one stack; DeBERTa's table names it encoder
+    stack: str = "encoder"
 
 
 FAMILIES = {
@@ -306,4 +306,4 @@ def test_causal_bert_decoder_conforms(tmp_path):
         capture_qk(model, token_inputs(model.config, zero_positions=False)), layers_from_disk(model, tmp_path)
     )
     frame = attngeom.score(tmp_path, progress=False)
-    assert set(frame["objective"]) == {"autoregressive"} and set(frame["stack"]) == {"self"}
+    assert set(frame["objective"]) == {"autoregressive"} and set(frame["stack"]) == {"decoder"}

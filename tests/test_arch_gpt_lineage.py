@@ -25,7 +25,7 @@ from conformance import (
 from transformers import AutoModel, AutoModelForCausalLM
 
 import attngeom
-from attngeom.architectures import REGISTRY, AttentionLayer
+from attngeom.architectures import AttentionLayer
 
 
 def _openai_gpt_attn(module, args, result):
@@ -215,9 +215,7 @@ def test_engine_scores_every_head_from_disk(name, tmp_path):
     n_layers = model.config.num_hidden_layers
     assert len(scores) == n_layers * (heads + 1)
     assert set(scores["model_type"]) == {case.model_type}
-    assert set(scores["stack"]) == {
-        "decoder" if case.model_type in REGISTRY else "self"
-    }  # a table's or one template
+    assert set(scores["stack"]) == {"decoder"}
     assert set(scores["n_kv_heads"]) == {kv_heads}
     head_rows = scores[scores["head"].notna()]
     assert list(head_rows["kv_head"][:heads]) == [h // (heads // kv_heads) for h in range(heads)]

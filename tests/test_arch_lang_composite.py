@@ -149,7 +149,7 @@ def test_llama4_text_only_checkpoint(tmp_path):
 def test_embedding_gemma_is_a_bidirectional_encoder(tmp_path):
     model = build(tiny_config("gemma3_text", **TEXT, use_bidirectional_attention=True))
     layers = layers_from_disk(model, tmp_path)
-    assert {layer.stack for layer in layers} == {"self"}
+    assert {layer.stack for layer in layers} == {"encoder"}
     assert_conforms_up_to_scale(
         capture_qk(model, token_inputs(model.config)), layers, shared_across_heads=False
     )

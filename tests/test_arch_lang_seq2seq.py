@@ -37,7 +37,7 @@ from transformers.models.led.modeling_led import LEDDecoderAttention, LEDEncoder
 from transformers.models.longt5.modeling_longt5 import LongT5LocalAttention, LongT5TransientGlobalAttention
 
 import attngeom
-from attngeom.architectures import REGISTRY, architecture_for
+from attngeom.architectures import architecture_for
 from attngeom.errors import InputError
 
 CAUSAL_LM = {
@@ -126,8 +126,7 @@ def test_encoder_only_checkpoint_scores_the_encoder(model_type, tmp_path):
     if hasattr(model, "set_experts_implementation"):
         model.set_experts_implementation("eager")
     layers = layers_from_disk(model, tmp_path)
-    stack = "encoder" if model_type in REGISTRY else "self"  # a table's name; discovery: one template
-    assert [layer.stack for layer in layers] == [stack, stack]
+    assert [layer.stack for layer in layers] == ["encoder", "encoder"]
     assert_conforms(_encoder_capture(model_type, model), layers, q_scaled=model_type == "whisper")
     saved = AutoConfig.from_pretrained(tmp_path)
     assert saved.architectures == [ENCODER_ONLY[model_type]]
@@ -168,7 +167,7 @@ def test_switch_transformers_is_t5_layout(tmp_path):
     model = build(_config("switch_transformers"))
     model.set_experts_implementation("eager")
     layers = layers_from_disk(model, tmp_path)
-    assert [layer.stack for layer in layers] == ["encoder"] * 2 + ["decoder"] * 3 + ["cross"] * 3
+    assert [layer.stack for layer in layers] == ["encoder"] * 2 + ["decoder"] * 3 + ["decoder_cross"] * 3
     inputs = {"input_ids": _ids(SRC), "decoder_input_ids": _ids(TGT, seed=2)}
     captures = capture_qk_pairs(model, inputs, module_filter=lambda m: "Layer" not in type(m).__name__)
     assert_conforms(captures, _stacks_in_call_order(layers))

@@ -12,7 +12,6 @@ import torch
 from conformance import build, capture_qk, layers_from_disk, tiny_config, token_inputs
 
 import attngeom
-from attngeom.architectures import REGISTRY
 
 SIZES = dict(
     hidden_size=48,
@@ -67,8 +66,7 @@ def test_mla_content_and_rope_forms_are_exact(case, tmp_path):
     config = tiny_config(model_type, **SIZES, **CASES[case])
     model = build(config)
     layers = layers_from_disk(model, tmp_path)
-    main = "decoder" if model_type in REGISTRY else "self"  # DeepSeek-V2's table, V3 discovered
-    assert [layer.stack for layer in layers] == [main, f"{main}_rope"] * 2
+    assert [layer.stack for layer in layers] == ["decoder", "decoder_rope"] * 2
     s_q, hooks_q = _norm_scalars(model, "q_a_layernorm")
     s_kv, hooks_kv = _norm_scalars(model, "kv_a_layernorm")
     try:
@@ -99,6 +97,6 @@ def test_mla_engine_rows(tmp_path):
     model.save_pretrained(tmp_path)
     frame = attngeom.score(tmp_path, progress=False)
     assert len(frame) == 2 * 2 * (4 + 1)
-    rope = frame[(frame["stack"] == "self_rope") & frame["head"].notna()]
+    rope = frame[(frame["stack"] == "decoder_rope") & frame["head"].notna()]
     assert set(rope["kv_head"]) == {0} and set(rope["n_kv_heads"]) == {1}
     assert frame["form"].str.startswith("mla_").all() and frame["symmetry"].notna().all()

@@ -322,7 +322,7 @@ def test_t5_encoder_only_checkpoint(tmp_path):
     config, inputs = _t5("t5")
     model = build(config, SimpleNamespace(from_config=T5EncoderModel))
     layers = layers_from_disk(model, tmp_path)
-    assert [layer.stack for layer in layers] == ["self", "self"]  # discovery: the encoder's one template
+    assert [layer.stack for layer in layers] == ["encoder", "encoder"]
     captures = capture_qk_pairs(
         model,
         {"input_ids": inputs(config)["input_ids"]},

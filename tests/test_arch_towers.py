@@ -128,9 +128,9 @@ def test_owl_towers_score_end_to_end(two_towers, tmp_path):
 @pytest.mark.parametrize(
     ("model_type", "model_class", "sizes", "stack", "modality"),
     [
-        ("siglip2_text_model", "Siglip2TextModel", TEXT, "self", "language"),  # discovered: one template
-        ("owlvit_vision_model", "OwlViTVisionModel", VISION, "self", "vision"),
-        ("idefics3_vision", "Idefics3VisionTransformer", VISION, "self", "vision"),
+        ("siglip2_text_model", "Siglip2TextModel", TEXT, "encoder", "language"),  # one stack, by objective
+        ("owlvit_vision_model", "OwlViTVisionModel", VISION, "encoder", "vision"),
+        ("idefics3_vision", "Idefics3VisionTransformer", VISION, "encoder", "vision"),
         ("blip_vision_model", "BlipVisionModel", VISION, "vision", "vision"),
     ],
 )

@@ -279,6 +279,10 @@ def test_beit_key_has_no_bias(built, tmp_path):
     assert all(layer.b_k is None and layer.b_q is not None for layer in layers)
 
 
+STACK = {"text": "decoder", "vision": "encoder"}
+"""A CLIP tower's one stack, named by its objective: the text tower is causal."""
+
+
 def test_single_clip_towers(tmp_path):
     config = _towers("clip")
     for model_class, sub, stack in (
@@ -288,7 +292,7 @@ def test_single_clip_towers(tmp_path):
         model = build(sub, SimpleNamespace(from_config=model_class))
         model.save_pretrained(tmp_path / stack)
         frame = attngeom.score(tmp_path / stack, progress=False)
-        assert set(frame["stack"]) == {"self"} and len(frame) == 2 * (sub.num_attention_heads + 1)
+        assert set(frame["stack"]) == {STACK[stack]} and len(frame) == 2 * (sub.num_attention_heads + 1)
 
 
 SAM_SIZES = dict(
@@ -548,7 +552,7 @@ def test_timesformer_divided_attention_is_two_stacks(built, tmp_path):
     space_only = tiny_config("timesformer", **VIT_SIZES, num_frames=2, attention_type="space_only")
     model = build(space_only)
     layers = layers_from_disk(model, tmp_path / "space_only")
-    assert [layer.stack for layer in layers] == ["self", "self"]  # one template
+    assert [layer.stack for layer in layers] == ["encoder", "encoder"]
     assert_conforms(
         capture_fused_qkv(model, _video(frames=2), type(model.encoder.layer[0].attention.attention)), layers
     )

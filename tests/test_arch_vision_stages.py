@@ -58,10 +58,10 @@ def segformer():
 def test_segformer_conforms_with_reduced_keys_as_cross_forms(segformer, tmp_path):
     layers = layers_from_disk(segformer, tmp_path)
     assert [(layer.stack, layer.layer, layer.cross) for layer in layers] == [
-        ("self_cross", 0, True),  # discovery: keys read the reduced sequence, another input than the queries
-        ("self_cross", 1, True),
-        ("self_cross", 2, True),
-        ("self", 3, False),
+        ("encoder_cross", 0, True),  # keys read the reduced sequence, another input than the queries
+        ("encoder_cross", 1, True),
+        ("encoder_cross", 2, True),
+        ("encoder", 3, False),
     ]
     assert [layer.w_q.shape[0] for layer in layers] == [8, 16, 16, 24]
     assert_conforms(capture_qk_pairs(segformer, _pixels(), _segformer_inputs), layers)
@@ -74,7 +74,7 @@ def test_segformer_scores(segformer, tmp_path):
     on_disk = attngeom.score(tmp_path, progress=False)
     in_memory = attngeom.score(segformer, progress=False)
     np.testing.assert_allclose(on_disk["norm"].to_numpy(float), in_memory["norm"].to_numpy(float))
-    reduced = on_disk["stack"] == "self_cross"
+    reduced = on_disk["stack"] == "encoder_cross"
     assert reduced.any() and on_disk[reduced]["symmetry"].isna().all()
     assert on_disk[~reduced]["symmetry"].notna().all() and on_disk[reduced]["directionality"].notna().all()
 
@@ -88,4 +88,4 @@ def test_mobilevit_conforms_across_its_three_stages(tmp_path):
     assert [layer.layer for layer in layers] == list(range(9))
     assert_conforms(capture_projections(model, _pixels(), MobileViTSelfAttention, "query", "key"), layers)
     frame = attngeom.score(tmp_path, progress=False)
-    assert set(frame["stack"]) == {"self"} and set(frame["head_dim"]) == {8, 12, 16}
+    assert set(frame["stack"]) == {"encoder"} and set(frame["head_dim"]) == {8, 12, 16}

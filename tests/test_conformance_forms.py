@@ -51,7 +51,7 @@ def keys(layers) -> list[tuple[str, int]]:
 def test_spatially_reduced_keys_are_a_cross_form_and_the_last_stage_self(entries, model_type):
     """The keys of a stage with a reduction ratio above 1 read LayerNorm(Conv(x)), not x."""
     entry = entries[model_type]
-    assert entry["status"] == "validated" and entry["stacks"] == ["self_cross", "self"], entry
+    assert entry["status"] == "validated" and entry["stacks"] == ["encoder_cross", "encoder"], entry
     (crossed,) = entry["cross"]
     (kept,) = entry["self_kinds"]
     assert "reduction" in crossed or ",sr," in crossed, crossed
@@ -70,9 +70,9 @@ def test_a_pvt_v2_b2_has_13_cross_layers_of_16_and_its_records_no_symmetry_there
     monkeypatch.setattr(registry, "conformance", lambda: {"pvt_v2": entries["pvt_v2"]})
     frame = score(model, progress=False)
     assert not frame.duplicated(["stack", "layer", "head"]).any()
-    crossed = frame[frame["stack"] == "self_cross"]
+    crossed = frame[frame["stack"] == "encoder_cross"]
     assert sorted(crossed["layer"].unique()) == [0, 1, 2, 3] and crossed["symmetry"].isna().all()
-    assert frame[frame["stack"] == "self"]["symmetry"].notna().all()
+    assert frame[frame["stack"] == "encoder"]["symmetry"].notna().all()
 
 
 def test_blt_cross_attention_layers_are_cross_and_its_self_attention_is_not(entries):
@@ -211,7 +211,7 @@ def test_a_self_attn_whose_keys_read_a_convolution_of_its_input_is_a_cross_form(
     monkeypatch.setattr(tiny, "tiny_config", lambda t: ConvKeysConfig(convolved=convolved))
     entry = check_type(conv_keys)
     assert entry["status"] == "validated", entry
-    assert entry["stacks"] == (["self_cross"] if convolved else ["self"])
+    assert entry["stacks"] == (["encoder_cross"] if convolved else ["encoder"])  # one template, by objective
     config = ConvKeysConfig(convolved=convolved)
     model = ConvKeysModel(config).eval()
     monkeypatch.setattr(registry, "conformance", lambda: {conv_keys: entry})

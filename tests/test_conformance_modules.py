@@ -15,6 +15,7 @@ import attngeom.architectures.discovered as discovered
 import attngeom.architectures.discovery as discovery
 from attngeom.architectures import REGISTRY, support
 from attngeom.architectures.discovery import Found
+from attngeom.architectures.stacks import LONE
 from attngeom.architectures.validated import conformance
 from attngeom.conformance.entries import OWN_FORWARD
 from attngeom.conformance.modules import drive
@@ -28,7 +29,7 @@ generic inputs do not make; its attention modules (packed sequences, rotary embe
 def test_a_type_whose_whole_forward_fails_is_validated_on_its_modules_and_says_so():
     entry = check_type(WHOLE_FAILS)
     assert entry["status"] == "validated", entry["reason"]
-    assert entry["own_forward"] == entry["stacks"] == ["self"]
+    assert entry["own_forward"] == entry["stacks"] == [LONE[entry["objective"]]]
     assert OWN_FORWARD in entry["reason"] and "whole forward pass did not run" in entry["reason"]
 
 
@@ -59,7 +60,7 @@ def test_a_wrong_discovery_fails_the_module_level_check(monkeypatch, change):
     monkeypatch.setattr(discovered, "find_attention", wrong)
     entry = check_type(WHOLE_FAILS)
     assert entry["status"] == "refused"
-    assert entry["reason"].startswith(f"not validated (on {OWN_FORWARD}): self layer 0: "), entry["reason"]
+    assert entry["reason"].startswith(f"not validated (on {OWN_FORWARD}): encoder layer 0: "), entry["reason"]
 
 
 class _Boxes(torch.nn.Module):
@@ -168,7 +169,8 @@ def test_a_fused_projection_outside_the_interface_is_checked_on_its_own_q_k_prod
     monkeypatch.setattr(discovered, "find_attention", swapped)
     monkeypatch.setattr("attngeom.conformance.run.LAYOUTS", (entry["layout"],))
     refused = check_type(model_type)
-    assert refused["status"] == "refused" and "self layer 0: q or k " in refused["reason"], refused
+    lone = LONE[entry["objective"]]
+    assert refused["status"] == "refused" and f"{lone} layer 0: q or k " in refused["reason"], refused
 
 
 def test_a_module_reached_by_non_finite_states_is_checked_on_its_own_forward():
@@ -275,4 +277,4 @@ def test_a_latent_attention_driven_on_its_own_is_not_taken_for_a_broadcast_query
     """LongCat-Flash's whole forward does not run; its latent attentions run on their own, where q (heads ×
     head width) holds more values than the low-rank q_a_proj gave by construction, not by a broadcast."""
     entry = check_type("longcat_flash")
-    assert entry["status"] == "validated" and entry["own_forward"] == ["self"], entry["reason"]
+    assert entry["status"] == "validated" and entry["own_forward"] == ["decoder"], entry["reason"]

@@ -110,14 +110,19 @@ class Architecture:
         return self.stack_modality.get(stack, self.modality)
 
     def objective_of(self, config: PretrainedConfig) -> str:
-        """The training objective; an encoder family run as a causal decoder (``is_decoder``) is autoregressive,
-        a decoder family run without its causal mask (``use_bidirectional_attention``, EmbeddingGemma) is
-        bidirectional."""
-        if self.objective == "bidirectional" and getattr(config, "is_decoder", False):
-            return "autoregressive"
-        if self.objective == "autoregressive" and getattr(config, "use_bidirectional_attention", False):
-            return "bidirectional"
-        return self.objective
+        """The training objective of this checkpoint (``objective_in``)."""
+        return objective_in(self.objective, config)
+
+
+def objective_in(objective: str, config: PretrainedConfig) -> str:
+    """A family's ``objective`` as ``config`` runs it: an encoder family run as a causal decoder
+    (``is_decoder``) is autoregressive, a decoder family run without its causal mask
+    (``use_bidirectional_attention``, EmbeddingGemma) is bidirectional."""
+    if objective == "bidirectional" and getattr(config, "is_decoder", False):
+        return "autoregressive"
+    if objective == "autoregressive" and getattr(config, "use_bidirectional_attention", False):
+        return "bidirectional"
+    return objective
 
 
 def linear(weight: torch.Tensor) -> torch.Tensor:

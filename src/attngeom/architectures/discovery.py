@@ -23,10 +23,17 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import ArchitectureError
+from .base import ArchitectureError, objective_in
 from .form_checks import single_form
 from .latent import latent_query
-from .model_classes import WORD, checkpoint_classes, family_words, mapped_class, own_model_class
+from .model_classes import (
+    WORD,
+    checkpoint_classes,
+    class_of_type,
+    family_words,
+    mapped_class,
+    own_model_class,
+)
 from .observed import Observed
 from .projections import inputs, projection
 from .projections import is_conv1d as _conv1d
@@ -130,9 +137,10 @@ class Skipped:
 def model_class(model_type: str, name: str = "") -> type:
     """The class that builds ``model_type``: its base model (``AutoModel``), else the first task class an
     auto mapping names for it (ColPali's retrieval model, ...); ``name``: the checkpoint class of that
-    name (``checkpoint_classes``)."""
+    name (``checkpoint_classes``, or a class of transformers for this type's config: Switch's encoder)."""
     if name:
         found = next((c for c in checkpoint_classes(model_type) if c.__name__ == name), None)
+        found = found or class_of_type(model_type, name)
         if found is None:
             raise ArchitectureError(f"transformers defines no {name} for it")
         return found
@@ -196,7 +204,8 @@ def find_attention(
         observed.is_cross(template(path), module) or _width(module, q) != _width(module, k)
         for path, q, k, module in raw
     ]
-    placed, gaps, order = place(model, [path for path, *_ in raw], cross)
+    objective = objective_in(observed.objective, config)
+    placed, gaps, order = place(model, [path for path, *_ in raw], cross, objective)
     found: list[Found | Skipped] = []
     unscorable: list[ArchitectureError] = []
     for (path, q, k, module), where, is_cross in zip(raw, placed, cross, strict=True):

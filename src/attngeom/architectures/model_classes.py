@@ -142,10 +142,18 @@ def checkpoint_classes(model_type: str) -> list[type]:
     return [c for c in found if isinstance(c, type)]
 
 
+def class_of_type(model_type: str, name: object) -> type | None:
+    """transformers' class ``name`` where it builds ``model_type`` (its ``config_class`` is that type's)."""
+    import transformers
+
+    cls = getattr(transformers, name, None) if isinstance(name, str) and name.isidentifier() else None
+    config_class = getattr(cls, "config_class", None) if isinstance(cls, type) else None
+    return cls if getattr(config_class, "model_type", None) == model_type else None
+
+
 def declared_class(config) -> str:
-    """The checkpoint class ``config.architectures`` names where it is one of its type's task classes (a
-    T5 encoder alone, a BART decoder alone, ViT-MAE with its pre-training decoder, BLIP's captioner), so the
-    model discovery reads holds the stacks the checkpoint holds; else "" (the base model)."""
+    """The checkpoint class ``config.architectures`` names where transformers defines it for this config's
+    type (a T5 or Switch encoder alone, a BART decoder alone, ViT-MAE with its pre-training decoder, BLIP's
+    captioner), so the model discovery reads holds the stacks the checkpoint holds; else "" (the base model)."""
     names = getattr(config, "architectures", None) or ()
-    known = {c.__name__ for c in checkpoint_classes(config.model_type)} if names else set()
-    return next((name for name in names if name in known), "")
+    return next((name for name in names if class_of_type(config.model_type, name)), "")

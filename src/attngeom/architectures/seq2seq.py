@@ -221,12 +221,6 @@ def _t5_decoder_stacks(config: PretrainedConfig) -> list[Stack]:
     ]
 
 
-def _t5_stacks(config: PretrainedConfig) -> list[Stack]:
-    """Head width ``d_kv``; self-attention adds a relative position bias (outside the form)."""
-    encoder = Stack("encoder", T5_ENCODER, config.num_layers, config.num_heads, config.d_kv)
-    return [encoder, *_t5_decoder_stacks(config)]
-
-
 def _longt5_stacks(config: PretrainedConfig) -> list[Stack]:
     """LongT5: the encoder attends within local blocks (``local_window``); with transient-global attention
     every token also attends to per-block aggregates of the layer input, keyed by the same W_k."""
@@ -275,12 +269,6 @@ def _led_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
             yield stack_layer(reader, stack, i)
 
 
-SWITCH = _seq2seq(
-    ("switch_transformers",),
-    "language",
-    _t5_stacks,
-    notes="T5 layout, MoE feed-forward; …EncoderModel: encoder only",
-)
 LONGT5 = _seq2seq(
     ("longt5",), "language", _longt5_stacks, notes="T5 layout; local or transient-global encoder attention"
 )
@@ -305,4 +293,4 @@ LED = Architecture(
 )
 
 
-ARCHITECTURES: list[Architecture] = [SWITCH, LONGT5, SPEECHT5, MUSICGEN, MUSICGEN_DECODER, DETR, LED]
+ARCHITECTURES: list[Architecture] = [LONGT5, SPEECHT5, MUSICGEN, MUSICGEN_DECODER, DETR, LED]

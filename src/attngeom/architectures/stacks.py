@@ -2,8 +2,9 @@
 
 Attention modules whose paths differ only in numbers share a template (``encoder.layer.{}.attention``);
 a template's modules whose keys read another input than their queries (``Observed``) form a stack apart,
-named with ``_cross``. A stack is named by the words of its template before the first number (``self``
-where there is one template), made distinct by the parts that tell the templates apart and then by a count. A module's
+named with ``_cross``. A stack is named by the words of its template before the first number (where there
+is one template: ``encoder`` or ``decoder`` by the objective the run saw, as the tables name them, else
+``self``), made distinct by the parts that tell the templates apart and then by a count. A module's
 layer is the one number that varies between its template's modules (T5's ``block.{i}.layer.0``: i); where
 several vary (stages and their blocks, Emu3's ``down.{i}.attn.{j}``), their tuples in order are counted.
 So no two layers share a (stack, layer) key. A layer list that holds attention in some items only has its
@@ -45,14 +46,19 @@ class Gap:
     block: torch.nn.Module
 
 
+LONE = {"autoregressive": "decoder", "bidirectional": "encoder", "encoder-decoder": "encoder"}
+"""The name of a model's one self-attention template's stack, by its objective (else ``self``): as the
+tables name it; of an encoder-decoder type, one template is its encoder's (a ``T5EncoderModel``)."""
+
+
 def place(
-    model: torch.nn.Module, paths: list[str], cross: list[bool]
+    model: torch.nn.Module, paths: list[str], cross: list[bool], objective: str = ""
 ) -> tuple[list[Placed], list[Gap], list[str]]:
     """The stack and layer of each path (``cross``: whether its keys read another input), the unscored
     items of their layer lists, and the stacks in the order of their first module."""
     templates = list(dict.fromkeys(template(p) for p in paths))
     groups = list(dict.fromkeys(zip((template(p) for p in paths), cross, strict=True)))
-    names = dict(zip(groups, _names(templates, groups), strict=True))
+    names = dict(zip(groups, _names(templates, groups, LONE.get(objective, "self")), strict=True))
     layers: dict[str, int] = {}
     for t in templates:
         members = [p for p in paths if template(p) == t]
@@ -67,10 +73,10 @@ def _words(t: str) -> str:
     return "_".join(w for w in head.split(".") if w not in PLAIN) or "self"
 
 
-def _names(templates: list[str], groups: list[tuple[str, bool]]) -> list[str]:
-    """One distinct name per (template, cross) group."""
+def _names(templates: list[str], groups: list[tuple[str, bool]], lone: str) -> list[str]:
+    """One distinct name per (template, cross) group (``lone``: the name where there is one template)."""
     if len(templates) == 1:
-        names = ["self_cross" if c else "self" for _, c in groups]
+        names = [f"{lone}_cross" if c else lone for _, c in groups]
     else:
         names = [_words(t) + ("_cross" if c else "") for t, c in groups]
         for name in {n for n in names if names.count(n) > 1}:

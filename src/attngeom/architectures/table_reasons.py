@@ -89,8 +89,6 @@ WHY: dict[str, str] = {
     "vit_mae": "its pre-training checkpoints add a decoder the tiny base model lacks: discovery leaves it unscored",
     "dpt": "a backbone_config (DINOv2, BEiT, Swin v2) replaces its ViT encoder, saved under the backbone's "
     "old names: discovery validated the tiny model's ViT only",
-    "switch_transformers": "its encoder-only class is not in transformers' auto mappings: discovery reads an "
-    "encoder-only checkpoint as the whole model",
     "wav2vec2-bert": "its adapter layers (add_adapter, on in the released checkpoints) are off in the tiny model: "
     "discovery leaves them unscored",
     "mllama": "its vision encoder's local and global layers are one stack (the paper's Llama-3.2-11B-Vision): "

@@ -225,6 +225,7 @@ def config_of(header: Header, where: str, name: str) -> PretrainedConfig:
         "vocab_size": _count(header, f"{arch}.vocab_size", where, required=False) or _vocabulary(header),
     }
     settings = {key: value for key, value in settings.items() if value is not None}
+    settings["pad_token_id"] = _padding_token(header, settings.get("vocab_size"))
     try:
         settings |= spec.settings(arch, header.metadata | header.arrays, header.tensors.keys())
     except InputError as err:
@@ -254,6 +255,15 @@ def _blocks_present(header: Header) -> int:
     """One more than the highest ``blk.N`` among the tensors: how many layers the file can hold."""
     numbers = [name.split(".")[1] for name in header.tensors if name.startswith("blk.")]
     return max((int(n) + 1 for n in numbers if n.isdigit()), default=0)
+
+
+def _padding_token(header: Header, vocab_size: int | None) -> int | None:
+    """The file's own padding token where it names one inside the vocabulary, else None: never the config
+    class's default (Phi-3's 32000), which a smaller vocabulary cannot embed, so transformers cannot build
+    the model whose layout discovery reads."""
+    token = header.metadata.get("tokenizer.ggml.padding_token_id")
+    inside = isinstance(token, int) and not isinstance(token, bool) and vocab_size and 0 <= token < vocab_size
+    return token if inside else None
 
 
 def _vocabulary(header: Header) -> int | None:

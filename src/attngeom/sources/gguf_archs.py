@@ -119,6 +119,11 @@ def _window(arch: str, meta: Metadata, names: Collection[str]) -> dict:
     return {"sliding_window": _int(meta, f"{arch}.attention.sliding_window") or None}
 
 
+def _phimoe(arch: str, meta: Metadata, names: Collection[str]) -> dict:
+    """PhiMoE's window, and its q/k biases where the file holds them (the config's default has none)."""
+    return _window(arch, meta, names) | {"attention_bias": _bias(names)}
+
+
 def _layer_types(default_pattern: int) -> Callable[[str, Metadata, Collection[str]], dict]:
     """``sliding_window`` and which layers are local: ``sliding_window_pattern`` as one flag per layer, or
     n (each n-th layer global; ``default_pattern`` where the file states none, as llama.cpp assumes)."""
@@ -274,7 +279,7 @@ ARCHITECTURES: dict[str, GGUFArchitecture] = {
     "stablelm": GGUFArchitecture("stablelm", QK_NORM, settings=_stablelm),
     "exaone4": GGUFArchitecture("exaone4", QK_NORM, settings=_exaone4),
     "olmoe": GGUFArchitecture("olmoe", QK_NORM, settings=_olmo),
-    "phimoe": GGUFArchitecture("phimoe", QK, settings=_window),
+    "phimoe": GGUFArchitecture("phimoe", QK, settings=_phimoe),
     "granitemoe": GGUFArchitecture("granitemoe", QK, permuted=True, settings=_granite),
     "smollm3": GGUFArchitecture("smollm3", QK, permuted=True),
     "nemotron": GGUFArchitecture("nemotron", QK),
