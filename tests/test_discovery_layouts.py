@@ -240,20 +240,20 @@ def test_only_an_fft_of_q_and_k_is_an_auto_correlation():
 
 def test_a_whole_projection_layernorm_centres_all_heads_together(monkeypatch):
     """ESM C's q/k LayerNorms span H·d_h: centring each head alone instead fails the check."""
-    from attngeom.architectures import normalised_decoders
+    from attngeom.architectures import qk_norms
 
     config = tiny_config("esmc")
     model = randomized(AutoModel.from_config(config))
     items = [i for i in find_attention(model, config) if isinstance(i, Found)]
     records, _ = capture(model, items)
-    fold = normalised_decoders._fold_norm
+    fold = qk_norms._fold_norm
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
         source = open_source_for(folder)
         for per_head in (False, True):
             if per_head:
                 monkeypatch.setattr(
-                    normalised_decoders, "_fold_norm", lambda w, g, h, d, c, whole=False: fold(w, g, h, d, c)
+                    qk_norms, "_fold_norm", lambda w, g, h, d, c, whole=False: fold(w, g, h, d, c)
                 )
             layers = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
             whys = [compare(layer, records[item.path]) for item, layer in zip(items, layers, strict=True)]
