@@ -46,11 +46,11 @@ NAMED = (
 """The families issue 22 names: each scored, or refused with a reason."""
 
 
-def test_committed_support_file_matches_a_fresh_run_for_a_subset():
-    fresh = run_all(list(SUBSET), jobs=1)
+@pytest.mark.conformance(*SUBSET)
+def test_committed_support_file_matches_a_fresh_run_for_a_subset(fresh_conformance):
     committed = conformance()
     for model_type in SUBSET:
-        assert fresh[model_type] == committed[model_type], model_type
+        assert fresh_conformance[model_type] == committed[model_type], model_type
 
 
 @pytest.mark.slow
