@@ -35,4 +35,4 @@ test: setup
 	$(BIN)/python -m pytest -q
 
 lint: setup
-	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/snakefmt --check workflow
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/snakefmt --check Snakefile workflow

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from attngeom.training.intervals import t_975
+from attngeom.runstats.intervals import t_975
 
 NAME = re.compile(r"(?P<prefix>.+)-(?P<init>random|symmetric)-s(?P<seed>\d+)")
 

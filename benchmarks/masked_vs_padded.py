@@ -36,11 +36,11 @@ import pandas as pd
 import torch
 
 from attngeom.files import atomic_dir
+from attngeom.runstats.intervals import mean_interval
 from attngeom.training.batch import IGNORED, MicroBatch
 from attngeom.training.config import TrainConfig, make_config
 from attngeom.training.corpus import load_corpus
 from attngeom.training.document_mask import document_attention_mask
-from attngeom.training.intervals import mean_interval
 from attngeom.training.loop import learning_rate, make_optimizer
 from attngeom.training.model import build_model
 from attngeom.training.step import TrainStep

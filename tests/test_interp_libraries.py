@@ -1,8 +1,11 @@
 """Models of the interpretability libraries: a TransformerLens HookedTransformer scores exactly as the
 checkpoint it was converted from (with TransformerLens' own conversion functions, no weight processing),
-and an nnsight wrapper as the model it wraps. The ``interp`` extra; skipped where it is not installed."""
+so does a TransformerBridge booted around the checkpoint's model, and an nnsight wrapper as the model it
+wraps. The ``interp`` extra; skipped where it is not installed."""
 
 from __future__ import annotations
+
+import copy
 
 import pandas as pd
 import pytest
@@ -104,6 +107,59 @@ def test_a_bidirectional_config_is_an_encoder():
     )  # fmt: skip
     frame = attngeom.score(HookedTransformer(cfg), progress=False)
     assert set(frame["stack"]) == {"encoder"} and set(frame["objective"]) == {"bidirectional"}
+
+
+def bridged(hf: torch.nn.Module, name: str):
+    """A TransformerBridge around ``hf`` (booted offline with a one-word tokenizer; it wraps ``hf`` in
+    place)."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    bridge = pytest.importorskip("transformer_lens.model_bridge").TransformerBridge
+    words = Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>"))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, eos_token="<unk>", add_bos_token=True)
+    return bridge.boot_transformers(name, hf_model=hf, tokenizer=tokenizer)
+
+
+def test_a_transformer_bridge_scores_as_its_checkpoint_on_disk(gpt2, tmp_path, monkeypatch):
+    """TransformerLens' current API wraps the transformers model: its W_Q/W_K are the checkpoint's, and
+    after ``enable_compatibility_mode`` (LayerNorm folded) what it then holds."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    gpt2.save_pretrained(tmp_path / "gpt2")
+    on_disk = scores(str(tmp_path / "gpt2"))
+    bridge = bridged(copy.deepcopy(gpt2), "gpt2")
+    pd.testing.assert_frame_equal(scores(bridge), on_disk, check_exact=True)
+    frame = attngeom.score(bridge, progress=False)
+    assert set(frame["model_type"]) == {"hooked_transformer"} and set(frame["objective"]) == {
+        "autoregressive"
+    }
+    bridge.enable_compatibility_mode()
+    assert (scores(bridge)["symmetry"] - on_disk["symmetry"]).abs().max() > 1e-3
+
+
+def test_a_bridged_llama_with_grouped_query_attention_scores_as_its_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
+    c = LlamaConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64, vocab_size=50, max_position_embeddings=16,
+    )  # fmt: skip
+    hf = with_random_norms(LlamaForCausalLM(c).eval())
+    hf.save_pretrained(tmp_path / "llama")
+    on_disk = scores(str(tmp_path / "llama"))
+    bridge = scores(bridged(hf, "meta-llama/Llama-3.2-1B"))
+    assert bridge["kv_head"].dropna().tolist() == [0, 0, 1, 1] * 2
+    columns = [c for c in SCORES if c != "stack"]  # the lens map's stack is ``decoder`` for any causal model
+    pd.testing.assert_frame_equal(bridge[columns], on_disk[columns], check_exact=True)
+
+
+def test_q_and_k_normalised_after_their_projections_are_refused():
+    cfg = HookedTransformerConfig(
+        d_model=16, n_layers=1, n_heads=2, d_head=8, n_ctx=8, d_vocab=20, attn_only=True, use_qk_norm=True,
+        normalization_type="RMS",
+    )  # fmt: skip
+    with pytest.raises(InputError, match="use_qk_norm"):
+        attngeom.score(HookedTransformer(cfg), progress=False)
 
 
 def test_an_nnsight_wrapper_scores_as_the_model_it_wraps(gpt2):

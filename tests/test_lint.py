@@ -30,7 +30,7 @@ def test_the_linters_are_pinned_and_installed_at_their_pins():
     [
         ["ruff", "check", "."],
         ["ruff", "format", "--check", "."],
-        ["snakefmt", "--check", "workflow"],
+        ["snakefmt", "--check", "Snakefile", "workflow"],
     ],
     ids=" ".join,
 )

@@ -25,11 +25,11 @@ PIPELINE = [Requirement(r) for r in PROJECT["optional-dependencies"]["pipeline"]
 
 
 def pins(path: Path) -> dict[str, Version]:
-    """name → version of each ``name==version`` line (comments and blank lines skipped)."""
+    """name → version of each ``name==version`` line (comments, blank lines and ``--hash`` lines skipped)."""
     found = {}
     for line in path.read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if line:
+        line = line.split("#")[0].strip().removesuffix("\\").strip()
+        if line and not line.startswith("--"):
             name, _, version = line.partition("==")
             found[canonicalize_name(name)] = Version(version)
     return found
@@ -40,14 +40,43 @@ def lower_bound(requirement: Requirement) -> Version:
     return Version(bound)
 
 
+TEST = [Requirement(r) for r in PROJECT["optional-dependencies"]["test"]]
+INTERP = [Requirement(r) for r in PROJECT["optional-dependencies"]["interp"]]
+RAISED_WITH_THE_PIPELINE = {
+    "numpy": Version("2.4.5"),  # snakemake-executor-plugin-slurm 2.7.1's floors ...
+    "pandas": Version("2.3.3"),
+    "pyyaml": Version("6.0.3"),
+    "scipy": Version("1.15.0"),  # ... and the first scipy that allows that numpy
+}
+"""The library's floors that the pipeline extra raises: the pipeline's minimums."""
+
+
+def floors(requirements: list[Requirement]) -> dict[str, Version]:
+    """name → stated lower bound, for the requirements that have one (torch: see ci/min-versions.txt)."""
+    return {
+        canonicalize_name(r.name): lower_bound(r)
+        for r in requirements
+        if r.name != "torch" and any(s.operator == ">=" for s in r.specifier)
+    }
+
+
 def test_the_minimum_versions_ci_installs_are_the_stated_lower_bounds():
-    pinned = pins(ROOT / "ci" / "min-versions.txt")
-    stated = {canonicalize_name(r.name): lower_bound(r) for r in CORE if r.name != "torch"}
-    assert pinned == stated
+    assert pins(ROOT / "ci" / "min-versions.txt") == floors(CORE + TEST + INTERP)
+    pipeline = pins(ROOT / "ci" / "min-versions-pipeline.txt")
+    assert pipeline == floors(CORE + PIPELINE) | RAISED_WITH_THE_PIPELINE
+    assert all(RAISED_WITH_THE_PIPELINE[name] > floors(CORE)[name] for name in RAISED_WITH_THE_PIPELINE)
 
 
-def test_the_lock_file_satisfies_pyproject_and_the_conda_environment():
-    locked = pins(ROOT / "envs" / "attngeom.lock.txt")
+def test_the_workflow_asks_for_the_snakemake_pyproject_states():
+    """``min_version`` in the Snakefile is the ``snakemake`` floor of the pipeline extra."""
+    (snakemake,) = [r for r in PIPELINE if r.name == "snakemake"]
+    snakefile = (ROOT / "workflow" / "Snakefile").read_text()
+    assert f'min_version("{lower_bound(snakemake)}")' in snakefile
+
+
+def test_the_lock_file_satisfies_pyproject_and_pins_the_conda_environment():
+    lock = ROOT / "envs" / "attngeom.lock.txt"
+    locked = pins(lock)
     for requirement in CORE + PIPELINE:
         version = locked.get(canonicalize_name(requirement.name))
         assert version is not None, f"{requirement.name} is not in the lock file"
@@ -56,8 +85,27 @@ def test_the_lock_file_satisfies_pyproject_and_the_conda_environment():
     pypi_name = {conda_name: name for name, conda_name in CONDA_NAMES.items()}
     for name, bound in {**conda, **pip}.items():
         if name not in ("python", "pip"):
+            (pinned,) = Requirement(f"x{bound}").specifier
+            assert pinned.operator == "==", f"envs/attngeom.yaml: {name} {bound} is not pinned"
             version = locked[canonicalize_name(pypi_name.get(name, name))]
-            assert Requirement(f"x{bound}").specifier.contains(version, prereleases=True), (name, bound)
+            assert Version(pinned.version) == Version(version.public), (name, bound, str(version))
+
+
+def test_every_locked_package_carries_its_hashes():
+    """Each ``name==version`` of the lock is followed by ``--hash=sha256:`` lines, so ``pip install
+    --require-hashes`` installs exactly the files locked."""
+    lock = ROOT / "envs" / "attngeom.lock.txt"
+    hashed: dict[str, bool] = {}
+    for line in lock.read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        if not line.startswith(" "):
+            current = canonicalize_name(line.split("==")[0])
+            hashed[current] = False
+        elif re.fullmatch(r"\s+--hash=sha256:[0-9a-f]{64}( \\)?", line):
+            hashed[current] = True
+    assert len(hashed) == len(pins(lock)) > 50
+    assert [name for name, has in hashed.items() if not has] == []
 
 
 def test_make_setup_takes_torch_from_the_cpu_index_unless_told_otherwise():

@@ -330,7 +330,7 @@ def test_smoke_test_runs_are_marked_in_the_tables_and_the_captions_say_so():
     from attngeom.pipeline.captions import models_scope
     from attngeom.pipeline.registry import build_registry
     from attngeom.pipeline.training_runs import training_models, training_runs
-    from attngeom.training.plateau import SMOKE_TEST_STEPS
+    from attngeom.runstats.plateau import SMOKE_TEST_STEPS
 
     def runs(steps):
         defaults = {

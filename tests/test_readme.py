@@ -1,12 +1,19 @@
 """Every shell command of every README and documentation page runs: each is in COMMANDS with how it is
-exercised (a dry-run, ``--help``, ``make -n``, or the command itself on a tiny input), and a command
-missing from the table fails the test, so the pages cannot drift from the code."""
+exercised, and a command missing from the table fails the test, so the pages cannot drift from the code.
+
+What can run here runs for real: `make run` itself (once per session, in a copy of the repository, shared
+by the commands that need a finished default run: the report, the whole run again, one model's target),
+the training commands (with tiny sizes appended: later settings win), the scoring and zoo commands (tiny
+models, the emulated Hub). What cannot stays checked another way, and says why: the paper's config (151 Hub
+models: a dry run, offline), SLURM (a dry run; CI's real SLURM runs tests/test_slurm.py), GPU benchmarks
+(their options against the script's --help), `make test` (the suite inside itself: `make -n`)."""
 
 from __future__ import annotations
 
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -50,9 +57,11 @@ def readme_commands(pages: list[Path] = DOCUMENTS) -> list[str]:
     return commands
 
 
-def run(command: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+def run(command: list[str], cwd: Path, timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
     environment = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", HF_HUB_OFFLINE="1", **env)
-    result = subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout
+    )
     assert result.returncode == 0, f"{shlex.join(command)}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
 
@@ -72,12 +81,52 @@ def make_dry_run(target: str) -> str:
     return run(["make", "-n", target], cwd=ROOT).stdout
 
 
-def exercise_make_run(command: str, tmp_path: Path) -> None:
-    """`make -n run` prints the pipeline command, then the report command: the first is dry-run (the
-    report needs a finished run: test_readme_report_command_runs_after_a_run)."""
-    run_line, report_line = [line for line in make_dry_run("run").splitlines() if "snakemake " in line]
-    assert "--report results/report.html" in report_line
-    snakemake_dry_run("snakemake " + run_line.split("/snakemake ", 1)[1], tmp_path)
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory) -> Path:
+    """`make run` for real, once per session: a copy of the repository's tracked files whose `.venv` is this
+    environment (its set-up taken as done, `-o .venv/.installed`: the suite runs inside it and must not
+    reinstall it), the embedded default end to end, then the report (about 7 minutes on 2 cores)."""
+    copy = tmp_path_factory.mktemp("readme") / "attngeom"
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
+    for name in filter(None, tracked):
+        source = ROOT / name
+        if source.is_file() and not source.is_symlink():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy / name)
+        elif source.is_symlink():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            (copy / name).symlink_to(os.readlink(source))
+    (copy / ".venv").symlink_to(BIN.parent)
+    run(
+        ["make", "-o", ".venv/.installed", "run"], cwd=copy, timeout=3600
+    )  # 7 min quiet; far more when loaded
+    return copy
+
+
+def exercise_make_run(command: str, tmp_path: Path, default_run: Path) -> None:
+    """Run for real by the default_run fixture: every output of the default, and the report."""
+    results = default_run / "results"
+    assert (results / "report.html").stat().st_size > 0 and (
+        results / "aggregate" / "scores.parquet"
+    ).is_file()
+    models = pd.read_csv(results / "aggregate" / "models.csv")
+    assert (models["status"] == "ok").all() and set(models["model"]) >= {m["id"] for m in default_models()}
+
+
+def exercise_snakemake_after_the_default_run(command: str, tmp_path: Path, default_run: Path) -> None:
+    """Run for real in the finished default run: the whole run again has nothing to do; one model's target,
+    its scores removed first, scores that model again."""
+    words = shlex.split(command.replace("<slug>", slug(default_models()[0]["id"])))
+    target = next((w for w in words if w.startswith("results/")), None)
+    if target:
+        (default_run / target).unlink()
+    done = run(words, cwd=default_run)
+    if target:
+        assert (default_run / target).is_file()
+    else:
+        assert "Nothing to be done" in done.stdout + done.stderr
 
 
 def exercise_make_test(command: str, tmp_path: Path) -> None:
@@ -180,8 +229,11 @@ def exercise_gpu_choice(command: str, tmp_path: Path) -> None:
     assert score_jobs and all(resources.endswith(f"gpu={allowed}") for resources in score_jobs), out[-2000:]
 
 
-def exercise_report(command: str, tmp_path: Path) -> None:
-    """Needs finished results: run by test_readme_report_command_runs_after_a_run on the tiny run."""
+def exercise_report(command: str, tmp_path: Path, default_run: Path) -> None:
+    """Run for real on the finished default run, as written: the report again, from the repository's root."""
+    (default_run / "results" / "report.html").unlink()
+    run(shlex.split(command), cwd=default_run)
+    assert "summary.csv" in (default_run / "results" / "report.html").read_text(errors="replace")
 
 
 def exercise_training(command: str, tmp_path: Path) -> None:
@@ -276,6 +328,7 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "python benchmarks/masked_vs_padded.py --preset gpu --steps 2750 --jobs 6 --out "
     "benchmarks/results/masked_vs_padded_h200": exercise_script_options,
     "python benchmarks/ddp_scaling.py OUT --grad-accum 8": exercise_script_options,
+    "python benchmarks/bench_corpus_bounds.py [--megabytes 20] [--gzip-megabytes 150]": exercise_script_options,
     "python benchmarks/multi_gpu_pipeline.py OUT [--workdir DIR] [--configfile CONFIG]": exercise_script_options,
     "python benchmarks/bench_zoo.py [-n 1000] [--per-model 40] [--slurm] [--json benchmarks/results/zoo.json]": (
         exercise_script_options
@@ -283,9 +336,9 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     ".ci/slurm/up.sh && ATTNGEOM_SLURM=1 .venv/bin/python -m pytest tests/test_slurm.py; .ci/slurm/down.sh": (
         exercise_ci_slurm
     ),
-    "snakemake --profile profiles/local all": exercise_snakemake,
+    "snakemake --profile profiles/local all": exercise_snakemake_after_the_default_run,
     "snakemake --profile profiles/slurm all --configfile config/paper.yaml": exercise_snakemake,
-    "snakemake --profile profiles/local results/scores/<slug>.parquet": exercise_snakemake,
+    "snakemake --profile profiles/local results/scores/<slug>.parquet": exercise_snakemake_after_the_default_run,
     "snakemake -n all --configfile config/paper.yaml": exercise_snakemake,
     "CUDA_VISIBLE_DEVICES=2,3 snakemake --profile profiles/local all": exercise_gpu_choice,
     "snakemake --profile profiles/local all --resources gpu=1": exercise_gpu_choice,
@@ -313,30 +366,31 @@ def test_every_readme_command_is_in_the_table():
     assert [c for c in COMMANDS if c not in commands] == [], "these are no longer in the README"
 
 
+AFTER_THE_DEFAULT_RUN = (exercise_make_run, exercise_snakemake_after_the_default_run, exercise_report)
+"""What needs the finished default run (the session's default_run fixture)."""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "command", [c for c in COMMANDS if COMMANDS[c] is not exercise_report], ids=lambda c: c[:50]
+    "command", [c for c in COMMANDS if COMMANDS[c] not in AFTER_THE_DEFAULT_RUN], ids=lambda c: c[:50]
 )
 def test_readme_command_runs(command, tmp_path):
     COMMANDS[command](command, tmp_path)
 
 
 @pytest.mark.slow
-def test_readme_report_command_runs_after_a_run(tiny_run):
-    """The report needs finished results: the tiny pipeline run's, with its config."""
-    (command,) = [c for c in COMMANDS if COMMANDS[c] is exercise_report]
-    words = shlex.split(command)
-    run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "--snakefile",
-            str(ROOT / "workflow" / "Snakefile"),
-            "--configfile",
-            "tiny.yaml",
-            *words[1:],
-        ],
-        cwd=tiny_run,
+@pytest.mark.parametrize(
+    "command", [c for c in COMMANDS if COMMANDS[c] in AFTER_THE_DEFAULT_RUN], ids=lambda c: c[:50]
+)
+def test_readme_command_runs_on_the_default_run(command, tmp_path, default_run):
+    COMMANDS[command](command, tmp_path, default_run)
+
+
+def test_the_test_config_s_command_is_the_one_ci_runs_for_real():
+    """The catalog's test config names its command in a comment; CI runs exactly that command, from the
+    repository's root, at the pipeline's minimum versions (.ci/run)."""
+    (command,) = re.findall(
+        r"^#   (snakemake .*)$", (ROOT / ".test" / "config" / "config.yaml").read_text(), re.M
     )
-    assert "summary.csv" in (tiny_run / "results" / "report.html").read_text(errors="replace")
+    assert "--cores" in command and "--directory .test" in command
+    assert f"\n  {command}\n" in (ROOT / ".ci" / "run").read_text()

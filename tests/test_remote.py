@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 from urllib.parse import unquote
 
 import gguf
@@ -225,8 +226,12 @@ def test_persistent_failure_is_clear_and_leaves_no_corrupt_entry(hub, repos, tmp
         if path.name.startswith("layers.2."):
             path.unlink()  # ... all but the last layer's
     hub.faults["model.safetensors"].extend(["drop"] + ["503"] * 50)
+    before = set(threading.enumerate())
     with pytest.raises(InputError, match=r"download failed after 5 tries \(HTTP 503\)"):
         score(SINGLE)
+    # the error reaches the caller only once the source's range threads have ended: none writes on
+    at_error = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("attngeom-range")]
+    assert at_error == []
     _, sizes = safetensors_layout(repos[SINGLE] / "model.safetensors")
     assert not [p for p in cache_files(tmp_path) if ".tmp" in p.name]
     assert all(sizes[n] == size for n, size in cached_tensors(tmp_path).items())  # only whole tensors

@@ -19,7 +19,7 @@ from attngeom.pipeline.captions import (
 )
 from attngeom.pipeline.registry import build_registry
 from attngeom.pipeline.training_runs import training_models, training_runs
-from attngeom.training.official import published_settings
+from attngeom.runstats.official import published_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 OFFICIAL = published_settings(ROOT / "config" / "reference" / "official_training_evolution.csv")
@@ -46,7 +46,7 @@ def test_long_runs_with_one_seed_cannot_tell_an_effect_from_noise_and_with_seeds
     one = training_scope(runs(steps=PLATEAU_STEPS * 2))
     assert "one seed per setting no interval can be computed" in one
     several = training_scope(runs(seeds=3, steps=PLATEAU_STEPS * 2))
-    assert "whether and when it left the masked-LM plateau" in several and "too short" not in several
+    assert "when each run left the masked-LM plateau" in several and "too short" not in several
     assert training_scope({}) == "This run trains no model."
 
 
@@ -135,12 +135,13 @@ def test_every_caption_renders_without_a_docutils_system_message():
 
 
 def test_the_quoted_plateau_exits_are_those_of_the_committed_gpu_encoders_logs():
-    from attngeom.training.plateau import plateau_exit
+    from attngeom.runstats.plateau import plateau_exits
 
     runs = ROOT / "benchmarks" / "results" / "training_repro_seeds" / "runs"
-    exits = [plateau_exit(pd.read_parquet(runs / f"encoder-random-s{s}" / "loss.parquet")) for s in range(3)]
-    assert (min(exits), max(exits)) == PLATEAU_EXITS
+    logs = [pd.read_parquet(runs / f"encoder-random-s{s}" / "loss.parquet") for s in range(3)]
+    level, exits = plateau_exits(logs)
+    assert (min(exits), max(exits)) == PLATEAU_EXITS and 5 < level < 6  # one loss for all three
     still = ROOT / "benchmarks" / "results" / "training_repro_3k" / "encoder-random" / "loss.parquet"
-    assert plateau_exit(pd.read_parquet(still)) is None  # lr 5e-4, 3,000 steps: never left it
+    assert plateau_exits([pd.read_parquet(still)]) == (None, [None])  # lr 5e-4, 3,000 steps: never left it
     flat = pd.DataFrame({"step": range(1, 101), "loss": [6.0] * 100})
-    assert plateau_exit(flat) is None
+    assert plateau_exits([flat]) == (None, [None])

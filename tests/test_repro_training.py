@@ -60,7 +60,12 @@ def test_one_command_trains_every_run_and_writes_table_1_figures_and_an_archive(
     assert len(table) == 4 and set(table["seeds"]) == {2}
     symmetric = table[table["init"] == "symmetric"]
     assert (symmetric["seed_pairs"] == 2).all() and (symmetric["null_pairs"] == 1).all()  # disjoint pairs
-    assert symmetric[["speedup_robust_low", "signed_low", "p_value"]].notna().all().all()
+    assert (
+        symmetric[["speedup_robust_low", "signed_low", "signed_p_t", "signed_p_sign_flip"]]
+        .notna()
+        .all()
+        .all()
+    )
     spread = symmetric["signed_high"] > symmetric["signed_low"]  # 12 tiny steps may leave every pair at 0
     assert (symmetric["mde"].notna() == spread).all()  # the MDE follows from the seeds' spread, if any
     assert symmetric["verdict"].str.len().gt(0).all()
@@ -79,7 +84,15 @@ def test_one_command_trains_every_run_and_writes_table_1_figures_and_an_archive(
 def test_runs_still_going_at_the_deadline_are_stopped_resumably(cache, tmp_path):
     repro = repro_module()
     args = repro.argparse.Namespace(
-        tiny=True, seeds=1, steps=100_000, lr=1e-3, warmup=300, compile=False, device="cpu", cache=cache
+        tiny=True,
+        seeds=1,
+        steps=100_000,
+        lr=1e-3,
+        warmup=300,
+        compile=False,
+        device="cpu",
+        cache=cache,
+        inits=["random"],
     )
     runs = repro.plan(args, tmp_path / "runs")[:1]
     repro.prepare(cache, runs[0].settings)

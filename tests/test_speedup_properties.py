@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from attngeom.training.speedup import RULES, signed_speedup, speedup
+from attngeom.runstats.speedup import RULES, signed_speedup, speedup
 
 
 @st.composite

@@ -1,4 +1,5 @@
-"""The README's support table is the conformance run's and the registry's (regenerate with `attngeom support-table`)."""
+"""The support table of the documentation site (docs/support.md) is the conformance run's and the registry's
+(regenerate with `attngeom support-table docs/support.md`); the README only links to it."""
 
 from __future__ import annotations
 
@@ -14,9 +15,13 @@ from attngeom.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_table_matches_registry():
+def test_the_docs_page_table_matches_registry_and_the_readme_links_to_it():
+    page = (ROOT / "docs" / "support.md").read_text()
+    assert page == with_support_table(page), (
+        "docs/support.md table is stale: run attngeom support-table docs/support.md"
+    )
     readme = (ROOT / "README.md").read_text()
-    assert readme == with_support_table(readme), "README.md table is stale: run attngeom support-table"
+    assert START not in readme and "(docs/support.md)" in readme
 
 
 def test_table_has_one_row_per_model_type_and_states_the_counts():
@@ -45,13 +50,13 @@ def test_section_is_replaced_in_place_and_text_without_it_is_refused():
 
 
 def test_command_checks_and_rewrites(tmp_path, capsys):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n{START}\nstale\n{END}\n")
-    assert main(["support-table", "--check", str(readme)]) == 1
+    page = tmp_path / "support.md"
+    page.write_text(f"# x\n{START}\nstale\n{END}\n")
+    assert main(["support-table", "--check", str(page)]) == 1
     assert "out of date" in capsys.readouterr().err
-    assert main(["support-table", str(readme)]) == 0
-    assert main(["support-table", "--check", str(readme)]) == 0
-    assert "stale" not in readme.read_text() and not list(tmp_path.glob(".*.tmp*"))
+    assert main(["support-table", str(page)]) == 0
+    assert main(["support-table", "--check", str(page)]) == 0
+    assert "stale" not in page.read_text() and not list(tmp_path.glob(".*.tmp*"))
 
 
 @pytest.mark.parametrize(
@@ -60,7 +65,7 @@ def test_command_checks_and_rewrites(tmp_path, capsys):
         ([], None),  # no file named: argparse's usage error, nothing written
         (["README.md"], "holds no <!-- support-table:start --> ... <!-- support-table:end --> section"),
         (["--check", "README.md"], "holds no <!-- support-table:start -->"),
-        (["new/README.md"], "new/README.md: no such file"),
+        (["docs/support.md"], "docs/support.md: no such file"),
         (["."], ".: no such file"),
     ],
 )

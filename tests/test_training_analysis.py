@@ -16,31 +16,16 @@ from attngeom.report.training_figures import (
     official_figure,
     symmetric_init_figure,
 )
-from attngeom.training.config import make_config
-from attngeom.training.intervals import mean_interval, t_975
+from attngeom.runstats.intervals import mean_interval, t_975
+from attngeom.runstats.official import compare_official, nearest_official, official_note, ours_medians
+from attngeom.runstats.pairing import SeedPair, Twin, comparison_key, seed_pairs, twins
+from attngeom.runstats.smoothing import smoothed
+from attngeom.runstats.speedup import RULES, paper_speedup, signed_speedup, speedup
+from attngeom.runstats.table1 import pair_speedups, summarise, table1
+from attngeom.runstats.table1_display import table1_display, write_table1
+from attngeom.training.config import dataset_label, make_config
 from attngeom.training.loop import train
-from attngeom.training.official import compare_official, nearest_official, official_note, ours_medians
-from attngeom.training.runs import (
-    RunInfo,
-    SeedPair,
-    Twin,
-    comparison_key,
-    dataset_label,
-    seed_pairs,
-    twins,
-)
-from attngeom.training.speedup import (
-    RULES,
-    pair_speedups,
-    paper_speedup,
-    signed_speedup,
-    smoothed,
-    speedup,
-    summarise,
-    table1,
-    table1_display,
-    write_table1,
-)
+from attngeom.training.runs import RunInfo
 
 
 def curve(values) -> pd.DataFrame:
@@ -153,7 +138,9 @@ def test_table1_reports_a_clear_speedup_with_its_interval_above_the_null():
     sym = table.loc["symmetric"]
     assert sym["seeds"] == 3 and sym["seed_pairs"] == 3 and sym["null_pairs"] == 1
     assert sym["run"] == "symmetric-0, symmetric-1, symmetric-2"
-    assert sym["p_value"] < 0.05 and sym["verdict"] == "faster than seed noise"
+    assert sym["signed_p_t"] < 0.05 and sym["verdict"] == "faster than seed noise (t-test)"
+    assert sym["signed_p_sign_flip"] == 0.25 and sym["least_exact_p"] == 0.25  # 3 seeds: 2/2³ at best
+    assert sym["verdict_exact"].startswith("cannot reach alpha 0.05 with 3 seeds")
     assert 0 < sym["mde"] < sym["signed"] and sym["censored"] == 0
     assert sym["speedup_robust_low"] < sym["speedup_robust"] < sym["speedup_robust_high"]
     assert sym["paper_speedup_percent"] == 26  # 4-layer jigsaw (+ symm) in the paper
@@ -166,10 +153,19 @@ def test_table1_reports_a_clear_speedup_with_its_interval_above_the_null():
 
 def test_table1_labels_a_speedup_that_overlaps_the_null_as_seed_noise():
     table = summarise(*seeded_logs(3, better=0.0)).set_index("init")
-    assert table.loc["symmetric", "verdict"] == "not distinguishable from seed noise"
+    assert table.loc["symmetric", "verdict"] == "not distinguishable from seed noise (t-test)"
     shown = table1_display(table.reset_index())
-    assert "not distinguishable from seed noise" in shown["verdict"].tolist()
-    assert list(shown.columns[:6]) == ["depth", "dataset", "objective", "init", "seeds", "steps"]
+    assert "not distinguishable from seed noise (t-test)" in shown["verdict"].tolist()
+    assert list(shown.columns[:8]) == [
+        "depth",
+        "dataset",
+        "objective",
+        "init",
+        "vs",
+        "effect",
+        "seeds",
+        "steps",
+    ]
 
 
 def test_table1_with_one_seed_gives_no_interval_and_no_verdict():
@@ -179,7 +175,8 @@ def test_table1_with_one_seed_gives_no_interval_and_no_verdict():
         table.loc["symmetric", "speedup_robust_low"]
     )
     assert table.loc["symmetric", "verdict"] == "one seed: no test"
-    assert np.isnan(table.loc["symmetric", "p_value"]) and np.isnan(table.loc["symmetric", "mde"])
+    assert np.isnan(table.loc["symmetric", "signed_p_t"]) and np.isnan(table.loc["symmetric", "mde"])
+    assert np.isnan(table.loc["symmetric", "signed_p_sign_flip"])
     shown = table1_display(table.reset_index()).set_index("init")
     assert shown.loc["random", "final loss"].endswith("(one seed: no interval)")
     assert "±" not in " ".join(shown.astype(str).to_numpy().ravel())
@@ -214,14 +211,15 @@ def test_table1_groups_by_depth_then_dataset_and_keeps_random_vs_random_out_of_t
     assert markdown.index("## 4-layer models") < markdown.index(
         "## 12-layer models"
     )  # as the paper prints it
-    assert "95% Student-t interval over seeds" in markdown and "faster than seed noise" in markdown
-    assert "two-sided one-sample t-test over seeds, alpha 0.05" in markdown and "0 of 2 > T" in markdown
+    assert "95% Student-t interval over seeds" in markdown and "faster than seed noise (t-test)" in markdown
+    assert "one-sample t-test over seeds" in markdown and "0 of 2 > T" in markdown
+    assert "cannot reach alpha 0.05 with 2 seeds" in markdown  # the exact test says what it cannot do
     assert pd.read_csv(tmp_path / "table_1.csv")["speedup_robust_low"].notna().sum() == 2
     assert (tmp_path / "table_1.tex").read_text().count(r"\begin{tabular}") == 2
 
 
 def student_t_cdf(x: float, df: int) -> float:
-    """P(T ≤ x) by integrating Student's t density numerically (no scipy in the environment)."""
+    """P(T ≤ x) by integrating Student's t density numerically (independent of scipy, which ``t_975`` uses)."""
     t = np.linspace(0, x, 200_001)
     log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
     density = np.exp(log_c - (df + 1) / 2 * np.log1p(t**2 / df))
@@ -236,7 +234,7 @@ def test_the_t_quantile_is_the_975_quantile(df):
 def test_mean_interval_is_the_t_interval_and_covers_95_percent():
     found = mean_interval([1.0, 2.0, 3.0])
     assert (found.mean, found.n) == (2.0, 3)
-    assert found.half_width == pytest.approx(4.3027 / math.sqrt(3))
+    assert found.half_width == pytest.approx(4.3027 / math.sqrt(3), abs=1e-4)  # t₀.₉₇₅(2) = 4.3027
     single = mean_interval([5.0])
     assert single.mean == 5.0 and not single.computable and math.isnan(single.low)
     assert single.plus_minus(2) == "5.00 (one seed: no interval)"
@@ -431,9 +429,29 @@ def test_twins_pair_runs_that_differ_only_in_init_from_configs_alone():
         "s-reg": config(init="symmetric", reg_weight=0.1),  # regularised: never a twin
         "r-dec": config(objective="decoder"),
         "s-skew": config(init="skew"),
+        "r-dec-other-seed": config(objective="decoder", seed=5, init="symmetric"),  # no random of its seed
     }
     assert twins(configs) == [
-        Twin("r0", "s0", "sotu", 4, "encoder", 0),
-        Twin("r1", "s1", "sotu", 4, "encoder", 1),
+        Twin("r0", "s0", "random", "symmetric", "sotu", 4, "encoder", 0),
+        Twin("r1", "s1", "random", "symmetric", "sotu", 4, "encoder", 1),
+        Twin("r0", "s-skew", "random", "skew", "sotu", 4, "encoder", 0),  # every arm against random
     ]
     assert twins({"only": config()}) == []
+
+
+def test_the_authors_init_is_compared_with_random_and_with_its_scale_control():
+    inits = ("random", "symmetric", "torch_default", "torch_default_symmetric")
+    arms = {f"{init}-{seed}": config(init=init, seed=seed) for init in inits for seed in (0, 1)}
+    found = {(t.candidate, t.reference): t.effect for t in twins(arms)}
+    assert set(found) == {
+        (f"{candidate}-{seed}", f"{reference}-{seed}")
+        for seed in (0, 1)
+        for candidate, reference in (
+            ("symmetric", "random"),
+            ("torch_default", "random"),
+            ("torch_default_symmetric", "random"),
+            ("torch_default_symmetric", "torch_default"),
+        )
+    }
+    assert found["torch_default-0", "random-0"] == "init scale alone (PyTorch's default q/k/v)"
+    assert found["torch_default_symmetric-1", "torch_default-1"] == "symmetry at the authors' scale"

@@ -1,39 +1,60 @@
 """The workflow as the Snakemake workflow catalog expects it: workflow/Snakefile, a test config, a config
 page naming every key, a license; usable as a module of another workflow, whose DAG Snakemake builds
-without torch, pandas or pyarrow; a figure of pretrained models that does not wait for training."""
+without torch, pandas or pyarrow; the top-level Snakefile as the entry point from the repository's root;
+a figure of pretrained models that does not wait for training."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 from pipeline_support import planned_jobs
+from snakemake.common import SNAKEFILE_CHOICES
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "workflow" / "schemas"
 
 NO_HEAVY_IMPORTS = """
+import builtins
+import importlib
+import os
 import sys
-from importlib.abc import MetaPathFinder
 
 from snakemake.cli import main  # Snakemake and its plugins first (the SLURM plugin imports pandas itself)
 
 HEAVY = {"torch", "pandas", "pyarrow"}
+plain_import, plain_import_module = builtins.__import__, importlib.import_module
 
 
-class Refuse(MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in HEAVY:
-            raise ModuleNotFoundError(f"the workflow imported {name}")
+def by_the_workflow(depth):
+    # code of the workflow: its Snakefile and rules, and attngeom (Snakemake's own use of pandas is its own)
+    name = sys._getframe(depth).f_code.co_filename
+    return name.endswith(("Snakefile", ".smk")) or f"{os.sep}attngeom{os.sep}" in name
 
 
-for name in [m for m in sys.modules if m.split(".")[0] in HEAVY]:
-    del sys.modules[name]
-sys.meta_path.insert(0, Refuse())
+def refused(name, depth):
+    if name.split(".")[0] in HEAVY and by_the_workflow(depth + 1):
+        raise ModuleNotFoundError(f"the workflow imported {name}")
+
+
+def refusing_import(name, globals=None, locals=None, fromlist=(), level=0):
+    if level == 0:
+        refused(name, 2)
+    return plain_import(name, globals, locals, fromlist, level)
+
+
+def refusing_import_module(name, package=None):
+    refused(name, 2)
+    return plain_import_module(name, package)
+
+
+builtins.__import__, importlib.import_module = refusing_import, refusing_import_module
 # attngeom not installed where Snakemake runs: the workflow finds its checkout's own copy
 sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(ROOT, "src")]
 sys.argv = ["snakemake", *sys.argv[1:]]
@@ -74,7 +95,14 @@ def test_config_readme_names_every_key_of_the_schema():
 
 
 def test_catalog_files():
-    assert (ROOT / "workflow" / "Snakefile").is_file() and not (ROOT / "Snakefile").exists()
+    assert (ROOT / "workflow" / "Snakefile").is_file() and (
+        ROOT / "workflow" / "profiles" / "default"
+    ).is_dir()
+    # the entry point at the top level includes the catalog's workflow/Snakefile, and nothing else
+    entry = [line for line in (ROOT / "Snakefile").read_text().splitlines() if line and line[0] != "#"]
+    assert entry == ['include: "workflow/Snakefile"', 'workflow.default_target = "all"']
+    # Snakemake looks for the workflow's own profile beside the Snakefile it runs: both find the same one
+    assert (ROOT / "profiles" / "default").resolve() == (ROOT / "workflow" / "profiles" / "default").resolve()
     assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"] == "MIT"
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
     usage = yaml.safe_load((ROOT / ".snakemake-workflow-catalog.yml").read_text())["usage"]
@@ -98,9 +126,118 @@ def test_the_test_config_runs_as_a_module_of_another_workflow_without_torch_pand
     assert "benchmark: results/training/benchmarks/train/encoder-random.tsv" in done.stdout
 
 
+def test_the_top_level_snakefile_is_the_entry_point_from_the_root(tmp_path):
+    """`snakemake --profile profiles/slurm` from the root, as the README runs it, reads ./Snakefile and the
+    workflow's own profile, and plans the jobs that workflow/Snakefile plans for `all`: with no target too
+    (Snakemake forgets an included file's default target; the entry point names it again)."""
+    args = ("-n", "--profile", "profiles/slurm", "all", "--configfile", ".test/config/config.yaml")
+    entry = snakemake(*args[:3], "--directory", str(tmp_path / "entry"), *args[4:], cwd=ROOT)
+    catalog = snakemake(
+        "--snakefile", "workflow/Snakefile", *args[:4], "--directory", str(tmp_path / "catalog"), *args[4:],
+        cwd=ROOT,
+    )  # fmt: skip
+    for done in (entry, catalog):
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert Path(SNAKEFILE_CHOICES[0]) == Path("Snakefile")  # what Snakemake reads first, where it exists
+    assert "workflow specific profile profiles/default" in entry.stdout + entry.stderr
+
+    def jobs(output: str) -> list[tuple[str, str, list[str]]]:
+        return sorted(
+            (rule, wildcards, sorted(res.split(", "))) for rule, wildcards, res in planned_jobs(output)
+        )
+
+    assert jobs(entry.stdout) == jobs(catalog.stdout)
+    assert {"score", "train", "aggregate", "all"} <= {rule for rule, _, _ in planned_jobs(entry.stdout)}
+
+
 def test_a_figure_of_pretrained_models_does_not_pull_training(tmp_path):
-    # from the repository's root, as the README runs it: Snakemake finds workflow/Snakefile by itself
+    # from the repository's root, as the README runs it: Snakemake finds the top-level Snakefile by itself
     done = snakemake("-n", "--directory", str(tmp_path), "results/figures/figure_s1.png", cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = sorted(rule for rule, _, _ in planned_jobs(done.stdout))
     assert jobs == ["figure_s1", "random_model", "score"]  # the default config's ViT control only
+
+
+MODULE_REPORTING_THE_CHECKOUT = """
+configfile: "{config}"
+
+
+module attngeom:
+    snakefile:
+        "{snakefile}"
+    config:
+        config
+
+
+use rule * from attngeom
+
+
+rule checkout:
+    output:
+        "checkout.txt",
+    run:
+        Path(output[0]).write_text(os.environ["ATTNGEOM_CHECKOUT"])
+"""
+
+
+def test_the_workflow_used_as_a_module_tells_its_jobs_where_its_checkout_is(tmp_path):
+    """`--sdm conda` runs envs/attngeom.post-deploy.sh in Snakemake's working directory, which is another
+    workflow's folder (module) or .test (--directory), not the checkout: the workflow exports the checkout's
+    path to the processes Snakemake starts, the post-deploy step's included."""
+    module = tmp_path / "module"
+    module.mkdir()
+    (module / "Snakefile").write_text(
+        "import os\nfrom pathlib import Path\n"
+        + MODULE_REPORTING_THE_CHECKOUT.format(
+            config=ROOT / ".test" / "config" / "config.yaml", snakefile=ROOT / "workflow" / "Snakefile"
+        )
+    )
+    done = snakemake("--cores", "1", "checkout.txt", cwd=module)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert Path((module / "checkout.txt").read_text()) == ROOT
+
+
+@pytest.mark.slow
+def test_the_conda_post_deploy_step_installs_the_checkout_from_snakemake_s_working_directory(tmp_path):
+    """The step as Snakemake runs it after creating the environment (conda cannot be reached here): its own
+    copy of the script, run by the environment's interpreter in Snakemake's working directory, with the
+    environment Snakemake inherited from the workflow. The environment is a fresh venv holding what
+    envs/attngeom.yaml gives the script: python, pip and this setuptools (the pinned one)."""
+    import setuptools
+
+    assert f"setuptools =={setuptools.__version__}" in (ROOT / "envs" / "attngeom.yaml").read_text()
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
+    site = next(env.glob("lib/python*/site-packages"))
+    here = Path(setuptools.__file__).parent.parent
+    for name in ("setuptools", "_distutils_hack", "pkg_resources", "distutils-precedence.pth"):
+        source = here / name
+        if source.is_dir():
+            shutil.rmtree(site / name, ignore_errors=True)
+            shutil.copytree(source, site / name)
+        elif source.is_file():
+            shutil.copy(source, site / name)
+    working = tmp_path / "dot-test"  # Snakemake's working directory: not the checkout
+    working.mkdir()
+    script = tmp_path / "conda" / "0123abcd_.post-deploy.sh"  # Snakemake's copy beside the environment
+    script.parent.mkdir()
+    shutil.copy(ROOT / "envs" / "attngeom.post-deploy.sh", script)
+    path = f"{env / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    plain = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+    def post_deploy(**extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(script)], cwd=working, env=dict(plain, PATH=path, **extra),
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+
+    refused = post_deploy()  # not started by the workflow: one line, nothing installed
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "ATTNGEOM_CHECKOUT" in refused.stderr
+    done = post_deploy(ATTNGEOM_CHECKOUT=str(ROOT))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    where = subprocess.run(
+        [str(env / "bin" / "python"), "-c", "import attngeom; print(attngeom.__file__)"],
+        cwd=tmp_path, env=plain, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert Path(where.stdout.strip()) == ROOT / "src" / "attngeom" / "__init__.py"

@@ -1,7 +1,8 @@
 """Reruns that follow the code: the records carry a hash of the modules that computed them
 (attngeom.provenance), every rule takes the hash of its script and the modules it runs as a param, and
-the workflow's profile reruns on params, not on the script's timestamp. Changing a module on the scoring
-path reruns the scoring jobs; touching a file with identical content reruns nothing."""
+the workflow's profile reruns on params, not on the script's timestamp. Changing code on the scoring
+path reruns the scoring jobs; a comment, a docstring, or a file touched with identical content reruns
+nothing."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import yaml
 from pipeline_support import planned_jobs
 from transformers import BertConfig, BertModel
 
-from attngeom.provenance import code_hash, part_modules, script_hash
+from attngeom.provenance import code_hash, normalised, part_modules, script_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attngeom"
@@ -33,24 +34,47 @@ def package_copy(folder: Path, change: dict[str, str] | None = None) -> Path:
     return copy
 
 
-def test_the_hashes_follow_the_modules_contents_not_their_timestamps(tmp_path):
+def test_the_hashes_follow_the_modules_code_not_their_bytes_or_timestamps(tmp_path):
     same = package_copy(tmp_path / "same")
     later = time.time() + 100
     for path in same.rglob("*.py"):
         os.utime(path, (later, later))
-    scores = package_copy(tmp_path / "scores", {"scores.py": "\n# changed\n"})
-    training = package_copy(tmp_path / "training", {"training/loop.py": "\n# changed\n"})
-    figures = package_copy(tmp_path / "figures", {"report/score_figures.py": "\n# changed\n"})
+    # a comment, a docstring and an attribute docstring, and a reformatted statement: the same code
+    scores_py = (PACKAGE / "scores.py").read_text()
+    assert "GAMMA = 2.0\n" in scores_py
+    reworded = package_copy(
+        tmp_path / "reworded", {"scores.py": '\n# a comment\n"""A string that does nothing."""\n'}
+    )
+    (reworded / "scores.py").write_text(
+        '"""Another module docstring."""\n'
+        + (reworded / "scores.py").read_text().replace("GAMMA = 2.0\n", "GAMMA = (\n    2.0\n)\n")
+    )
+    scores = package_copy(tmp_path / "scores", {"scores.py": "\nCHANGED = 1\n"})
+    training = package_copy(tmp_path / "training", {"training/loop.py": "\nCHANGED = 1\n"})
+    figures = package_copy(tmp_path / "figures", {"report/score_figures.py": "\nCHANGED = 1\n"})
 
     def hashes(package: Path) -> tuple[str, str, str]:
         script = ROOT / "scripts" / "score_model.py"
         return code_hash("scores", package), code_hash("training", package), script_hash(script, package)
 
     base = hashes(PACKAGE)
-    assert hashes(same) == base
+    assert hashes(same) == base and hashes(reworded) == base
     assert all(new != old for new, old in zip(hashes(scores), base, strict=True))  # training scores too
     assert hashes(training)[0] == base[0] and hashes(training)[1] != base[1]
     assert hashes(figures) == base  # not on the scoring or training path
+
+
+def test_a_string_that_is_a_value_is_code(tmp_path):
+    """Only string *statements* are dropped: a string that is assigned, returned or passed is kept."""
+
+    def tree(name: str, text: str) -> bytes:
+        (tmp_path / name).write_text(text)
+        return normalised(tmp_path / name)
+
+    base = tree("a.py", 'X = "a"\n')
+    assert tree("b.py", 'X = "b"\n') != base
+    assert tree("c.py", '"""doc"""\nX = "a"  # note\n"""after"""\n') == base
+    assert tree("d.py", 'def f():\n    "doc"\n    return "a"\n') != tree("e.py", 'def f():\n    return "b"\n')
 
 
 def tiny_bert(folder: Path) -> Path:
@@ -112,7 +136,11 @@ def test_a_changed_scoring_module_reruns_the_scoring_job_and_a_touched_file_reru
     assert "Nothing to be done" in snakemake("-n")
 
     with open(repo / "src" / "attngeom" / "scores.py", "a") as file:
-        file.write("\n# a changed line\n")
+        file.write('\n# a comment\n"""and a string statement: no code"""\n')
+    assert "Nothing to be done" in snakemake("-n")
+
+    with open(repo / "src" / "attngeom" / "scores.py", "a") as file:
+        file.write("\nCHANGED = 1\n")
     output = snakemake("-n")
     assert [rule for rule, _, _ in planned_jobs(output)] == ["score"]
     assert "Params have changed" in output

@@ -105,6 +105,8 @@ def _run_score(args: argparse.Namespace) -> int:
     if args.output is None:
         raise InputError("several MODELs need -o FOLDER (one Parquet file per model)")
     folder = check_folder(args.output)
+    models = [path for model in args.models for path in _local(model)]
+    _outside_models(folder, models)
     written: set[Path] = set()
 
     def output_for(model: str, model_id: str) -> Path:
@@ -117,7 +119,7 @@ def _run_score(args: argparse.Namespace) -> int:
                 f"{model}: model id {model_id!r} is an earlier model's too; score it alone with --model-id"
             )
         written.add(output)
-        return check_output(output, protect=_local(model))
+        return check_output(output, protect=models)
 
     failed = 0
     for model in args.models:
@@ -127,6 +129,18 @@ def _run_score(args: argparse.Namespace) -> int:
             print(_naming(_error_line(err), model), file=sys.stderr)
             failed += 1
     return 2 if failed else 0
+
+
+def _outside_models(folder: Path, models: list[Path]) -> None:
+    """The folder the outputs of several models go into, refused before any is written when it is one of
+    the models' folders or lies inside one (each output is then checked against every model too)."""
+    place = folder.absolute().resolve()
+    for model in models:
+        home = model.resolve()
+        if model.is_dir() and (place == home or home in place.parents):
+            raise InputError(
+                f"output folder {folder} is in the folder of the model {model}; choose another -o"
+            )
 
 
 def _score_one(

@@ -2,8 +2,10 @@
 
 A part (``scores``, ``training``) is its entry modules and every package module they import, found by
 reading the sources with ``ast`` (nothing is imported, so building the workflow's DAG stays light). The
-hash covers those files' bytes, not their timestamps: the records carry it, and the workflow's rules
-take it as a parameter, so a changed module reruns the jobs it can affect and a touched file does not.
+hash covers what those files mean, not their bytes or timestamps: each file's syntax tree without its
+docstrings and other bare string statements (comments, blank lines and layout never reach the tree). The
+records carry it, and the workflow's rules take it as a parameter, so a changed statement reruns the jobs
+it can affect, while a comment, a docstring, a reformatting or a touched file reruns nothing.
 """
 
 from __future__ import annotations
@@ -64,10 +66,31 @@ def _closure(entries: set[str], modules: dict[str, Path]) -> list[str]:
     return sorted(seen)
 
 
+@functools.cache
+def normalised(path: Path) -> bytes:
+    """The code of ``path`` as it runs: its syntax tree, less the string statements that do nothing
+    (docstrings of the module, classes and functions, and the attribute docstrings beside assignments),
+    dumped without line numbers."""
+    tree = ast.parse(path.read_bytes(), str(path))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            node.body = [s for s in body if not _is_bare_string(s)]  # type: ignore[attr-defined]
+    return ast.dump(tree).encode()
+
+
+def _is_bare_string(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
+
+
 def _digest(names: list[str], modules: dict[str, Path], head: bytes = b"") -> str:
     digest = hashlib.sha256(head)
     for name in names:
-        digest.update(f"{name}\0".encode() + modules[name].read_bytes() + b"\0")
+        digest.update(f"{name}\0".encode() + normalised(modules[name]) + b"\0")
     return digest.hexdigest()[:16]
 
 
@@ -78,8 +101,8 @@ def part_modules(part: str, package_dir: Path = PACKAGE_DIR) -> list[str]:
 
 @functools.cache
 def code_hash(part: str, package_dir: Path = PACKAGE_DIR) -> str:
-    """SHA-256 (16 hex digits) of the names and bytes of the modules of ``part`` ("scores", "training"):
-    what the records carry."""
+    """SHA-256 (16 hex digits) of the names and normalised code of the modules of ``part`` ("scores",
+    "training"): what the records carry."""
     return _digest(part_modules(part, package_dir), _modules(package_dir))
 
 
@@ -89,4 +112,4 @@ def script_hash(script: Path, package_dir: Path = PACKAGE_DIR) -> str:
     imports, and theirs): a rule's ``code`` parameter, so the rule reruns when any of them changes."""
     modules = _modules(package_dir)
     entries = _imports("", script, modules)
-    return _digest(_closure(entries, modules), modules, head=script.read_bytes() + b"\0")
+    return _digest(_closure(entries, modules), modules, head=normalised(script) + b"\0")

@@ -1,10 +1,13 @@
-# The registry and the helpers every rule uses. Nothing here reads weights or touches the network.
+# The registry and the helpers every rule uses. Nothing here reads weights; the network only to pin a Hub
+# model to the commit of its main branch the first time (attngeom.pipeline.hub_pins).
 import re
+import sys
 from pathlib import Path
 
 from attngeom.files import slug
 from attngeom.pipeline.batches import plan_batches
 from attngeom.pipeline.captions import models_scope, official_scope, training_scope
+from attngeom.pipeline.hub_pins import offline, pin_models, record_pins
 from attngeom.pipeline.registry import (
     build_registry,
     heatmaps,
@@ -21,7 +24,7 @@ from attngeom.pipeline.training_runs import (
 )
 from attngeom.pipeline.zoo import Zoo, with_zoo
 from attngeom.provenance import script_hash
-from attngeom.training.official import published_settings
+from attngeom.runstats.official import published_settings
 
 R = results_folder(config["results"])
 SCORING = config["scoring"]
@@ -43,6 +46,31 @@ SYMMETRIC_GROUPS = symmetric_groups(TRAINING_RUNS)
 ZOO = Zoo.from_config(config["zoo"]) if "zoo" in config else None
 ENTRIES, ZOO_IDS = with_zoo(list(config.get("models", [])) + training_models(TRAINING_RUNS, TR), ZOO)
 MODELS = build_registry(ENTRIES, R)
+# Each Hub model without a `revision:` is scored at the commit of the pin file (`pins:`), resolved and
+# recorded there the first time (the main process, online); `--config update_pins=True` resolves them again.
+PINS = Path(config["pins"])
+_pinning = pin_models(
+    MODELS,
+    PINS,
+    resolve_now=workflow.is_main_process and not offline(),
+    update=config["update_pins"],
+)
+MODELS = _pinning.models
+if _pinning.unresolved and workflow.is_main_process:
+    _first, _why = next(iter(_pinning.unresolved.items()))
+    print(
+        f"attngeom: warning: {len(_pinning.unresolved)} Hub models read main unpinned this run "
+        f"({_first}: {_why}); they are pinned in {PINS} once resolved",
+        file=sys.stderr,
+    )
+
+
+onstart:
+    if _pinning.pinned:
+        record_pins(PINS, _pinning.pinned)
+        print(f"attngeom: pinned {len(_pinning.pinned)} Hub models in {PINS}", file=sys.stderr)
+
+
 HEATMAPS = heatmaps(config["figures"], MODELS)
 # Every model's rows are read at once: about 400 bytes a row in memory, 0.4 MB for a 7B model's 1,056
 # rows, 2 MB for a 70B model's; 4 MB a model leaves room for the copies pandas makes.

@@ -72,6 +72,7 @@ if TRAINING_RUNS:
             finals=run_finals(),
             paper=REFERENCE / "paper_table1_symmetric_init.csv",
             official=REFERENCE / "official_training_evolution.csv",
+            authors=REFERENCE / "authors-logs" / "symmetric-initialization-loss.csv",
         output:
             table_1=report(
                 multiext(f"{TR}/tables/table_1", ".csv", ".md", ".tex", ".html"),
@@ -142,6 +143,7 @@ if EVOLUTION_GROUPS:
                 lambda run: (run.dataset, str(run.layers), run.objective)
                 == (wildcards.dataset, wildcards.layers, wildcards.objective)
             ),
+            authors=REFERENCE / "authors-logs" / "symmetric-initialization-loss.csv",
         output:
             report(
                 multiext(

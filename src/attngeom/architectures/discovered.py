@@ -17,6 +17,8 @@ import torch
 from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer, linear
 from .converted import Converted
 from .discovery import HEADLESS, SCORER, Found, Skipped, find_attention, meta_model
+from .model_classes import main_input
+from .observed import Observed
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -161,16 +163,18 @@ def discovered_layers(
         yield layer
 
 
-def discover(config: PretrainedConfig, layout: str = "") -> Architecture:
+def discover(config: PretrainedConfig, layout: str = "", observed: Observed | None = None) -> Architecture:
     """The architecture of ``config`` as its meta-device model shows it (raises ``ArchitectureError``).
 
     ``layout``: the row order of fused q/k/v projections (one of ``LAYOUTS``; without it, fused
-    projections are not read)."""
+    projections are not read); ``observed``: what the conformance run saw in the forward pass (which
+    forms are cross, the objective, the checkpoint class it built)."""
+    observed = observed or Observed()
     try:
-        model = meta_model(config)
+        model = meta_model(config, observed.model_class)
     except Exception as err:  # transformers raises many kinds for configs it cannot build
         raise ArchitectureError(f"transformers cannot build it ({type(err).__name__})") from err
-    items = find_attention(model, config, layout)
+    items = find_attention(model, config, layout, observed)
     if not any(isinstance(item, Found) for item in items):
         raise ArchitectureError("no attention module with separate query and key projections")
     rotary = any("Rotary" in type(m).__name__ for m in model.modules())
@@ -179,7 +183,7 @@ def discover(config: PretrainedConfig, layout: str = "") -> Architecture:
     return Architecture(
         model_types=(config.model_type,),
         modality=_modality(model, stacks),
-        objective=_objective(config.model_type),
+        objective=observed.objective or "bidirectional",
         layers=lambda cfg, reader: discovered_layers(cfg, Converted(reader, model), items, rotary, biases),
         n_layers=lambda cfg: sum(i.forms if isinstance(i, Found) else 1 for i in items),
         notes=_notes(model, items),
@@ -233,23 +237,14 @@ def _stack_modality(stack: str) -> str | None:
 
 
 def _modality(model: torch.nn.Module, stacks: tuple[str, ...]) -> str:
+    """``multimodal`` where the stacks' names say two modalities, else the modality of the model's main
+    input (``main_input``: images, patches or videos; audio; else language)."""
     kinds = {_stack_modality(s) for s in stacks} - {None}
     if len(kinds) > 1:
         return "multimodal"
-    main = getattr(model, "main_input_name", "input_ids")
-    main = main[0] if isinstance(main, (list, tuple)) else main  # OneFormer's [pixel_values, task_inputs]
-    if main == "pixel_values" or kinds == {"vision"}:
+    main = main_input(model)
+    if re.search("pixel|image|video|patches", main) or kinds == {"vision"}:
         return "vision"
     if main in ("input_features", "input_values") or "audio" in main or kinds == {"audio"}:  # audio_mel
         return "audio"
     return "language"
-
-
-def _objective(model_type: str) -> str:
-    from transformers.models.auto import modeling_auto as auto
-
-    if model_type in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
-        return "encoder-decoder"
-    if model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        return "autoregressive"
-    return "bidirectional"

@@ -26,14 +26,15 @@ import torch
 from .base import ArchitectureError
 from .form_checks import single_form
 from .latent import latent_query
-from .model_classes import WORD, family_words, mapped_class, own_model_class
-from .projections import inputs as _inputs
+from .model_classes import WORD, checkpoint_classes, family_words, mapped_class, own_model_class
+from .observed import Observed
+from .projections import inputs, projection
 from .projections import is_conv1d as _conv1d
 from .projections import is_linear as _linear
-from .projections import projection
 from .projections import rows as _rows
 from .qk_norms import Norm, qk_norms, query_scale, rope_key_norm
 from .recurrence import gated_recurrence as recurrent
+from .stacks import Placed, place, template
 from .temperature import query_temperature
 
 if TYPE_CHECKING:
@@ -64,9 +65,6 @@ HEADLESS = "no head width to read"
 """q/k projections without a head width or count: an unscored layer beside other attention, else refused."""
 SCORER = "q·k scores as its output, no value or output projection: a pairwise scorer, not an attention"
 """Said of a module whose q·k scores are its output (PP-DocLayout's reading-order pointers): as HEADLESS."""
-CROSS = re.compile(r"cross|encoder_attn|EncDec", re.IGNORECASE)
-"""Attention modules whose keys read another stack (decoder queries × encoder keys)."""
-NUMBER = re.compile(r"\.(\d+)(?:\.|$)")
 NOT_SOFTMAX = re.compile(r"^(Text)?((Linear|Delta|Lightning)\w*Attention|GatedDeltaNet)$")
 """Mixers named (after the family prefix) linear, delta-rule or lightning attention, q·k fed to a recurrence
 or kernel, never softmax(q·k) (Kimi-Linear's, MiniMax's layers; xLSTM's gated ones: ``recurrent``)."""
@@ -129,20 +127,26 @@ class Skipped:
     why: str = "not a dot-product attention"
 
 
-def model_class(model_type: str) -> type:
+def model_class(model_type: str, name: str = "") -> type:
     """The class that builds ``model_type``: its base model (``AutoModel``), else the first task class an
-    auto mapping names for it (ColPali's retrieval model, ...)."""
+    auto mapping names for it (ColPali's retrieval model, ...); ``name``: the checkpoint class of that
+    name (``checkpoint_classes``)."""
+    if name:
+        found = next((c for c in checkpoint_classes(model_type) if c.__name__ == name), None)
+        if found is None:
+            raise ArchitectureError(f"transformers defines no {name} for it")
+        return found
     own = mapped_class(model_type) or own_model_class(model_type)
     if own is None:
         raise ArchitectureError("transformers defines no model for it (a configuration and processor only)")
     return own
 
 
-def meta_model(config: PretrainedConfig) -> torch.nn.Module:
+def meta_model(config: PretrainedConfig, name: str = "") -> torch.nn.Module:
     """The model of ``config`` on the meta device (``model_class``; no weights are allocated)."""
     from transformers import AutoModel
 
-    cls = model_class(config.model_type)
+    cls = model_class(config.model_type, name)
     with torch.device("meta"):
         if cls is AutoModel:
             return cls.from_config(config, trust_remote_code=False)
@@ -161,19 +165,12 @@ def _head_dim(module: torch.nn.Module, config: PretrainedConfig, q_width: int) -
     return None
 
 
-def _template(path: str) -> str:
-    return NUMBER.sub(lambda m: m.group(0).replace(m.group(1), "{}"), path)
-
-
 def find_attention(
-    model: torch.nn.Module, config: PretrainedConfig, layout: str = ""
+    model: torch.nn.Module, config: PretrainedConfig, layout: str = "", observed: Observed | None = None
 ) -> list[Found | Skipped]:
-    """Every attention module with separate q/k projections, grouped into stacks, and the unscored layers
-    of a stack whose layer list holds other mixers too.
-
-    Attention modules whose paths differ only in numbers form one stack; the numbers that vary between
-    them index its layers (T5's ``block.{i}.layer.0.SelfAttention``: i), in module order.
-    """
+    """Every attention module with separate q/k projections, grouped into stacks (``stacks.place``: a
+    form is cross where ``observed`` says its keys read another input than its queries), and the unscored
+    layers of a stack whose layer list holds other mixers too."""
     raw: list[tuple[str, str, str, torch.nn.Module]] = []
     family = family_words(model)
     for path, module in model.named_modules():
@@ -194,88 +191,33 @@ def find_attention(
             fused = next((n for n in FUSED if _linear(p := getattr(module, n, None)) or _conv1d(p)), None)
             if fused and layout and path:
                 raw.append((path, fused, fused, module))
-    groups: dict[str, list[tuple[str, str, str, torch.nn.Module]]] = {}
-    for entry in raw:
-        groups.setdefault(_template(entry[0]), []).append(entry)
-    names = _stack_names(groups)
+    observed = observed or Observed()
+    cross = [  # keys of another width read another input, seen or not
+        observed.is_cross(template(path), module) or _width(module, q) != _width(module, k)
+        for path, q, k, module in raw
+    ]
+    placed, gaps, order = place(model, [path for path, *_ in raw], cross)
     found: list[Found | Skipped] = []
     unscorable: list[ArchitectureError] = []
-    for template, entries in groups.items():
-        stack = names[template]
-        container = _layer_list(model, template, entries)
-        indices = [_index(path, template) for path, *_ in entries]
-        gaps = [
-            Skipped(stack.removesuffix("_cross"), i, _mixer(block))
-            for i, block in enumerate(container if container is not None else ())
-            if i not in indices
-        ]
-        for index, (path, q, k, module) in zip(indices, entries, strict=True):
-            try:
-                found.append(_found(config, path, q, k, module, stack, index, layout if q == k else ""))
-            except ArchitectureError as err:  # unscored where other attention modules are scored
-                why = next((w for w in (HEADLESS, SCORER) if str(err).endswith(w)), None)
-                if why is None:
-                    raise
-                unscorable.append(err)
-                found.append(Skipped(stack, index, type(module).__name__, why))
-        found.extend(gaps if any(isinstance(f, Found) and f.stack == stack for f in found) else ())
+    for (path, q, k, module), where, is_cross in zip(raw, placed, cross, strict=True):
+        try:
+            found.append(_found(config, path, q, k, module, where, is_cross, layout if q == k else ""))
+        except ArchitectureError as err:  # unscored where other attention modules are scored
+            why = next((w for w in (HEADLESS, SCORER) if str(err).endswith(w)), None)
+            if why is None:
+                raise
+            unscorable.append(err)
+            found.append(Skipped(where.stack, where.layer, type(module).__name__, why))
     if unscorable and not any(isinstance(f, Found) for f in found):
         raise unscorable[0]
-    order = list(names.values())
-    found.sort(
-        key=lambda f: (order.index(f.stack) if f.stack in order else order.index(f.stack + "_cross"), f.layer)
-    )
+    scored = {f.stack for f in found if isinstance(f, Found)}
+    found += [Skipped(gap.stack, gap.layer, _mixer(gap.block)) for gap in gaps if gap.stack in scored]
+    found.sort(key=lambda f: (order.index(f.stack), f.layer))
     return found
 
 
-def _index(path: str, template: str) -> int:
-    """The layer index of ``path``: its first number (T5 and stages: the varying ones, flattened later)."""
-    numbers = NUMBER.findall(path)
-    return int(numbers[0]) if numbers else 0
-
-
-def _layer_list(model: torch.nn.Module, template: str, entries: list) -> torch.nn.ModuleList | None:
-    """The ``nn.ModuleList`` the stack's layers are items of (where its first number indexes)."""
-    path = entries[0][0]
-    match = NUMBER.search(path)
-    if match is None:
-        return None
-    container = model.get_submodule(path[: match.start()])
-    return container if isinstance(container, torch.nn.ModuleList) else None
-
-
-def _stack_names(groups: dict[str, list]) -> dict[str, str]:
-    """``self`` for one stack; else the words before a stack's first layer number (``_cross`` added for
-    cross-attention, the attention's own name where two stacks share those words)."""
-    if len(groups) == 1:
-        template = next(iter(groups))
-        return {template: "self_cross" if _is_cross(groups[template][0]) else "self"}
-    names: dict[str, str] = {}
-    for template, entries in groups.items():
-        head = template.split(".{}", 1)[0]
-        words = [w for w in head.split(".") if w not in ("layers", "layer", "blocks", "block", "h", "model")]
-        name = "_".join(words) or "self"
-        if _is_cross(entries[0]):
-            name += "_cross"
-        names[template] = name
-    seen: dict[str, int] = {}
-    for name in names.values():
-        seen[name] = seen.get(name, 0) + 1
-    return {
-        t: (
-            n
-            if seen[n] == 1
-            else f"{n}_{t.rsplit('.', 1)[-1]}".replace("_cross_", "_")
-            + ("_cross" if n.endswith("_cross") and not t.endswith("cross") else "")
-        )
-        for t, n in names.items()
-    }
-
-
-def _is_cross(entry: tuple) -> bool:
-    path, q, k, module = entry
-    name = path.rsplit(".", 1)[-1]
-    return bool(CROSS.search(name)) or _inputs(module.get_submodule(q)) != _inputs(module.get_submodule(k))
+def _width(module: torch.nn.Module, name: str) -> int:
+    return inputs(module.get_submodule(name))
 
 
 def _fused_heads(module: torch.nn.Module, config, width: int, layout: str) -> tuple[int, int, int]:
@@ -301,8 +243,9 @@ def _fused_heads(module: torch.nn.Module, config, width: int, layout: str) -> tu
 
 
 def _found(
-    config, path: str, q: str, k: str, module: torch.nn.Module, stack: str, index: int, layout: str
+    config, path: str, q: str, k: str, module: torch.nn.Module, where: Placed, cross: bool, layout: str
 ) -> Found:
+    stack, index = where.stack, where.layer
     q_mod, k_mod = module.get_submodule(q), module.get_submodule(k)
     if k == "kv_a_proj_with_mqa":
         own = getattr(module, "config", None) or config
@@ -318,7 +261,7 @@ def _found(
             n_kv_heads=own.num_attention_heads,
             q_bias=False,
             k_bias=False,
-            cross=False,
+            cross=cross,
             latent=True,
             rope=bool(own.qk_rope_head_dim),
             rope_norm=rope_key_norm(module),
@@ -338,7 +281,7 @@ def _found(
             n_kv_heads=n_kv,
             q_bias=q_mod.bias is not None,
             k_bias=q_mod.bias is not None,
-            cross=False,
+            cross=cross,
             q_norm=q_norm,
             k_norm=k_norm,
             fused=layout,
@@ -366,7 +309,7 @@ def _found(
         n_kv_heads=_rows(k_mod) // head_dim,
         q_bias=q_mod.bias is not None,
         k_bias=k_mod.bias is not None,
-        cross=stack.endswith("_cross"),
+        cross=cross,
         q_norm=q_norm,
         k_norm=k_norm,
         gated=gated,

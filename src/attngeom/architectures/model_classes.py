@@ -103,3 +103,40 @@ def mapped_class(model_type: str) -> type | None:
             if base is None or not builds_a_part(model_type, cls):
                 return cls
     return None
+
+
+PATCHES = ("grid_thw", "image_grid_thw")
+"""Arguments beside ``hidden_states`` that make them an image's flattened patches (a vision tower's)."""
+
+
+def main_input(model: torch.nn.Module) -> str:
+    """The input the model's forward is mainly given: its ``main_input_name`` (a list's first: OneFormer's
+    [pixel_values, task_inputs]) where its forward takes it, else its media (``pixel_values`` for patches
+    named ``hidden_states``), else its first argument."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    main = getattr(model, "main_input_name", "input_ids")
+    main = main[0] if isinstance(main, (list, tuple)) else main
+    if main in params:
+        return main
+    media = ("pixel_values", "pixel_values_videos", "flattened_patches", "input_features", "input_values")
+    found = next((name for name in media if name in params), None)
+    if found is None and "hidden_states" in params and any(name in params for name in PATCHES):
+        found = "pixel_values"
+    return found or next(iter(params), main)
+
+
+def checkpoint_classes(model_type: str) -> list[type]:
+    """The task classes (``...For...``) that auto mappings name for ``model_type``: the classes its
+    checkpoints are saved from, in the mappings' order."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    names: list[str] = []
+    for mapping in sorted(vars(modeling_auto)):
+        if mapping.startswith("MODEL_FOR_") and mapping.endswith("_MAPPING_NAMES"):
+            value = getattr(modeling_auto, mapping).get(model_type)
+            names += [value] if isinstance(value, str) else list(value or ())
+    found = (getattr(transformers, n, None) for n in dict.fromkeys(names))
+    return [c for c in found if isinstance(c, type)]

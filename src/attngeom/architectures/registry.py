@@ -1,7 +1,8 @@
 """The registry of architecture maps by ``model_type``, filled by the package when it is imported.
 
-A leaf module (it imports only ``base`` and ``validated``; ``discovery`` only when it is asked), so a composite map can look up the map of each of its towers
-without importing the families that import it.
+A leaf module (it imports only ``base`` and ``validated``; ``discovered`` and ``observed`` only when it
+is asked), so a composite map can look up the map of each of its towers without importing the families
+that import it.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ def architecture_for(config: PretrainedConfig) -> Architecture:
     entry = conformance().get(model_type)
     if entry is not None and entry["status"] == "validated":
         from .discovered import discover
+        from .observed import Observed
 
-        return discover(config, entry.get("layout", ""))
+        return discover(config, entry.get("layout", ""), Observed.of(entry))
     refused = entry is not None and entry["status"] == "refused"
     reason = entry["reason"] if refused else "not in the conformance run of the installed transformers"
     scored = sorted(set(REGISTRY) | {t for t, e in conformance().items() if e["status"] == "validated"})
@@ -50,5 +52,5 @@ def architecture_for(config: PretrainedConfig) -> Architecture:
     nearest = f"; nearest supported: {', '.join(near)}" if near else ""
     raise ArchitectureError(
         f"unsupported model_type {model_type!r} ({reason}){nearest}; "
-        "see the support table in README.md (`attngeom support-table`)"
+        "see the support table in docs/support.md (`attngeom support-table`)"
     )

@@ -1,5 +1,5 @@
-"""The README's support table and counts, generated from the conformance run (``support.json``) and the
-registry, so the README, the run and the tables cannot drift.
+"""The support table and counts of the documentation site (docs/support.md), generated from the conformance run (``support.json``) and the
+registry, so the page, the run and the tables cannot drift.
 
 Every ``model_type`` of the transformers the run used is one row: ``table`` (a hand-written map),
 ``discovered`` (validated against a tiny model's forward pass), ``discovered (modules)`` (some of its
@@ -68,7 +68,7 @@ def counts() -> dict[str, int]:
 
 
 def summary() -> str:
-    """The counts as the README states them."""
+    """The counts as docs/support.md states them."""
     c = counts()
     share = 100 * c["scored"] / c["attention"] if c["attention"] else 0.0
     modules = (
@@ -99,12 +99,12 @@ def support_table() -> str:
     return "\n".join(lines)
 
 
-def with_support_table(readme: str) -> str:
-    """``readme`` with the section between the markers replaced by the current table; a text without
-    them is not attngeom's README (``ValueError``: the command checks first and says so in one line)."""
+def with_support_table(page: str) -> str:
+    """``page`` with the section between the markers replaced by the current table; a text without
+    them is not attngeom's docs/support.md (``ValueError``: the command checks first and says so in one line)."""
     section = f"{START}\n{support_table()}\n{END}"
-    if START not in readme or END not in readme.partition(START)[2]:
+    if START not in page or END not in page.partition(START)[2]:
         raise ValueError(f"no {START} ... {END} section")
-    head, _, rest = readme.partition(START)
+    head, _, rest = page.partition(START)
     _, _, tail = rest.partition(END)
     return head + section + tail

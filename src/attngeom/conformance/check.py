@@ -19,18 +19,23 @@ import torch
 
 from ..architectures.discovery import Found
 from .inputs import input_sets
+from .masks import add_causal, softmax_masks
 from .neutral import rotary_neutralised, temperature_neutralised
+from .observe import causal
 from .products import as_heads, first_output, score_products, tokens_last
 
 CAPTURE = "attngeom_conformance"
 RTOL = 1e-5
 _interface: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+_causal: dict[int, bool] = {}
+"""By module: whether the mask of its first call through the interface was causal (``observe.causal``)."""
 
 
 def _attention(module, query, key, value, attention_mask=None, **kwargs):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     _interface.setdefault(id(module), (query.detach(), key.detach()))
+    _causal.setdefault(id(module), causal(module, query, attention_mask, kwargs.get("is_causal")))
     kwargs.pop("softcap", None)  # scores capped after q·k: no part of q or k, and sdpa refuses it
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
@@ -95,7 +100,8 @@ def capture(
     model: torch.nn.Module, items: list[Found]
 ) -> tuple[dict[str, dict[str, torch.Tensor]], Exception | None]:
     """By attention path: x_q, x_k (projection inputs), q, k (projection outputs) and, where the module
-    goes through the attention interface, q_attn and k_attn as the attention function got them; with the
+    goes through the attention interface, q_attn and k_attn as the attention function got them and
+    ``causal`` (whether its mask was: ``masks``); with the
     last error of the forward passes when some modules never ran (``modules`` drives those on their own)."""
     seen: dict[str, dict[str, torch.Tensor]] = {}
     modules = {item.path: model.get_submodule(item.path) for item in items}
@@ -130,6 +136,7 @@ def capture(
 
     _register()
     _interface.clear()
+    _causal.clear()
     _zero_norm_biases(modules, items)
     with ExitStack() as stack:
         for item in items:
@@ -148,6 +155,7 @@ def capture(
         stack.enter_context(_implementation(model, CAPTURE))
         stack.enter_context(_default_dtype(torch.float64))  # tensors a model makes itself (masks, positions)
         products = stack.enter_context(score_products(modules, items))
+        softmaxes = stack.enter_context(softmax_masks(modules))
         pending = [item.path for item in items]
         failure: Exception | None = None
         for runner in _runners(model, items):
@@ -164,7 +172,9 @@ def capture(
                         first_call.pop(key, None)
                     for key in set(_interface) - interface:
                         del _interface[key]
+                        _causal.pop(key, None)
                     products.cut_short(set(seen))
+                    softmaxes.active.clear()
             pending = [p for p in pending if p not in seen]
             if not pending:
                 break
@@ -179,6 +189,7 @@ def capture(
                 as_heads(q, item.n_heads),
                 as_heads(k, item.n_kv_heads),
             )
+    add_causal(model, seen, _causal, softmaxes)
     upstream = [p for p, r in seen.items() if not all(r[x].isfinite().all() for x in ("x_q", "x_k"))]
     for path in upstream:  # non-finite states reached it (a mask's overflow upstream): driven on its own
         del seen[path]

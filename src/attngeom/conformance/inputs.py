@@ -13,10 +13,10 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterator
-from copy import deepcopy
 
 import torch
 
+from .placeholders import placeholders, token_types
 from .tiny import reserved_tokens
 
 GRID = (1, 4, 4)
@@ -28,7 +28,7 @@ STATES = re.compile(r"^(hidden_states|\w+_embeds)$")
 """A required input of this name is states of the model's width (a q-former's queries, a fusion stack's input)."""
 LAYOUTS = (0, 1, 2)
 """``_Maker`` variants: the usual layout, the second one in use, frames stacked as the first linear map reads them."""
-MEDIA = {"pixel_values", "pixel_values_videos", *AUDIO}
+MEDIA = {"pixel_values", "pixel_values_videos", "flattened_patches", *AUDIO}
 FEATURE_MASKS = ("input_features_mask", "feature_attention_mask")
 
 
@@ -171,6 +171,13 @@ class _Maker:
             masks["feature_lens"] = torch.tensor([frames] * self.batch)
         return {"input_features": features} | masks
 
+    def flattened(self) -> dict[str, torch.Tensor]:
+        """Pix2Struct's patches: each one's row and column, then its pixels (``patch_embed_hidden_size``)."""
+        width = _find(self.config, "patch_embed_hidden_size", default=768)
+        places = torch.arange(self.length, dtype=torch.float64)
+        grid = torch.stack([places // 4, places % 4], -1).expand(self.batch, -1, -1)
+        return {"flattened_patches": torch.cat([grid, self.randn(self.batch, self.length, width)], -1)}
+
     def values(self) -> dict[str, torch.Tensor]:
         samples = 4000
         return {
@@ -190,6 +197,7 @@ class _Maker:
         makers = {
             "input_ids": lambda: {"input_ids": self.tokens()},
             "pixel_values": self.pixels,
+            "flattened_patches": self.flattened,
             "input_features": self.features,
             "input_values": self.values,
             "pixel_values_videos": self.videos,
@@ -321,73 +329,12 @@ def input_sets(model: torch.nn.Module, batch: int = 2, length: int = 7) -> list[
                     continue
         if not inputs:
             continue
-        inputs |= maker.companions(inputs) | _placeholders(model, inputs)
+        inputs |= maker.companions(inputs) | placeholders(model, inputs)
         if "mm_token_type_ids" in params and "input_ids" in inputs:  # which tokens stand for which medium
-            inputs["mm_token_type_ids"] = _token_types(model.config, inputs["input_ids"])
+            inputs["mm_token_type_ids"] = token_types(model.config, inputs["input_ids"])
         if all(_signature(inputs) != _signature(other) for other in sets):
             sets.append(inputs)
     return sets
-
-
-PLACEHOLDERS = (
-    ("pixel_values", "get_image_features", ("image_token_id", "image_token_index")),
-    ("input_features", "get_audio_features", ("audio_token_id", "audio_token_index")),
-)
-"""Media, the model's method that turns it into the language model's embeddings, and the token standing
-for one of them in the text."""
-
-
-def _placeholders(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Token ids with one placeholder per media embedding, where the model merges media into its text
-    so: the count is what the model's own ``get_*_features`` gives (on a copy without the capture's hooks)."""
-    out: dict[str, torch.Tensor] = {}
-    ids = inputs.get("input_ids")
-    for media, getter, names in PLACEHOLDERS:
-        token = next(
-            (getattr(model.config, n) for n in names if isinstance(getattr(model.config, n, None), int)), None
-        )
-        if media not in inputs or ids is None or len(ids) != 1 or token is None or not hasattr(model, getter):
-            continue
-        count = _feature_count(model, getter, inputs)
-        if count:
-            out["input_ids"] = ids = torch.cat([ids, torch.full((1, count), token)], dim=1)
-    return out
-
-
-def _token_types(config, ids: torch.Tensor) -> torch.Tensor:
-    """0 for text, 1 for an image placeholder, 2 for a video one."""
-    types = torch.zeros_like(ids)
-    for kind, names in (
-        (1, ("image_token_id", "image_token_index")),
-        (2, ("video_token_id", "video_token_index")),
-    ):
-        token = next((getattr(config, n) for n in names if isinstance(getattr(config, n, None), int)), None)
-        if token is not None:
-            types[ids == token] = kind
-    return types
-
-
-def _feature_count(model: torch.nn.Module, getter: str, inputs: dict[str, torch.Tensor]) -> int | None:
-    copy = deepcopy(model)
-    for module in copy.modules():
-        for hooks in (module._forward_hooks, module._forward_pre_hooks):
-            hooks.clear()
-    method = getattr(copy, getter)
-    accepted = inspect.signature(method).parameters
-    try:
-        with torch.no_grad():
-            output = method(**{k: v for k, v in inputs.items() if k in accepted and k != "input_ids"})
-    except Exception:  # noqa: BLE001 — no count: the set goes without placeholders
-        return None
-    output = (
-        getattr(output, "pooler_output", None)
-        if not isinstance(output, (torch.Tensor, tuple, list))
-        else output
-    )
-    parts = [output] if isinstance(output, torch.Tensor) else list(output or ())
-    if not all(isinstance(p, torch.Tensor) and p.dim() >= 2 for p in parts):
-        return None
-    return sum(p.numel() // p.shape[-1] for p in parts)
 
 
 def _signature(inputs: dict[str, torch.Tensor]) -> tuple:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from contextlib import ExitStack
-from itertools import product
+from itertools import islice, product
 
 import torch
 
 from ..architectures.discovery import Found
 from ..architectures.projections import inputs
-from .check import CAPTURE, _implementation, _interface, _register
+from .check import CAPTURE, _causal, _implementation, _interface, _register
 from .neutral import rotary_neutralised, temperature_neutralised
 from .products import as_heads, first_output, score_products, tokens_last
 
@@ -34,6 +34,8 @@ KEY_VALUE = ("encoder_hidden", "key_value", "context", "memory", "cross_attentio
 """Argument names (parts) that take the key/value input of a cross attention."""
 KEY_VALUE_EXACT = ("inputs", "key", "value", "keys", "values", "kv", "to_tensor")
 """Exact argument names of the key/value input (CANINE names its two inputs from_tensor and to_tensor)."""
+ROUTES = 64
+"""Generic readings tried per module around an attention whose inputs its signature leaves open."""
 
 
 def drive(
@@ -59,10 +61,14 @@ def drive(
     return records, failures
 
 
-def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.Tensor]:
-    """One call of ``module`` with ``kwargs``: the q/k projections' inputs and outputs and, where it goes
-    through the attention interface, the q and k the attention function got."""
+def _run(
+    module: torch.nn.Module, item: Found, kwargs: dict, attention: torch.nn.Module | None = None
+) -> dict[str, torch.Tensor]:
+    """One call of ``module`` (the attention, else ``attention`` inside it) with ``kwargs``: the q/k
+    projections' inputs and outputs and, where it goes through the attention interface, the q and k the
+    attention function got."""
     record: dict[str, torch.Tensor] = {}
+    outer, module = module, attention if attention is not None else module
 
     def keep(role: str):
         def hook(projection, args, output):
@@ -74,6 +80,7 @@ def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.
         return hook
 
     _interface.pop(id(module), None)
+    _causal.pop(id(module), None)
     with ExitStack() as stack:
         for role, name in (("q", item.q), ("k", item.k)):
             handle = module.get_submodule(item.local(name)).register_forward_hook(keep(role))
@@ -82,11 +89,14 @@ def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.
         stack.enter_context(temperature_neutralised([(module, item)]))
         products = stack.enter_context(score_products({item.path: module}, [item]))
         with torch.no_grad():
-            module(**kwargs)
+            outer(**kwargs)
     if not {"x_q", "q", "x_k", "k"} <= set(record):
         raise RuntimeError("the module's forward did not use its q and k projections")
     if id(module) in _interface:
         record["q_attn"], record["k_attn"] = _interface.pop(id(module))
+        causal = _causal.pop(id(module))
+        if isinstance(getattr(module, "is_causal", None), bool):  # with no mask the model builds, only
+            record["causal"] = torch.tensor(causal)  # a module's own is_causal says
         if not item.latent and record["q_attn"].numel() > record["q"].numel():  # a latent q grows
             raise RuntimeError("its q was broadcast against an argument of another shape")
     elif item.path in products.found:
@@ -95,9 +105,42 @@ def _run(module: torch.nn.Module, item: Found, kwargs: dict) -> dict[str, torch.
     return record
 
 
-def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iterator[dict]:
+def reading_as_called(model: torch.nn.Module, item: Found) -> str | None:
+    """What the module's keys read beside its queries' input (``observe.reading``) as its callers call it,
+    where its own signature leaves that open (key/value states it may be given or not): seen by calling
+    the outermost module around it whose forward runs on generic inputs, every key/value argument given
+    states of its own; None where none runs and reaches it."""
+    from .observe import reading
+
+    parts = item.path.split(".")
+    _register()
+    with _implementation(model, CAPTURE):
+        for depth in range(1, len(parts)):
+            outer = model.get_submodule(".".join(parts[:depth]))
+            if isinstance(outer, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+                continue
+            for kwargs in islice(_calls(model, outer, item, route=True), ROUTES):
+                try:
+                    record = _run(outer, item, kwargs, model.get_submodule(item.path))
+                except Exception:  # noqa: BLE001 — the next reading, else the next module inside
+                    continue
+                return reading(record["x_q"], record["x_k"])
+    return None
+
+
+def takes_states(module: torch.nn.Module) -> bool:
+    """Whether ``module``'s forward takes key/value states beside its first input."""
+    params = list(inspect.signature(module.forward).parameters.values())[1:]
+    return any(_kind(p) == "states" for p in params)
+
+
+def _calls(
+    model: torch.nn.Module, module: torch.nn.Module, item: Found, route: bool = False
+) -> Iterator[dict]:
     """Keyword arguments to try in turn: each generic reading of the module's signature (the most
-    ordinary first), as the product of the choices its arguments leave open."""
+    ordinary first), as the product of the choices its arguments leave open; ``route``: for a module
+    around the attention, every key/value argument given states and every embedding it must be given
+    zeros."""
     params = [
         p
         for p in inspect.signature(module.forward).parameters.values()
@@ -105,9 +148,10 @@ def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iter
     ]
     if not params:
         return
-    q_in = inputs(module.get_submodule(item.local(item.q)))
-    k_in = inputs(module.get_submodule(item.local(item.k)))
-    cross = item.cross or q_in != k_in
+    attention = model.get_submodule(item.path) if route else module
+    q_in = inputs(attention.get_submodule(item.local(item.q)))
+    k_in = inputs(attention.get_submodule(item.local(item.k)))
+    cross = route or item.cross or q_in != k_in
     packed = any("cu_seqlens" in p.name for p in params)
     generator = torch.Generator().manual_seed(2)
     # packed tokens; else a batch, then one with a second leading axis (SAM's point batch, a 1 × N grid)
@@ -132,6 +176,8 @@ def _calls(model: torch.nn.Module, module: torch.nn.Module, item: Found) -> Iter
             kwargs = {params[0].name: hidden}
             for p in params[1:]:
                 value = _argument(p, choice, lead)
+                if route and value is None and "embedding" in p.name:  # added to an input (SAM's point
+                    value = torch.zeros_like(kv if p.name.startswith("key") else hidden)  # embeddings)
                 if value is not _DEFAULT:
                     kwargs[p.name] = value
             yield kwargs

@@ -20,19 +20,12 @@ from pathlib import Path
 
 from ..architectures.discovery import LAYOUTS
 from ..architectures.validated import SUPPORT_FILE
+from .entries import refused as _refused
+from .entries import short as _short
 from .mechanisms import no_attention_reason as _no_attention_reason
 
 TIMEOUT_S = 120
 """Longer, a type is refused with a TimeoutError (a slow machine's verdict: the full-run test skips it)."""
-OWN_FORWARD = "the attention modules' own forward"
-"""Said by the reason of a type validated (in part) on its attention modules called one by one."""
-PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]*")
-"""An absolute path in an error message (a temporary folder, the installation): not part of a reason."""
-
-
-def _short(err: BaseException) -> str:
-    text = PATH.sub("<path>", " ".join(str(err).split()))
-    return f"{type(err).__name__}: {text[:140]}" if text else type(err).__name__
 
 
 def check_type(model_type: str) -> dict:
@@ -63,28 +56,50 @@ def check_type(model_type: str) -> dict:
         return _refused(why or f"could not build a tiny model ({_short(err)})")
     if not _has_attention(skeleton, config):
         config, skeleton = _deepened(config, skeleton)
+    name = ""
+    if not _has_attention(skeleton, config):
+        name, skeleton = _checkpoint_with_attention(model_type, config) or (name, skeleton)
     if not _has_attention(skeleton, config):
         return _refused(_no_attention_reason(skeleton))
     if correlation := correlation_of(skeleton, config):
         return _refused(correlation)
-    entry = _check(model_type, config)
+    entry = _check(model_type, config, name)
     if entry["status"] == "refused" and (mha := equal_heads_config(config)) is not None:
-        retried = _check(model_type, mha)  # a model reading the head count where the kv count is meant
+        retried = _check(model_type, mha, name)  # a model reading the head count where the kv count is meant
         return retried if retried["status"] == "validated" else entry
     return entry
 
 
-def _check(model_type: str, config) -> dict:
-    """The entry of ``model_type``'s model built from the tiny ``config``."""
+def _checkpoint_with_attention(model_type: str, config):
+    """Where the base model has no attention, the first checkpoint class (``...For...``) whose model has
+    (PP-OCRv5's text recognisers: a convolutional backbone, attention blocks in the head), by name, with
+    its meta-device model; else None."""
+    from ..architectures.discovery import meta_model
+    from ..architectures.model_classes import checkpoint_classes
+
+    for cls in checkpoint_classes(model_type):
+        try:
+            skeleton = meta_model(config, cls.__name__)
+        except Exception:  # noqa: BLE001 — a head this config does not build: the next
+            continue
+        if _has_attention(skeleton, config):
+            return cls.__name__, skeleton
+    return None
+
+
+def _check(model_type: str, config, name: str = "") -> dict:
+    """The entry of ``model_type``'s model built from the tiny ``config`` (``name``: a checkpoint class
+    to build instead of the base model)."""
     from transformers import AutoModel
     from transformers.initialization import no_init_weights
 
     from ..architectures.discovery import model_class
+    from .attempt import attempt
     from .check import randomized
 
     try:
         with no_init_weights():
-            cls = model_class(model_type)
+            cls = model_class(model_type, name)
             built = cls.from_config(config) if cls is AutoModel else cls._from_config(config)
             model = randomized(built)
     except Exception as err:  # noqa: BLE001
@@ -95,13 +110,13 @@ def _check(model_type: str, config) -> dict:
             source = open_source_for(folder)
         except Exception as err:  # noqa: BLE001
             return _refused(f"could not save the tiny model ({_short(err)})")
-        separate = _attempt(model, config, source, "")
+        separate = attempt(model, config, source, "", name)
         complete = "not scored" not in separate["reason"] and "fused" not in separate["reason"]
         if separate["status"] == "validated" and complete:
             return separate
         tried = [separate]
         for layout in LAYOUTS:
-            tried.append(_attempt(model, config, source, layout))
+            tried.append(attempt(model, config, source, layout, name))
             if tried[-1]["status"] == "validated":
                 return tried[-1] | {"layout": layout}
         if separate["status"] == "validated":
@@ -111,90 +126,6 @@ def _check(model_type: str, config) -> dict:
         if near is None and ran is not None and "layout not discovered" in separate["reason"]:
             return ran  # a layout was found, the forward pass that would choose it failed: say why
         return near or separate
-
-
-def _attempt(model, config, source, layout: str) -> dict:
-    """Discover with ``layout`` for fused projections, read the layers from the saved files, compare."""
-    from ..architectures.discovered import discover
-    from ..architectures.discovery import Found, find_attention
-    from .check import capture, compare, compare_latent
-    from .content_bias import seen_part
-    from .modules import drive
-
-    try:
-        architecture = discover(config, layout)
-    except Exception as err:  # noqa: BLE001
-        reason = str(err) if "no attention module" not in str(err) else _no_attention_reason(model)
-        return _refused(reason)
-    items = [i for i in find_attention(model, config, layout) if isinstance(i, Found)]
-    pooled = next((p for p in (_pooled_queries(model.get_submodule(i.path)) for i in items) if p), None)
-    if pooled:
-        return _refused(pooled, near=True)  # a layout found; the model computes no form of it
-    try:
-        layers = [l for l in architecture.layers(source.config, source) if hasattr(l, "w_q")]
-    except Exception as err:  # noqa: BLE001
-        return _refused(f"could not read the tiny model's layers back ({_short(err)})")
-    expected = sum(item.forms for item in items)
-    if len(layers) != expected:
-        return _refused(f"not validated: {len(layers)} layers read back, {expected} expected")
-    records, whole = capture(model, items)
-    unrun = [item for item in items if item.path not in records]
-    driven, failures = drive(model, unrun)
-    if failures:
-        path, err = next(iter(failures.items()))
-        own = f"nor did {path}'s own forward run ({_short(err)})"
-        if whole is not None:
-            return _refused(f"could not run the tiny model ({_short(whole)}); {own}")
-        return _refused(f"not validated: {path} never ran in the tiny model's forward pass, {own}", near=True)
-    records |= driven
-    pending = iter(layers)
-    for item in items:
-        layer = next(pending)
-        if item.latent:
-            rope = next(pending) if item.rope else None
-            why = compare_latent(layer, rope, records[item.path])
-        else:
-            why = compare(
-                seen_part(model, item, layer, records[item.path]), records[item.path], bool(item.fused)
-            )
-        if why:
-            own = f" (on {OWN_FORWARD})" if item.path in driven else ""
-            return _refused(f"not validated{own}: {layer.stack} layer {layer.layer}: {why}", near=True)
-    entry = {
-        "status": "validated",
-        "reason": architecture.notes + _own_forward_note(unrun, whole),
-        "stacks": list(architecture.stacks),
-        "modality": architecture.modality,
-        "objective": architecture.objective,
-    }
-    return entry | ({"own_forward": list(dict.fromkeys(i.stack for i in unrun))} if unrun else {})
-
-
-def _pooled_queries(module) -> str | None:
-    """The refusal of an attention that pools its queries (Hiera's and SAM 2's stage changes), else None."""
-    stride = getattr(module, "query_stride", None)
-    if not any(
-        isinstance(s, int) and s > 1 for s in (stride if isinstance(stride, (tuple, list)) else [stride])
-    ):
-        return None
-    return (
-        f"query pooling ({type(module).__name__}, `query_stride`): where a stage begins, q is max-pooled "
-        "over neighbouring tokens after its projection, so those layers' scores are no bilinear form of a "
-        "token pair"
-    )
-
-
-def _own_forward_note(unrun: list, whole: Exception | None) -> str:
-    """What a validation on the attention modules' own forward says: which stacks, and why not whole."""
-    if not unrun:
-        return ""
-    stacks = ", ".join(f"`{s}`" for s in dict.fromkeys(item.stack for item in unrun))
-    why = (
-        f"the tiny model's whole forward pass did not run: {_short(whole)}"
-        if whole is not None
-        else "the whole model's forward pass does not run them"
-    )
-    return f"; {stacks} validated on {OWN_FORWARD} ({why})"
 
 
 def _default_reason(model_type: str) -> str | None:
@@ -286,11 +217,6 @@ def open_source_for(folder: str):
     from ..sources import open_source
 
     return open_source(Path(folder))
-
-
-def _refused(reason: str, near: bool = False) -> dict:
-    """A refusal; ``near``: discovery found a layout, the forward pass disagreed (kept over other reasons)."""
-    return {"status": "refused", "reason": reason, "stacks": []} | ({"near": True} if near else {})
 
 
 def parent_of(model_type: str, specs: bool = False) -> str | None:

@@ -12,8 +12,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..training.official import Setting, counterpart_note, counterparts
-from ..training.plateau import GPU_ENCODER_EXITS, SMOKE_TEST_STEPS
+from ..runstats.official import Setting, counterpart_note, counterparts
+from ..runstats.plateau import GPU_ENCODER_EXITS, SMOKE_TEST_STEPS
 from .registry import Model
 from .training_runs import TrainingRun
 
@@ -104,15 +104,17 @@ def training_scope(runs: dict[str, TrainingRun]) -> str:
         text += " With one seed per setting no interval can be computed, so no difference can be told from seed noise."
     else:
         text += (
-            " Table 1 says, from each run's own log, whether and when it left the masked-LM plateau, and its "
-            "test whether the effect shows (p-value, and the smallest effect the seeds could detect)."
+            " Table 1 says when each run left the masked-LM plateau (the step its loss first reached one fixed "
+            "loss, the same for every run it is compared with), and its tests whether the effect shows "
+            "(the t-test's p-value and the smallest effect the seeds could detect; the exact sign-flip and "
+            "Wilcoxon tests, which need 6 seeds to reach p < 0.05)."
         )
     return text
 
 
 def official_scope(runs: dict[str, TrainingRun], published: set[Setting]) -> str:
     """Which of our random-init runs the authors published an evolution for (``published``: their runs'
-    settings, ``training.official.published_settings``), and what is drawn if none."""
+    settings, ``runstats.official.published_settings``), and what is drawn if none."""
     ours = [
         (r.layers, r.objective, r.dataset) for r in runs.values() if r.init == "random" and not r.regularised
     ]

@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -90,10 +91,46 @@ def share_gpus(
 
 
 def _own_folder(folder: Path) -> Path:
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if folder.stat().st_uid != os.getuid():
-        raise InputError(f"GPU lock folder {folder} belongs to another user; set TMPDIR to a folder of yours")
+    """``folder`` made if missing, and checked to be a folder of this user's that takes new files."""
+    fix = "set TMPDIR to a writable folder of yours"
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        found = folder.lstat()
+    except OSError as err:
+        raise InputError(f"GPU lock folder {folder}: {err.strerror}; {fix}") from None
+    if not stat.S_ISDIR(found.st_mode):
+        raise InputError(f"GPU lock folder {folder} is not a folder; remove it, or {fix}")
+    if found.st_uid != os.getuid():
+        raise InputError(f"GPU lock folder {folder} belongs to another user; {fix}")
     return folder
+
+
+def _open_lock(path: Path) -> TextIO:
+    """The lock file ``path`` opened (made if missing) to be locked; anything but a regular file of this
+    user's (a FIFO, a folder, a link, another user's file) is refused in one line and never opened."""
+    fix = f"remove it, or set TMPDIR to a folder of yours (the locks are in {path.parent})"
+    found = _lstat(path)
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        raise InputError(f"GPU lock {path} is not a regular file; {fix}")
+    try:  # no link followed, no wait on a FIFO put there since
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as err:
+        raise InputError(f"GPU lock {path}: {err.strerror}; {fix}") from None
+    found = os.fstat(handle)
+    if not stat.S_ISREG(found.st_mode) or found.st_uid != os.getuid():
+        os.close(handle)
+        whose = "not a regular file" if not stat.S_ISREG(found.st_mode) else "another user's file"
+        raise InputError(f"GPU lock {path} is {whose}; {fix}")
+    return os.fdopen(handle, "a")
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return path.lstat()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise InputError(f"GPU lock {path}: {err.strerror}; set TMPDIR to a folder of yours") from None
 
 
 @contextlib.contextmanager
@@ -116,7 +153,7 @@ def hold_gpus(count: int, gpus: Sequence[str], folder: Path, log: TextIO) -> Ite
             for gpu in gpus:
                 if len(held) == count:
                     break
-                handle = open(folder / f"{quote(gpu, safe='')}.lock", "a")  # held past this loop
+                handle = _open_lock(folder / f"{quote(gpu, safe='')}.lock")  # held past this loop
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -140,7 +177,7 @@ def hold_gpus(count: int, gpus: Sequence[str], folder: Path, log: TextIO) -> Ite
 
 def _try_lock(path: Path, operation: int) -> TextIO | None:
     """``path`` opened and locked (``fcntl.LOCK_SH`` or ``LOCK_EX``) without waiting; None if taken."""
-    handle = open(path, "a")  # held by the caller past this function
+    handle = _open_lock(path)  # held by the caller past this function
     try:
         fcntl.flock(handle, operation | fcntl.LOCK_NB)
     except BlockingIOError:

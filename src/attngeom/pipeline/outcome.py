@@ -94,14 +94,19 @@ def score_and_record(job: ScoreJob, options: list[str], gpus: int = 0) -> dict:
     """``attngeom score`` of ``job`` in this process with ``options`` (--device, --dtype, ...), holding
     ``gpus`` GPUs of a local pipeline's (attngeom.pipeline.gpus): its Parquet file (empty when not scored),
     its status with the seconds taken, its log. Returns the status."""
+    from ..errors import InputError
     from .gpus import job_gpus
 
     argv = ["score", job.location, "--model-id", job.model, "-o", job.scores, *options, "--quiet"]
     argv += ["--revision", job.revision] if job.revision else []
     start = time.monotonic()
-    with open(job.log, "w") as log, job_gpus(gpus, log):
+    with open(job.log, "w") as log, contextlib.ExitStack() as holding:
         log.write(f"attngeom {shlex.join(argv)}\n")
-        problem = local_problem(job.location) if job.local else None
+        try:
+            holding.enter_context(job_gpus(gpus, log))
+            problem = local_problem(job.location) if job.local else None
+        except InputError as err:  # the GPU locks cannot be taken: this model is not scored, the rest are
+            problem = str(err)
         if problem:
             log.write(f"{PREFIX}{problem}\n")
         outcome = {"status": "failed", "reason": problem} if problem else run_cli(argv, log)

@@ -103,6 +103,17 @@ def _n_params(entry: dict) -> int | None:
     return int(value)
 
 
+def _label(entry: dict) -> str:
+    """The model's label in tables and figures: one line of printable text (a line break would split its
+    row of a Markdown table in two)."""
+    label = entry.get("display") or entry["id"].rsplit("/", 1)[-1]
+    if not isinstance(label, str) or not label.isprintable():
+        raise InputError(
+            f"config: model {entry['id']!r}: display {label!r} is not one line of text; give a one-line label"
+        )
+    return label
+
+
 def build_registry(entries: list[dict], results: str) -> dict[str, Model]:
     """Models by slug, in config order; rejects duplicate ids and slugs and unknown random settings."""
     models: dict[str, Model] = {}
@@ -111,7 +122,7 @@ def build_registry(entries: list[dict], results: str) -> dict[str, Model]:
         random = dict(entry.get("random", {}))
         model = Model(
             id=entry["id"],
-            display=entry.get("display") or entry["id"].rsplit("/", 1)[-1],
+            display=_label(entry),
             modality=entry.get("modality", "language"),
             objective=entry["objective"],
             family=entry.get("family") or entry["id"].split("/")[0],

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..runstats.plateau import SMOKE_TEST_STEPS
 from ..training.config import RESOURCE_KEYS, dataset_label, make_config
-from ..training.plateau import SMOKE_TEST_STEPS
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 """A run name is a folder name under results/training: no '/', no leading '.' (so never '..')."""
@@ -241,10 +241,11 @@ def evolution_groups(runs: dict[str, TrainingRun]) -> list[tuple[str, int]]:
 
 
 def symmetric_groups(runs: dict[str, TrainingRun]) -> list[tuple[str, int, str]]:
-    """(dataset, layers, objective) with both a random and a symmetric run: Figure S5 each."""
+    """(dataset, layers, objective) with both a random run and a run of another init arm (symmetric,
+    torch_default, torch_default_symmetric, skew): Figure S5 each, every arm in it."""
     plain = [r for r in runs.values() if not r.regularised]
     return sorted(
-        {(r.dataset, r.layers, r.objective) for r in plain if r.init == "symmetric"}
+        {(r.dataset, r.layers, r.objective) for r in plain if r.init != "random"}
         & {(r.dataset, r.layers, r.objective) for r in plain if r.init == "random"}
     )
 

@@ -1,12 +1,14 @@
 """Figures 3 / S3 / S4 (symmetry and directionality over training, encoder vs decoder, per layer), Figure S5
-(random vs symmetric init) and the comparison with the authors' published evolution, as PDF + PNG.
+(every init arm against random, the authors' loss curves beside ours) and the comparison with the authors' published evolution, as PDF + PNG.
 
 Two quantities, named in every panel title because they differ (0.014 vs 0.24 for the same layer and
 step is possible): the **layer form** M = Σ_h M_h (what the paper's tables score), summarised by its
 median over layers, and the **heads** M_h of one layer, summarised by their median over heads (what the
 paper's per-layer panels and Figure S5 show). The per-layer panels draw the layer form over the head
 median. Bands are interquartile ranges pooled over every seed; with more than one seed each seed's median
-is also drawn as a thin line. Random init is light blue and dashed, symmetric init dark blue and solid.
+is also drawn as a thin line. Random init is light blue and dashed, symmetric init dark blue and solid,
+torch_default orange and dash-dotted, torch_default_symmetric (the authors' symmetric init) dark red and
+solid, in our panels and the authors' alike.
 What each run trained comes from its folder's config.yaml (``runs.RunInfo``), never from the logs.
 Each figure function saves its figure and returns it (closed), so what it drew can be inspected.
 """
@@ -20,33 +22,50 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..training.official import METRICS, nearest_official, official_medians, official_note, ours_medians
-from ..training.runs import RunInfo, twins
-from ..training.speedup import CLAIM_RULE, smoothed
+from ..runstats import authors
+from ..runstats.official import METRICS, nearest_official, official_medians, official_note, ours_medians
+from ..runstats.pairing import REFERENCE_INIT, twins
+from ..runstats.smoothing import smoothed
+from ..runstats.speedup import CLAIM_RULE
+from ..runstats.table1 import INIT_ORDER
+from ..training.runs import RunInfo
 from .score_figures import save
 
-COLOURS = {"encoder": "tab:blue", "decoder": "tab:purple", "random": "lightskyblue", "symmetric": "navy"}
-STYLES = {"random": "--", "symmetric": "-"}
-DRAWING_ORDER = ("symmetric", "random")
+COLOURS = {
+    "encoder": "tab:blue",
+    "decoder": "tab:purple",
+    "random": "lightskyblue",
+    "symmetric": "navy",
+    "torch_default": "darkorange",
+    "torch_default_symmetric": "darkred",
+    "skew": "tab:green",
+}
+STYLES = {
+    "random": "--",
+    "symmetric": "-",
+    "torch_default": "-.",
+    "torch_default_symmetric": "-",
+    "skew": ":",
+}
 LINE_MARKS = {
     "random": {"marker": "o", "markersize": 3, "markevery": 0.08, "zorder": 3},
-    "symmetric": {"alpha": 0.75, "zorder": 2},
+    **{init: {"alpha": 0.75, "zorder": 2} for init in INIT_ORDER if init != "random"},
 }
-"""Figure S5's loss lines: the symmetric ones first and translucent, the random ones on top with
-markers, so that where the curves coincide both stay visible."""
+"""Figure S5's loss lines: the other arms first and translucent, the random ones on top with markers, so
+that where the curves coincide all stay visible."""
 LAYER_FORM = "layer form Σ_h M_h"
 LAYER_FORM_STYLE = ":"
 
 
 def load_runs(runs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(scores, losses) of the run folders, each row tagged with what its run trained (``RunInfo.labels``)
-    and, for the runs of a random-vs-symmetric pair (``runs.twins``), ``twin``: the pair's symmetric run.
+    and, for the runs of a compared pair (``runstats.pairing.twins``), ``twin``: the pair's candidate run.
     Losses are smoothed as Table 1 smooths them."""
     infos = [RunInfo.read(run) for run in runs]
     pair = {}
     for twin in twins({info.name: info.config for info in infos}):
-        pair.setdefault(twin.random, twin.symmetric)
-        pair[twin.symmetric] = twin.symmetric
+        pair.setdefault(twin.reference, twin.candidate)
+        pair[twin.candidate] = twin.candidate
     scores, losses = [], []
     for run, info in zip(runs, infos, strict=True):
         labels = {**info.labels(), "twin": pair.get(info.name)}
@@ -133,33 +152,82 @@ def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path
     return fig
 
 
-def speedup_note(table: pd.DataFrame | None, dataset: str, layers: int, objective: str) -> str:
-    """One line per unregularised symmetric row of Table 1 (``speedup.summarise``) in this group: the
-    speed-up by the rule claims use, its interval, the censored pairs, the test's p and MDE, the verdict."""
+def speedup_note(
+    table: pd.DataFrame | None, dataset: str, layers: int, objective: str, characters: bool = False
+) -> str:
+    """One line per unregularised comparison row of Table 1 (``table1.summarise``) in this group (word
+    pieces or ``characters``): the speed-up by the rule claims use, its interval, the censored pairs, the
+    t-test's p and MDE, the sign-flip test's p, the verdict."""
     if table is None:
         return ""
     rows = table[
-        (table["dataset"] == dataset)
+        (table["characters"] == characters)
+        & (table["dataset"] == dataset)
         & (table["layers"] == layers)
         & (table["objective"] == objective)
-        & (table["init"] == "symmetric")
         & (table["reg_weight"] == 0)
         & (table["seed_pairs"] > 0)
     ]
     lines = []
     for row in rows.itertuples(index=False):
         speed = f"speedup_{CLAIM_RULE}"
+        several = row.seed_pairs > 1
         interval = (
-            f" [{getattr(row, speed + '_low'):.1f}, {getattr(row, speed + '_high'):.1f}]"
-            if row.seed_pairs > 1
-            else ""
+            f" [{getattr(row, speed + '_low'):.1f}, {getattr(row, speed + '_high'):.1f}]" if several else ""
         )
-        test = f"; p = {row.p_value:.3f}, MDE {row.mde:.1f} %" if row.seed_pairs > 1 else ""
+        test = f"; t-test p = {row.signed_p_t:.3f}, MDE {row.mde:.1f} %" if several else ""
+        exact = f"; sign-flip p = {row.signed_p_sign_flip:.4f}" if several else ""
         lines.append(
-            f"speed-up ({CLAIM_RULE}) {getattr(row, speed):.1f}{interval} % over {row.seed_pairs} seed "
-            f"pair(s), {row.censored} censored{test}: {row.verdict}"
+            f"{row.init} vs {row.reference}: speed-up ({CLAIM_RULE}) {getattr(row, speed):.1f}{interval} % over "
+            f"{row.seed_pairs} seed pair(s), {row.censored} censored{test}{exact}: {row.verdict}"
         )
     return "\n".join(lines)
+
+
+def _our_losses(ax, losses: pd.DataFrame, inits: list[str], letter: str) -> None:
+    """Panel ``letter``: each run's smoothed loss, one line per seed, per init (random last, on top, with markers:
+    it hides under nothing)."""
+    for init in sorted(inits, key=lambda i: i == REFERENCE_INIT):
+        group = losses[losses["init"] == init]
+        for i, (_, run) in enumerate(group.groupby("run")):
+            label = f"{init} init ({_seeds(group)} seed(s))" if i == 0 else None
+            ax.plot(
+                run["step"],
+                run["loss"],
+                STYLES[init],
+                color=COLOURS[init],
+                linewidth=1,
+                label=label,
+                **LINE_MARKS[init],
+            )
+    ax.set(
+        title=f"{letter}) training loss (smoothed), ours: each seed a line",
+        xlabel="training step",
+        ylabel="loss",
+    )
+    ax.legend(fontsize="small")
+
+
+def _authors_losses(
+    ax, logs: pd.DataFrame, layers: int, datasets: tuple[str, ...], horizon: int, letter: str
+) -> None:
+    """Panel ``letter``: the authors' runs (their logged 200-update means, one seed) of the counterpart datasets, up
+    to our horizon: their random init and their symmetric init (our ``torch_default_symmetric``)."""
+    for dataset, marker in zip(datasets, ("o", "s"), strict=False):
+        for init in (REFERENCE_INIT, authors.AUTHORS_INIT):
+            run = authors.run_log(logs, layers, dataset, init, horizon)
+            name = "random" if init == REFERENCE_INIT else "symmetric init (= torch_default_symmetric)"
+            ax.plot(
+                run["step"], run["loss"], STYLES[init], color=COLOURS[init], marker=marker, markersize=3,
+                markevery=0.1, linewidth=1, label=f"authors, {dataset}: {name}",
+            )  # fmt: skip
+    model = {4: "BERT-mini", 12: "BERT-base"}[layers]
+    ax.set(
+        title=f"{letter}) training loss, the authors' {model} runs (their logs, one seed)\nup to our horizon",
+        xlabel="training step",
+        ylabel="loss (200-update mean)",
+    )
+    ax.legend(fontsize="x-small")
 
 
 def symmetric_init_figure(
@@ -170,10 +238,12 @@ def symmetric_init_figure(
     objective: str,
     stem: Path,
     table: pd.DataFrame | None = None,
+    authors_logs: pd.DataFrame | None = None,
 ) -> Figure:
-    """Figure S5: loss, median symmetry and per-layer symmetry, random vs symmetric initialisation, for
-    the twin runs (``load_runs``' ``twin`` column) of one dataset, depth and objective, every seed; with
-    Table 1 (``speedup.summarise``) given, its speed-up, null and verdict are written under the title."""
+    """Figure S5: loss, median symmetry and per-layer symmetry of every init arm among the compared runs
+    (``load_runs``' ``twin`` column) of one dataset, depth and objective, every seed; with the authors' logs
+    given, their loss curves of the counterpart runs (``authors.counterparts``) beside ours, up to the last
+    step every run of ours reached; with Table 1 (``runstats.table1.summarise``) given, its speed-up, tests and verdict under the title."""
 
     def select(frame: pd.DataFrame) -> pd.DataFrame:
         group = (
@@ -182,39 +252,38 @@ def symmetric_init_figure(
         return frame[group & frame["twin"].notna()]
 
     sc, lo = select(scores), select(losses)
-    fig, axes = plt.subplots(2, 2, figsize=(11, 9), constrained_layout=True)
-    for init in DRAWING_ORDER:  # random last, on top, with markers: it hides under nothing
-        group = lo[lo["init"] == init]
-        for i, (_, run) in enumerate(group.groupby("run")):
-            label = f"{init} init ({_seeds(group)} seed(s))" if i == 0 else None
-            axes[0, 0].plot(
-                run["step"],
-                run["loss"],
-                STYLES[init],
-                color=COLOURS[init],
-                linewidth=1,
-                label=label,
-                **LINE_MARKS[init],
-            )
-    axes[0, 0].set(
-        title="a) training loss (smoothed), each seed a line", xlabel="training step", ylabel="loss"
-    )
-    axes[0, 0].legend()
-    for init in DRAWING_ORDER:
+    inits = [init for init in INIT_ORDER if init in set(lo["init"])]
+    characters = bool(len(lo)) and bool(lo["characters"].all())
+    theirs = authors.counterparts(layers, objective, dataset, characters) if authors_logs is not None else ()
+    drawn = theirs if len(lo) else ()
+    columns = max(3 if drawn else 2, len(inits))
+    fig, axes = plt.subplots(2, columns, figsize=(5.5 * columns, 9), constrained_layout=True, squeeze=False)
+    letters = iter("abcdefgh")
+    top = iter(axes[0])
+    _our_losses(next(top), lo, inits, next(letters))
+    if drawn:
+        horizon = int(lo.groupby("run")["step"].max().min())  # the last step every run reached, as Table 1
+        _authors_losses(next(top), authors_logs, layers, drawn, horizon, next(letters))
+    ax = next(top)
+    for init in sorted(inits, key=lambda i: i == REFERENCE_INIT):
         group = sc[sc["init"] == init]
         if len(group):
-            _layer_median(axes[0, 1], group, "symmetry", f"{init} init", COLOURS[init], STYLES[init])
-    axes[0, 1].set(title=_layer_title("b", "symmetry", _seeds(sc)), xlabel="training step", ylabel="symmetry")
-    axes[0, 1].legend()
-    for ax, init, panel in zip(axes[1], ("random", "symmetric"), "cd", strict=True):
-        group = sc[sc["init"] == init]
+            _layer_median(ax, group, "symmetry", f"{init} init", COLOURS[init], STYLES[init])
+    ax.set(
+        title=_layer_title(next(letters), "symmetry", _seeds(sc)), xlabel="training step", ylabel="symmetry"
+    )
+    ax.legend(fontsize="small")
+    for ax in top:
+        ax.set_axis_off()
+    for i, ax in enumerate(axes[1]):
+        group = sc[sc["init"] == inits[i]] if i < len(inits) else sc.iloc[:0]
         if group.empty:
             ax.set_axis_off()
             continue
-        _per_layer(ax, group, "symmetry", f"{panel}) {init} init: symmetry per layer")
-    note = speedup_note(table, dataset, layers, objective)
+        _per_layer(ax, group, "symmetry", f"{next(letters)}) {inits[i]} init: symmetry per layer")
+    note = speedup_note(table, dataset, layers, objective, characters)
     fig.suptitle(
-        f"{layers}-layer {objective} on {dataset}: random vs symmetric initialisation"
+        f"{layers}-layer {objective} on {dataset}: init arms compared ({', '.join(inits)})"
         + (f"\n{note}" if note else "")
     )
     save(fig, stem)

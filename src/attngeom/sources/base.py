@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
@@ -22,6 +23,8 @@ SAFETENSORS_SINGLE = "model.safetensors"
 BIN_INDEX = "pytorch_model.bin.index.json"
 BIN_SINGLE = "pytorch_model.bin"
 
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+"""A terminal escape (torch bolds part of its refusal of a pickle): never in an error line."""
 _NOT_IDENTITY = ("_name_or_path", "transformers_version")
 """Config entries that say where or by which version a model was saved, not what it is."""
 
@@ -76,6 +79,9 @@ class WeightSource:
         settings["model_type"] = config.model_type  # a generic config's to_dict() leaves it empty
         self._hash = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
         self._names = set(self.names)
+        self._modules: dict[str, list[str]] = {}
+        for name in self.names:
+            self._modules.setdefault(name.rpartition(".")[0], []).append(name)
 
     def _resolve(self, name: str) -> str | None:
         if name in self._names:
@@ -96,7 +102,10 @@ class WeightSource:
                 if self._stored_as is not None:
                     tensor, stored = raw, self._stored_as(full)
                 else:
-                    tensor, stored = dequantise(full, raw, self._scheme, self._companion, self.description)
+                    beside = self._modules[full.rpartition(".")[0]]
+                    tensor, stored = dequantise(
+                        full, raw, self._scheme, self._companion, self.description, beside
+                    )
                 self._record(full, raw)
                 self._dtypes.add(stored)
                 return tensor
@@ -105,9 +114,10 @@ class WeightSource:
             "is this a complete checkpoint of the model its config.json declares?"
         )
 
-    def _read(self, full: str) -> torch.Tensor:
+    def _read(self, full: str, scalar: bool = False) -> torch.Tensor:
+        """A stored tensor, holding weights (with ``scalar``, a scale: one number will do)."""
         tensor = self._load(full)
-        if tensor.ndim == 0 or tensor.numel() == 0:
+        if (tensor.ndim == 0 and not scalar) or tensor.numel() == 0:
             raise InputError(
                 f"{self.description}: tensor {full} has shape {tuple(tensor.shape)}, no weights; "
                 "the checkpoint is damaged, re-download or re-save it"
@@ -118,7 +128,7 @@ class WeightSource:
         """A tensor stored beside one being read (its scales), hashed as read; None where there is none."""
         if name not in self._names:
             return None
-        tensor = self._read(name)
+        tensor = self._read(name, scalar=True)
         self._record(name, tensor)
         return tensor
 
@@ -126,7 +136,7 @@ class WeightSource:
         """``full`` as read, and its bytes as the loader gave them, into the hash."""
         self.loaded.append(full)
         self._hash.update(full.encode())
-        self._hash.update(raw.detach().cpu().contiguous().view(torch.uint8).numpy())  # no copy
+        self._hash.update(raw.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())  # no copy
 
     @property
     def file_hash(self) -> str:
@@ -140,7 +150,7 @@ class WeightSource:
 
 def one_line(err: BaseException) -> str:
     """An exception's message on one line (library errors often span several)."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    lines = [line.strip() for line in ANSI.sub("", str(err)).splitlines() if line.strip()]
     return " ".join(lines)[:300] if lines else type(err).__name__
 
 
@@ -150,7 +160,7 @@ def read_index(index_file: Path, description: str) -> dict[str, str]:
     try:
         weight_map = json.loads(index_file.read_text(), object_pairs_hook=_unique_keys)["weight_map"]
         weight_map = {str(name): str(shard) for name, shard in weight_map.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
         raise InputError(
             f"{description}: unreadable index {index_file.name} ({one_line(err)}); re-download it"
         ) from err

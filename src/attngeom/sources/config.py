@@ -40,6 +40,8 @@ _SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_va
 MAX_LAYERS = 100_000
 """More layers than any model has (the largest have a few hundred): a count beyond it is refused before
 transformers or an architecture map builds a list per layer (10⁹ layers would fill the memory)."""
+MAX_NESTING = 64
+"""Deepest a config's lists and objects nest (a real one: about 4); deeper is a damaged or hostile file."""
 LAYER_COUNT = re.compile(r"(^|_)(layers|n_layer)$")
 
 HEAD_COUNT = re.compile(r"(^|_)(heads|n_head)$")
@@ -80,8 +82,14 @@ def load_config(config_file: Path, description: str) -> PretrainedConfig | FileC
     where = f"{description}: {config_file.name}"
     try:
         raw = json.loads(config_file.read_text())
+    except RecursionError:
+        raise InputError(f"{where}: nested deeper than any config; re-download it") from None
     except (OSError, ValueError) as err:
         raise InputError(f"{where}: cannot read it ({one_line(err)}); re-download it") from err
+    if nesting(raw) > MAX_NESTING:
+        raise InputError(
+            f"{where}: nested more than {MAX_NESTING} deep, deeper than any config; re-download it"
+        )
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
     if not isinstance(model_type, str) or not model_type:
         raise InputError(f"{where} has no model_type; pass a directory written by save_pretrained")
@@ -103,6 +111,17 @@ def load_config(config_file: Path, description: str) -> PretrainedConfig | FileC
     check_head_counts(config, raw, where)
     _check_per_layer_lists(config, where)
     return config
+
+
+def nesting(value: Any) -> int:
+    """How deep lists and objects nest in a JSON value (counted without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            stack += [(inner, depth + 1) for inner in (item.values() if isinstance(item, dict) else item)]
+    return deepest
 
 
 def _check_layer_counts(raw: dict, where: str) -> None:

@@ -41,6 +41,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import build_hf_headers, get_session, validate_repo_id
 
 from .. import files
+from ..cache_layout import mark
 from ..errors import InputError
 from ..version import __version__
 from . import prefetch, ranged
@@ -125,6 +126,19 @@ def _repo_folder(repo_id: str) -> Path:
     return files.cache_dir("hub") / ("models--" + repo_id.replace("/", "--"))
 
 
+def _remembered(ref: Path) -> str | None:
+    """The commit a ref file remembers; None for anything this module did not write (a link, a FIFO,
+    bytes that are not a commit: ignored, and overwritten when the Hub answers)."""
+    if not ref.is_file() or ref.is_symlink():
+        return None
+    try:
+        with ref.open("rb") as handle:
+            text = handle.read(41).decode("latin-1").strip()
+    except OSError:
+        return None
+    return text if COMMIT.fullmatch(text) else None
+
+
 @dataclass
 class Repo:
     """A Hub repository at one commit (``None`` when unknown offline); ``unreachable`` says why the Hub
@@ -147,9 +161,7 @@ class Repo:
         if revision is not None and (not revision.strip() or revision.strip(".") == ""):
             raise InputError(f"{repo_id}: revision {revision!r} is not a branch, tag or commit")
         ref = _repo_folder(repo_id) / "refs" / quote(revision or "main", safe="")
-        remembered = ref.read_text().strip() if ref.is_file() else None
-        if remembered is not None and not COMMIT.fullmatch(remembered):
-            remembered = None  # not written by this module: ignored, and overwritten when the Hub answers
+        remembered = _remembered(ref)
         if revision and COMMIT.fullmatch(revision):
             remembered = revision
         if constants.is_offline_mode():
@@ -161,6 +173,7 @@ class Repo:
         except (HfHubHTTPError, OfflineModeIsEnabled) as err:
             raise hub_error(repo_id, filename, revision, err, token) from err
         if commit != remembered or not ref.is_file():
+            mark(_repo_folder(repo_id))
             files.write_text(ref, commit)
         return cls(repo_id, revision, token, commit)
 
@@ -200,6 +213,7 @@ class Repo:
     def remote(self, filename: str) -> ranged.RemoteFile:
         """``filename`` at this commit, to be read by range."""
         assert self.commit is not None
+        mark(_repo_folder(self.repo_id))
         return ranged.RemoteFile(
             hf_hub_url(self.repo_id, filename, revision=self.commit),
             build_hf_headers(token=self.token, library_name="attngeom", library_version=__version__),

@@ -1,4 +1,5 @@
-"""Models of the interpretability libraries: a TransformerLens ``HookedTransformer`` and nnsight wrappers.
+"""Models of the interpretability libraries: TransformerLens' ``HookedTransformer`` and ``TransformerBridge``,
+and nnsight wrappers.
 
 Neither library is imported: an object is recognised by the module its class comes from. An nnsight
 wrapper (``NNsight``, ``LanguageModel``) holds the transformers model it wraps (``._module``; ``._model``
@@ -7,7 +8,11 @@ per layer as ``[n_heads, d_model, d_head]`` parameters (``_W_K`` ``[n_key_value_
 grouped-query attention); these are read as they are, in TransformerLens' x W convention, so what is
 scored is what the object holds: with the weight processing of ``HookedTransformer.from_pretrained``
 (``fold_ln``) the LayerNorm scale is folded into W_Q and W_K and the scores differ from the checkpoint's;
-``from_pretrained_no_processing`` keeps the checkpoint's q/k weights.
+``from_pretrained_no_processing`` keeps the checkpoint's q/k weights. A ``TransformerBridge`` (wrapping
+a transformers model in place) gives the same W_Q and W_K per block (``blocks[i].attn.W_Q``), read from
+the wrapped model's own q/k weights: the checkpoint's as ``boot_transformers`` leaves them, the processed
+ones after ``enable_compatibility_mode``. A model whose q and k are normalised per head after their
+projection (``use_qk_norm``) has no form in W_Q and W_K alone and is refused.
 """
 
 from __future__ import annotations
@@ -40,7 +45,26 @@ def unwrap(model: object) -> object:
 
 
 def is_hooked_transformer(model: object) -> bool:
+    """A ``HookedTransformer`` or a ``TransformerBridge``: TransformerLens' objects with ``cfg`` and ``blocks``."""
     return _library(model) == "transformer_lens" and hasattr(model, "cfg") and hasattr(model, "blocks")
+
+
+def _bridged(model: object) -> bool:
+    """A ``TransformerBridge``: the transformers model it wraps is its ``original_model``."""
+    return "original_model" in vars(model)
+
+
+def _weights(model: torch.nn.Module, grouped: bool) -> dict[str, torch.Tensor]:
+    """W_Q and W_K of every block by their HookedTransformer names: a HookedTransformer's parameters, a
+    bridge's per-block properties (computed from the wrapped model's q/k weights)."""
+    if not _bridged(model):
+        return dict(model.named_parameters(remove_duplicate=False))
+    key = "_W_K" if grouped else "W_K"
+    weights = {}
+    for i, block in enumerate(model.blocks):
+        weights[f"blocks.{i}.attn.W_Q"] = block.attn.W_Q
+        weights[f"blocks.{i}.attn.{key}"] = block.attn.W_K
+    return weights
 
 
 @dataclass(frozen=True)
@@ -66,9 +90,14 @@ class LensConfig:
 
 
 def from_hooked_transformer(model: torch.nn.Module) -> WeightSource:
-    """A HookedTransformer's W_Q/W_K by their parameter names (``blocks.{i}.attn.W_Q``)."""
+    """A HookedTransformer's (or a TransformerBridge's) W_Q/W_K by their names (``blocks.{i}.attn.W_Q``)."""
     cfg = model.cfg
     kind = type(model).__name__
+    if getattr(cfg, "use_qk_norm", False):
+        raise InputError(
+            f"in-memory {kind}: q and k are normalised per head after W_Q/W_K (use_qk_norm), which W_Q and "
+            "W_K alone do not state; score the transformers model or its checkpoint instead"
+        )
     config = LensConfig(
         n_layers=int(cfg.n_layers),
         n_heads=int(cfg.n_heads),
@@ -79,7 +108,7 @@ def from_hooked_transformer(model: torch.nn.Module) -> WeightSource:
         positional_embedding_type=str(getattr(cfg, "positional_embedding_type", "standard")),
         original_architecture=getattr(cfg, "original_architecture", None),
     )
-    state = dict(model.named_parameters(remove_duplicate=False))
+    state = _weights(model, config.n_kv_heads != config.n_heads)
     if any(t.is_meta for t in state.values()):
         raise InputError(f"in-memory {kind}: its weights are on the meta device; load real weights first")
     name = getattr(cfg, "model_name", None) or kind
@@ -89,5 +118,5 @@ def from_hooked_transformer(model: torch.nn.Module) -> WeightSource:
         config=config,
         names=state,
         load=lambda tensor: state[tensor].detach(),
-        n_params=sum(p.numel() for p in model.parameters()),
+        n_params=sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()),
     )

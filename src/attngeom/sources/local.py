@@ -12,6 +12,7 @@ import math
 import os
 import re
 import stat
+import warnings
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -168,7 +169,9 @@ def safetensors_source(
 def load_bin(file: Path) -> dict[str, torch.Tensor]:
     """A ``.bin`` state dict, weights only; memory-mapped where the file is in torch's zip format."""
     try:
-        state = torch.load(file, weights_only=True, mmap=zipfile.is_zipfile(file), map_location="cpu")
+        with warnings.catch_warnings():  # torch's notes on a refused pickle come before our one line
+            warnings.simplefilter("ignore")
+            state = torch.load(file, weights_only=True, mmap=zipfile.is_zipfile(file), map_location="cpu")
     except Exception as err:  # torch raises many types for corrupt files and refused pickles
         raise InputError(
             f"{file}: cannot be read as a weights-only PyTorch checkpoint ({one_line(err)[:160]}); "

@@ -71,7 +71,22 @@ class Prefetcher:
         self._batch_of: dict[tuple[RemoteFile, str], _Batch] = {}
 
     def tensor(self, name: str) -> torch.Tensor:
-        """A tensor's value, downloaded first if need be."""
+        """A tensor's value, downloaded first if need be. On an error nothing further is fetched: the
+        requests in flight end (their partial cache entries removed) before the error reaches the caller,
+        so no thread writes to the cache after the scoring has stopped."""
+        try:
+            return self._tensor(name)
+        except BaseException:
+            self._stop()
+            raise
+
+    def _stop(self) -> None:
+        with self._lock:
+            self._queued.clear()
+            self._batch_of.clear()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _tensor(self, name: str) -> torch.Tensor:
         pattern = _pattern(name)
         if pattern in self._seen:
             self._plan()
@@ -132,7 +147,7 @@ class Prefetcher:
     def _finished(self, _: Future) -> None:
         with self._lock:
             self._running -= 1
-        with contextlib.suppress(RuntimeError):  # the interpreter is exiting: start nothing new
+        with contextlib.suppress(RuntimeError):  # stopped, or the interpreter is exiting: start nothing new
             self._start()
 
 

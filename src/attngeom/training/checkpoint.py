@@ -7,6 +7,8 @@ step. The learning rate is a pure function of the step too, so the step is the s
 from __future__ import annotations
 
 import math
+import re
+import warnings
 from pathlib import Path
 
 import torch
@@ -45,6 +47,9 @@ def save_state(
         torch.save(state, temporary)
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+"""A terminal escape (torch bolds part of its refusal of a pickle)."""
+
 KEYS = ("model", "optimizer", "step", "elapsed_s", "rng_cpu", "rng_cuda")
 
 
@@ -58,7 +63,9 @@ def load_checkpoint(
     """
     fresh = "; train afresh with --restart (the run's folder is moved aside)"
     try:
-        state = torch.load(path, map_location=device, weights_only=True)
+        with warnings.catch_warnings():  # torch's notes on a refused pickle come before our one line
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location=device, weights_only=True)
     except Exception as err:  # a damaged or foreign file can fail torch's safe loader in many ways
         raise InputError(f"checkpoint {path} cannot be read ({_one_line(err)}){fresh}") from None
     missing = [key for key in KEYS if not isinstance(state, dict) or key not in state]
@@ -84,5 +91,5 @@ def load_checkpoint(
 
 def _one_line(err: Exception, limit: int = 200) -> str:
     """An exception's message on one line, cut at ``limit`` characters (torch's can span hundreds)."""
-    text = " ".join(str(err).split()) or type(err).__name__
+    text = " ".join(ANSI.sub("", str(err)).split()) or type(err).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"

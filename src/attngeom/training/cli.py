@@ -108,6 +108,21 @@ def _listed(value: str, name: str) -> list[str]:
     return items
 
 
+def distinct_values(value: str, name: str, layers: list[dict]) -> list:
+    """``--seeds``/``--inits`` as the values the runs get (``1e3`` is the seed 1000), each once: two
+    spellings of one value would train the same run twice, in two folders."""
+    given = _listed(value, name)
+    values = [getattr(make_config(*layers, {name: item}), name) for item in given]
+    for index, item in enumerate(values):
+        if item in values[:index]:
+            first = given[values.index(item)]
+            raise ConfigError(
+                f"--{name}s {value!r}: {first} and {given[index]} are the same {name} ({item}); "
+                f"give each {name} once"
+            )
+    return values
+
+
 def run_folders(template: str, seeds: list, inits: list[str]) -> list[tuple[str, str, str]]:
     """(folder, seed, init) of every run: ``{seed}`` and ``{init}`` in ``template`` name each one's folder."""
     for key, values in (("seed", seeds), ("init", inits)):
@@ -127,8 +142,8 @@ def run_stacked(args: argparse.Namespace, layers: list[dict], config) -> int:
     """``--seeds``/``--inits``: every combination trained together (``stacked.train_stacked``)."""
     from .stacked import train_stacked
 
-    seeds = _listed(args.seeds, "seed") if args.seeds else [str(config.seed)]
-    inits = _listed(args.inits, "init") if args.inits else [config.init]
+    seeds = distinct_values(args.seeds, "seed", layers) if args.seeds else [config.seed]
+    inits = distinct_values(args.inits, "init", layers) if args.inits else [config.init]
     runs = run_folders(args.out, seeds, inits)
     configs = [make_config(*layers, {"seed": seed, "init": init}) for _, seed, init in runs]
     outs = train_stacked(

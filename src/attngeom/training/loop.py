@@ -133,9 +133,23 @@ def save_final(model: torch.nn.Module, corpus: Corpus, folder: Path) -> None:
     """``save_pretrained`` (safetensors) plus the tokenizer, in place only once complete."""
     special = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]"}
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=corpus.tokenizer, mask_token="[MASK]", **special)
-    with atomic_dir(folder) as temporary:
+    with atomic_dir(folder) as temporary, _without_transformers_bars():
         model.save_pretrained(temporary)
         tokenizer.save_pretrained(temporary)
+
+
+@contextlib.contextmanager
+def _without_transformers_bars() -> Iterator[None]:
+    """transformers' own bar ("Writing model shards") off: a run shows its progress its own way, or none."""
+    from transformers.utils import logging as transformers_logging
+
+    was_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            transformers_logging.enable_progress_bar()
 
 
 def train(

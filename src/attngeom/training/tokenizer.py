@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from ..packaged import packaged_model_path
 from .config import ConfigError, TrainConfig
-from .documents import documents
+from .documents import documents, pieces
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 TOKENIZER_TRAIN_DOCS = 100_000
@@ -79,7 +79,13 @@ def texts(config: TrainConfig) -> Iterator[str]:
 def build_tokenizer(config: TrainConfig, progress: bool = False) -> Tokenizer:
     if config.tokenizer == "wordpiece":
         return train_wordpiece(
-            lambda: itertools.islice(texts(config), TOKENIZER_TRAIN_DOCS), config.vocab_size, progress
+            lambda: (
+                piece
+                for text in itertools.islice(texts(config), TOKENIZER_TRAIN_DOCS)
+                for piece in pieces(text)  # a long document in pieces: the same words, bounded memory
+            ),
+            config.vocab_size,
+            progress,
         )
     if config.tokenizer == "bert-uncased":
         return bert_uncased_tokenizer()
