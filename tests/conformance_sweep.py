@@ -1,6 +1,7 @@
 """One fresh conformance run per session for the tests that read it (a session fixture, through
 tests/conftest.py): each test names its model types with ``@pytest.mark.conformance(*types)``, and the
-selected tests' types are checked together, each once, in two processes."""
+selected tests' types are checked together, each once, in two processes. Where the slow test of every
+model type is selected (CI's slow step), this is that run, and the other tests read from it."""
 
 from __future__ import annotations
 

@@ -56,6 +56,7 @@ LAYOUTS = {
 """Types that each exercise one case of discovery or of the check, and must validate."""
 
 
+@pytest.mark.slow  # 32 types: read from the slow run of every type, in CI's slow step
 @pytest.mark.conformance(*NAMED)
 def test_named_families_are_scored_or_refused_for_a_reason_about_the_model(fresh_conformance):
     results = {t: fresh_conformance[t] for t in NAMED}
