@@ -319,6 +319,7 @@ def child_check_once_per_controls():
 @example([(("models", 0, "n_params"), "set", "", math.nan)])
 @example([(("results",), "set", "", "")])
 @example([(("models", 0, "random", "hidden_size"), "set", "", [1])])
+@example([(("models", 0, "id"), "set", "", "")])  # an id that makes no file name
 def test_any_edit_of_a_config_builds_its_models_or_gives_one_clear_error(
     child_check_once_per_controls, edits
 ):
