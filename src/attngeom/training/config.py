@@ -36,7 +36,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "masking": ("fixed_count", "bernoulli"),
     "loss_average": ("update", "micro_batch"),
     "recipe": (None, "paper_text", "authors_code", "authors_code_characters"),
-    "attention": ("sdpa", "flex"),
+    "attention": ("sdpa",),
 }
 
 
@@ -88,9 +88,7 @@ class TrainConfig:
     dropout: float = 0.1
     attention: str = "sdpa"
     """The attention kernel of training: ``sdpa`` (PyTorch's scaled_dot_product_attention, given the
-    document mask as a dense (B, 1, L, L) boolean mask: every query × key pair computed); ``flex``
-    (FlexAttention with a document block mask: only the blocks of pairs the mask keeps; the same attention
-    dropout, other random draws; ``document_attention.py``)."""
+    document mask as a dense (B, 1, L, L) boolean mask)."""
     document_mask: bool = True
     """Each document of a packed row attends only to itself, at positions counted from its own start, as
     if it were alone in a padded row; ``false``: the documents packed into a row see each other."""
