@@ -42,13 +42,15 @@ CATEGORIES = (
     ("cross-entropy / softmax of the head", ("nll_loss", "log_softmax", "cross_entropy", "logsumexp")),
     ("optimizer", ("adam", "multi_tensor", "foreach", "clip_grad", "_amp_")),
     ("matrix products", ("gemm", "xmma", "cutlass", "nvjet", "cublas", "matmul", "addmm", "aten::mm", "bmm")),
-    ("copies / data", ("memcpy", "memset", "copy", "aten::to", "aten::cat", "gather", "scatter", "index")),
     (
         "elementwise / normalisation",
         ("triton", "elementwise", "vectorized", "reduce", "norm", "gelu", "dropout", "add", "mul", "where"),
     ),
+    ("copies / data", ("memcpy", "memset", "copy", "aten::to", "aten::cat", "gather", "scatter", "index")),
 )
-"""Category of a kernel (or, on the CPU, an operator) by the first rule whose words its name contains."""
+"""Category of a kernel (or, on the CPU, an operator) by the first rule whose words its name contains: a
+compiled (Triton) kernel that fuses a copy into its arithmetic (``triton_red_fused__to_copy_…_dropout_…``) is
+elementwise work, not a copy."""
 OTHER = "other"
 TOP = 15
 
