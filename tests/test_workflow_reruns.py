@@ -50,18 +50,33 @@ def test_the_hashes_follow_the_modules_code_not_their_bytes_or_timestamps(tmp_pa
         + (reworded / "scores.py").read_text().replace("GAMMA = 2.0\n", "GAMMA = (\n    2.0\n)\n")
     )
     scores = package_copy(tmp_path / "scores", {"scores.py": "\nCHANGED = 1\n"})
+    regulariser = package_copy(tmp_path / "traces", {"form_traces.py": "\nCHANGED = 1\n"})
     training = package_copy(tmp_path / "training", {"training/loop.py": "\nCHANGED = 1\n"})
     figures = package_copy(tmp_path / "figures", {"report/score_figures.py": "\nCHANGED = 1\n"})
 
-    def hashes(package: Path) -> tuple[str, str, str]:
-        script = ROOT / "scripts" / "score_model.py"
-        return code_hash("scores", package), code_hash("training", package), script_hash(script, package)
+    def hashes(package: Path) -> tuple[str, str, str, str]:
+        """The scoring part's, the training part's, and the score and train rules' code params."""
+        rules = [script_hash(ROOT / "scripts" / name, package) for name in ("score_model.py", "train_run.py")]
+        return code_hash("scores", package), code_hash("training", package), *rules
 
     base = hashes(PACKAGE)
-    assert hashes(same) == base and hashes(reworded) == base
-    assert all(new != old for new, old in zip(hashes(scores), base, strict=True))  # training scores too
-    assert hashes(training)[0] == base[0] and hashes(training)[1] != base[1]
-    assert hashes(figures) == base  # not on the scoring or training path
+
+    def changed(package: Path) -> list[bool]:
+        return [new != old for new, old in zip(hashes(package), base, strict=True)]
+
+    assert changed(same) == changed(reworded) == [False] * 4
+    assert changed(scores) == [True, False, True, False]  # scoring code: rescore, do not retrain
+    assert changed(regulariser) == [True] * 4  # the symmetry formula: the regulariser trains with it
+    assert changed(training) == [False, True, False, True]
+    assert changed(figures) == [False] * 4  # not on the scoring or training path
+
+
+def test_the_training_code_runs_no_scoring_module():
+    """The scores a run records as it trains carry their own hash (attngeom.provenance): the scoring
+    modules are outside the training part and the train rule's code, the regulariser's math inside."""
+    modules = set(part_modules("training"))
+    assert "attngeom.form_traces" in modules and "attngeom.training.loop" in modules
+    assert modules.isdisjoint({"attngeom.scores", "attngeom.engine", "attngeom.records"})
 
 
 def test_a_string_that_is_a_value_is_code(tmp_path):
