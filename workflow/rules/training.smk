@@ -28,7 +28,7 @@
 # Snakemake never deletes it); a run whose settings or training code changed is trained again from scratch.
 # A change to the scoring code rescores the final models (rule score) and trains nothing: the tables and
 # figures of the evolution name the runs whose recorded scores older code computed, and
-# `snakemake all --forcerun train` trains those again (docs/pipeline.md, "Reruns follow the code").
+# `snakemake --profile profiles/local all --forcerun train` trains those again (docs/pipeline.md, "Reruns follow the code").
 
 
 if TRAINING_RUNS:

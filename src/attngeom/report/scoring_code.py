@@ -12,20 +12,21 @@ from __future__ import annotations
 import pandas as pd
 
 from ..provenance import code_hash
+from ..training.bookkeeping import other_scoring_code
 
-REFRESH = "snakemake all --forcerun train"
+REFRESH = "snakemake's --forcerun train"
 """Trains again every finished run whose recorded scores other scoring code computed (``runs.RunFolder``);
-the others only re-save their final model."""
+the others only save their final model again."""
 
 NAMED = 4
 """Runs named in a note; more are counted."""
 
 
 def other_code_runs(scores: pd.DataFrame, current: str | None = None) -> list[str]:
-    """The runs (``run`` column) with a score row whose ``code_hash`` is not ``current`` (default: this
-    attngeom's scoring code), sorted."""
-    current = current or code_hash("scores")
-    return sorted(scores.loc[scores["code_hash"] != current, "run"].unique())
+    """The runs (``run`` column) with a score row that other scoring code computed than ``current``
+    (default: this attngeom's), sorted."""
+    other = other_scoring_code(scores, current or code_hash("scores"))
+    return sorted(scores.loc[other, "run"].unique())
 
 
 def other_code_note(scores: pd.DataFrame, current: str | None = None) -> str:
@@ -38,7 +39,7 @@ def other_code_note(scores: pd.DataFrame, current: str | None = None) -> str:
     named = ", ".join(runs[:NAMED]) + (f" and {len(runs) - NAMED} more" if len(runs) > NAMED else "")
     return (
         f"The evolution scores of {len(runs)} of {scores['run'].nunique()} runs ({named}) were computed by "
-        f"other scoring code than this attngeom's ({current}); their final models' own scores (results/scores/) "
-        f"are current, their earlier steps are refreshed only by training them again ({REFRESH}; "
-        "docs/pipeline.md)."
+        f"other scoring code than this attngeom's ({current}); the scores of their final models "
+        f"(results/scores/) follow the scoring code, their earlier steps are refreshed only by training them "
+        f"again ({REFRESH}; docs/pipeline.md)."
     )

@@ -26,6 +26,7 @@ import yaml
 from ..files import write_text
 from ..provenance import code_hash
 from ..version import __version__
+from .bookkeeping import other_scoring_code
 from .config import (
     ConfigError,
     TrainConfig,
@@ -213,9 +214,9 @@ class RunFolder:
         steps. An unfinished run resumes instead, its rows of either code each marked so."""
         if not self.scores.is_file():
             return False
-        rows = pd.read_parquet(self.scores, columns=["step", "code_hash"])
+        rows = pd.read_parquet(self.scores)
         finished = len(rows) > 0 and rows["step"].max() >= steps
-        return finished and bool((rows["code_hash"] != code_hash("scores")).any())
+        return finished and bool(other_scoring_code(rows, code_hash("scores")).any())
 
     def _difference(self, config: TrainConfig) -> str:
         recorded = self.recorded_config()
