@@ -331,6 +331,9 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
         exercise_script_options
     ),
     "python benchmarks/bench_training.py attention": exercise_script_options,
+    "python benchmarks/profile_training.py": exercise_script_options,
+    "python benchmarks/profile_training.py --layers 12": exercise_script_options,
+    "python benchmarks/profile_training.py --attention sdpa --out mini-sdpa.json": exercise_script_options,
     "OMP_NUM_THREADS=1 python benchmarks/masked_vs_padded.py": exercise_script_options,
     "python benchmarks/masked_vs_padded.py --preset gpu --steps 2750 --jobs 6 --out "
     "benchmarks/results/masked_vs_padded_h200": exercise_script_options,
