@@ -1,15 +1,17 @@
 """Table 1's init arms as the authors' code trains them, on the offline corpus, on a host of several GPUs.
 
-BERT-mini encoders on the State of the Union paragraphs (``bench_training.py prepare``), with
-``config/paper.yaml``'s training defaults as they are (``recipe: authors_code``: per-token masking, the
-Trainer's mean of 8 groups, BERT's uncased vocabulary; 256 documents an update; the 200,000-update
-schedule, stopped at ``--stop-at``), in two experiments:
+Encoders on the State of the Union paragraphs (``bench_training.py prepare``), with ``config/paper.yaml``'s
+training defaults as they are (``recipe: authors_code``: per-token masking, the Trainer's mean of 8 groups,
+BERT's uncased vocabulary; 256 documents an update; the 200,000-update schedule, stopped at
+``--stop-at``), in three experiments (``--experiments``, all by default):
 
 - ``wordpiece``: the four init arms (``random``, ``symmetric`` at BERT's init, ``torch_default``,
   ``torch_default_symmetric``, the authors' own) × 5 seeds, to 15,000 updates;
 - ``characters``: the same paragraphs spaced out character by character (``recipe:
   authors_code_characters``, as the authors' code read Wikipedia and RedPajama), ``random`` and
-  ``torch_default_symmetric`` × 3 seeds, to 10,000 updates.
+  ``torch_default_symmetric`` × 3 seeds, to 10,000 updates;
+- ``layers12``: 12-layer encoders (BERT-base sizes), word pieces, ``random`` and ``torch_default_symmetric``
+  × 4 seeds, to 5,000 updates (where the authors' 12-layer Jigsaw runs are 0.3–0.4 nats apart).
 
 Each group of runs (one seed's arms, or part of them) is one ``attngeom train --seeds … --inits …`` process
 (its runs stacked in one compiled step); groups are spread over the GPUs by their expected tokens (longest
@@ -17,6 +19,7 @@ first, each to the least loaded GPU) and share a GPU by time-slicing. Loss every
 checkpoint every 1,000: a run stopped early resumes from its folder when the same command runs again.
 
     python benchmarks/init_arms.py plan --gpus 4                   # the groups and their GPUs
+    python benchmarks/init_arms.py plan --gpus 3 --experiments layers12
     python benchmarks/init_arms.py run --gpus 4 --out RUNS         # on the GPU host (blocks until done)
     python benchmarks/init_arms.py status RUNS                     # each run's last logged update
     python benchmarks/init_arms.py collect RUNS ARCHIVE.tar.gz     # the runs' logs, no checkpoints
@@ -51,6 +54,8 @@ class Experiment:
     stop_at: int
     tokens_per_update: float
     """Expected tokens an update (for spreading groups over GPUs only)."""
+    cost_per_token: float = 1.0
+    """Relative compute a token (BERT-mini's = 1), for spreading groups over GPUs only."""
 
 
 EXPERIMENTS = (
@@ -63,6 +68,7 @@ EXPERIMENTS = (
         10_000,
         77_000,
     ),
+    Experiment("layers12", ("n_layers=12",), ("random", "torch_default_symmetric"), 4, 5_000, 24_000, 6.0),
 )
 
 
@@ -75,14 +81,14 @@ class Group:
     @property
     def work(self) -> float:
         e = self.experiment
-        return len(self.seeds) * len(self.inits) * e.stop_at * e.tokens_per_update
+        return len(self.seeds) * len(self.inits) * e.stop_at * e.tokens_per_update * e.cost_per_token
 
 
-def groups() -> list[Group]:
-    """One group per seed of each experiment (its arms stacked); the last seed of the word-piece arms in
-    two halves, so that the work spreads evenly over four GPUs."""
+def groups(names: tuple[str, ...] = tuple(e.name for e in EXPERIMENTS)) -> list[Group]:
+    """One group per seed of each named experiment (its arms stacked); the last seed of the four word-piece
+    arms in two halves, so that the work spreads evenly over four GPUs."""
     out = []
-    for e in EXPERIMENTS:
+    for e in (e for e in EXPERIMENTS if e.name in names):
         for seed in range(e.seeds):
             halves = len(e.inits) == 4 and seed == e.seeds - 1
             parts = (e.inits[:2], e.inits[2:]) if halves else (e.inits,)
@@ -134,17 +140,18 @@ def run(args: argparse.Namespace) -> int:
     OUT/logs/."""
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
     processes = []
-    chosen = [g for g in groups() if not args.only or group_name(g) in args.only]
+    chosen = [g for g in groups(args.experiments) if not args.only or group_name(g) in args.only]
     for gpu, assigned in assign(chosen, args.gpus).items():
         for group in assigned:
             name = group_name(group)
-            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu) if args.device == "cuda" else "")
+            visible = str(args.first_gpu + gpu) if args.device == "cuda" else ""
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible)
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
             log = (args.out / "logs" / f"{name}.log").open("a")
             processes.append(
                 (name, subprocess.Popen(command(group, args.out, args), stdout=log, stderr=log, env=env))
             )
-            print(f"gpu {gpu}: {name}", flush=True)
+            print(f"gpu {args.first_gpu + gpu}: {name}", flush=True)
     failed = [name for name, p in processes if p.wait() != 0]
     print(f"{len(processes) - len(failed)} of {len(processes)} groups finished; failed: {failed or 'none'}")
     return 1 if failed else 0
@@ -178,6 +185,9 @@ def main() -> int:
     parser.add_argument("action", choices=("plan", "run", "status", "collect"))
     parser.add_argument("folder", nargs="*", type=Path, help="status: RUNS; collect: RUNS ARCHIVE")
     parser.add_argument("--gpus", type=int, default=4)
+    parser.add_argument(
+        "--first-gpu", type=int, default=0, help="run: use GPUs first-gpu … first-gpu + gpus − 1"
+    )
     parser.add_argument("--out", type=Path, help="run: where the runs' folders go")
     parser.add_argument(
         "--cache", type=Path, default=CACHE, help="corpus and tokenizer (bench_training.py prepare)"
@@ -186,15 +196,25 @@ def main() -> int:
     parser.add_argument(
         "--tiny", action="store_true", help="a small model and corpus: a smoke test of the plan"
     )
+    parser.add_argument(
+        "--experiments",
+        nargs="+",
+        choices=[e.name for e in EXPERIMENTS],
+        default=tuple(e.name for e in EXPERIMENTS),
+        help="which experiments (all by default)",
+    )
     parser.add_argument("--stop-at", type=int, help="stop every run here (default: each experiment's)")
     parser.add_argument(
         "--only", nargs="+", metavar="GROUP", help="run: only these groups (names as `plan` prints)"
     )
     args = parser.parse_args()
     if args.action == "plan":
-        for gpu, assigned in assign(groups(), args.gpus).items():
+        for gpu, assigned in assign(groups(args.experiments), args.gpus).items():
             work = sum(g.work for g in assigned) / 1e9
-            print(f"gpu {gpu} ({work:.2f}G tokens): " + ", ".join(group_name(g) for g in assigned))
+            print(
+                f"gpu {gpu} ({work:.2f}G tokens, BERT-mini equivalents): "
+                + ", ".join(group_name(g) for g in assigned)
+            )
         return 0
     if args.action == "run":
         if args.out is None:

@@ -240,6 +240,13 @@ def exercise_report(command: str, tmp_path: Path, default_run: Path) -> None:
     assert "summary.csv" in (default_run / "results" / "report.html").read_text(errors="replace")
 
 
+def exercise_forced_training(command: str, tmp_path: Path) -> None:
+    """Dry here, as written: the train jobs are planned. Run for real, with a tiny run's targets for `all`,
+    by tests/test_workflow_reruns.py (a scoring change trains nothing, this refreshes the evolution)."""
+    planned = [rule for rule, _, _ in planned_jobs(snakemake_dry_run(command, tmp_path))]
+    assert "train" in planned
+
+
 def exercise_training(command: str, tmp_path: Path) -> None:
     """The training commands in order in one folder, each with TINY_TRAINING appended (`--config` needs
     config/, so the folder links it)."""
@@ -329,6 +336,9 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
         exercise_script_options
     ),
     "python benchmarks/bench_training.py attention": exercise_script_options,
+    "python benchmarks/profile_training.py": exercise_script_options,
+    "python benchmarks/profile_training.py --layers 12": exercise_script_options,
+    "python benchmarks/profile_training.py --out mini.json": exercise_script_options,
     "OMP_NUM_THREADS=1 python benchmarks/masked_vs_padded.py": exercise_script_options,
     "python benchmarks/masked_vs_padded.py --preset gpu --steps 2750 --jobs 6 --out "
     "benchmarks/results/masked_vs_padded_h200": exercise_script_options,
@@ -348,6 +358,7 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "CUDA_VISIBLE_DEVICES=2,3 snakemake --profile profiles/local all": exercise_gpu_choice,
     "snakemake --profile profiles/local all --resources gpu=1": exercise_gpu_choice,
     "snakemake --report results/report.html": exercise_report,
+    "snakemake --profile profiles/local all --forcerun train": exercise_forced_training,
     "attngeom train --out runs/enc-sym steps=2000 n_layers=4 objective=encoder init=symmetric dataset=sotu": (
         exercise_training
     ),

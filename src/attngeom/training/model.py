@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, PreTrainedModel
 
-from ..scores import Form
+from ..form_traces import form_symmetry
 from .config import TrainConfig
 from .document_mask import document_attention_mask, document_positions
 
@@ -87,7 +87,8 @@ def _torch_default(linear: nn.Linear, gen: torch.Generator) -> None:
 
 
 def head_symmetry(model: PreTrainedModel) -> torch.Tensor:
-    """Symmetry of every head's W_qk (layers × heads) through ``scores.Form``, differentiable.
+    """Symmetry of every head's W_qk (layers × heads), differentiable: ``form_traces.form_symmetry``,
+    the formula ``scores.Form`` scores with.
 
     In nn.Linear terms ``query.weight`` is (H·d_h) × d, so head h's W_q (d × d_h, x W convention) is
     ``query.weight[rows of h].T``.
@@ -97,7 +98,7 @@ def head_symmetry(model: PreTrainedModel) -> torch.Tensor:
         n, d_h = attn.num_attention_heads, attn.attention_head_size
         w_q = attn.query.weight.float().reshape(n, d_h, -1).mT  # (H, d, d_h)
         w_k = attn.key.weight.float().reshape(n, d_h, -1).mT
-        out.append(Form(w_q, w_k).symmetry)
+        out.append(form_symmetry(w_q, w_k))
     return torch.stack(out)
 
 

@@ -1,0 +1,198 @@
+"""Where a training update's time goes: the step ``attngeom train`` runs on ``config/paper.yaml``'s training
+defaults, under torch.profiler.
+
+The update is built as the CLI builds it (``loop.train``: ``runtime_for``, ``rows_per_pass``,
+``DocumentBatches``, ``build_model``, ``make_optimizer``, ``TrainStep``, ``feed_updates``), on the offline
+corpus of ``paper_setting.corpus_settings`` (``bench_training.py prepare`` writes it). After ``--warmup``
+updates (compilation, CUDA graphs), ``--updates`` updates are timed without the profiler (tokens/s), then as
+many again under it: device time per update by category and the top kernels. On the CPU (a smoke test of
+the code, ``--device cpu``) the table holds the CPU time of each operator instead.
+
+    python benchmarks/profile_training.py                                   # BERT-mini, SDPA, on CUDA
+    python benchmarks/profile_training.py --layers 12                       # BERT-base (hidden 768)
+    python benchmarks/profile_training.py --out prof.json
+    python benchmarks/profile_training.py --device cpu --warmup 1 --updates 1 \\
+        --set hidden_size=32 --set n_heads=4 --set intermediate_size=64 --set seq_len=64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pandas as pd
+import torch
+from paper_setting import CACHE, corpus_settings, paper_defaults
+
+from attngeom.training.batch import Update
+from attngeom.training.config import TrainConfig, make_config, parse_overrides
+from attngeom.training.corpus import load_corpus
+from attngeom.training.document_batches import DocumentBatches
+from attngeom.training.loop import Runtime, learning_rate, make_optimizer, runtime_for
+from attngeom.training.memory import rows_per_pass
+from attngeom.training.model import build_model
+from attngeom.training.step import TrainStep, feed, feed_updates, grouped, micro_batch_indices
+from attngeom.training.stream_batches import PackedBatches
+
+CATEGORIES = (
+    ("attention kernels", ("flash", "fmha", "attention", "attn", "sdpa", "flex", "cudnn")),
+    ("cross-entropy / softmax of the head", ("nll_loss", "log_softmax", "cross_entropy", "logsumexp")),
+    ("optimizer", ("adam", "multi_tensor", "foreach", "clip_grad", "_amp_")),
+    ("matrix products", ("gemm", "xmma", "cutlass", "nvjet", "cublas", "matmul", "addmm", "aten::mm", "bmm")),
+    (
+        "elementwise / normalisation",
+        ("triton", "elementwise", "vectorized", "reduce", "norm", "gelu", "dropout", "add", "mul", "where"),
+    ),
+    ("copies / data", ("memcpy", "memset", "copy", "aten::to", "aten::cat", "gather", "scatter", "index")),
+)
+"""Category of a kernel (or, on the CPU, an operator) by the first rule whose words its name contains: a
+compiled (Triton) kernel that fuses a copy into its arithmetic (``triton_red_fused__to_copy_…_dropout_…``) is
+elementwise work, not a copy."""
+OTHER = "other"
+TOP = 15
+
+
+def category(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, words in CATEGORIES if any(w in low for w in words)), OTHER)
+
+
+def settings(args: argparse.Namespace) -> TrainConfig:
+    """``config/paper.yaml``'s training defaults, the benchmark corpus, then this command's choices."""
+    chosen = [*corpus_settings(args.cache), f"n_layers={args.layers}"]
+    if args.hidden:
+        chosen += [
+            f"hidden_size={args.hidden}",
+            f"n_heads={args.hidden // 64}",
+            f"intermediate_size={4 * args.hidden}",
+        ]
+    if args.device:
+        chosen.append(f"device={args.device}")
+    return make_config(paper_defaults(), parse_overrides([*chosen, *args.set]))
+
+
+def updates(config: TrainConfig, rt: Runtime, vocab_size: int, corpus) -> Iterator[Update]:
+    """The run's updates, built ahead and fed as ``loop.train`` feeds them, from step 0 on."""
+    steps = range(config.steps)
+    if config.batch_documents:
+        rows = rows_per_pass(config, rt.device, vocab_size, verbose=True)
+        yield from feed_updates(DocumentBatches(corpus, config, rows), steps, rt.device)
+        return
+    indices = micro_batch_indices(config, steps, rt.rank, rt.world)
+    tokens = config.micro_batch_rows * config.seq_len * config.grad_accum
+    for group in grouped(feed(PackedBatches(corpus, config), indices, rt.device), config.grad_accum):
+        yield Update(list(group), documents=None, tokens=tokens)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_times(prof, device: torch.device) -> pd.DataFrame:
+    """Milliseconds and calls per kernel (on a GPU) or per operator's own CPU time (on the CPU)."""
+    if device.type == "cuda":
+        rows: dict[str, list[float]] = {}
+        for event in prof.events():
+            annotation = getattr(event, "is_user_annotation", False) or "#" in event.name
+            if event.device_type == torch.autograd.DeviceType.CUDA and not annotation:
+                total = rows.setdefault(event.name, [0.0, 0])
+                total[0] += event.time_range.elapsed_us() / 1e3
+                total[1] += 1
+        table = pd.DataFrame.from_dict(rows, orient="index", columns=["ms", "calls"])
+    else:
+        table = pd.DataFrame(
+            {
+                "ms": [e.self_cpu_time_total / 1e3 for e in prof.key_averages()],
+                "calls": [e.count for e in prof.key_averages()],
+            },
+            index=[e.key for e in prof.key_averages()],
+        )
+        table = table[table.index.str.startswith("aten::")]
+    return table.sort_values("ms", ascending=False)
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--layers", type=int, default=4, help="4: BERT-mini, 12: BERT-base (their preset sizes)"
+    )
+    parser.add_argument(
+        "--hidden", type=int, help="hidden size (heads of 64, intermediate 4×); default: the preset"
+    )
+    parser.add_argument("--device", choices=("cuda", "cpu"), help="default: config/paper.yaml's (cuda)")
+    parser.add_argument("--warmup", type=int, default=30, help="updates before timing (compilation, graphs)")
+    parser.add_argument("--updates", type=int, default=20, help="updates timed, then as many profiled")
+    parser.add_argument("--cache", type=Path, default=CACHE, help="the corpus of bench_training.py prepare")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="more settings")
+    parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
+    args = parser.parse_args(argv)
+
+    config = settings(args)
+    rt = runtime_for(config)
+    corpus = load_corpus(config, progress=False)
+    torch.manual_seed(config.seed)
+    model = build_model(config, corpus.vocab_size).to(rt.device).train()
+    train_step = TrainStep(model, make_optimizer(model, config, rt.device), config, rt.device, rt.autocast)
+    feed_ = updates(config, rt, corpus.vocab_size, corpus)
+    done = 0
+
+    def run(count: int) -> int:
+        """``count`` updates; the tokens they trained on."""
+        nonlocal done
+        tokens = 0
+        for _ in range(count):
+            update = next(feed_)
+            train_step(update.micro_batches, learning_rate(config, done))
+            tokens += update.tokens
+            done += 1
+        synchronize(rt.device)
+        return tokens
+
+    run(args.warmup)
+    start = time.perf_counter()
+    tokens = run(args.updates)
+    seconds = time.perf_counter() - start
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if rt.device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        run(args.updates)
+    feed_.close()
+
+    per_update = device_times(prof, rt.device)
+    per_update["ms"] /= args.updates
+    per_update["calls"] /= args.updates
+    kinds = per_update.groupby(per_update.index.map(category))["ms"].sum().sort_values(ascending=False)
+    where = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
+    print(
+        f"\n{config.n_layers} layers, hidden {config.hidden}, {where}: "
+        f"{tokens / seconds:,.0f} tokens/s ({1e3 * seconds / args.updates:.1f} ms an update, "
+        f"{tokens / args.updates:,.0f} tokens an update, {args.updates} updates after {args.warmup})"
+    )
+    time_kind = "device" if rt.device.type == "cuda" else "CPU (operators' own)"
+    print(f"\n{time_kind} time per update, by category (ms, share):")
+    for kind, ms in kinds.items():
+        print(f"  {kind:<38} {ms:9.3f}  {ms / kinds.sum():6.1%}")
+    print(f"  {'total':<38} {kinds.sum():9.3f}")
+    print(f"\ntop {TOP} kernels (ms and calls per update):")
+    for name, row in per_update.head(TOP).iterrows():
+        print(f"  {row.ms:9.3f} {row.calls:6.1f}  {category(name):<12.12}  {name[:110]}")
+    result = {
+        "device": where,
+        "settings": config.to_dict(),
+        "tokens_per_s": tokens / seconds,
+        "ms_per_update": 1e3 * seconds / args.updates,
+        "ms_by_category": kinds.to_dict(),
+        "top_kernels": per_update.head(TOP).reset_index(names="name").to_dict(orient="records"),
+    }
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
