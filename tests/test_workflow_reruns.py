@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 from pipeline_support import planned_jobs
 from training_fixtures import TINY, write_corpus
@@ -172,6 +173,7 @@ def test_a_changed_scoring_module_reruns_the_scoring_job_and_a_touched_file_reru
     assert "Params have changed" in output
 
 
+@pytest.mark.slow  # a training run, its scoring and tables, then three more pipeline runs (about a minute)
 def test_a_scoring_change_rescores_the_trained_model_names_its_older_evolution_and_trains_nothing(tmp_path):
     """One tiny training run: a changed scoring module plans the scoring and table jobs, no training; the
     claims table then names the run whose evolution older scoring code computed, until
