@@ -1,5 +1,5 @@
 # Two commands on a fresh machine: `make run` (the embedded offline default, end to end, ending with
-# results/report.html) and `make test`.
+# results/report.html) and `make test` (`make test-slow` for the slow tests).
 # Both create the virtual environment first if it is not there.
 PYTHON ?= python3
 VENV := .venv
@@ -12,7 +12,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # Rules' shell commands call `python` and `attngeom`: the virtual environment's, as if it were activated.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test lint
+.PHONY: setup run test test-slow lint
 
 setup: $(VENV)/.installed
 
@@ -31,8 +31,13 @@ run: setup
 	# every table and figure of the run, training ones included, each with its caption
 	$(BIN)/snakemake --profile profiles/local --report results/report.html
 
+# The suite in two parts: `test` all but the tests marked slow (minutes on 2 cores), `test-slow` those
+# (end-to-end pipeline runs, the full conformance run, SLURM, the zoo); CI runs both.
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/snakefmt --check Snakefile workflow

@@ -10,7 +10,7 @@ the code, ``--device cpu``) the table holds the CPU time of each operator instea
 
     python benchmarks/profile_training.py                                   # BERT-mini, SDPA, on CUDA
     python benchmarks/profile_training.py --layers 12                       # BERT-base (hidden 768)
-    python benchmarks/profile_training.py --attention flex --out prof.json
+    python benchmarks/profile_training.py --out prof.json
     python benchmarks/profile_training.py --device cpu --warmup 1 --updates 1 \\
         --set hidden_size=32 --set n_heads=4 --set intermediate_size=64 --set seq_len=64
 """
@@ -28,7 +28,7 @@ import torch
 from paper_setting import CACHE, corpus_settings, paper_defaults
 
 from attngeom.training.batch import Update
-from attngeom.training.config import CHOICES, TrainConfig, make_config, parse_overrides
+from attngeom.training.config import TrainConfig, make_config, parse_overrides
 from attngeom.training.corpus import load_corpus
 from attngeom.training.document_batches import DocumentBatches
 from attngeom.training.loop import Runtime, learning_rate, make_optimizer, runtime_for
@@ -42,13 +42,15 @@ CATEGORIES = (
     ("cross-entropy / softmax of the head", ("nll_loss", "log_softmax", "cross_entropy", "logsumexp")),
     ("optimizer", ("adam", "multi_tensor", "foreach", "clip_grad", "_amp_")),
     ("matrix products", ("gemm", "xmma", "cutlass", "nvjet", "cublas", "matmul", "addmm", "aten::mm", "bmm")),
-    ("copies / data", ("memcpy", "memset", "copy", "aten::to", "aten::cat", "gather", "scatter", "index")),
     (
         "elementwise / normalisation",
         ("triton", "elementwise", "vectorized", "reduce", "norm", "gelu", "dropout", "add", "mul", "where"),
     ),
+    ("copies / data", ("memcpy", "memset", "copy", "aten::to", "aten::cat", "gather", "scatter", "index")),
 )
-"""Category of a kernel (or, on the CPU, an operator) by the first rule whose words its name contains."""
+"""Category of a kernel (or, on the CPU, an operator) by the first rule whose words its name contains: a
+compiled (Triton) kernel that fuses a copy into its arithmetic (``triton_red_fused__to_copy_…_dropout_…``) is
+elementwise work, not a copy."""
 OTHER = "other"
 TOP = 15
 
@@ -60,7 +62,7 @@ def category(name: str) -> str:
 
 def settings(args: argparse.Namespace) -> TrainConfig:
     """``config/paper.yaml``'s training defaults, the benchmark corpus, then this command's choices."""
-    chosen = [*corpus_settings(args.cache), f"n_layers={args.layers}", f"attention={args.attention}"]
+    chosen = [*corpus_settings(args.cache), f"n_layers={args.layers}"]
     if args.hidden:
         chosen += [
             f"hidden_size={args.hidden}",
@@ -115,7 +117,6 @@ def device_times(prof, device: torch.device) -> pd.DataFrame:
 
 def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--attention", choices=CHOICES["attention"], default="sdpa")
     parser.add_argument(
         "--layers", type=int, default=4, help="4: BERT-mini, 12: BERT-base (their preset sizes)"
     )
@@ -168,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     kinds = per_update.groupby(per_update.index.map(category))["ms"].sum().sort_values(ascending=False)
     where = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
     print(
-        f"\n{config.n_layers} layers, hidden {config.hidden}, attention={config.attention}, {where}: "
+        f"\n{config.n_layers} layers, hidden {config.hidden}, {where}: "
         f"{tokens / seconds:,.0f} tokens/s ({1e3 * seconds / args.updates:.1f} ms an update, "
         f"{tokens / args.updates:,.0f} tokens an update, {args.updates} updates after {args.warmup})"
     )

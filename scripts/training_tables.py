@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from attngeom.report.scoring_code import other_code_note
 from attngeom.report.table_formats import write_table
 from attngeom.report.training_figures import load_runs
 from attngeom.runstats.authors import read_logs
@@ -19,13 +20,14 @@ runs = [Path(final).parent for final in snakemake.input.finals]
 table = table1(runs, pd.read_csv(snakemake.input.paper), read_logs(Path(snakemake.input.authors).parent))
 write_table1(table, Path(snakemake.output.table_1[0]).with_suffix(""))
 scores, _ = load_runs(runs)
+other_code = other_code_note(scores)  # runs whose evolution other scoring code computed
 found = claims(scores, table)
 write_table(
     found,
     Path(snakemake.output.claims[0]).with_suffix(""),
     TITLE,
     csv=found,
-    caption=CAPTION,
+    caption=" ".join(filter(None, [CAPTION, other_code])),
     empty="No run.",
 )
 official = pd.read_csv(snakemake.input.official)
@@ -40,4 +42,5 @@ write_table(
         "(config/reference/official_training_evolution.csv), so there is nothing to compare step by step. "
         + official_note(ours_medians(scores), official)
     ),
+    caption=other_code,
 )

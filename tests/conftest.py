@@ -1,3 +1,12 @@
-"""Session fixtures shared by several test files."""
+"""Session fixtures shared by several test files, and the suite's one thread for torch's math."""
 
-from pipeline_support import tiny_run  # noqa: F401 - the tiny pipeline run, once per session
+import os
+
+# One thread for torch's math in the test process and every process it starts, set before torch is
+# imported (it reads this once): the suite's models are tiny, and a second thread only adds handing work
+# over; on a busy 2-core machine that handing over costs hundreds of times the math itself (a loop of tiny
+# Linear forward+backward passes took 24 s on 2 threads, 0.04 s on 1). A value already set is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from conformance_sweep import fresh_conformance  # noqa: E402, F401 - one fresh conformance run per session
+from pipeline_support import tiny_run  # noqa: E402, F401 - the tiny pipeline run, once per session

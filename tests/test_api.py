@@ -46,6 +46,7 @@ def results(tiny_run, tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow  # the tiny pipeline run (tiny_run), minutes on 2 cores
 def test_the_readme_example_runs_as_written(results):
     (example,) = api_examples()
     out = subprocess.run(
@@ -57,6 +58,7 @@ def test_the_readme_example_runs_as_written(results):
     assert "symmetry median" in out.stdout
 
 
+@pytest.mark.slow  # the tiny pipeline run (tiny_run), minutes on 2 cores
 def test_load_results_joins_roles_and_statuses_onto_the_rows(results, tiny_run):
     loaded = attngeom.load_results(results)
     scores = pd.read_parquet(tiny_run / "results" / "aggregate" / "scores.parquet")
@@ -75,6 +77,7 @@ def test_load_results_joins_roles_and_statuses_onto_the_rows(results, tiny_run):
     )
 
 
+@pytest.mark.slow  # the tiny pipeline run (tiny_run), minutes on 2 cores
 def test_summarize_is_the_median_and_iqr_over_layers(results):
     layers = attngeom.load_results(results).layers
     table = attngeom.summarize(layers)
@@ -86,6 +89,7 @@ def test_summarize_is_the_median_and_iqr_over_layers(results):
     assert table.loc[(model, stack), "layers"] == len(rows)
 
 
+@pytest.mark.slow  # the tiny pipeline run (tiny_run), minutes on 2 cores
 def test_plots_return_figures_and_write_nothing(results, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     loaded = attngeom.load_results(results)

@@ -19,7 +19,7 @@ from attngeom.architectures.observed import Observed
 from attngeom.architectures.stacks import place
 from attngeom.architectures.validated import conformance
 from attngeom.conformance.observe import MERGED, OTHER, SELF, causal, reading
-from attngeom.conformance.run import check_type, run_all
+from attngeom.conformance.run import check_type
 from attngeom.conformance.tiny import tiny_config
 from attngeom.engine import score
 
@@ -38,9 +38,12 @@ OCR = ("pp_ocrv5_mobile_rec", "pp_ocrv5_server_rec", "pp_ocrv6_small_rec")
 """Text recognisers whose base model is a convolutional backbone and whose checkpoint class has attention."""
 
 
+pytestmark = pytest.mark.conformance(*FORMS, *ROLES, *OCR)
+
+
 @pytest.fixture(scope="module")
-def entries() -> dict[str, dict]:
-    return run_all(list(dict.fromkeys([*FORMS, *ROLES, *OCR])), jobs=1)
+def entries(fresh_conformance) -> dict[str, dict]:
+    return fresh_conformance
 
 
 def keys(layers) -> list[tuple[str, int]]:

@@ -19,7 +19,7 @@ from attngeom.architectures.discovery import Found, Skipped, find_attention, met
 from attngeom.architectures.support import counts
 from attngeom.architectures.validated import conformance
 from attngeom.conformance.check import randomized
-from attngeom.conformance.run import all_model_types, run_all
+from attngeom.conformance.run import all_model_types
 from attngeom.conformance.tiny import tiny_config
 from attngeom.engine import score
 
@@ -46,19 +46,20 @@ NAMED = (
 """The families issue 22 names: each scored, or refused with a reason."""
 
 
-def test_committed_support_file_matches_a_fresh_run_for_a_subset():
-    fresh = run_all(list(SUBSET), jobs=1)
+@pytest.mark.conformance(*SUBSET)
+def test_committed_support_file_matches_a_fresh_run_for_a_subset(fresh_conformance):
     committed = conformance()
     for model_type in SUBSET:
-        assert fresh[model_type] == committed[model_type], model_type
+        assert fresh_conformance[model_type] == committed[model_type], model_type
 
 
 @pytest.mark.slow
-def test_committed_support_file_matches_a_fresh_run_of_every_model_type():
+@pytest.mark.conformance(*all_model_types())  # the session's one run then holds every type
+def test_committed_support_file_matches_a_fresh_run_of_every_model_type(fresh_conformance):
     """Every entry as committed, but those that ran out of time on either machine (a slow machine's
     verdict, not the model's; at most 5% of the types); no type's layers repeat a record key."""
     types = all_model_types()
-    fresh = run_all(types, jobs=2)
+    fresh = fresh_conformance
     committed = conformance()
     assert sorted(committed) == types
     timed_out = {t for t in types if "TimeoutError" in fresh[t]["reason"] + committed[t]["reason"]}

@@ -18,7 +18,7 @@ from attngeom.architectures.discovered import discover
 from attngeom.architectures.discovery import Found, Skipped, find_attention, meta_model
 from attngeom.conformance.check import capture, compare, randomized
 from attngeom.conformance.content_bias import seen_part
-from attngeom.conformance.run import open_source_for, run_all
+from attngeom.conformance.run import open_source_for
 from attngeom.conformance.tiny import tiny_config
 
 NAMED = (
@@ -56,8 +56,10 @@ LAYOUTS = {
 """Types that each exercise one case of discovery or of the check, and must validate."""
 
 
-def test_named_families_are_scored_or_refused_for_a_reason_about_the_model():
-    results = run_all(NAMED, jobs=1)
+@pytest.mark.slow  # 32 types: read from the slow run of every type, in CI's slow step
+@pytest.mark.conformance(*NAMED)
+def test_named_families_are_scored_or_refused_for_a_reason_about_the_model(fresh_conformance):
+    results = {t: fresh_conformance[t] for t in NAMED}
     unsuited = {
         t: r["reason"]
         for t, r in results.items()
@@ -67,24 +69,29 @@ def test_named_families_are_scored_or_refused_for_a_reason_about_the_model():
     assert all(r["status"] in ("table", "validated") or len(r["reason"]) > 20 for r in results.values())
 
 
-def test_each_layout_case_validates():
-    results = run_all(list(LAYOUTS), jobs=1)
+@pytest.mark.conformance(*LAYOUTS)
+def test_each_layout_case_validates(fresh_conformance):
+    results = {t: fresh_conformance[t] for t in LAYOUTS}
     failed = {t: r["reason"] for t, r in results.items() if r["status"] != "validated"}
     assert not failed, failed
 
 
-def test_refusals_name_what_the_model_computes():
-    named = [
-        "inkling_text",
-        "inkling2_text",
-        "cvt",
-        "mobilevitv2",
-        "gemma4_unified_assistant",
-        "jetmoe",
-        "hiera",
-        "autoformer",
-    ]
-    results = run_all(named, jobs=1)
+REFUSED = (
+    "inkling_text",
+    "inkling2_text",
+    "cvt",
+    "mobilevitv2",
+    "gemma4_unified_assistant",
+    "jetmoe",
+    "hiera",
+    "autoformer",
+)
+"""Types refused for what they compute, each reason naming it."""
+
+
+@pytest.mark.conformance(*REFUSED)
+def test_refusals_name_what_the_model_computes(fresh_conformance):
+    results = fresh_conformance
     assert results["autoformer"]["reason"].startswith("no dot-product attention (AutoformerAttention auto-")
     assert results["hiera"]["reason"].startswith("query pooling (HieraMaskUnitAttention, `query_stride`)")
     assert "a mixture of attention heads" in results["jetmoe"]["reason"]

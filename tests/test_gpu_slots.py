@@ -215,6 +215,7 @@ TRAIN = {
 }
 
 
+@pytest.mark.slow  # three training runs at once through the pipeline, one of them two DDP processes
 def test_the_train_rule_pins_each_run_and_gives_a_ddp_run_two_gpus(tmp_path):
     """The pipeline's own train rule on four GPUs: two one-GPU runs and a two-GPU run (torchrun, two
     processes; gloo on the CPU here) train at once, on GPUs of their own."""

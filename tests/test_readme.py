@@ -6,7 +6,8 @@ by the commands that need a finished default run: the report, the whole run agai
 the training commands (with tiny sizes appended: later settings win), the scoring and zoo commands (tiny
 models, the emulated Hub). What cannot stays checked another way, and says why: the paper's config (151 Hub
 models: a dry run, offline), SLURM (a dry run; CI's real SLURM runs tests/test_slurm.py), GPU benchmarks
-(their options against the script's --help), `make test` (the suite inside itself: `make -n`)."""
+(their options against the script's --help), `make test` and `make test-slow` (the suite inside itself:
+`make -n`)."""
 
 from __future__ import annotations
 
@@ -130,8 +131,11 @@ def exercise_snakemake_after_the_default_run(command: str, tmp_path: Path, defau
 
 
 def exercise_make_test(command: str, tmp_path: Path) -> None:
-    """`make -n test` shows the suite's command (running the suite inside itself would recurse)."""
-    assert ".venv/bin/python -m pytest -q" in make_dry_run("test")
+    """`make -n test` (`test-slow`) shows the suite's command for the tests not marked slow (those marked
+    slow): running the suite inside itself would recurse."""
+    target = command.split()[1]
+    marks = {"test": '-m "not slow"', "test-slow": "-m slow"}[target]
+    assert f".venv/bin/python -m pytest -q {marks}" in make_dry_run(target)
 
 
 def exercise_score_synopsis(command: str, tmp_path: Path) -> None:
@@ -194,7 +198,7 @@ def exercise_ci_slurm(command: str, tmp_path: Path) -> None:
         assert os.access(ROOT / script, os.X_OK), script
     ci = (ROOT / ".ci" / "run").read_text()
     assert ".ci/slurm/up.sh" in ci and ".ci/slurm/down.sh" in ci and "export ATTNGEOM_SLURM=1" in ci
-    assert "make test" in ci and (ROOT / "tests" / "test_slurm.py").is_file()
+    assert "make test-slow" in ci and (ROOT / "tests" / "test_slurm.py").is_file()  # its tests are slow
 
 
 def exercise_score_many(command: str, tmp_path: Path) -> None:
@@ -234,6 +238,13 @@ def exercise_report(command: str, tmp_path: Path, default_run: Path) -> None:
     (default_run / "results" / "report.html").unlink()
     run(shlex.split(command), cwd=default_run)
     assert "summary.csv" in (default_run / "results" / "report.html").read_text(errors="replace")
+
+
+def exercise_forced_training(command: str, tmp_path: Path) -> None:
+    """Dry here, as written: the train jobs are planned. Run for real, with a tiny run's targets for `all`,
+    by tests/test_workflow_reruns.py (a scoring change trains nothing, this refreshes the evolution)."""
+    planned = [rule for rule, _, _ in planned_jobs(snakemake_dry_run(command, tmp_path))]
+    assert "train" in planned
 
 
 def exercise_training(command: str, tmp_path: Path) -> None:
@@ -307,6 +318,7 @@ def covered_by_zoo(command: str, tmp_path: Path) -> None:
 COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "make run": exercise_make_run,
     "make test": exercise_make_test,
+    "make test-slow": exercise_make_test,
     "attngeom score MODEL [-o scores.parquet] [--model-id ID] [--revision REV] [--device cpu|cuda[:N]] "
     "[--dtype float32|float64] [--variant excess|eq17] [--full-download] [--quiet]": exercise_score_synopsis,
     "attngeom score MODEL MODEL ... -o FOLDER [same options but --model-id]": exercise_score_many,
@@ -326,7 +338,7 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "python benchmarks/bench_training.py attention": exercise_script_options,
     "python benchmarks/profile_training.py": exercise_script_options,
     "python benchmarks/profile_training.py --layers 12": exercise_script_options,
-    "python benchmarks/profile_training.py --attention sdpa --out mini-sdpa.json": exercise_script_options,
+    "python benchmarks/profile_training.py --out mini.json": exercise_script_options,
     "OMP_NUM_THREADS=1 python benchmarks/masked_vs_padded.py": exercise_script_options,
     "python benchmarks/masked_vs_padded.py --preset gpu --steps 2750 --jobs 6 --out "
     "benchmarks/results/masked_vs_padded_h200": exercise_script_options,
@@ -346,6 +358,7 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "CUDA_VISIBLE_DEVICES=2,3 snakemake --profile profiles/local all": exercise_gpu_choice,
     "snakemake --profile profiles/local all --resources gpu=1": exercise_gpu_choice,
     "snakemake --report results/report.html": exercise_report,
+    "snakemake --profile profiles/local all --forcerun train": exercise_forced_training,
     "attngeom train --out runs/enc-sym steps=2000 n_layers=4 objective=encoder init=symmetric dataset=sotu": (
         exercise_training
     ),

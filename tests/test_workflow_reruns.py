@@ -1,8 +1,8 @@
 """Reruns that follow the code: the records carry a hash of the modules that computed them
 (attngeom.provenance), every rule takes the hash of its script and the modules it runs as a param, and
 the workflow's profile reruns on params, not on the script's timestamp. Changing code on the scoring
-path reruns the scoring jobs; a comment, a docstring, or a file touched with identical content reruns
-nothing."""
+path reruns the scoring jobs and trains nothing; changing the training code trains again; a comment, a
+docstring, or a file touched with identical content reruns nothing."""
 
 from __future__ import annotations
 
@@ -12,11 +12,14 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 from pipeline_support import planned_jobs
+from training_fixtures import TINY, write_corpus
 from transformers import BertConfig, BertModel
 
 from attngeom.provenance import code_hash, normalised, part_modules, script_hash
@@ -50,18 +53,33 @@ def test_the_hashes_follow_the_modules_code_not_their_bytes_or_timestamps(tmp_pa
         + (reworded / "scores.py").read_text().replace("GAMMA = 2.0\n", "GAMMA = (\n    2.0\n)\n")
     )
     scores = package_copy(tmp_path / "scores", {"scores.py": "\nCHANGED = 1\n"})
+    regulariser = package_copy(tmp_path / "traces", {"form_traces.py": "\nCHANGED = 1\n"})
     training = package_copy(tmp_path / "training", {"training/loop.py": "\nCHANGED = 1\n"})
     figures = package_copy(tmp_path / "figures", {"report/score_figures.py": "\nCHANGED = 1\n"})
 
-    def hashes(package: Path) -> tuple[str, str, str]:
-        script = ROOT / "scripts" / "score_model.py"
-        return code_hash("scores", package), code_hash("training", package), script_hash(script, package)
+    def hashes(package: Path) -> tuple[str, str, str, str]:
+        """The scoring part's, the training part's, and the score and train rules' code params."""
+        rules = [script_hash(ROOT / "scripts" / name, package) for name in ("score_model.py", "train_run.py")]
+        return code_hash("scores", package), code_hash("training", package), *rules
 
     base = hashes(PACKAGE)
-    assert hashes(same) == base and hashes(reworded) == base
-    assert all(new != old for new, old in zip(hashes(scores), base, strict=True))  # training scores too
-    assert hashes(training)[0] == base[0] and hashes(training)[1] != base[1]
-    assert hashes(figures) == base  # not on the scoring or training path
+
+    def changed(package: Path) -> list[bool]:
+        return [new != old for new, old in zip(hashes(package), base, strict=True)]
+
+    assert changed(same) == changed(reworded) == [False] * 4
+    assert changed(scores) == [True, False, True, False]  # scoring code: rescore, do not retrain
+    assert changed(regulariser) == [True] * 4  # the symmetry formula: the regulariser trains with it
+    assert changed(training) == [False, True, False, True]
+    assert changed(figures) == [False] * 4  # not on the scoring or training path
+
+
+def test_the_training_code_runs_no_scoring_module():
+    """The scores a run records as it trains carry their own hash (attngeom.provenance): the scoring
+    modules are outside the training part and the train rule's code, the regulariser's math inside."""
+    modules = set(part_modules("training"))
+    assert "attngeom.form_traces" in modules and "attngeom.training.loop" in modules
+    assert modules.isdisjoint({"attngeom.scores", "attngeom.engine", "attngeom.records"})
 
 
 def test_a_string_that_is_a_value_is_code(tmp_path):
@@ -107,23 +125,32 @@ def test_the_scoring_part_holds_every_module_a_scoring_job_runs_and_the_records_
     assert set(pd.read_parquet(files[0])["code_hash"]) == {code_hash("scores")}
 
 
-def test_a_changed_scoring_module_reruns_the_scoring_job_and_a_touched_file_reruns_nothing(tmp_path):
+def workflow_copy(tmp_path: Path, config: dict, targets: list[str]) -> Callable[..., str]:
+    """A copy of the workflow and its package, whose code a test may change, and a function that runs
+    Snakemake on it for ``targets`` with ``config`` (returning its output)."""
     repo = tmp_path / "repo"
     for part in ("workflow", "scripts", "config", "envs", "src"):
         shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     work = tmp_path / "work"
     work.mkdir()
-    model = {"id": "local/tiny", "path": str(tiny_bert(tmp_path / "model")), "objective": "bidirectional"}
-    (work / "c.yaml").write_text(yaml.safe_dump({"results": "results", "models": [model]}))
+    (work / "c.yaml").write_text(yaml.safe_dump({"results": "results", **config}))
     env = dict(os.environ, PYTHONPATH=str(repo / "src"), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    target = "results/scores/local--tiny.parquet"
 
     def snakemake(*args: str) -> str:
         command = [sys.executable, "-m", "snakemake", "--snakefile", str(repo / "workflow" / "Snakefile")]
-        command += [*args, target, "--configfile", "c.yaml"]
+        command += [*targets, *args, "--configfile", "c.yaml"]
         done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         return done.stdout + done.stderr
+
+    return snakemake
+
+
+def test_a_changed_scoring_module_reruns_the_scoring_job_and_a_touched_file_reruns_nothing(tmp_path):
+    model = {"id": "local/tiny", "path": str(tiny_bert(tmp_path / "model")), "objective": "bidirectional"}
+    target = "results/scores/local--tiny.parquet"
+    snakemake = workflow_copy(tmp_path, {"models": [model]}, [target])
+    repo, work = tmp_path / "repo", tmp_path / "work"
 
     snakemake("--cores", "1")
     recorded = set(pd.read_parquet(work / target)["code_hash"])
@@ -144,3 +171,52 @@ def test_a_changed_scoring_module_reruns_the_scoring_job_and_a_touched_file_reru
     output = snakemake("-n")
     assert [rule for rule, _, _ in planned_jobs(output)] == ["score"]
     assert "Params have changed" in output
+
+
+@pytest.mark.slow  # a training run, its scoring and tables, then three more pipeline runs (about a minute)
+def test_a_scoring_change_rescores_the_trained_model_names_its_older_evolution_and_trains_nothing(tmp_path):
+    """One tiny training run: a changed scoring module plans the scoring and table jobs, no training; the
+    claims table then names the run whose evolution older scoring code computed, until
+    `snakemake --profile profiles/local all --forcerun train` (here for the test's targets) trains it again. A changed training
+    loop trains it again."""
+    model = {"id": "local/tiny", "path": str(tiny_bert(tmp_path / "model")), "objective": "bidirectional"}
+    defaults = {
+        **TINY,
+        **{"batch_size": 4, "grad_accum": 1, "steps": 4, "warmup_steps": 1, "threads": 1, "device": "cpu"},
+        **{"log_every": 2, "score_every": 2, "checkpoint_every": 4},
+        **{"dataset": str(write_corpus(tmp_path)), "cache_dir": str(tmp_path / "cache")},
+    }
+    training = {"defaults": defaults, "runs": [{"name": "enc", "objective": "encoder", "init": "random"}]}
+    claims = "results/training/tables/claims.md"
+    targets = [claims, "results/scores/trained--enc.parquet"]
+    snakemake = workflow_copy(tmp_path, {"models": [model], "training": training}, targets)
+    package, work = tmp_path / "repo" / "src" / "attngeom", tmp_path / "work"
+    evolution = work / "results" / "training" / "enc" / "scores.parquet"
+
+    snakemake("--cores", "1")
+    before = code_hash("scores", package)
+    assert set(pd.read_parquet(evolution)["code_hash"]) == {before}
+    assert "other scoring code" not in (work / claims).read_text()
+
+    with open(package / "scores.py", "a") as file:
+        file.write("\nCHANGED = 1\n")
+    planned = [rule for rule, _, _ in planned_jobs(snakemake("-n"))]
+    assert sorted(planned) == ["score", "training_tables"]
+    snakemake("--cores", "1")
+    assert "The evolution scores of 1 of 1 runs (enc) were computed by other scoring code" in " ".join(
+        (work / claims).read_text().split()
+    )
+
+    snakemake("--cores", "1", "--forcerun", "train")
+    assert len(list(evolution.parent.parent.glob("enc.replaced-*"))) == 1  # moved aside, never overwritten
+    now = set(pd.read_parquet(work / targets[1])["code_hash"])  # the final model, rescored
+    assert now != {before} and set(pd.read_parquet(evolution)["code_hash"]) == now
+    assert "other scoring code" not in (work / claims).read_text()
+
+    with open(package / "training" / "loop.py", "a") as file:
+        file.write("\nCHANGED = 1\n")
+    assert sorted(rule for rule, _, _ in planned_jobs(snakemake("-n"))) == [
+        "score",
+        "train",
+        "training_tables",
+    ]

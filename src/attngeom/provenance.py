@@ -6,6 +6,12 @@ hash covers what those files mean, not their bytes or timestamps: each file's sy
 docstrings and other bare string statements (comments, blank lines and layout never reach the tree). The
 records carry it, and the workflow's rules take it as a parameter, so a changed statement reruns the jobs
 it can affect, while a comment, a docstring, a reformatting or a touched file reruns nothing.
+
+A name the package resolves when it is first used (``attngeom.score``, ``attngeom.__init__``'s ``LAZY``)
+is not followed. The training part relies on it: the scores a run records as it trains come through
+``attngeom.score`` and carry the scoring part's hash in their rows, so the training hash covers what makes
+the weights and the loss log (the loop, the model, the data, the regulariser's ``form_traces``), and a
+change to the scoring code rescores trained models without training them again.
 """
 
 from __future__ import annotations

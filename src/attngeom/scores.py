@@ -1,7 +1,8 @@
 """Symmetry and directionality of a bilinear form M = A Bᵀ, computed from its d × r factors.
 
 Never forms the d × d matrix: every quantity is a trace or a diagonal of small r × r products (the
-README, "What is computed"). Works batched over leading dimensions, so one call scores every head of a
+README, "What is computed"); the traces and the symmetry formula are ``form_traces``', which the training
+regulariser shares. Works batched over leading dimensions, so one call scores every head of a
 layer, and on whatever device the factors live on.
 """
 
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import torch
+
+from .form_traces import frobenius_sq, gram, product, symmetry_ratio, trace_mm
 
 GAMMA = 2.0
 """Threshold in standard deviations above the mean norm, as in the published tables."""
@@ -30,51 +33,12 @@ class FormStatistics:
     col_norms: torch.Tensor  # ‖m_·,j‖ for every column j (…, d)
 
 
-def _product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``x @ y``, batched. Where one operand is shared (size 1 in the last batch dimension, as a kv head's
-    factor is shared by its group of query heads) and is the larger one, the other operand's batch is
-    folded into the rows or columns of one product, so the shared factor is never copied per head."""
-    if x.dim() < 3 or y.dim() < 3 or x.shape[-3] == y.shape[-3] or 1 not in (x.shape[-3], y.shape[-3]):
-        return x @ y
-    x_size, y_size = x.shape[-2] * x.shape[-1], y.shape[-2] * y.shape[-1]
-    if x.shape[-3] == 1 and x_size >= y_size:  # x @ [y_1 … y_G]
-        g, k, n = y.shape[-3:]
-        columns = y.movedim(-3, -2).reshape(*y.shape[:-3], k, g * n)
-        return (x.squeeze(-3) @ columns).unflatten(-1, (g, n)).movedim(-2, -3)
-    if y.shape[-3] == 1 and y_size >= x_size:  # [x_1; …; x_G] @ y
-        g, m, k = x.shape[-3:]
-        rows = x.reshape(*x.shape[:-3], g * m, k)
-        return (rows @ y.squeeze(-3)).unflatten(-2, (g, m))
-    return x @ y
-
-
-GRAM_BLOCK = 128
-"""Gram matrices of rank ≥ 2 · GRAM_BLOCK are formed block by block (``_gram``)."""
-
-
-def _gram(xt: torch.Tensor) -> torch.Tensor:
-    """Xᵀ X from Xᵀ (…, r, d). Symmetric, so for r ≥ 2 · GRAM_BLOCK only the diagonal blocks (recursively)
-    and the upper off-diagonal block are multiplied, the lower one mirrored: 5/8 of the flops at r = 512
-    (BLAS's ``syrk`` would take 1/2; torch does not expose it), 24 → 17 ms on one core."""
-    r = xt.shape[-2]
-    if r < 2 * GRAM_BLOCK or xt.requires_grad:
-        return xt @ xt.mT
-    half = r // 2
-    top, bottom = xt[..., :half, :], xt[..., half:, :]
-    gram = xt.new_empty(*xt.shape[:-2], r, r)
-    gram[..., :half, :half] = _gram(top)
-    gram[..., :half, half:] = top @ bottom.mT
-    gram[..., half:, :half] = gram[..., :half, half:].mT
-    gram[..., half:, half:] = _gram(bottom)
-    return gram
-
-
-def _diagonal(gram: torch.Tensor, ft: torch.Tensor) -> torch.Tensor:
+def _diagonal(gram_matrix: torch.Tensor, ft: torch.Tensor) -> torch.Tensor:
     """diag(F G Fᵀ) = Σ_c (G Fᵀ)_ci (Fᵀ)_ci for a transposed factor Fᵀ (…, r, d); the product is
     multiplied in place where no gradient needs it (one d-long temporary fewer)."""
-    product = _product(gram, ft)
-    product = product * ft if product.requires_grad else product.mul_(ft)
-    return product.sum(dim=-2)
+    out = product(gram_matrix, ft)
+    out = out * ft if out.requires_grad else out.mul_(ft)
+    return out.sum(dim=-2)
 
 
 def form_statistics(a: torch.Tensor, b: torch.Tensor, square: bool = True) -> FormStatistics:
@@ -93,18 +57,13 @@ def form_statistics(a: torch.Tensor, b: torch.Tensor, square: bool = True) -> Fo
     if not square and a.shape[-1] != b.shape[-1]:
         raise ValueError(f"factors must share their rank, got {tuple(a.shape)} and {tuple(b.shape)}")
     at, bt = a.mT, b.mT
-    gram_a = _gram(at)
-    gram_b = _gram(bt)
-    trace_mm = None
-    if square:
-        bt_a = _product(bt, a)  # (…, r, r); tr(M M) = tr((Bᵀ A)²)
-        trace_mm = (bt_a * bt_a.mT).sum(dim=(-2, -1))
-    frobenius_sq = (gram_a * gram_b).sum(dim=(-2, -1))
+    gram_a = gram(at)
+    gram_b = gram(bt)
     row_sq = _diagonal(gram_b, at)  # diag(A BᵀB Aᵀ)
     col_sq = _diagonal(gram_a, bt)  # diag(B AᵀA Bᵀ)
     return FormStatistics(
-        trace_mm=trace_mm,
-        frobenius_sq=frobenius_sq,
+        trace_mm=trace_mm(a, b) if square else None,
+        frobenius_sq=frobenius_sq(gram_a, gram_b),
         row_norms=row_sq.clamp_min(0).sqrt(),
         col_norms=col_sq.clamp_min(0).sqrt(),
     )
@@ -114,9 +73,7 @@ def symmetry(stats: FormStatistics) -> torch.Tensor:
     """s = tr(M M) / ‖M‖²_F ∈ [−1, 1]: 1 symmetric, −1 skew-symmetric, 0 for the zero matrix."""
     if stats.trace_mm is None:
         raise ValueError("symmetry is undefined for a two-space (cross-attention) form")
-    fro = stats.frobenius_sq
-    safe = torch.where(fro > 0, fro, torch.ones_like(fro))
-    return torch.where(fro > 0, stats.trace_mm / safe, torch.zeros_like(fro)).clamp(-1.0, 1.0)
+    return symmetry_ratio(stats.trace_mm, stats.frobenius_sq)
 
 
 def _mass_above_threshold(norms: torch.Tensor, gamma: float, variant: str) -> torch.Tensor:
@@ -158,10 +115,11 @@ class Scores:
 class Form:
     """The bilinear form M = A Bᵀ, held by its factors A, B of shape (…, d, r) and never formed.
 
-    Every caller (the scoring engine, the training regulariser, the heatmaps) scores through this object,
-    so each formula lives once. Leading dimensions broadcast (one key factor B serves a batch of query
-    factors A). ``cross``: M maps between two spaces (decoder queries × encoder keys); A and B may have
-    different numbers of rows, and symmetry is undefined. Differentiable: the training regulariser uses it.
+    Every scorer (the scoring engine, the scores a training run records, the heatmaps) scores through this
+    object, and its symmetry is ``form_traces.form_symmetry``'s formula, which the training regulariser
+    differentiates: each formula lives once. Leading dimensions broadcast (one key factor B serves a batch
+    of query factors A). ``cross``: M maps between two spaces (decoder queries × encoder keys); A and B may
+    have different numbers of rows, and symmetry is undefined. Differentiable.
     """
 
     a: torch.Tensor

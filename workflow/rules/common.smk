@@ -23,7 +23,7 @@ from attngeom.pipeline.training_runs import (
     training_runs,
 )
 from attngeom.pipeline.zoo import Zoo, with_zoo
-from attngeom.provenance import script_hash
+from attngeom.provenance import code_hash, script_hash
 from attngeom.runstats.official import published_settings
 
 R = results_folder(config["results"])
@@ -90,6 +90,11 @@ OFFICIAL_SCOPE = official_scope(
 
 wildcard_constraints:
     slug="|".join(re.escape(s) for s in MODELS),
+
+
+# The scoring code of this checkout: the rules that draw the runs' evolution take it as a param, so a change
+# to it reruns them (not the training) to name the runs whose recorded scores other code computed.
+SCORING_CODE = code_hash("scores")
 
 
 def code_of(script):

@@ -25,7 +25,10 @@
 #   results/training/figures/{evolution_*,symmetric_init_*,official_comparison}.{pdf,png}
 #
 # A killed job resumes from its checkpoint when re-run (checkpoint/ is not a declared output, so
-# Snakemake never deletes it); a run whose settings changed is trained again from scratch.
+# Snakemake never deletes it); a run whose settings or training code changed is trained again from scratch.
+# A change to the scoring code rescores the final models (rule score) and trains nothing: the tables and
+# figures of the evolution name the runs whose recorded scores older code computed, and
+# `snakemake --profile profiles/local all --forcerun train` trains those again (docs/pipeline.md, "Reruns follow the code").
 
 
 if TRAINING_RUNS:
@@ -100,6 +103,7 @@ if TRAINING_RUNS:
         params:
             scope=TRAINING_SCOPE,
             official_scope=OFFICIAL_SCOPE,
+            scoring_code=SCORING_CODE,
             code=code_of("training_tables.py"),
         script:
             "../../scripts/training_tables.py"
@@ -133,6 +137,7 @@ if EVOLUTION_GROUPS:
         params:
             scope=TRAINING_SCOPE,
             official_scope=OFFICIAL_SCOPE,
+            scoring_code=SCORING_CODE,
             code=code_of("training_figures.py"),
         script:
             "../../scripts/training_figures.py"

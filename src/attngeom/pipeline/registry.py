@@ -114,10 +114,19 @@ def _label(entry: dict) -> str:
     return label
 
 
+def _checked_id(entry: dict) -> None:
+    """A model id that makes a file name (no empty path component), or a config refusal naming it."""
+    try:
+        slug(entry["id"])
+    except InputError as err:
+        raise InputError(f"config: {err}; give the model an id such as org/name") from None
+
+
 def build_registry(entries: list[dict], results: str) -> dict[str, Model]:
     """Models by slug, in config order; rejects duplicate ids and slugs and unknown random settings."""
     models: dict[str, Model] = {}
     for entry in entries:
+        _checked_id(entry)
         kind, location = _location(entry, results)
         random = dict(entry.get("random", {}))
         model = Model(

@@ -9,12 +9,14 @@ median. Bands are interquartile ranges pooled over every seed; with more than on
 is also drawn as a thin line. Random init is light blue and dashed, symmetric init dark blue and solid,
 torch_default orange and dash-dotted, torch_default_symmetric (the authors' symmetric init) dark red and
 solid, in our panels and the authors' alike.
-What each run trained comes from its folder's config.yaml (``runs.RunInfo``), never from the logs.
+What each run trained comes from its folder's config.yaml (``runs.RunInfo``), never from the logs. Runs
+whose evolution other scoring code computed are named in a footnote (``scoring_code``).
 Each figure function saves its figure and returns it (closed), so what it drew can be inspected.
 """
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -30,6 +32,7 @@ from ..runstats.speedup import CLAIM_RULE
 from ..runstats.table1 import INIT_ORDER
 from ..training.runs import RunInfo
 from .score_figures import save
+from .scoring_code import other_code_note
 
 COLOURS = {
     "encoder": "tab:blue",
@@ -72,6 +75,13 @@ def load_runs(runs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
         scores.append(pd.read_parquet(run / "scores.parquet").assign(**labels))
         losses.append(smoothed(pd.read_parquet(run / "loss.parquet")).assign(**labels))
     return pd.concat(scores, ignore_index=True), pd.concat(losses, ignore_index=True)
+
+
+def _note_other_code(fig: Figure, scores: pd.DataFrame) -> None:
+    """A footnote naming the runs drawn whose evolution other scoring code computed (``scoring_code``)."""
+    if note := other_code_note(scores):
+        width = int(fig.get_figwidth() * 14)  # the characters a line of small type holds
+        fig.supxlabel(textwrap.fill(note, width), fontsize="small", color="darkred")
 
 
 def _seeds(frame: pd.DataFrame) -> int:
@@ -147,6 +157,7 @@ def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path
                 continue
             _per_layer(ax, group, metric, f"{panel}) {objective}-only: {metric} per layer")
     fig.suptitle(f"{layers}-layer models trained on {dataset}, random init ({_seeds(runs)} seed(s))")
+    _note_other_code(fig, runs)
     if stem is not None:  # None: the figure only (attngeom.plots)
         save(fig, stem)
     return fig
@@ -286,6 +297,7 @@ def symmetric_init_figure(
         f"{layers}-layer {objective} on {dataset}: init arms compared ({', '.join(inits)})"
         + (f"\n{note}" if note else "")
     )
+    _note_other_code(fig, sc)
     save(fig, stem)
     return fig
 
@@ -328,5 +340,6 @@ def official_figure(scores: pd.DataFrame, official: pd.DataFrame, stem: Path) ->
     note = official_note(ours, official)
     if note:
         fig.suptitle(note, fontsize="small", wrap=True)
+    _note_other_code(fig, scores)
     save(fig, stem)
     return fig

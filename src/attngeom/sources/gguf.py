@@ -128,20 +128,20 @@ def parse_header(prefix: bytes, where: str) -> Header:
                 if count <= SMALL_ARRAY:
                     header.arrays[key] = struct.unpack(f"<{count}{_SCALARS[item]}", raw)
             else:
-                raise InputError(f"{where}: GGUF metadata {key} has an unsupported array type {item}")
+                raise InputError(f"{where}: GGUF metadata {key!r} has an unsupported array type {item}")
             header.array_lengths[key] = count
         elif kind == GGUFValueType.STRING:
             header.metadata[key] = cursor.string()
         elif kind in _SCALARS:
             header.metadata[key] = cursor.take("<" + _SCALARS[kind])[0]
         else:
-            raise InputError(f"{where}: GGUF metadata {key} has an unknown type {kind}; corrupted?")
+            raise InputError(f"{where}: GGUF metadata {key!r} has an unknown type {kind}; corrupted?")
     infos = []
     for _ in range(n_tensors):
         name = cursor.string()
         (n_dims,) = cursor.take("<I")
         if not 0 < n_dims <= 8:
-            raise InputError(f"{where}: GGUF tensor {name} has {n_dims} dimensions; the file is corrupted")
+            raise InputError(f"{where}: GGUF tensor {name!r} has {n_dims} dimensions; the file is corrupted")
         infos.append((name, cursor.take(f"<{n_dims}Q"), *cursor.take("<IQ")))
     alignment = header.metadata.get("general.alignment", 32)
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0:
@@ -154,10 +154,10 @@ def parse_header(prefix: bytes, where: str) -> Header:
             quant = GGMLQuantizationType(kind)
             block, block_bytes = GGML_QUANT_SIZES[quant]
         except (ValueError, KeyError) as err:
-            raise InputError(f"{where}: tensor {name} has an unknown GGUF type {kind}") from err
+            raise InputError(f"{where}: tensor {name!r} has an unknown GGUF type {kind}") from err
         if dims[0] % block:
             raise InputError(
-                f"{where}: GGUF tensor {name} has rows of {dims[0]}, not whole {quant.name} blocks"
+                f"{where}: GGUF tensor {name!r} has rows of {dims[0]}, not whole {quant.name} blocks"
             )
         start = data_start + offset
         header.tensors[name] = TensorInfo(

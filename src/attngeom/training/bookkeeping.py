@@ -68,6 +68,14 @@ class ParquetLog:
             pd.concat(self.frames, ignore_index=True).to_parquet(temporary, index=False)
 
 
+def other_scoring_code(scores: pd.DataFrame, current: str) -> pd.Series:
+    """Which rows of a score log other scoring code computed than ``current`` (each row's ``code_hash``,
+    ``attngeom.provenance``); a log without the column, from an earlier attngeom, is all other code."""
+    if "code_hash" not in scores.columns:
+        return pd.Series(True, index=scores.index)
+    return scores["code_hash"] != current
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """One optimizer step as the loop saw it; the tensors stay on the device until the log is flushed."""

@@ -36,7 +36,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "masking": ("fixed_count", "bernoulli"),
     "loss_average": ("update", "micro_batch"),
     "recipe": (None, "paper_text", "authors_code", "authors_code_characters"),
-    "attention": ("sdpa", "flex"),
 }
 
 
@@ -86,11 +85,6 @@ class TrainConfig:
     intermediate_size: int | None = None
     """``None`` takes the size from the preset for ``n_layers`` (4, 12 or 24)."""
     dropout: float = 0.1
-    attention: str = "sdpa"
-    """The attention kernel of training: ``sdpa`` (PyTorch's scaled_dot_product_attention, given the
-    document mask as a dense (B, 1, L, L) boolean mask: every query × key pair computed); ``flex``
-    (FlexAttention with a document block mask: only the blocks of pairs the mask keeps; the same attention
-    dropout, other random draws; ``document_attention.py``)."""
     document_mask: bool = True
     """Each document of a packed row attends only to itself, at positions counted from its own start, as
     if it were alone in a padded row; ``false``: the documents packed into a row see each other."""

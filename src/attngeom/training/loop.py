@@ -123,7 +123,9 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.de
 
 
 def score_live(model: torch.nn.Module, name: str, step: int) -> pd.DataFrame:
-    """attngeom's scores of the live model, tagged with the step (what the run trains is in config.yaml)."""
+    """attngeom's scores of the live model, tagged with the step (what the run trains is in config.yaml).
+    Each row carries the scoring code's hash (``code_hash``); ``attngeom.score`` is looked up by name when
+    called, so the training code's hash (``attngeom.provenance``) leaves the scoring code out."""
     from attngeom import score
 
     return score(model, progress=False, model_id=name).assign(step=step)

@@ -1,9 +1,8 @@
 """The BERT models the paper trains, its attention initialisations, the regulariser γ·L_c, and the loss.
 
 Encoder: ``BertForMaskedLM`` (bidirectional). Decoder: ``BertLMHeadModel`` with ``is_decoder=True``
-(causal mask). Both use PyTorch SDPA attention, or FlexAttention (``attention=flex``,
-``document_attention.py``); given the document of every token, attention stays inside each document and
-positions restart per document (``document_mask.py``).
+(causal mask). Both use PyTorch SDPA attention; given the document of every token, attention stays inside
+each document and positions restart per document (``document_mask.py``).
 """
 
 from __future__ import annotations
@@ -13,9 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, PreTrainedModel
 
-from ..scores import Form
+from ..form_traces import form_symmetry
 from .config import TrainConfig
-from .document_attention import FLEX, document_block_mask
 from .document_mask import document_attention_mask, document_positions
 
 
@@ -32,7 +30,7 @@ def build_model(config: TrainConfig, vocab_size: int) -> PreTrainedModel:
         max_position_embeddings=max(512, config.seq_len),
         is_decoder=config.objective == "decoder",
         use_cache=False,
-        attn_implementation=FLEX if config.attention == "flex" else "sdpa",
+        attn_implementation="sdpa",
     )
     model = BertLMHeadModel(bert) if config.objective == "decoder" else BertForMaskedLM(bert)
     init_attention(model, config.init, seed=config.seed)
@@ -89,7 +87,8 @@ def _torch_default(linear: nn.Linear, gen: torch.Generator) -> None:
 
 
 def head_symmetry(model: PreTrainedModel) -> torch.Tensor:
-    """Symmetry of every head's W_qk (layers × heads) through ``scores.Form``, differentiable.
+    """Symmetry of every head's W_qk (layers × heads), differentiable: ``form_traces.form_symmetry``,
+    the formula ``scores.Form`` scores with.
 
     In nn.Linear terms ``query.weight`` is (H·d_h) × d, so head h's W_q (d × d_h, x W convention) is
     ``query.weight[rows of h].T``.
@@ -99,7 +98,7 @@ def head_symmetry(model: PreTrainedModel) -> torch.Tensor:
         n, d_h = attn.num_attention_heads, attn.attention_head_size
         w_q = attn.query.weight.float().reshape(n, d_h, -1).mT  # (H, d, d_h)
         w_k = attn.key.weight.float().reshape(n, d_h, -1).mT
-        out.append(Form(w_q, w_k).symmetry)
+        out.append(form_symmetry(w_q, w_k))
     return torch.stack(out)
 
 
@@ -120,18 +119,10 @@ def hidden_states(
     model: PreTrainedModel, input_ids: torch.Tensor, documents: torch.Tensor | None = None
 ) -> torch.Tensor:
     """The encoder's last hidden states (B, L, d); with ``documents`` (B, L), each document of a packed row
-    sees only itself, at positions counted from its own start. FlexAttention takes the mask as a
-    ``BlockMask`` (a row without ``documents`` is one document), over doubled keys when dropout is on."""
-    causal = model.config.is_decoder
-    if model.config._attn_implementation == FLEX:
-        doubled = model.training and model.config.attention_probs_dropout_prob > 0
-        whole = torch.zeros_like(input_ids, dtype=torch.int32) if documents is None else documents
-        mask = document_block_mask(whole, causal, doubled)
-        positions = None if documents is None else document_positions(documents)
-        return model.bert(input_ids=input_ids, attention_mask=mask, position_ids=positions).last_hidden_state
+    sees only itself, at positions counted from its own start."""
     if documents is None:
         return model.bert(input_ids=input_ids).last_hidden_state
-    mask = document_attention_mask(documents, causal=causal)
+    mask = document_attention_mask(documents, causal=model.config.is_decoder)
     return model.bert(
         input_ids=input_ids, attention_mask=mask, position_ids=document_positions(documents)
     ).last_hidden_state

@@ -6,7 +6,8 @@ The folder's ``config.yaml`` is the one record of what a run trains (read by ``R
 ``code.json`` the hash of the training code that started it (``attngeom.provenance``). A run is resumed
 only with the same settings and the same data; anything else is refused, or, when asked (``restart``), the
 old folder is moved aside to ``<folder>.replaced-<UTC time>``: never overwritten. ``if-changed`` (the
-pipeline's choice) also trains afresh when the training code changed since the run started.
+pipeline's choice) also trains afresh when the training code changed since the run started, and a finished
+run whose recorded scores other scoring code computed (what ``snakemake --forcerun train`` is for).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+import pandas as pd
 import yaml
 
 from ..files import write_text
 from ..provenance import code_hash
 from ..version import __version__
+from .bookkeeping import other_scoring_code
 from .config import (
     ConfigError,
     TrainConfig,
@@ -161,6 +164,9 @@ class RunFolder:
         if restart == "if-changed" and same and self.recorded_code() != code_hash("training"):
             logger.warning("attngeom: the training code changed since the run in %s started", self.path)
             same = False
+        if restart == "if-changed" and same and self.finished_with_other_scores(config.steps):
+            logger.warning("attngeom: the run in %s recorded scores of other scoring code", self.path)
+            same = False
         if restart == "always" or (restart == "if-changed" and not same):
             self._move_aside()
         elif not same:
@@ -201,6 +207,16 @@ class RunFolder:
             return json.loads(self.code.read_text()).get("code_hash")
         except (OSError, ValueError, AttributeError):
             return None
+
+    def finished_with_other_scores(self, steps: int) -> bool:
+        """Whether the folder's run reached step ``steps`` and recorded scores (``code_hash`` of each row)
+        that other scoring code than this attngeom's computed: only training it again rescores its earlier
+        steps. An unfinished run resumes instead, its rows of either code each marked so."""
+        if not self.scores.is_file():
+            return False
+        rows = pd.read_parquet(self.scores)
+        finished = len(rows) > 0 and rows["step"].max() >= steps
+        return finished and bool(other_scoring_code(rows, code_hash("scores")).any())
 
     def _difference(self, config: TrainConfig) -> str:
         recorded = self.recorded_config()

@@ -52,11 +52,6 @@ def check_stackable(configs: Sequence[TrainConfig], outs: Sequence[Path]) -> Non
         raise ConfigError("stacked training needs one run folder per run")
     if len(set(outs)) != len(outs):
         raise ConfigError("stacked runs need a folder each: two runs name the same --out folder")
-    if configs[0].attention != "sdpa":
-        raise ConfigError(
-            f"training setting attention={configs[0].attention!r}: stacked runs (--seeds, --inits) attend "
-            "through SDPA only; train them separately, or with attention=sdpa"
-        )
     first = configs[0].to_dict()
     for config, out in zip(configs[1:], outs[1:], strict=True):
         other = config.to_dict()

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
-from ..scores import Form
+from ..form_traces import form_symmetry
 from .document_mask import document_attention_mask, document_positions
 from .model import VOCABULARY_MULTIPLE, penalty
 
@@ -141,7 +141,7 @@ class StackedLoss(nn.Module):
                 self.w(prefix + f"{part}.weight").float().unflatten(1, (self.heads, -1)).mT
                 for part in ("query", "key")
             )
-            out.append(Form(w_q, w_k).symmetry)  # (R, H)
+            out.append(form_symmetry(w_q, w_k))  # (R, H)
         return penalty(torch.stack(out, dim=1), self.reg_target, dims=(1, 2))
 
     def _linear(self, x: torch.Tensor, prefix: str) -> torch.Tensor:
