@@ -13,6 +13,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .observe import BLOCKED
+from .running import track_running
 
 SOFTMAX = {torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax}
 
@@ -58,25 +59,7 @@ def softmax_masks(modules: dict[str, torch.nn.Module]) -> Iterator[_Softmaxes]:
     """Within the block, by path, whether each module's first softmax input was causally masked."""
     mode = _Softmaxes()
 
-    def opened(path: str):
-        def hook(module, args):
-            mode.active.append(path)
-
-        return hook
-
-    def closed(path: str):
-        def hook(module, args, output):
-            if mode.active and mode.active[-1] == path:
-                mode.active.pop()
-
-        return hook
-
     with ExitStack() as stack:
-        for path, module in modules.items():
-            for handle in (
-                module.register_forward_pre_hook(opened(path)),
-                module.register_forward_hook(closed(path)),
-            ):
-                stack.callback(handle.remove)
+        track_running(stack, modules, mode.active)
         stack.enter_context(mode)
         yield mode

@@ -19,6 +19,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..architectures.discovery import Found
+from .running import track_running
 
 ADDED = {torch.baddbmm, torch.Tensor.baddbmm}
 """Products added to a first operand, ``baddbmm(bias, q, kᵀ)`` (GPT-NeoX-Japanese): q and kᵀ come second."""
@@ -75,26 +76,8 @@ def score_products(modules: dict[str, torch.nn.Module], items: list[Found]) -> I
     fused = {item.path: item.head_dim for item in items if item.fused and not item.latent}
     mode = _ScoreProducts(fused)
 
-    def opened(path: str):
-        def hook(module, args):
-            mode.active.append(path)
-
-        return hook
-
-    def closed(path: str):
-        def hook(module, args, output):
-            if mode.active and mode.active[-1] == path:
-                mode.active.pop()
-
-        return hook
-
     with ExitStack() as stack:
-        for path in fused:
-            for handle in (
-                modules[path].register_forward_pre_hook(opened(path)),
-                modules[path].register_forward_hook(closed(path)),
-            ):
-                stack.callback(handle.remove)
+        track_running(stack, {path: modules[path] for path in fused}, mode.active)
         if fused:
             stack.enter_context(mode)
         yield mode
