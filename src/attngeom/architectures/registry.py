@@ -37,6 +37,17 @@ def supported_model_types() -> list[str]:
     return sorted(REGISTRY)
 
 
+def labels_of(model_type: str) -> tuple[str, str] | None:
+    """(modality, objective) of a type attngeom scores, known before any weight is read: its table's, or
+    what the conformance run observed of its discovered layout; ``None`` for a type it does not score."""
+    if model_type in REGISTRY:
+        return REGISTRY[model_type].modality, REGISTRY[model_type].objective
+    entry = conformance().get(model_type)
+    if entry is not None and entry["status"] == "validated":
+        return entry["modality"], entry["objective"]
+    return None
+
+
 def architecture_for(config: PretrainedConfig) -> Architecture:
     """The map for this config's ``model_type``: its table, else its discovered layout where the generated
     conformance run validated it, else an error with the reason and the nearest supported types."""

@@ -246,14 +246,13 @@ def zoo_entries(zoo: Zoo) -> list[dict]:
     """The pinned models as registry entries: role pretrained, family its ``model_type``; modality and
     objective from attngeom's map of that type ("unknown" when the Hub named none or attngeom has no
     map: the scores then record what they are); groups: those of ``zoo.groups`` that fit its kind."""
-    from ..architectures import REGISTRY
+    from ..architectures.registry import labels_of
 
     entries = []
     for model in read_pinned(zoo):
-        architecture = REGISTRY.get(model.get("model_type") or "")
-        modality = architecture.modality if architecture else "unknown"
-        objective = architecture.objective if architecture else "unknown"
-        fits = paper_groups(modality, objective) if architecture else ()
+        labels = labels_of(model.get("model_type") or "")
+        modality, objective = labels or ("unknown", "unknown")
+        fits = paper_groups(modality, objective) if labels else ()
         entry = {
             "id": model["id"],
             "hub": f"{model['id']}/{model['file']}" if model.get("file") else model["id"],
