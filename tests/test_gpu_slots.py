@@ -216,11 +216,6 @@ TRAIN = {
 
 
 @pytest.mark.slow  # three training runs at once through the pipeline, one of them two DDP processes
-@pytest.mark.xfail(
-    strict=False,
-    reason="known defect, open (2026-11-27): the two-process gloo run at times never exits after its last "
-    "step (one rank prints its run folder, the other stays in the CLI until killed); 2 of 3 runs hung here",
-)
 def test_the_train_rule_pins_each_run_and_gives_a_ddp_run_two_gpus(tmp_path):
     """The pipeline's own train rule on four GPUs: two one-GPU runs and a two-GPU run (torchrun, two
     processes; gloo on the CPU here) train at once, on GPUs of their own."""
