@@ -185,8 +185,8 @@ def _leave_process_group() -> None:
     ``_train`` must have returned first, so that its DDP wrapper is freed while the group lives. DDP's
     reducer holds a reference to the group; freed after ``destroy_process_group`` it drops the last one,
     holding the GIL, and the gloo group's destructor then waits for gloo's worker thread, which may still
-    need the GIL to free the barrier's tensors: a deadlock in which that rank never exits (seen on a busy
-    CPU in about 1 run of 15). Freed first, the reducer drops a reference that the group's Python object
+    need the GIL to free the barrier's tensors: a deadlock in which that rank never exits (2 of 41 runs on a
+    busy 2-core CPU). Freed first, the reducer drops a reference that the group's Python object
     still shares, and that object's destructor lets go of the GIL."""
     dist.barrier()
     dist.destroy_process_group()
