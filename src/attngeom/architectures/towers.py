@@ -43,55 +43,50 @@ def _blip_vision_layers(config: PretrainedConfig, reader: TensorReader) -> Itera
         )
 
 
+def _bert_layers(
+    config: PretrainedConfig,
+    reader: TensorReader,
+    stack: str,
+    attention: str,
+    layers: range,
+    left_out: tuple[str, ...] = ("bias", "scale"),
+) -> Iterator[AttentionLayer]:
+    """BERT-style attention ``encoder.layer.i.{attention}.query`` / ``.key`` of each layer in ``layers``; a
+    ``*_cross`` stack is cross-attention to the image features."""
+    heads = config.num_attention_heads
+    cross = stack.endswith("_cross")
+    for i in layers:
+        base = f"encoder.layer.{i}.{attention}"
+        yield qk_block(
+            reader,
+            stack,
+            i,
+            (f"{base}.query",),
+            (f"{base}.key",),
+            heads,
+            config.hidden_size // heads,
+            left_out=left_out,
+            form=CROSS_IMAGE_FORM if cross else "standard",
+            cross=cross,
+        )
+
+
 def _blip_text_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """BLIP's BERT-style text tower: self-attention (``text``) and, in a decoder config (the default),
     cross-attention to the image features in every layer (``text_cross``)."""
-    heads = config.num_attention_heads
-    for stack, module, left_out in (
-        ("text", "attention", VIT_LEFT_OUT),
-        ("text_cross", "crossattention", ("bias", "scale")),
-    ):
-        if stack == "text_cross" and not config.is_decoder:
-            return
-        for i in range(config.num_hidden_layers):
-            base = f"encoder.layer.{i}.{module}.self"
-            cross = stack == "text_cross"
-            yield qk_block(
-                reader,
-                stack,
-                i,
-                (f"{base}.query",),
-                (f"{base}.key",),
-                heads,
-                config.hidden_size // heads,
-                left_out=left_out,
-                form=CROSS_IMAGE_FORM if cross else "standard",
-                cross=cross,
-            )
+    layers = range(config.num_hidden_layers)
+    yield from _bert_layers(config, reader, "text", "attention.self", layers, VIT_LEFT_OUT)
+    if config.is_decoder:
+        yield from _bert_layers(config, reader, "text_cross", "crossattention.self", layers)
 
 
 def _qformer_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """BLIP-2's Q-Former: self-attention among the learned query tokens (``qformer``) and, every
     ``cross_attention_frequency`` layers, their cross-attention to the image features (``qformer_cross``)."""
-    heads = config.num_attention_heads
-    for stack, module in (("qformer", "attention"), ("qformer_cross", "crossattention")):
-        cross = stack == "qformer_cross"
-        for i in range(config.num_hidden_layers):
-            if cross and i % config.cross_attention_frequency:
-                continue
-            base = f"encoder.layer.{i}.{module}.attention"
-            yield qk_block(
-                reader,
-                stack,
-                i,
-                (f"{base}.query",),
-                (f"{base}.key",),
-                heads,
-                config.hidden_size // heads,
-                left_out=("bias", "scale"),
-                form=CROSS_IMAGE_FORM if cross else "standard",
-                cross=cross,
-            )
+    n = config.num_hidden_layers
+    yield from _bert_layers(config, reader, "qformer", "attention.attention", range(n))
+    cross_layers = range(0, n, config.cross_attention_frequency)
+    yield from _bert_layers(config, reader, "qformer_cross", "crossattention.attention", cross_layers)
 
 
 def _qwen_vision_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
