@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .base import Architecture, AttentionLayer, TensorReader, fused_qkv
+from .base import Architecture, AttentionLayer, TensorReader, fused_layers
 from .composite import Tower, composite
 from .vision import VIT_LEFT_OUT, qk_block
 from .vision_stages import swin_stages
@@ -29,18 +29,16 @@ def _blip_vision_layers(config: PretrainedConfig, reader: TensorReader) -> Itera
     a stored zero)."""
     heads = config.num_attention_heads
     has_bias = reader.has("encoder.layers.0.self_attn.qkv.bias")
-    for i in range(config.num_hidden_layers):
-        prefix = f"encoder.layers.{i}.self_attn.qkv"
-        bias = reader.get(f"{prefix}.bias") if has_bias else None
-        yield AttentionLayer(
-            stack="vision",
-            layer=i,
-            **fused_qkv(reader.get(f"{prefix}.weight"), bias),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=config.hidden_size // heads,
-            left_out=VIT_LEFT_OUT if has_bias else VIT_LEFT_OUT[1:],
-        )
+    yield from fused_layers(
+        reader,
+        "encoder.layers.{i}.self_attn.qkv",
+        config.num_hidden_layers,
+        heads,
+        config.hidden_size // heads,
+        has_bias,
+        VIT_LEFT_OUT[1:],  # bias: as has_bias says
+        stack="vision",
+    )
 
 
 def _bert_layers(
@@ -93,17 +91,16 @@ def _qwen_vision_layers(config: PretrainedConfig, reader: TensorReader) -> Itera
     """Qwen2-VL vision: ``blocks.i.attn.qkv`` rows [q; k; v], 2-D rotary on q and k."""
     heads = config.num_heads
     width = getattr(config, "embed_dim", None) or config.hidden_size  # Qwen2-VL names it embed_dim
-    for i in range(config.depth):
-        prefix = f"blocks.{i}.attn.qkv"
-        yield AttentionLayer(
-            stack="vision",
-            layer=i,
-            **fused_qkv(reader.get(f"{prefix}.weight"), reader.get(f"{prefix}.bias")),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=width // heads,
-            left_out=("bias", "rotary", "scale"),
-        )
+    yield from fused_layers(
+        reader,
+        "blocks.{i}.attn.qkv",
+        config.depth,
+        heads,
+        width // heads,
+        True,
+        ("rotary", "scale"),
+        stack="vision",
+    )
 
 
 def _clap_audio_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
