@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .base import Architecture, AttentionLayer, TensorReader, fused_layers
 from .composite import Tower, composite
-from .vision import VIT_LEFT_OUT, qk_block
+from .vision import VIT_LEFT_OUT, qk_block, vision_architecture
 from .vision_stages import swin_stages
 
 if TYPE_CHECKING:
@@ -125,12 +125,10 @@ def _tower(
     )
 
 
-def _layers(config: PretrainedConfig) -> int:
-    return config.num_hidden_layers
-
-
 ARCHITECTURES: list[Architecture] = [
-    _tower(("blip_vision_model", "blip_2_vision_model"), "vision", _blip_vision_layers, ("vision",), _layers),
+    vision_architecture(
+        ("blip_vision_model", "blip_2_vision_model"), _blip_vision_layers, stacks=("vision",)
+    ),
     _tower(
         ("blip_text_model",),
         "language",
@@ -148,12 +146,11 @@ ARCHITECTURES: list[Architecture] = [
         lambda c: c.num_hidden_layers + len(range(0, c.num_hidden_layers, c.cross_attention_frequency)),
         notes="learned queries' self-attention, and their cross-attention to the image (qformer_cross)",
     ),
-    _tower(
+    vision_architecture(
         ("qwen2_vl_vision",),
-        "vision",
         _qwen_vision_layers,
-        ("vision",),
-        lambda c: c.depth,
+        n_layers=lambda c: c.depth,
+        stacks=("vision",),
         notes="2-D rotary",
     ),
     _tower(("clap_audio_model",), "audio", _clap_audio_layers, ("audio",), lambda c: sum(c.depths)),
