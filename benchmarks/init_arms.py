@@ -11,15 +11,17 @@ BERT's uncased vocabulary; 256 documents an update; the 200,000-update schedule,
   authors_code_characters``, as the authors' code read Wikipedia and RedPajama), ``random`` and
   ``torch_default_symmetric`` × 3 seeds, to 10,000 updates;
 - ``layers12``: 12-layer encoders (BERT-base sizes), word pieces, ``random`` and ``torch_default_symmetric``
-  × 4 seeds, to 5,000 updates (where the authors' 12-layer Jigsaw runs are 0.3–0.4 nats apart).
+  × 3 seeds, to 4,000 updates (where the authors' 12-layer Jigsaw runs are 0.53 nats apart).
 
-Each group of runs (one seed's arms, or part of them) is one ``attngeom train --seeds … --inits …`` process
-(its runs stacked in one compiled step); groups are spread over the GPUs by their expected tokens (longest
-first, each to the least loaded GPU) and share a GPU by time-slicing. Loss every update, scores and a
+Each group of runs (one seed's arms, or part of them; with ``--group-by init``, one arm's seeds) is one
+``attngeom train --seeds … --inits …`` process (its runs stacked in one compiled step); groups are spread
+over the GPUs by their expected tokens (longest first, each to the least loaded GPU) and share a GPU by
+time-slicing. A run's data order and masking come from its seed alone, so seed pairs stay paired across
+processes. Loss every update, scores and a
 checkpoint every 1,000: a run stopped early resumes from its folder when the same command runs again.
 
     python benchmarks/init_arms.py plan --gpus 4                   # the groups and their GPUs
-    python benchmarks/init_arms.py plan --gpus 3 --experiments layers12
+    python benchmarks/init_arms.py plan --gpus 2 --experiments layers12 --group-by init
     python benchmarks/init_arms.py run --gpus 4 --out RUNS         # on the GPU host (blocks until done)
     python benchmarks/init_arms.py status RUNS                     # each run's last logged update
     python benchmarks/init_arms.py collect RUNS ARCHIVE.tar.gz     # the runs' logs, no checkpoints
@@ -68,7 +70,7 @@ EXPERIMENTS = (
         10_000,
         77_000,
     ),
-    Experiment("layers12", ("n_layers=12",), ("random", "torch_default_symmetric"), 4, 5_000, 24_000, 6.0),
+    Experiment("layers12", ("n_layers=12",), ("random", "torch_default_symmetric"), 3, 4_000, 24_000, 6.0),
 )
 
 
@@ -84,11 +86,15 @@ class Group:
         return len(self.seeds) * len(self.inits) * e.stop_at * e.tokens_per_update * e.cost_per_token
 
 
-def groups(names: tuple[str, ...] = tuple(e.name for e in EXPERIMENTS)) -> list[Group]:
-    """One group per seed of each named experiment (its arms stacked); the last seed of the four word-piece
-    arms in two halves, so that the work spreads evenly over four GPUs."""
+def groups(names: tuple[str, ...] = tuple(e.name for e in EXPERIMENTS), by: str = "seed") -> list[Group]:
+    """By seed: one group per seed of each named experiment (its arms stacked), the last seed of the four
+    word-piece arms in two halves, so that the work spreads evenly over four GPUs. By init: one group per
+    arm (its seeds stacked), for as many GPUs as arms."""
     out = []
     for e in (e for e in EXPERIMENTS if e.name in names):
+        if by == "init":
+            out += [Group(e, tuple(range(e.seeds)), (init,)) for init in e.inits]
+            continue
         for seed in range(e.seeds):
             halves = len(e.inits) == 4 and seed == e.seeds - 1
             parts = (e.inits[:2], e.inits[2:]) if halves else (e.inits,)
@@ -140,7 +146,9 @@ def run(args: argparse.Namespace) -> int:
     OUT/logs/."""
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
     processes = []
-    chosen = [g for g in groups(args.experiments) if not args.only or group_name(g) in args.only]
+    chosen = [
+        g for g in groups(args.experiments, args.group_by) if not args.only or group_name(g) in args.only
+    ]
     for gpu, assigned in assign(chosen, args.gpus).items():
         for group in assigned:
             name = group_name(group)
@@ -203,13 +211,19 @@ def main() -> int:
         default=tuple(e.name for e in EXPERIMENTS),
         help="which experiments (all by default)",
     )
+    parser.add_argument(
+        "--group-by",
+        choices=("seed", "init"),
+        default="seed",
+        help="one process per seed (its arms stacked) or per arm (its seeds stacked)",
+    )
     parser.add_argument("--stop-at", type=int, help="stop every run here (default: each experiment's)")
     parser.add_argument(
         "--only", nargs="+", metavar="GROUP", help="run: only these groups (names as `plan` prints)"
     )
     args = parser.parse_args()
     if args.action == "plan":
-        for gpu, assigned in assign(groups(args.experiments), args.gpus).items():
+        for gpu, assigned in assign(groups(args.experiments, args.group_by), args.gpus).items():
             work = sum(g.work for g in assigned) / 1e9
             print(
                 f"gpu {gpu} ({work:.2f}G tokens, BERT-mini equivalents): "
