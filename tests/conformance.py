@@ -32,6 +32,23 @@ from attngeom.sources import open_source
 CAPTURE = "attngeom_capture"
 BERT_SIZES = {"hidden_size": 48, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 64}
 """A small BERT-style encoder (the families that name their sizes as BERT does)."""
+TEXT_SIZES = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 32,
+    "vocab_size": 100,
+}
+"""A small text tower: 4 heads of 8, a vocabulary of 100."""
+VISION_SIZES = {
+    "hidden_size": 24,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 3,
+    "intermediate_size": 32,
+    "image_size": 32,
+    "patch_size": 8,
+}
+"""A small ViT-style vision tower: 3 heads of 8, 32 × 32 images of 8 × 8 patches."""
 
 
 @dataclass

@@ -8,5 +8,6 @@ import os
 # Linear forward+backward passes took 24 s on 2 threads, 0.04 s on 1). A value already set is kept.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from bench_support import bench_cache  # noqa: E402, F401 - the benchmarks' corpus, once per module
 from conformance_sweep import fresh_conformance  # noqa: E402, F401 - one fresh conformance run per session
 from pipeline_support import tiny_run  # noqa: E402, F401 - the tiny pipeline run, once per session

@@ -16,6 +16,8 @@ import pytest
 import torch
 import transformers
 from conformance import (
+    TEXT_SIZES,
+    VISION_SIZES,
     Capture,
     assert_conforms,
     build,
@@ -39,15 +41,6 @@ LANGUAGE = dict(
     intermediate_size=32,
     vocab_size=128,
 )
-VISION = dict(
-    hidden_size=24,
-    num_hidden_layers=2,
-    num_attention_heads=3,
-    intermediate_size=32,
-    image_size=32,
-    patch_size=8,
-)
-TEXT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32, vocab_size=100)
 IMAGE_TOKEN = 100
 
 
@@ -199,8 +192,8 @@ def _blip2_config(text: dict):
     return lambda: tiny_config(
         "blip-2",
         text_config=text,
-        vision_config=VISION,
-        qformer_config={**TEXT, "encoder_hidden_size": 24, "cross_attention_frequency": 2},
+        vision_config=VISION_SIZES,
+        qformer_config={**TEXT_SIZES, "encoder_hidden_size": 24, "cross_attention_frequency": 2},
         num_query_tokens=4,
         image_token_index=99,
     )
@@ -220,16 +213,16 @@ def _text_and_image() -> dict:
     return {"input_ids": torch.randint(3, 90, (1, 7), generator=_generator()), "pixel_values": _image()}
 
 
-CLIP_VISION = {**VISION, "model_type": "clip_vision_model"}
+CLIP_VISION = {**VISION_SIZES, "model_type": "clip_vision_model"}
 PIXTRAL_VISION = {
-    **VISION,
+    **VISION_SIZES,
     "model_type": "pixtral",
     "hidden_size": 32,
     "num_attention_heads": 4,
     "head_dim": 8,
 }
 T5_TEXT = dict(model_type="t5", d_model=32, d_kv=8, d_ff=32, num_layers=2, num_heads=4, vocab_size=100)
-OPT_TEXT = {**TEXT, "model_type": "opt", "ffn_dim": 32, "word_embed_proj_dim": 32}
+OPT_TEXT = {**TEXT_SIZES, "model_type": "opt", "ffn_dim": 32, "word_embed_proj_dim": 32}
 
 CASES = {
     "llava": Case(
@@ -261,7 +254,7 @@ CASES = {
         lambda: tiny_config(
             "paligemma",
             text_config={**LANGUAGE, "model_type": "gemma", "head_dim": 8},
-            vision_config={**VISION, "model_type": "siglip_vision_model"},
+            vision_config={**VISION_SIZES, "model_type": "siglip_vision_model"},
             image_token_index=IMAGE_TOKEN,
             projection_dim=32,
         ),
@@ -273,7 +266,7 @@ CASES = {
         lambda: tiny_config(
             "idefics3",
             text_config={**LANGUAGE, "model_type": "llama"},
-            vision_config=VISION,
+            vision_config=VISION_SIZES,
             image_token_id=IMAGE_TOKEN,
             scale_factor=2,
         ),
@@ -301,7 +294,9 @@ CASES = {
         stacks=("visual", "language_model"),
     ),
     "blip_itm": Case(
-        lambda: tiny_config("blip", text_config={**TEXT, "encoder_hidden_size": 24}, vision_config=VISION),
+        lambda: tiny_config(
+            "blip", text_config={**TEXT_SIZES, "encoder_hidden_size": 24}, vision_config=VISION_SIZES
+        ),
         "BlipForImageTextRetrieval",
         _text_and_image,
         _blip_capture,
@@ -309,7 +304,9 @@ CASES = {
         ("vision", "text_encoder", "text_encoder_cross"),
     ),
     "blip_captioning": Case(
-        lambda: tiny_config("blip", text_config={**TEXT, "encoder_hidden_size": 24}, vision_config=VISION),
+        lambda: tiny_config(
+            "blip", text_config={**TEXT_SIZES, "encoder_hidden_size": 24}, vision_config=VISION_SIZES
+        ),
         "BlipForConditionalGeneration",
         _text_and_image,
         _blip_capture,
@@ -335,7 +332,7 @@ CASES = {
     "clap": Case(
         lambda: tiny_config(
             "clap",
-            text_config=TEXT,
+            text_config=TEXT_SIZES,
             audio_config=dict(
                 hidden_size=16,
                 patch_embeds_hidden_size=8,
@@ -431,7 +428,9 @@ def test_stack_modality_and_objective_follow_the_towers(built, tmp_path):
 
 def test_blip_holds_the_text_towers_its_checkpoint_has(tmp_path):
     """BlipModel: ``text_model``; VQA: ``text_encoder`` and ``text_decoder``, each with its cross stack."""
-    config = tiny_config("blip", text_config={**TEXT, "encoder_hidden_size": 24}, vision_config=VISION)
+    config = tiny_config(
+        "blip", text_config={**TEXT_SIZES, "encoder_hidden_size": 24}, vision_config=VISION_SIZES
+    )
     stacks = {}
     for model_class in ("BlipModel", "BlipForQuestionAnswering"):
         model = build(config, SimpleNamespace(from_config=getattr(transformers, model_class)))

@@ -10,6 +10,8 @@ import pytest
 import torch
 import transformers
 from conformance import (
+    TEXT_SIZES,
+    VISION_SIZES,
     assert_conforms,
     build,
     capture_qk_pairs,
@@ -23,15 +25,6 @@ from transformers import AutoModel
 import attngeom
 from attngeom.architectures import architecture_for
 
-TEXT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32, vocab_size=100)
-VISION = dict(
-    hidden_size=24,
-    num_hidden_layers=2,
-    num_attention_heads=3,
-    intermediate_size=32,
-    image_size=32,
-    patch_size=8,
-)
 SIGLIP2_PATCHES = 16
 
 
@@ -61,14 +54,20 @@ def _siglip2_inputs(config) -> dict:
 
 # model_type → (config, inputs)
 TWO_TOWERS = {
-    "owlvit": (lambda: tiny_config("owlvit", text_config=TEXT, vision_config=VISION), _text_and_pixels),
-    "owlv2": (lambda: tiny_config("owlv2", text_config=TEXT, vision_config=VISION), _text_and_pixels),
+    "owlvit": (
+        lambda: tiny_config("owlvit", text_config=TEXT_SIZES, vision_config=VISION_SIZES),
+        _text_and_pixels,
+    ),
+    "owlv2": (
+        lambda: tiny_config("owlv2", text_config=TEXT_SIZES, vision_config=VISION_SIZES),
+        _text_and_pixels,
+    ),
     "siglip2": (
         lambda: tiny_config(
             "siglip2",
-            text_config=TEXT,
+            text_config=TEXT_SIZES,
             vision_config={
-                **VISION,
+                **VISION_SIZES,
                 "hidden_size": 32,
                 "num_attention_heads": 2,
                 "num_patches": SIGLIP2_PATCHES,
@@ -128,10 +127,10 @@ def test_owl_towers_score_end_to_end(two_towers, tmp_path):
 @pytest.mark.parametrize(
     ("model_type", "model_class", "sizes", "stack", "modality"),
     [
-        ("siglip2_text_model", "Siglip2TextModel", TEXT, "encoder", "language"),  # one stack, by objective
-        ("owlvit_vision_model", "OwlViTVisionModel", VISION, "encoder", "vision"),
-        ("idefics3_vision", "Idefics3VisionTransformer", VISION, "encoder", "vision"),
-        ("blip_vision_model", "BlipVisionModel", VISION, "vision", "vision"),
+        ("siglip2_text_model", "Siglip2TextModel", TEXT_SIZES, "encoder", "language"),  # by objective
+        ("owlvit_vision_model", "OwlViTVisionModel", VISION_SIZES, "encoder", "vision"),
+        ("idefics3_vision", "Idefics3VisionTransformer", VISION_SIZES, "encoder", "vision"),
+        ("blip_vision_model", "BlipVisionModel", VISION_SIZES, "vision", "vision"),
     ],
 )
 def test_single_tower_checkpoints(model_type, model_class, sizes, stack, modality, tmp_path):
@@ -146,7 +145,9 @@ def test_single_tower_checkpoints(model_type, model_class, sizes, stack, modalit
 
 
 def test_pixtral_vision_encoder_conforms(tmp_path):
-    config = tiny_config("pixtral", **{**VISION, "hidden_size": 32, "num_attention_heads": 4}, head_dim=8)
+    config = tiny_config(
+        "pixtral", **{**VISION_SIZES, "hidden_size": 32, "num_attention_heads": 4}, head_dim=8
+    )
     model = build(config)
     layers = layers_from_disk(model, tmp_path)
     assert all(layer.b_q is None and "rotary" in layer.left_out for layer in layers)
@@ -161,7 +162,7 @@ def test_pixtral_vision_encoder_conforms(tmp_path):
 def test_qformer_on_its_own_conforms(tmp_path):
     """BLIP-2's Q-Former: the queries' self-attention, and every second layer their cross-attention
     to image features of another width."""
-    config = tiny_config("blip_2_qformer", **TEXT, encoder_hidden_size=24, cross_attention_frequency=2)
+    config = tiny_config("blip_2_qformer", **TEXT_SIZES, encoder_hidden_size=24, cross_attention_frequency=2)
     model = build(config, AutoModel)
     layers = layers_from_disk(model, tmp_path)
     assert [(layer.stack, layer.layer) for layer in layers] == [

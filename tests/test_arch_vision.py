@@ -9,6 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conformance import (
+    TEXT_SIZES,
+    VISION_SIZES,
     Capture,
     assert_conforms,
     build,
@@ -103,22 +105,7 @@ CASES = {
     "clip": (lambda: _towers("clip"), AutoModel, _towers_inputs),
     "siglip": (lambda: _towers("siglip", 32, 2), AutoModel, _towers_inputs),
     "git": (
-        lambda: tiny_config(
-            "git",
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=32,
-            vocab_size=100,
-            vision_config=dict(
-                hidden_size=24,
-                num_hidden_layers=2,
-                num_attention_heads=3,
-                intermediate_size=32,
-                image_size=32,
-                patch_size=8,
-            ),
-        ),
+        lambda: tiny_config("git", **TEXT_SIZES, vision_config=VISION_SIZES),
         AutoModel,
         _towers_inputs,
     ),

@@ -3,43 +3,17 @@ the CPU with a tiny model, for two updates."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import paper_setting  # benchmarks/, on the import path through tests/bench_support.py
+import profile_training
+from bench_support import TINY_MODEL
 
-import pytest
-
-from attngeom.training.tokenizer import bert_uncased_tokenizer
-
-ROOT = Path(__file__).parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))  # the benchmarks import their siblings by name
-
-import paper_setting  # noqa: E402
-import profile_training  # noqa: E402
-
-TINY = (
-    "compile=false",
-    "hidden_size=32",
-    "n_heads=4",
-    "intermediate_size=64",
-    "seq_len=64",
-    "batch_documents=16",
-)
+TINY = (*TINY_MODEL, "batch_documents=16")
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """What ``bench_training.py prepare`` writes: paragraphs, one a line, and BERT's uncased tokenizer."""
-    folder = tmp_path_factory.mktemp("bench-cache")
-    words = "the nation congress people union states peace law trade year work our".split()
-    lines = [" ".join(words[(i + k) % len(words)] for k in range(3 + i % 40)) for i in range(200)]
-    (folder / "sotu_paragraphs.txt").write_text("\n".join(lines) + "\n")
-    bert_uncased_tokenizer().save(str(folder / "tokenizer.json"))
-    return folder
-
-
-def test_the_profile_prints_time_by_category_for_the_paper_defaults(cache, tmp_path, capsys):
-    argv = ["--device", "cpu", "--layers", "2", "--warmup", "1", "--updates", "1", "--cache", str(cache)]
-    argv += [f"--set={s}" for s in TINY] + ["--out", str(tmp_path / "profile.json")]
+def test_the_profile_prints_time_by_category_for_the_paper_defaults(bench_cache, tmp_path, capsys):
+    argv = ["--device", "cpu", "--layers", "2", "--warmup", "1", "--updates", "1"]
+    argv += ["--cache", str(bench_cache), "--out", str(tmp_path / "profile.json")]
+    argv += [f"--set={s}" for s in TINY]
     result = profile_training.main(argv)
     printed = capsys.readouterr().out
     assert "tokens/s" in printed and "top 15 kernels" in printed

@@ -56,17 +56,16 @@ def _conformer_layers(config: PretrainedConfig, reader: TensorReader) -> Iterato
             left_out=("bias", "scale", *CONFORMER_POSITIONS.get(kind, ())),
         )
     if config.model_type == "wav2vec2-bert" and config.add_adapter:
-        for i in range(config.num_adapter_layers):
-            prefix = f"adapter.layers.{i}.self_attn"
-            yield AttentionLayer(
-                stack="adapter",
-                layer=i,
-                **separate_qk(reader, f"{prefix}.linear_q", f"{prefix}.linear_k"),
-                n_heads=heads,
-                n_kv_heads=heads,
-                head_dim=config.output_hidden_size // heads,
-                left_out=("bias", "scale"),
-            )
+        yield from separate_layers(
+            config,
+            reader,
+            [f"adapter.layers.{i}.self_attn" for i in range(config.num_adapter_layers)],
+            "linear_q",
+            "linear_k",
+            stack="adapter",
+            left_out=("scale",),
+            head_dim=config.output_hidden_size // heads,
+        )
 
 
 def _conformer_count(config: PretrainedConfig) -> int:

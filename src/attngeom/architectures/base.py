@@ -158,6 +158,40 @@ def fused_qkv(weight: torch.Tensor, bias: torch.Tensor | None) -> dict[str, torc
     return {"w_q": linear(w_q), "w_k": linear(w_k), "b_q": b_q, "b_k": b_k}
 
 
+def fused_layers(
+    reader: TensorReader,
+    name: str,
+    n_layers: int,
+    heads: int,
+    head_dim: int,
+    has_bias: bool,
+    left_out: tuple[str, ...],
+    kv_heads: int | None = None,
+    split: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    *,
+    stack: str,
+) -> Iterator[AttentionLayer]:
+    """Layer i reads a fused ``nn.Linear`` ``name`` (``{i}`` the layer) whose rows ``split`` sorts into
+    (q rows, k rows): by default three equal blocks ``[q | k | v]``; with ``has_bias``, its bias is split
+    alike and ``bias`` heads ``left_out``. ``kv_heads``: as many as ``heads`` unless given."""
+    split = split or (lambda fused: fused.chunk(3, dim=0)[:2])
+    for i in range(n_layers):
+        w_q, w_k = split(reader.get(name.format(i=i) + ".weight"))
+        b_q, b_k = split(reader.get(name.format(i=i) + ".bias")) if has_bias else (None, None)
+        yield AttentionLayer(
+            stack=stack,
+            layer=i,
+            w_q=linear(w_q),
+            w_k=linear(w_k),
+            b_q=b_q,
+            b_k=b_k,
+            n_heads=heads,
+            n_kv_heads=kv_heads or heads,
+            head_dim=head_dim,
+            left_out=(("bias",) if has_bias else ()) + left_out,
+        )
+
+
 def separate_layers(
     config: PretrainedConfig,
     reader: TensorReader,

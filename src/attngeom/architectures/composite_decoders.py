@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import Architecture, AttentionLayer, TensorReader, separate_qk
+from .base import Architecture, AttentionLayer, TensorReader, separate_layers
 from .normalised_decoders import llama4_text_layers
 
 if TYPE_CHECKING:
@@ -45,18 +45,15 @@ TEXT_PREFIXES = ("language_model.model.", "language_model.")
 
 def _llama4_vision_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """Llama 4's vision encoder: biased q_proj/k_proj; a 2-D rotary embedding of the patch position."""
-    heads = config.num_attention_heads
-    for i in range(config.num_hidden_layers):
-        prefix = f"vision_model.model.layers.{i}.self_attn"
-        yield AttentionLayer(
-            stack="vision",
-            layer=i,
-            **separate_qk(reader, f"{prefix}.q_proj", f"{prefix}.k_proj"),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=config.hidden_size // heads,
-            left_out=("bias", "rotary_2d", "scale"),
-        )
+    return separate_layers(
+        config,
+        reader,
+        "vision_model.model.layers.{i}.self_attn",
+        "q_proj",
+        "k_proj",
+        stack="vision",
+        left_out=("rotary_2d", "scale"),
+    )
 
 
 def _llama4_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:

@@ -15,7 +15,7 @@ forward pass splits it (checked against that forward pass in tests/test_arch_gpt
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -25,7 +25,7 @@ from .base import (
     ArchitectureError,
     AttentionLayer,
     TensorReader,
-    fused_qkv,
+    fused_layers,
 )
 from .decoders import decoder_architecture
 
@@ -41,48 +41,19 @@ def _grouped_rows(fused: torch.Tensor, groups: int, queries_per_group: int, head
     return blocks[:, :queries_per_group].flatten(0, 2), blocks[:, queries_per_group].flatten(0, 1)
 
 
-def fused_rows_layers(
-    reader: TensorReader,
-    name: str,
-    n_layers: int,
-    heads: int,
-    head_dim: int,
-    has_bias: bool,
-    left_out: tuple[str, ...],
-    kv_heads: int | None = None,
-    split: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
-) -> Iterator[AttentionLayer]:
-    """A fused ``nn.Linear`` (``name``, ``{i}`` the layer) whose rows ``split`` sorts into (q rows, k rows);
-    by default rows per head [q_h k_h v_h] (GPT-NeoX, BLOOM, classic Falcon)."""
-    kv_heads = kv_heads or heads
-    split = split or (lambda fused: _grouped_rows(fused, heads, 1, head_dim))
-    for i in range(n_layers):
-        w_q, w_k = split(reader.get(name.format(i=i) + ".weight"))
-        b_q, b_k = split(reader.get(name.format(i=i) + ".bias")) if has_bias else (None, None)
-        yield AttentionLayer(
-            stack=STACK,
-            layer=i,
-            w_q=w_q.T,
-            w_k=w_k.T,
-            b_q=b_q,
-            b_k=b_k,
-            n_heads=heads,
-            n_kv_heads=kv_heads,
-            head_dim=head_dim,
-            left_out=(("bias",) if has_bias else ()) + left_out,
-        )
-
-
 def _bloom_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     heads = config.num_attention_heads
-    yield from fused_rows_layers(
+    head_dim = config.hidden_size // heads
+    yield from fused_layers(
         reader,
         "h.{i}.self_attention.query_key_value",
         config.num_hidden_layers,
         heads,
-        config.hidden_size // heads,
+        head_dim,
         True,
         ("scale", "alibi"),
+        split=lambda fused: _grouped_rows(fused, heads, 1, head_dim),
+        stack=STACK,
     )
 
 
@@ -102,8 +73,17 @@ def _falcon_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[A
             return fused[: heads * head_dim], fused[heads * head_dim : (heads + 1) * head_dim]
         return _grouped_rows(fused, kv_heads, heads // kv_heads, head_dim)  # classic: groups of one head
 
-    yield from fused_rows_layers(
-        reader, name, config.num_hidden_layers, heads, head_dim, config.bias, left_out, kv_heads, split
+    yield from fused_layers(
+        reader,
+        name,
+        config.num_hidden_layers,
+        heads,
+        head_dim,
+        config.bias,
+        left_out,
+        kv_heads,
+        split,
+        stack=STACK,
     )
 
 
@@ -124,7 +104,7 @@ def _gpt_bigcode_layers(config: PretrainedConfig, reader: TensorReader) -> Itera
         return _grouped_rows(fused, heads, 1, head_dim)
 
     scale = ("scale",) if config.scale_attn_weights else ()
-    yield from fused_rows_layers(
+    yield from fused_layers(
         reader,
         "h.{i}.attn.c_attn",
         config.num_hidden_layers,
@@ -134,6 +114,7 @@ def _gpt_bigcode_layers(config: PretrainedConfig, reader: TensorReader) -> Itera
         scale + ("absolute_position_embeddings",),
         kv_heads,
         split,
+        stack=STACK,
     )
 
 
@@ -149,17 +130,16 @@ def _mpt_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
     has_bias = reader.has("blocks.0.attn.Wqkv.bias")
     left_out = ("alibi", "softmax_scale" if attn.softmax_scale else "scale")
     left_out += ("clip_qkv",) if attn.clip_qkv else ()
-    for i in range(config.n_layers):
-        name = f"blocks.{i}.attn.Wqkv"
-        yield AttentionLayer(
-            stack=STACK,
-            layer=i,
-            **fused_qkv(reader.get(f"{name}.weight"), reader.get(f"{name}.bias") if has_bias else None),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=config.d_model // heads,
-            left_out=(("bias",) if has_bias else ()) + left_out,
-        )
+    yield from fused_layers(
+        reader,
+        "blocks.{i}.attn.Wqkv",
+        config.n_layers,
+        heads,
+        config.d_model // heads,
+        has_bias,
+        left_out,
+        stack=STACK,
+    )
 
 
 def _dbrx_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
@@ -172,7 +152,7 @@ def _dbrx_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Att
         q_end = heads * head_dim
         return fused[:q_end], fused[q_end : q_end + kv_heads * head_dim]
 
-    yield from fused_rows_layers(
+    yield from fused_layers(
         reader,
         "blocks.{i}.norm_attn_norm.attn.Wqkv",
         config.n_layers,
@@ -182,6 +162,7 @@ def _dbrx_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Att
         ("rotary", "scale") + clip,
         kv_heads,
         split,
+        stack=STACK,
     )
 
 

@@ -9,7 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, fused_qkv, linear
+from .base import (
+    Architecture,
+    ArchitectureError,
+    AttentionLayer,
+    TensorReader,
+    fused_layers,
+    fused_qkv,
+    linear,
+)
 from .vision import qk_block, vision_architecture
 from .vision_stages import swin_layers
 
@@ -33,18 +41,16 @@ def _sam_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
     heads, d = vision.num_attention_heads, vision.hidden_size
     positions = ("relative_position",) if vision.use_rel_pos else ()
     positions += ("absolute_position_embeddings",) if vision.use_abs_pos else ()
-    for i in range(vision.num_hidden_layers):
-        prefix = f"vision_encoder.layers.{i}.attn.qkv"
-        bias = reader.get(f"{prefix}.bias") if vision.qkv_bias else None
-        yield AttentionLayer(
-            stack="encoder",
-            layer=i,
-            **fused_qkv(reader.get(f"{prefix}.weight"), bias),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=d // heads,
-            left_out=(("bias",) if vision.qkv_bias else ()) + ("scale",) + positions,
-        )
+    yield from fused_layers(
+        reader,
+        "vision_encoder.layers.{i}.attn.qkv",
+        vision.num_hidden_layers,
+        heads,
+        d // heads,
+        vision.qkv_bias,
+        ("scale",) + positions,
+        stack="encoder",
+    )
     decoder = config.mask_decoder_config
     heads = decoder.num_attention_heads
 

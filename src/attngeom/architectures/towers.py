@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .base import Architecture, AttentionLayer, TensorReader, fused_qkv
+from .base import Architecture, AttentionLayer, TensorReader, fused_layers
 from .composite import Tower, composite
-from .vision import VIT_LEFT_OUT, qk_block
+from .vision import VIT_LEFT_OUT, qk_block, vision_architecture
 from .vision_stages import swin_stages
 
 if TYPE_CHECKING:
@@ -29,86 +29,78 @@ def _blip_vision_layers(config: PretrainedConfig, reader: TensorReader) -> Itera
     a stored zero)."""
     heads = config.num_attention_heads
     has_bias = reader.has("encoder.layers.0.self_attn.qkv.bias")
-    for i in range(config.num_hidden_layers):
-        prefix = f"encoder.layers.{i}.self_attn.qkv"
-        bias = reader.get(f"{prefix}.bias") if has_bias else None
-        yield AttentionLayer(
-            stack="vision",
-            layer=i,
-            **fused_qkv(reader.get(f"{prefix}.weight"), bias),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=config.hidden_size // heads,
-            left_out=VIT_LEFT_OUT if has_bias else VIT_LEFT_OUT[1:],
+    yield from fused_layers(
+        reader,
+        "encoder.layers.{i}.self_attn.qkv",
+        config.num_hidden_layers,
+        heads,
+        config.hidden_size // heads,
+        has_bias,
+        VIT_LEFT_OUT[1:],  # bias: as has_bias says
+        stack="vision",
+    )
+
+
+def _bert_layers(
+    config: PretrainedConfig,
+    reader: TensorReader,
+    stack: str,
+    attention: str,
+    layers: range,
+    left_out: tuple[str, ...] = ("bias", "scale"),
+) -> Iterator[AttentionLayer]:
+    """BERT-style attention ``encoder.layer.i.{attention}.query`` / ``.key`` of each layer in ``layers``; a
+    ``*_cross`` stack is cross-attention to the image features."""
+    heads = config.num_attention_heads
+    cross = stack.endswith("_cross")
+    for i in layers:
+        base = f"encoder.layer.{i}.{attention}"
+        yield qk_block(
+            reader,
+            stack,
+            i,
+            (f"{base}.query",),
+            (f"{base}.key",),
+            heads,
+            config.hidden_size // heads,
+            left_out=left_out,
+            form=CROSS_IMAGE_FORM if cross else "standard",
+            cross=cross,
         )
 
 
 def _blip_text_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """BLIP's BERT-style text tower: self-attention (``text``) and, in a decoder config (the default),
     cross-attention to the image features in every layer (``text_cross``)."""
-    heads = config.num_attention_heads
-    for stack, module, left_out in (
-        ("text", "attention", VIT_LEFT_OUT),
-        ("text_cross", "crossattention", ("bias", "scale")),
-    ):
-        if stack == "text_cross" and not config.is_decoder:
-            return
-        for i in range(config.num_hidden_layers):
-            base = f"encoder.layer.{i}.{module}.self"
-            cross = stack == "text_cross"
-            yield qk_block(
-                reader,
-                stack,
-                i,
-                (f"{base}.query",),
-                (f"{base}.key",),
-                heads,
-                config.hidden_size // heads,
-                left_out=left_out,
-                form=CROSS_IMAGE_FORM if cross else "standard",
-                cross=cross,
-            )
+    layers = range(config.num_hidden_layers)
+    yield from _bert_layers(config, reader, "text", "attention.self", layers, VIT_LEFT_OUT)
+    if config.is_decoder:
+        yield from _bert_layers(config, reader, "text_cross", "crossattention.self", layers)
 
 
 def _qformer_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """BLIP-2's Q-Former: self-attention among the learned query tokens (``qformer``) and, every
     ``cross_attention_frequency`` layers, their cross-attention to the image features (``qformer_cross``)."""
-    heads = config.num_attention_heads
-    for stack, module in (("qformer", "attention"), ("qformer_cross", "crossattention")):
-        cross = stack == "qformer_cross"
-        for i in range(config.num_hidden_layers):
-            if cross and i % config.cross_attention_frequency:
-                continue
-            base = f"encoder.layer.{i}.{module}.attention"
-            yield qk_block(
-                reader,
-                stack,
-                i,
-                (f"{base}.query",),
-                (f"{base}.key",),
-                heads,
-                config.hidden_size // heads,
-                left_out=("bias", "scale"),
-                form=CROSS_IMAGE_FORM if cross else "standard",
-                cross=cross,
-            )
+    n = config.num_hidden_layers
+    yield from _bert_layers(config, reader, "qformer", "attention.attention", range(n))
+    cross_layers = range(0, n, config.cross_attention_frequency)
+    yield from _bert_layers(config, reader, "qformer_cross", "crossattention.attention", cross_layers)
 
 
 def _qwen_vision_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
     """Qwen2-VL vision: ``blocks.i.attn.qkv`` rows [q; k; v], 2-D rotary on q and k."""
     heads = config.num_heads
     width = getattr(config, "embed_dim", None) or config.hidden_size  # Qwen2-VL names it embed_dim
-    for i in range(config.depth):
-        prefix = f"blocks.{i}.attn.qkv"
-        yield AttentionLayer(
-            stack="vision",
-            layer=i,
-            **fused_qkv(reader.get(f"{prefix}.weight"), reader.get(f"{prefix}.bias")),
-            n_heads=heads,
-            n_kv_heads=heads,
-            head_dim=width // heads,
-            left_out=("bias", "rotary", "scale"),
-        )
+    yield from fused_layers(
+        reader,
+        "blocks.{i}.attn.qkv",
+        config.depth,
+        heads,
+        width // heads,
+        True,
+        ("rotary", "scale"),
+        stack="vision",
+    )
 
 
 def _clap_audio_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
@@ -133,12 +125,10 @@ def _tower(
     )
 
 
-def _layers(config: PretrainedConfig) -> int:
-    return config.num_hidden_layers
-
-
 ARCHITECTURES: list[Architecture] = [
-    _tower(("blip_vision_model", "blip_2_vision_model"), "vision", _blip_vision_layers, ("vision",), _layers),
+    vision_architecture(
+        ("blip_vision_model", "blip_2_vision_model"), _blip_vision_layers, stacks=("vision",)
+    ),
     _tower(
         ("blip_text_model",),
         "language",
@@ -156,12 +146,11 @@ ARCHITECTURES: list[Architecture] = [
         lambda c: c.num_hidden_layers + len(range(0, c.num_hidden_layers, c.cross_attention_frequency)),
         notes="learned queries' self-attention, and their cross-attention to the image (qformer_cross)",
     ),
-    _tower(
+    vision_architecture(
         ("qwen2_vl_vision",),
-        "vision",
         _qwen_vision_layers,
-        ("vision",),
-        lambda c: c.depth,
+        n_layers=lambda c: c.depth,
+        stacks=("vision",),
         notes="2-D rotary",
     ),
     _tower(("clap_audio_model",), "audio", _clap_audio_layers, ("audio",), lambda c: sum(c.depths)),
