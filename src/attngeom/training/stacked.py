@@ -39,7 +39,7 @@ from .memory import rows_per_pass
 from .model import build_model
 from .runs import Restart, RunFolder
 from .stacked_model import StackedLoss
-from .step import StepLosses, _Accumulator, compile_mode
+from .step import StepLosses, _Accumulator, compile_mode, let_shapes_vary
 from .stream_batches import PackedBatches
 
 VARYING = ("seed", "init")
@@ -81,7 +81,8 @@ class StackedStep:
         self.device, self.autocast = device, autocast
         self.graphs = False
         self.objective: torch.nn.Module = objective
-        if config.compiles_on(device.type):
+        self.compiled = config.compiles_on(device.type)
+        if self.compiled:
             mode = compile_mode(device, 1)
             self.graphs = mode == "reduce-overhead"
             self.objective = torch.compile(objective, mode=mode)
@@ -100,6 +101,8 @@ class StackedStep:
         for micro in range(count):
             batches = [_share(u.micro_batches, micro).padded(rows, slots) for u in updates]
             tensors = [torch.stack(parts) for parts in zip(*(b.tensors() for b in batches), strict=True)]
+            if self.compiled:
+                let_shapes_vary(tensors, rows_dim=1)
             with self.autocast():
                 micro_loss, micro_lm_loss = self.objective(*tensors)
                 micro_loss.sum().backward()
