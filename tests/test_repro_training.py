@@ -44,6 +44,7 @@ def test_one_command_trains_every_run_and_writes_table_1_figures_and_an_archive(
     files = sorted(p.name for p in out.iterdir())
     assert files == sorted(
         [
+            *(f"claims.{ext}" for ext in ("csv", "html", "md", "tex")),
             "figure_3_evolution.png",
             "figure_s5_decoder.png",
             "figure_s5_encoder.png",
@@ -69,6 +70,9 @@ def test_one_command_trains_every_run_and_writes_table_1_figures_and_an_archive(
     spread = symmetric["signed_high"] > symmetric["signed_low"]  # 12 tiny steps may leave every pair at 0
     assert (symmetric["mde"].notna() == spread).all()  # the MDE follows from the seeds' spread, if any
     assert symmetric["verdict"].str.len().gt(0).all()
+    claims = pd.read_csv(out / "claims.csv")
+    assert claims["claim"].str.contains("symmetric init speeds up training").any()
+    assert claims["verdict"].str.len().gt(0).all()
     notes = (out / "notes.md").read_text()
     assert notes.count("| finished |") == 8 and "null: random vs random" in notes
     with tarfile.open(out / "runs.tar.gz") as tar:
