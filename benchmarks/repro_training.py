@@ -20,8 +20,8 @@ The corpus and tokenizer are prepared into ``--cache`` (default benchmarks/.cach
 OUT holds flat files: table_1.{csv,md,tex,html} (Table 1: final loss and speed-up over seeds with 95%
 intervals, three tests, the random-vs-random null, the verdicts, the authors' runs at the same horizon),
 claims.{csv,md,tex,html} (each of the paper's training claims against the runs, sized against the authors'
-runs at the same horizon), notes.md (device, each run's progress, every pair's speed-up, the authors' Table 1 from their logs by their
-notebook's formula and ours), figure_3_evolution.png and figure_s5_<objective>.png per dataset, depth and
+runs at the same horizon), notes.md (device, each run's progress, every pair's speed-up, the authors'
+Table 1 from their logs by their notebook's formula and ours), figure_3_evolution.png and figure_s5_<objective>.png per dataset, depth and
 tokens (Figures 3 and S5; ``_<dataset>_<layers>L[_characters]`` added when the runs hold several), and
 runs.tar.gz (each run's config.yaml, loss.parquet, scores.parquet and log, the figures as PDF, the
 comparison with the authors' nearest published evolution).
@@ -43,7 +43,8 @@ from pathlib import Path
 import pandas as pd
 
 from attngeom.files import atomic_path, write_bytes, write_text
-from attngeom.report.table_formats import to_markdown, write_table
+from attngeom.report.scoring_code import other_code_note
+from attngeom.report.table_formats import to_markdown
 from attngeom.report.training_figures import (
     evolution_figure,
     load_runs,
@@ -51,7 +52,7 @@ from attngeom.report.training_figures import (
     symmetric_init_figure,
 )
 from attngeom.runstats import authors
-from attngeom.runstats.claims import CAPTION, TITLE, claims
+from attngeom.runstats.claims import write_claims
 from attngeom.runstats.table1 import pair_speedups, table1
 from attngeom.runstats.table1_display import write_table1
 from attngeom.training.config import CHOICES, make_config, parse_overrides
@@ -177,14 +178,13 @@ def launch(runs: list[Run], gpus: int, per_gpu: int, deadline: float, threads: i
 
 
 def render(runs: list[Path], out: Path, staging: Path) -> list[Path]:
-    """Table 1 and the claims into ``out``; the figures into ``staging`` (PDF and PNG), per dataset, depth and tokens
-    (word pieces or characters) among the runs; returns the figure stems."""
+    """Table 1 and the claims into ``out``; the figures into ``staging`` (PDF and PNG), per dataset, depth
+    and tokens (word pieces or characters) among the runs; returns the figure stems."""
     logs = authors.read_logs(AUTHORS_LOGS)
     table = table1(runs, pd.read_csv(PAPER), logs)
     write_table1(table, out / "table_1")
     scores, losses = load_runs(runs)
-    found = claims(scores, table)
-    write_table(found, out / "claims", TITLE, csv=found, caption=CAPTION, empty="No run.")
+    write_claims(scores, table, out / "claims", other_code_note(scores))
     groups = sorted(set(zip(scores["dataset"], scores["layers"], scores["characters"], strict=True)))
     stems = []
     for dataset, layers, characters in groups:

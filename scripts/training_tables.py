@@ -11,7 +11,7 @@ from attngeom.report.scoring_code import other_code_note
 from attngeom.report.table_formats import write_table
 from attngeom.report.training_figures import load_runs
 from attngeom.runstats.authors import read_logs
-from attngeom.runstats.claims import CAPTION, TITLE, claims
+from attngeom.runstats.claims import write_claims
 from attngeom.runstats.official import compare_official, official_note, ours_medians
 from attngeom.runstats.table1 import table1
 from attngeom.runstats.table1_display import write_table1
@@ -21,15 +21,7 @@ table = table1(runs, pd.read_csv(snakemake.input.paper), read_logs(Path(snakemak
 write_table1(table, Path(snakemake.output.table_1[0]).with_suffix(""))
 scores, _ = load_runs(runs)
 other_code = other_code_note(scores)  # runs whose evolution other scoring code computed
-found = claims(scores, table)
-write_table(
-    found,
-    Path(snakemake.output.claims[0]).with_suffix(""),
-    TITLE,
-    csv=found,
-    caption=" ".join(filter(None, [CAPTION, other_code])),
-    empty="No run.",
-)
+write_claims(scores, table, Path(snakemake.output.claims[0]).with_suffix(""), other_code)
 official = pd.read_csv(snakemake.input.official)
 comparison = compare_official(scores, official)
 write_table(

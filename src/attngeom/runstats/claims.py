@@ -11,9 +11,12 @@ found but of another size says how it differs."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 
+from ..report.table_formats import write_table
 from ..training.model import SYMMETRIC_INITS
 from .authors import DATASETS
 from .pairing import REFERENCE_INIT
@@ -149,6 +152,14 @@ def claims(scores: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
                 rows.append(_narrower(group, init, symmetric, enc))
     rows += _table_rows(table)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def write_claims(scores: pd.DataFrame, table: pd.DataFrame, stem: str | os.PathLike, note: str = "") -> None:
+    """The claims of these runs as ``stem``.csv, .md, .tex and .html; ``note``: a sentence added to the
+    caption (which runs' evolution other scoring code computed)."""
+    found = claims(scores, table)
+    caption = " ".join(filter(None, [CAPTION, note]))
+    write_table(found, stem, TITLE, csv=found, caption=caption, empty="No run.")
 
 
 def _authors_values(row: pd.Series, kind: str) -> dict[str, float]:
