@@ -81,8 +81,7 @@ class StackedStep:
         self.device, self.autocast = device, autocast
         self.graphs = False
         self.objective: torch.nn.Module = objective
-        self.compiled = config.compiles_on(device.type)
-        if self.compiled:
+        if config.compiles_on(device.type):
             mode = compile_mode(device, 1)
             self.graphs = mode == "reduce-overhead"
             self.objective = torch.compile(objective, mode=mode)
@@ -101,8 +100,7 @@ class StackedStep:
         for micro in range(count):
             batches = [_share(u.micro_batches, micro).padded(rows, slots) for u in updates]
             tensors = [torch.stack(parts) for parts in zip(*(b.tensors() for b in batches), strict=True)]
-            if self.compiled:
-                let_shapes_vary(tensors, rows_dim=1)
+            let_shapes_vary(tensors, rows_dim=1)
             with self.autocast():
                 micro_loss, micro_lm_loss = self.objective(*tensors)
                 micro_loss.sum().backward()

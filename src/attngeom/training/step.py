@@ -62,8 +62,8 @@ def let_shapes_vary(tensors: Sequence[torch.Tensor], rows_dim: int = 0) -> None:
     """Tell torch.compile that a micro-batch's rows and loss slots change from update to update (their
     counts are ``batch.bucket``ed), so that it compiles one graph for all of them. Left to itself it
     compiles the first shape as fixed and recompiles at the first other count of each: for BERT-base on an
-    H100, 38–47 s at updates 5 and 7 and again at update 393 of the paper setting.
-    ``rows_dim``: 0 for one run's tensors, 1 for stacked runs' (runs first)."""
+    H100, 38–47 s at updates 5 and 7 and again at update 393 of the paper setting. A mark that only
+    torch.compile reads: an eager step runs as before. ``rows_dim``: 0 for one run's tensors, 1 for stacked runs' (runs first)."""
     for index, tensor in enumerate(tensors):
         torch._dynamo.maybe_mark_dynamic(tensor, rows_dim)
         if index in SLOTTED:
@@ -89,8 +89,7 @@ class TrainStep:
         self.device, self.autocast, self.world = device, autocast, world
         objective: torch.nn.Module = LanguageModelLoss(model, config.reg_weight, config.reg_target)
         self.graphs = False
-        self.compiled = config.compiles_on(device.type)
-        if self.compiled:
+        if config.compiles_on(device.type):
             mode = mode or compile_mode(device, world)
             self.graphs = mode == "reduce-overhead"
             objective = torch.compile(objective, mode=mode)
@@ -109,8 +108,7 @@ class TrainStep:
             last = micro == len(micro_batches) - 1
             sync = contextlib.nullcontext() if last or self.world == 1 else self.objective.no_sync()
             tensors = batch.tensors()
-            if self.compiled:
-                let_shapes_vary(tensors)
+            let_shapes_vary(tensors)
             with sync, self.autocast():
                 micro_loss, micro_lm_loss = self.objective(*tensors)
                 micro_loss.backward()
