@@ -29,15 +29,20 @@ class MicroBatch:
     targets: torch.Tensor  # (B, P), IGNORED where a slot carries no loss
     weights: torch.Tensor  # (B, P) float32: each loss position's share of its update's loss
     documents: torch.Tensor | None = None  # (B, L)
+    segments: torch.Tensor | None = None
+    """(S + 1,) where each document of the flattened rows starts, then their total
+    (``document_mask.document_segments``): for the variable-length attention kernel only."""
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         """The tensors the loss takes, in the order of ``LanguageModelLoss.forward``."""
-        parts = (self.input_ids, self.positions, self.targets, self.weights, self.documents)
+        parts = (self.input_ids, self.positions, self.targets, self.weights, self.documents, self.segments)
         return tuple(t for t in parts if t is not None)
 
     def apply(self, function: Callable[[torch.Tensor], torch.Tensor]) -> MicroBatch:
         """The same micro-batch with ``function`` applied to each tensor (pinning, copying to a device)."""
-        return MicroBatch(*(function(t) for t in self.tensors()))
+        names = ("input_ids", "positions", "targets", "weights", "documents", "segments")
+        present = {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+        return MicroBatch(**{n: function(t) for n, t in present.items()})
 
     def to(self, device: torch.device | str) -> MicroBatch:
         return self.apply(lambda t: t.to(device, non_blocking=True))
@@ -45,6 +50,8 @@ class MicroBatch:
     def padded(self, rows: int, slots: int, pad: int = 0) -> MicroBatch:
         """The same micro-batch grown to ``rows`` rows and ``slots`` loss slots per row: the new rows hold
         ``pad`` tokens of their own document, the new slots no loss (weight 0)."""
+        if self.segments is not None:
+            raise ValueError("pad a micro-batch before its document segments are taken")
         grow_rows, grow_slots = rows - len(self.input_ids), slots - self.positions.shape[1]
         if grow_rows < 0 or grow_slots < 0:
             raise ValueError(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from .batch import bucket
+
 
 def document_ids(rows: torch.Tensor, sep: int) -> torch.Tensor:
     """(B, L) index of each token's document within its row: 0 up to and including the first [SEP], then 1…"""
@@ -41,3 +43,42 @@ def crosses_documents(documents: torch.Tensor, positions: torch.Tensor, offset: 
     here = documents.gather(1, positions)
     there = documents.gather(1, (positions + offset).clamp_max(documents.shape[1] - 1))
     return here != there
+
+
+def document_segments(documents: torch.Tensor) -> torch.Tensor:
+    """Where each document of the flattened rows starts, then their total, as a variable-length attention
+    kernel takes them (``cu_seqlens``, int32): a row's documents in order, rows one after another.
+
+    Computed where the micro-batch is built (the count depends on the data); repeated totals (documents of
+    no tokens) pad it to ``bucket(count) + 1`` entries, so that the compiled step sees few lengths.
+    """
+    rows, length = documents.shape
+    flat = documents.reshape(-1)
+    starts = torch.ones_like(flat, dtype=torch.bool)
+    starts[1:] = flat[1:] != flat[:-1]
+    starts[::length] = True
+    index = starts.nonzero().flatten().to(torch.int32)
+    count = bucket(len(index))
+    total = torch.full((count + 1 - len(index),), rows * length, dtype=torch.int32)
+    return torch.cat([index, total])
+
+
+def stacked_segments(
+    segments: list[torch.Tensor], rows: list[int], padded_rows: int, length: int
+) -> torch.Tensor:
+    """The segments of runs' micro-batches stacked run after run, each grown from ``rows[r]`` to
+    ``padded_rows`` rows (each new row one document, as ``MicroBatch.padded`` fills it): on the device
+    the segments are on, without reading them back."""
+    device = segments[0].device
+    parts = []
+    for run, (own, count) in enumerate(zip(segments, rows, strict=True)):
+        offset = run * padded_rows * length
+        grown = count * length + length * torch.arange(padded_rows - count, device=device, dtype=torch.int32)
+        parts += [own[:-1] + offset, grown + offset]
+    total = torch.full((1,), len(segments) * padded_rows * length, dtype=torch.int32, device=device)
+    return torch.cat([*parts, total])
+
+
+def row_segments(rows: int, length: int) -> torch.Tensor:
+    """The segments of rows that are each one document."""
+    return torch.arange(0, rows * length + 1, length, dtype=torch.int32)

@@ -212,7 +212,13 @@ def _train(
 
     # model and optimiser, from the seed
     torch.manual_seed(config.seed)
-    model = build_model(config, corpus.vocab_size).to(rt.device)
+    attention = config.attention_on(rt.device.type)
+    if progress is not False and rt.main:
+        print(
+            f"attngeom train: attention {attention} (training setting attention={config.attention})",
+            file=sys.stderr,
+        )
+    model = build_model(config, corpus.vocab_size, attention).to(rt.device)
     model.train()
     _warn_if_slow(config, rt, model)
     optimizer = make_optimizer(model, config, rt.device)
@@ -246,7 +252,7 @@ def _train(
         scores.append(score_live(model, folder.path.name, start))
 
     # micro-batches, built ahead on a background thread and copied to the device without blocking
-    updates = _updates(batches, config, range(start, end), rt)
+    updates = _updates(batches, config, range(start, end), rt, segments=attention == "varlen")
     clock = _stopwatch(elapsed)
     bar = tqdm(
         range(start, end),
@@ -287,16 +293,21 @@ def _train(
 
 
 def _updates(
-    batches: PackedBatches | DocumentBatches, config: TrainConfig, steps: range, rt: Runtime
+    batches: PackedBatches | DocumentBatches,
+    config: TrainConfig,
+    steps: range,
+    rt: Runtime,
+    segments: bool = False,
 ) -> Iterator[Update]:
     """The updates of ``steps``, built ahead on a background thread and copied to the device without
-    blocking: counted in documents, or ``grad_accum`` micro-batches of the token stream per rank."""
+    blocking: counted in documents, or ``grad_accum`` micro-batches of the token stream per rank
+    (``segments``: with their document segments, for the variable-length attention kernel)."""
     if isinstance(batches, DocumentBatches):
-        yield from feed_updates(batches, steps, rt.device)
+        yield from feed_updates(batches, steps, rt.device, segments=segments)
         return
     tokens = config.micro_batch_rows * config.seq_len * config.grad_accum * rt.world
     indices = micro_batch_indices(config, steps, rt.rank, rt.world)
-    for group in grouped(feed(batches, indices, rt.device), config.grad_accum):
+    for group in grouped(feed(batches, indices, rt.device, segments=segments), config.grad_accum):
         yield Update(list(group), documents=None, tokens=tokens)
 
 

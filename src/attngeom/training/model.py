@@ -1,8 +1,9 @@
 """The BERT models the paper trains, its attention initialisations, the regulariser γ·L_c, and the loss.
 
 Encoder: ``BertForMaskedLM`` (bidirectional). Decoder: ``BertLMHeadModel`` with ``is_decoder=True``
-(causal mask). Both use PyTorch SDPA attention; given the document of every token, attention stays inside
-each document and positions restart per document (``document_mask.py``).
+(causal mask). Given the document of every token, attention stays inside each document and positions
+restart per document (``document_mask.py``): through PyTorch SDPA with the dense document mask, or
+(``attention="varlen"``) through the variable-length kernel of ``document_attention.py``.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, PreTraine
 
 from ..form_traces import form_symmetry
 from .config import TrainConfig
+from .document_attention import VARLEN
 from .document_mask import document_attention_mask, document_positions
 
 
-def build_model(config: TrainConfig, vocab_size: int) -> PreTrainedModel:
-    """A freshly initialised model (seeded by the caller), with the attention init of ``config.init``."""
+def build_model(config: TrainConfig, vocab_size: int, attention: str = "dense") -> PreTrainedModel:
+    """A freshly initialised model (seeded by the caller), with the attention init of ``config.init``;
+    ``attention``: the path of ``TrainConfig.attention_on`` (``varlen`` models take document segments)."""
     bert = BertConfig(
         vocab_size=vocab_size,
         hidden_size=config.hidden,
@@ -30,7 +33,7 @@ def build_model(config: TrainConfig, vocab_size: int) -> PreTrainedModel:
         max_position_embeddings=max(512, config.seq_len),
         is_decoder=config.objective == "decoder",
         use_cache=False,
-        attn_implementation="sdpa",
+        attn_implementation=VARLEN if attention == "varlen" else "sdpa",
     )
     model = BertLMHeadModel(bert) if config.objective == "decoder" else BertForMaskedLM(bert)
     init_attention(model, config.init, seed=config.seed)
@@ -116,16 +119,21 @@ def penalty(symmetry: torch.Tensor, target: str, dims: tuple[int, ...] | None = 
 
 
 def hidden_states(
-    model: PreTrainedModel, input_ids: torch.Tensor, documents: torch.Tensor | None = None
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    documents: torch.Tensor | None = None,
+    segments: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The encoder's last hidden states (B, L, d); with ``documents`` (B, L), each document of a packed row
-    sees only itself, at positions counted from its own start."""
+    sees only itself, at positions counted from its own start: through the dense document mask, or, given
+    their ``segments`` (``document_segments``), through the variable-length kernel."""
     if documents is None:
         return model.bert(input_ids=input_ids).last_hidden_state
+    positions = document_positions(documents)
+    if segments is not None:
+        return model.bert(input_ids=input_ids, position_ids=positions, segments=segments).last_hidden_state
     mask = document_attention_mask(documents, causal=model.config.is_decoder)
-    return model.bert(
-        input_ids=input_ids, attention_mask=mask, position_ids=document_positions(documents)
-    ).last_hidden_state
+    return model.bert(input_ids=input_ids, attention_mask=mask, position_ids=positions).last_hidden_state
 
 
 VOCABULARY_MULTIPLE = 64
@@ -168,9 +176,10 @@ class LanguageModelLoss(nn.Module):
         targets: torch.Tensor,
         weights: torch.Tensor,
         documents: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(total loss, LM loss) of one micro-batch: its part of the update's."""
-        hidden = hidden_states(self.model, input_ids, documents)
+        hidden = hidden_states(self.model, input_ids, documents, segments)
         picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
         logits = head_logits(self.model, picked)
         losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from .checkpoint import load_checkpoint, save_state
 from .config import ConfigError, TrainConfig
 from .corpus import load_corpus
 from .document_batches import DocumentBatches
+from .document_mask import row_segments, stacked_segments
 from .loop import (
     _stopwatch,
     _updates,
@@ -98,9 +100,15 @@ class StackedStep:
         slots = max(b.positions.shape[1] for u in updates for b in u.micro_batches)
         gradients = _Accumulator() if self.graphs and count > 1 else None
         for micro in range(count):
-            batches = [_share(u.micro_batches, micro).padded(rows, slots) for u in updates]
+            shares = [_share(u.micro_batches, micro) for u in updates]
+            batches = [replace(b, segments=None).padded(rows, slots) for b in shares]
             tensors = [torch.stack(parts) for parts in zip(*(b.tensors() for b in batches), strict=True)]
             let_shapes_vary(tensors, rows_dim=1)
+            if shares[0].segments is not None:
+                own, length = [b.segments for b in shares], shares[0].input_ids.shape[1]
+                segments = stacked_segments(own, [len(b.input_ids) for b in shares], rows, length)
+                torch._dynamo.maybe_mark_dynamic(segments, 0)
+                tensors.append(segments)
             with self.autocast():
                 micro_loss, micro_lm_loss = self.objective(*tensors)
                 micro_loss.sum().backward()
@@ -122,7 +130,11 @@ def _share(micro_batches: Sequence[MicroBatch], micro: int) -> MicroBatch:
     if micro < len(micro_batches):
         return micro_batches[micro]
     empty = micro_batches[0].apply(torch.zeros_like)
-    return replace(empty, targets=torch.full_like(empty.targets, IGNORED))
+    empty = replace(empty, targets=torch.full_like(empty.targets, IGNORED))
+    if empty.segments is None:
+        return empty
+    rows, length = empty.input_ids.shape
+    return replace(empty, segments=row_segments(rows, length).to(empty.segments.device))
 
 
 @torch.no_grad()
@@ -156,6 +168,12 @@ def train_stacked(
     rt = runtime_for(config)
     if rt.world > 1:
         raise ConfigError("stacked runs train in one process on one GPU: launch without torchrun")
+    attention = config.attention_on(rt.device.type)
+    if progress is not False:
+        print(
+            f"attngeom train: attention {attention} (training setting attention={config.attention})",
+            file=sys.stderr,
+        )
     for folder, run in zip(folders, configs, strict=True):
         folder.claim(run, restart)
     corpus = load_corpus(config, progress=progress is True)
@@ -186,7 +204,10 @@ def train_stacked(
     if when.score(start):
         for model, folder, log in zip(models, folders, scores, strict=True):
             log.append(score_live(model, folder.path.name, start))
-    feeds = [_updates(b, c, range(start, end), rt) for b, c in zip(batches, configs, strict=True)]
+    feeds = [
+        _updates(b, c, range(start, end), rt, segments=attention == "varlen")
+        for b, c in zip(batches, configs, strict=True)
+    ]
     clocks = [_stopwatch(e) for e in elapsed]
     bar = tqdm(
         range(start, end),

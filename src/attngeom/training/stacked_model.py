@@ -22,6 +22,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from ..form_traces import form_symmetry
+from .document_attention import document_attention
 from .document_mask import document_attention_mask, document_positions
 from .model import VOCABULARY_MULTIPLE, penalty
 
@@ -66,9 +67,11 @@ class StackedLoss(nn.Module):
         targets: torch.Tensor,
         weights: torch.Tensor,
         documents: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(total loss, LM loss) of each run's micro-batch (its part of the run's update), each (R,)."""
-        hidden = self.encode(input_ids, documents)  # (R, B, L, d)
+        """(total loss, LM loss) of each run's micro-batch (its part of the run's update), each (R,);
+        ``segments``: the stacked rows' document segments, for the variable-length attention kernel."""
+        hidden = self.encode(input_ids, documents, segments)  # (R, B, L, d)
         picked = hidden.gather(2, positions.unsqueeze(-1).expand(-1, -1, -1, hidden.shape[-1]))
         logits = self.head(picked.flatten(1, 2))  # (R, B·P, V)
         losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
@@ -78,7 +81,9 @@ class StackedLoss(nn.Module):
         share = weights.flatten(1).sum(dim=1)
         return lm_loss + share * self.reg_weight * self.symmetry_penalty(), lm_loss
 
-    def encode(self, input_ids: torch.Tensor, documents: torch.Tensor | None) -> torch.Tensor:
+    def encode(
+        self, input_ids: torch.Tensor, documents: torch.Tensor | None, segments: torch.Tensor | None = None
+    ) -> torch.Tensor:
         runs, rows, length = input_ids.shape
         prefix = "bert.embeddings."
         words = self._lookup(prefix + "word_embeddings.weight", input_ids)
@@ -88,15 +93,26 @@ class StackedLoss(nn.Module):
             mask = None
         else:
             positions = document_positions(documents.flatten(0, 1)).view_as(documents)
-            mask = document_attention_mask(documents.flatten(0, 1), causal=self.causal)
+            mask = (
+                None
+                if segments is not None
+                else document_attention_mask(documents.flatten(0, 1), self.causal)
+            )
         x = words + self.w(prefix + "token_type_embeddings.weight")[:, 0, None, None, :]
         x = x + self._lookup(prefix + "position_embeddings.weight", positions)
         x = self._dropout(self._norm(x.flatten(1, 2), prefix + "LayerNorm"), self.hidden_dropout)
         for layer in range(self.layers):
-            x = self._layer(x, f"bert.encoder.layer.{layer}.", rows, mask)
+            x = self._layer(x, f"bert.encoder.layer.{layer}.", rows, mask, segments)
         return x.view(runs, rows, length, -1)
 
-    def _layer(self, x: torch.Tensor, prefix: str, rows: int, mask: torch.Tensor | None) -> torch.Tensor:
+    def _layer(
+        self,
+        x: torch.Tensor,
+        prefix: str,
+        rows: int,
+        mask: torch.Tensor | None,
+        segments: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """One encoder layer over x (R, B·L, d), as ``BertLayer`` computes it."""
         runs, tokens, width = x.shape
         shape = (runs * rows, tokens // rows, self.heads, width // self.heads)
@@ -104,16 +120,20 @@ class StackedLoss(nn.Module):
             self._linear(x, prefix + f"attention.self.{part}").view(shape).transpose(1, 2)
             for part in ("query", "key", "value")
         )
-        context = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            dropout_p=self.attention_dropout if self.training else 0.0,
-            is_causal=self.causal and mask is None,
-            scale=shape[-1] ** -0.5,
-        )
-        context = context.transpose(1, 2).reshape(runs, tokens, width)
+        dropout, scale = (self.attention_dropout if self.training else 0.0), shape[-1] ** -0.5
+        if segments is not None:
+            context = document_attention(q, k, v, segments, dropout, self.causal, scale)
+        else:
+            context = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                dropout_p=dropout,
+                is_causal=self.causal and mask is None,
+                scale=scale,
+            ).transpose(1, 2)
+        context = context.reshape(runs, tokens, width)
         attended = self._dropout(
             self._linear(context, prefix + "attention.output.dense"), self.hidden_dropout
         )

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from .batch import MicroBatch, Update
 from .config import TrainConfig
 from .document_batches import DocumentBatches
+from .document_mask import document_segments
 from .model import LanguageModelLoss
 from .stream_batches import PackedBatches
 
@@ -158,14 +159,24 @@ def micro_batch_indices(config: TrainConfig, steps: range, rank: int, world: int
             yield (step * config.grad_accum + micro) * world + rank
 
 
+def with_segments(batch: MicroBatch) -> MicroBatch:
+    """The micro-batch with its document segments, for the variable-length attention kernel."""
+    return replace(batch, segments=document_segments(batch.documents))
+
+
 def feed(
-    batches: PackedBatches, indices: Iterable[int], device: torch.device, ahead: int = FEED_AHEAD
+    batches: PackedBatches,
+    indices: Iterable[int],
+    device: torch.device,
+    ahead: int = FEED_AHEAD,
+    segments: bool = False,
 ) -> Iterator[MicroBatch]:
-    """``batches[i]`` for each index on ``device``, built ``ahead`` batches in advance on one thread."""
+    """``batches[i]`` for each index on ``device``, built ``ahead`` batches in advance on one thread
+    (``segments``: with their document segments)."""
     pin = device.type == "cuda"
 
     def build(index: int) -> MicroBatch:
-        batch = batches[index]
+        batch = with_segments(batches[index]) if segments else batches[index]
         return batch.apply(torch.Tensor.pin_memory) if pin else batch
 
     pending: deque = deque()
@@ -186,16 +197,22 @@ def grouped(items: Iterator[MicroBatch], size: int) -> Iterator[Sequence[MicroBa
 
 
 def feed_updates(
-    batches: DocumentBatches, steps: Iterable[int], device: torch.device, ahead: int = FEED_AHEAD
+    batches: DocumentBatches,
+    steps: Iterable[int],
+    device: torch.device,
+    ahead: int = FEED_AHEAD,
+    segments: bool = False,
 ) -> Iterator[Update]:
-    """``batches.update(t)`` for each step on ``device``, built ``ahead`` updates in advance on one thread."""
+    """``batches.update(t)`` for each step on ``device``, built ``ahead`` updates in advance on one thread
+    (``segments``: each micro-batch with its document segments)."""
     pin = device.type == "cuda"
 
     def build(step: int) -> Update:
         update = batches.update(step)
-        if not pin:
-            return update
-        return replace(update, micro_batches=[b.apply(torch.Tensor.pin_memory) for b in update.micro_batches])
+        micro_batches = [with_segments(b) for b in update.micro_batches] if segments else update.micro_batches
+        if pin:
+            micro_batches = [b.apply(torch.Tensor.pin_memory) for b in micro_batches]
+        return replace(update, micro_batches=micro_batches)
 
     pending: deque = deque()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attngeom-feed") as pool:

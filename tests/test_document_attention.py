@@ -1,0 +1,191 @@
+"""Attention through the variable-length kernel (``attention: varlen``): the segments it is given, where it
+is chosen, and, on a CUDA GPU, that it computes what SDPA with the dense document mask computes (attention
+alone, one run's loss and gradients, stacked runs', and compiled training with CUDA graphs)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+from test_training_documents import TINY, documents_corpus
+
+from attngeom.training.batch import MicroBatch, bucket
+from attngeom.training.config import ConfigError, make_config
+from attngeom.training.corpus import load_corpus
+from attngeom.training.document_attention import document_attention
+from attngeom.training.document_batches import DocumentBatches
+from attngeom.training.document_mask import (
+    document_attention_mask,
+    document_ids,
+    document_segments,
+    stacked_segments,
+)
+from attngeom.training.loop import train
+from attngeom.training.model import LanguageModelLoss, build_model
+from attngeom.training.stacked_model import StackedLoss
+from attngeom.training.step import with_segments
+
+SEP = 2
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="the flash kernel needs a CUDA GPU")
+
+
+def packed_rows(rows: int, length: int, seed: int) -> torch.Tensor:
+    """Rows of tokens whose [SEP]s (id 2) end documents of 1 to 60 tokens, the last one cut by the row."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 300, (rows, length), generator=gen)
+    ids[torch.rand(rows, length, generator=gen) < 0.05] = SEP
+    return ids
+
+
+def starts(documents: torch.Tensor) -> list[int]:
+    """Where each document of the flattened rows starts, counted one by one."""
+    out, rows, length = [], *documents.shape
+    for b in range(rows):
+        for i in range(length):
+            if i == 0 or documents[b, i] != documents[b, i - 1]:
+                out.append(b * length + i)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_segments_are_every_documents_start_then_the_total_to_a_bucketed_length(seed):
+    documents = document_ids(packed_rows(5, 64, seed), SEP)
+    found = starts(documents)
+    segments = document_segments(documents)
+    assert segments.dtype == torch.int32
+    assert len(segments) == bucket(len(found)) + 1
+    assert segments[: len(found)].tolist() == found
+    assert set(segments[len(found) :].tolist()) == {5 * 64}
+
+
+def test_stacked_segments_are_those_of_the_padded_runs_stacked_on_each_other():
+    runs = [
+        MicroBatch(*([torch.zeros(b, 1)] * 4), documents=document_ids(packed_rows(b, 32, b), SEP))
+        for b in (3, 5)
+    ]
+    stacked = stacked_segments([document_segments(r.documents) for r in runs], [3, 5], 6, 32)
+    padded = torch.cat([r.padded(6, 1).documents for r in runs])  # new rows: one document each
+    assert sorted(set(stacked.tolist())) == sorted(set(document_segments(padded).tolist()))
+    assert stacked[-1] == 2 * 6 * 32 and (stacked.diff() >= 0).all()
+
+
+@pytest.mark.parametrize(
+    ("device", "settings", "path"),
+    [
+        ("cpu", {}, "dense"),
+        ("cuda", {}, "varlen"),
+        ("cuda", {"deterministic": True}, "dense"),
+        ("cuda", {"precision": "fp32"}, "dense"),
+        ("cuda", {"document_mask": False}, "dense"),
+        ("cuda", {"attention": "dense"}, "dense"),
+        ("cuda", {"attention": "varlen"}, "varlen"),
+    ],
+)
+def test_auto_takes_the_variable_length_kernel_where_it_runs(device, settings, path):
+    assert make_config(TINY, settings).attention_on(device) == path
+
+
+@pytest.mark.parametrize("settings", [{}, {"precision": "fp32"}, {"document_mask": False}])
+def test_varlen_where_it_cannot_run_is_refused_with_what_to_set(settings):
+    config = make_config(TINY, {"attention": "varlen", **settings})
+    device = "cpu" if not settings else "cuda"
+    with pytest.raises(ConfigError, match="attention=varlen runs on a CUDA GPU.*use attention=auto or dense"):
+        config.attention_on(device)
+
+
+def test_a_varlen_model_called_without_segments_says_how_to_call_it():
+    model = build_model(make_config(TINY), TINY["vocab_size"], attention="varlen")
+    with pytest.raises(ValueError, match="takes the rows' document segments"):
+        model.bert(input_ids=packed_rows(2, 16, 0))
+
+
+# ---- on a CUDA GPU: the kernel against SDPA with the dense mask -------------------------------------------
+
+BF16 = dict(rtol=2e-2, atol=2e-2)
+
+
+def qkv(rows: int, length: int, seed: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        torch.randn(rows, 4, length, 32, generator=gen).cuda().bfloat16().requires_grad_() for _ in range(3)
+    ]
+
+
+@CUDA
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["encoder", "decoder"])
+def test_the_kernel_computes_the_dense_masks_attention_and_gradients(causal):
+    documents = document_ids(packed_rows(6, 128, 1), SEP).cuda()
+    q, k, v = qkv(6, 128, 2)
+    ours = document_attention(q, k, v, document_segments(documents.cpu()).cuda(), 0.0, causal)
+    dense = F.scaled_dot_product_attention(q, k, v, attn_mask=document_attention_mask(documents, causal))
+    torch.testing.assert_close(ours, dense.transpose(1, 2), **BF16)
+    grad = torch.randn_like(ours)
+    ours_grads = torch.autograd.grad(ours, (q, k, v), grad)
+    dense_grads = torch.autograd.grad(dense.transpose(1, 2), (q, k, v), grad)
+    for a, b in zip(ours_grads, dense_grads, strict=True):
+        torch.testing.assert_close(a, b, **BF16)
+
+
+@CUDA
+@pytest.mark.gpu
+def test_attention_dropout_drops_about_p_of_the_pairs_and_keeps_the_mean():
+    documents = document_ids(packed_rows(4, 128, 3), SEP).cuda()
+    segments = document_segments(documents.cpu()).cuda()
+    q, k, v = (t.detach() for t in qkv(4, 128, 4))
+    dense = document_attention(q, k, v, segments, 0.0, False).float()
+    draws = torch.stack([document_attention(q, k, v, segments, 0.1, False).float() for _ in range(400)])
+    assert not torch.equal(draws[0], draws[1])
+    error = (draws.mean(0) - dense).abs().mean() / dense.abs().mean()
+    assert error < 0.02  # one draw alone is ~10× further off
+
+
+def documents_config(tmp_path, **settings):
+    path = documents_corpus(tmp_path / "corpus.txt", seed=3)
+    base = dict(TINY, dataset=path, cache_dir=str(tmp_path / "cache"), batch_size=4, device="cuda")
+    return make_config(base, {"batch_documents": 16, "dropout": 0.0, "warmup_steps": 1, **settings})
+
+
+@CUDA
+@pytest.mark.gpu
+@pytest.mark.parametrize("stacked", [False, True], ids=["one run", "stacked runs"])
+def test_the_loss_and_gradients_are_those_of_the_dense_mask(tmp_path, stacked):
+    config = documents_config(tmp_path)
+    corpus = load_corpus(config, progress=False)
+    batch = DocumentBatches(corpus, config).update(0).micro_batches[0]
+    results = []
+    for attention in ("dense", "varlen"):
+        torch.manual_seed(0)
+        models = [
+            build_model(config, corpus.vocab_size, attention).cuda() for _ in range(2 if stacked else 1)
+        ]
+        objective = StackedLoss(models) if stacked else LanguageModelLoss(models[0])
+        micro = with_segments(batch) if attention == "varlen" else batch
+        tensors = [t.cuda() for t in micro.tensors()]
+        if stacked:
+            tensors = [torch.stack([t, t]) for t in tensors[:5]] + tensors[5:]
+            if attention == "varlen":
+                rows = len(batch.input_ids)
+                tensors[5] = stacked_segments([tensors[5]] * 2, [rows, rows], rows, config.seq_len)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss, _ = objective(*tensors)
+        loss.sum().backward()
+        results.append((loss.detach(), [p.grad.clone() for p in objective.parameters()]))
+    (dense_loss, dense_grads), (loss, grads) = results
+    torch.testing.assert_close(loss, dense_loss, **BF16)
+    for a, b in zip(grads, dense_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=0.05, atol=0.05 * b.abs().max().item())
+
+
+@CUDA
+@pytest.mark.gpu
+def test_compiled_training_with_cuda_graphs_follows_the_dense_masks_losses(tmp_path):
+    logs = []
+    for attention in ("dense", "varlen"):
+        config = documents_config(tmp_path, attention=attention, steps=12, compile=True)
+        out = train(config, tmp_path / attention, progress=False)
+        logs.append(pd.read_parquet(out / "loss.parquet")["lm_loss"].to_numpy())
+    dense, varlen = logs
+    assert len(varlen) == 12
+    assert abs(varlen - dense).max() < 0.02 * dense.max()
