@@ -174,8 +174,9 @@ def test_the_loss_and_gradients_are_those_of_the_dense_mask(tmp_path, stacked):
         results.append((loss.detach(), [p.grad.clone() for p in objective.parameters()]))
     (dense_loss, dense_grads), (loss, grads) = results
     torch.testing.assert_close(loss, dense_loss, **BF16)
-    for a, b in zip(grads, dense_grads, strict=True):
-        torch.testing.assert_close(a, b, rtol=0.05, atol=0.05 * b.abs().max().item())
+    scale = torch.cat([g.flatten() for g in dense_grads]).norm()
+    for a, b in zip(grads, dense_grads, strict=True):  # bf16: relative to the gradient, or to all of them
+        assert (a - b).norm() <= 0.05 * b.norm() + 1e-4 * scale
 
 
 @CUDA
