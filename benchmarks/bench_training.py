@@ -446,12 +446,12 @@ def attngeom_steps(
     corpus = load_corpus(config, progress=False)
     batches = PackedBatches(corpus, config)
     torch.manual_seed(config.seed)
-    attention = config.attention_on(DEVICE.type)
-    model = build_model(config, corpus.vocab_size, attention).to(DEVICE).train()
+    config.check_attention(DEVICE.type)
+    model = build_model(config, corpus.vocab_size).to(DEVICE).train()
     optimizer = make_optimizer(model, config, DEVICE)
     autocast = partial(torch.autocast, DEVICE.type, dtype=torch.bfloat16)
     train_step = TrainStep(model, optimizer, config, DEVICE, autocast, mode=mode)
-    micro_batches = feed(batches, range(config.steps), DEVICE, segments=attention == "varlen")
+    micro_batches = feed(batches, range(config.steps), DEVICE, segments=config.attention == "varlen")
     groups = grouped(micro_batches, config.grad_accum)
 
     def step(i: int) -> None:

@@ -74,14 +74,14 @@ def settings(args: argparse.Namespace) -> TrainConfig:
     return make_config(paper_defaults(), parse_overrides([*chosen, *args.set]))
 
 
-def updates(config: TrainConfig, rt: Runtime, vocab_size: int, corpus, attention: str) -> Iterator[Update]:
+def updates(config: TrainConfig, rt: Runtime, vocab_size: int, corpus) -> Iterator[Update]:
     """The run's updates, built ahead and fed as ``loop.train`` feeds them, from step 0 on."""
     if config.batch_documents:
         rows = rows_per_pass(config, rt.device, vocab_size, verbose=True)
         batches: DocumentBatches | PackedBatches = DocumentBatches(corpus, config, rows)
     else:
         batches = PackedBatches(corpus, config)
-    return _updates(batches, config, range(config.steps), rt, segments=attention == "varlen")
+    return _updates(batches, config, range(config.steps), rt, segments=config.attention == "varlen")
 
 
 def synchronize(device: torch.device) -> None:
@@ -132,10 +132,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     rt = runtime_for(config)
     corpus = load_corpus(config, progress=False)
     torch.manual_seed(config.seed)
-    attention = config.attention_on(rt.device.type)
-    model = build_model(config, corpus.vocab_size, attention).to(rt.device).train()
+    config.check_attention(rt.device.type)
+    model = build_model(config, corpus.vocab_size).to(rt.device).train()
     train_step = TrainStep(model, make_optimizer(model, config, rt.device), config, rt.device, rt.autocast)
-    feed_ = updates(config, rt, corpus.vocab_size, corpus, attention)
+    feed_ = updates(config, rt, corpus.vocab_size, corpus)
     done = 0
 
     def run(count: int) -> int:
@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     kinds = per_update.groupby(per_update.index.map(category))["ms"].sum().sort_values(ascending=False)
     where = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
     print(
-        f"\n{config.n_layers} layers, hidden {config.hidden}, attention {attention}, {where}: "
+        f"\n{config.n_layers} layers, hidden {config.hidden}, attention {config.attention}, {where}: "
         f"{tokens / seconds:,.0f} tokens/s ({1e3 * seconds / args.updates:.1f} ms an update, "
         f"{tokens / args.updates:,.0f} tokens an update, {args.updates} updates after {args.warmup})"
     )
@@ -182,7 +182,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
     result = {
         "device": where,
         "settings": config.to_dict(),
-        "attention": attention,
         "tokens_per_s": tokens / seconds,
         "ms_per_update": 1e3 * seconds / args.updates,
         "ms_by_category": kinds.to_dict(),

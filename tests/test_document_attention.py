@@ -70,32 +70,19 @@ def test_stacked_segments_are_those_of_the_padded_runs_stacked_on_each_other():
     assert stacked[-1] == 2 * 6 * 32 and (stacked.diff() >= 0).all()
 
 
-@pytest.mark.parametrize(
-    ("device", "settings", "path"),
-    [
-        ("cpu", {}, "dense"),
-        ("cuda", {}, "varlen"),
-        ("cuda", {"deterministic": True}, "dense"),
-        ("cuda", {"precision": "fp32"}, "dense"),
-        ("cuda", {"document_mask": False}, "dense"),
-        ("cuda", {"attention": "dense"}, "dense"),
-        ("cuda", {"attention": "varlen"}, "varlen"),
-    ],
-)
-def test_auto_takes_the_variable_length_kernel_where_it_runs(device, settings, path):
-    assert make_config(TINY, settings).attention_on(device) == path
-
-
 @pytest.mark.parametrize("settings", [{}, {"precision": "fp32"}, {"document_mask": False}])
 def test_varlen_where_it_cannot_run_is_refused_with_what_to_set(settings):
     config = make_config(TINY, {"attention": "varlen", **settings})
-    device = "cpu" if not settings else "cuda"
-    with pytest.raises(ConfigError, match="attention=varlen runs on a CUDA GPU.*use attention=auto or dense"):
-        config.attention_on(device)
+    with pytest.raises(ConfigError, match="attention=varlen runs on a CUDA GPU.*use attention=dense"):
+        config.check_attention("cpu" if not settings else "cuda")
+
+
+def test_varlen_runs_on_a_cuda_gpu_in_bf16_by_default_settings():
+    make_config(TINY, {"attention": "varlen"}).check_attention("cuda")  # no error
 
 
 def test_a_varlen_model_called_without_segments_says_how_to_call_it():
-    model = build_model(make_config(TINY), TINY["vocab_size"], attention="varlen")
+    model = build_model(make_config(TINY, {"attention": "varlen"}), TINY["vocab_size"])
     with pytest.raises(ValueError, match="takes the rows' document segments"):
         model.bert(input_ids=packed_rows(2, 16, 0))
 

@@ -32,7 +32,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "init": ("random", "symmetric", "skew", "torch_default", "torch_default_symmetric"),
     "reg_target": ("symmetric", "skew"),
     "precision": ("auto", "bf16", "fp32"),
-    "attention": ("auto", "dense", "varlen"),
+    "attention": ("dense", "varlen"),
     "device": ("auto", "cpu", "cuda"),
     "masking": ("fixed_count", "bernoulli"),
     "loss_average": ("update", "micro_batch"),
@@ -145,12 +145,13 @@ class TrainConfig:
     more than it saves on the small models run there."""
     deterministic: bool = False
     """Deterministic GPU kernels (slower): needed for a resumed GPU run to repeat the loss log bit for bit."""
-    attention: str = "auto"
+    attention: str = "dense"
     """How documents are kept apart in attention (``document_mask``): ``dense``, every pair of a row
-    computed and the document mask applied (PyTorch SDPA); ``varlen``, each document's own pairs only
-    (the flash kernel's variable-length form, ``document_attention.py``; CUDA, bf16); ``auto``: ``varlen``
-    where it runs (and not ``deterministic``), else ``dense``. Both compute the same attention; their
-    dropout draws differ."""
+    computed and the document mask applied (PyTorch SDPA; cuDNN's kernel on an H100); ``varlen``, each
+    document's own pairs only (the flash kernel's variable-length form, ``document_attention.py``; CUDA,
+    bf16). They compute the same attention, with other dropout draws. On an H100 the flash kernel's
+    backward pass over the ~30% of pairs kept costs what cuDNN's costs over all of them, and a BERT-mini
+    update ran slower with it (``benchmarks/results/document_attention_h100/``), so it is not the default."""
     # bookkeeping
     log_every: int = 100
     score_every: int = 1000
@@ -209,18 +210,16 @@ class TrainConfig:
             return self.compile
         return device_type == "cuda" and not self.deterministic
 
-    def attention_on(self, device_type: str) -> str:
-        """The attention path (``dense`` or ``varlen``) of a run on this kind of device."""
-        runs = device_type == "cuda" and self.precision != "fp32" and self.document_mask
-        if self.attention == "varlen" and not runs:
+    def check_attention(self, device_type: str) -> None:
+        """Refuse ``attention: varlen`` where its kernel cannot run."""
+        if self.attention == "varlen" and not (
+            device_type == "cuda" and self.precision != "fp32" and self.document_mask
+        ):
             raise ConfigError(
                 f"training setting attention=varlen runs on a CUDA GPU in bf16 with document_mask: true (here: "
                 f"{device_type}, precision={self.precision}, document_mask={self.document_mask}); use "
-                "attention=auto or dense"
+                "attention=dense"
             )
-        if self.attention == "auto":
-            return "varlen" if runs and not self.deterministic else "dense"
-        return self.attention
 
     @property
     def micro_batch_rows(self) -> int:

@@ -7,9 +7,10 @@ every document (``document_mask.document_segments``) and computes each document'
 attention dropout as SDPA's flash kernel draws it (kept pairs scaled by 1/(1 − p)). For every document it
 computes what the dense mask computes; the dropout draws are other draws.
 
-CUDA only, on half-precision inputs (the training step's bf16 autocast): ``TrainConfig.attention_on``
-says where it is used. transformers' BERT reaches it through its ``AttentionInterface`` under
-``VARLEN``, given the segments as a keyword its layers pass on.
+CUDA only, on half-precision inputs (the training step's bf16 autocast), chosen with ``training.attention:
+varlen``. Not the default: on an H100 its backward pass over the kept pairs costs what cuDNN's costs over
+all pairs of the rows (``benchmarks/document_attention.py``). transformers' BERT reaches it through its
+``AttentionInterface`` under ``VARLEN``, given the segments as a keyword its layers pass on.
 """
 
 from __future__ import annotations

@@ -212,13 +212,8 @@ def _train(
 
     # model and optimiser, from the seed
     torch.manual_seed(config.seed)
-    attention = config.attention_on(rt.device.type)
-    if progress is not False and rt.main:
-        print(
-            f"attngeom train: attention {attention} (training setting attention={config.attention})",
-            file=sys.stderr,
-        )
-    model = build_model(config, corpus.vocab_size, attention).to(rt.device)
+    config.check_attention(rt.device.type)
+    model = build_model(config, corpus.vocab_size).to(rt.device)
     model.train()
     _warn_if_slow(config, rt, model)
     optimizer = make_optimizer(model, config, rt.device)
@@ -252,7 +247,7 @@ def _train(
         scores.append(score_live(model, folder.path.name, start))
 
     # micro-batches, built ahead on a background thread and copied to the device without blocking
-    updates = _updates(batches, config, range(start, end), rt, segments=attention == "varlen")
+    updates = _updates(batches, config, range(start, end), rt, segments=config.attention == "varlen")
     clock = _stopwatch(elapsed)
     bar = tqdm(
         range(start, end),

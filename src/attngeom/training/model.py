@@ -19,9 +19,9 @@ from .document_attention import VARLEN
 from .document_mask import document_attention_mask, document_positions
 
 
-def build_model(config: TrainConfig, vocab_size: int, attention: str = "dense") -> PreTrainedModel:
-    """A freshly initialised model (seeded by the caller), with the attention init of ``config.init``;
-    ``attention``: the path of ``TrainConfig.attention_on`` (``varlen`` models take document segments)."""
+def build_model(config: TrainConfig, vocab_size: int) -> PreTrainedModel:
+    """A freshly initialised model (seeded by the caller), with the attention init of ``config.init``
+    (``attention: varlen``: a model that takes its rows' document segments)."""
     bert = BertConfig(
         vocab_size=vocab_size,
         hidden_size=config.hidden,
@@ -33,7 +33,7 @@ def build_model(config: TrainConfig, vocab_size: int, attention: str = "dense") 
         max_position_embeddings=max(512, config.seq_len),
         is_decoder=config.objective == "decoder",
         use_cache=False,
-        attn_implementation=VARLEN if attention == "varlen" else "sdpa",
+        attn_implementation=VARLEN if config.attention == "varlen" else "sdpa",
     )
     model = BertLMHeadModel(bert) if config.objective == "decoder" else BertForMaskedLM(bert)
     init_attention(model, config.init, seed=config.seed)

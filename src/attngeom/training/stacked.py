@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -168,12 +167,7 @@ def train_stacked(
     rt = runtime_for(config)
     if rt.world > 1:
         raise ConfigError("stacked runs train in one process on one GPU: launch without torchrun")
-    attention = config.attention_on(rt.device.type)
-    if progress is not False:
-        print(
-            f"attngeom train: attention {attention} (training setting attention={config.attention})",
-            file=sys.stderr,
-        )
+    config.check_attention(rt.device.type)
     for folder, run in zip(folders, configs, strict=True):
         folder.claim(run, restart)
     corpus = load_corpus(config, progress=progress is True)
@@ -205,7 +199,7 @@ def train_stacked(
         for model, folder, log in zip(models, folders, scores, strict=True):
             log.append(score_live(model, folder.path.name, start))
     feeds = [
-        _updates(b, c, range(start, end), rt, segments=attention == "varlen")
+        _updates(b, c, range(start, end), rt, segments=config.attention == "varlen")
         for b, c in zip(batches, configs, strict=True)
     ]
     clocks = [_stopwatch(e) for e in elapsed]
