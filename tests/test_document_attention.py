@@ -145,7 +145,7 @@ def test_the_loss_and_gradients_are_those_of_the_dense_mask(tmp_path, stacked):
     for attention in ("dense", "varlen"):
         torch.manual_seed(0)
         models = [
-            build_model(config, corpus.vocab_size, attention).cuda() for _ in range(2 if stacked else 1)
+            build_model(chosen, corpus.vocab_size).cuda() for _ in range(2 if stacked else 1)
         ]
         objective = StackedLoss(models) if stacked else LanguageModelLoss(models[0])
         micro = with_segments(batch) if attention == "varlen" else batch

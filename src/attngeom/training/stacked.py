@@ -40,7 +40,7 @@ from .memory import rows_per_pass
 from .model import build_model
 from .runs import Restart, RunFolder
 from .stacked_model import StackedLoss
-from .step import StepLosses, _Accumulator, compile_mode, let_shapes_vary
+from .step import StepLosses, _Accumulator, compile_loss, compile_mode, let_shapes_vary
 from .stream_batches import PackedBatches
 
 VARYING = ("seed", "init")
@@ -85,7 +85,7 @@ class StackedStep:
         if config.compiles_on(device.type):
             mode = compile_mode(device, 1)
             self.graphs = mode == "reduce-overhead"
-            self.objective = torch.compile(objective, mode=mode)
+            self.objective = compile_loss(objective, mode)
 
     def __call__(self, updates: Sequence[Update], lr: float) -> StepLosses:
         """Each run's update; losses and gradient norms come back as (R,) tensors on the device."""
