@@ -4,6 +4,8 @@ alone, one run's loss and gradients, stacked runs', and compiled training with C
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 import torch
@@ -144,9 +146,8 @@ def test_the_loss_and_gradients_are_those_of_the_dense_mask(tmp_path, stacked):
     results = []
     for attention in ("dense", "varlen"):
         torch.manual_seed(0)
-        models = [
-            build_model(chosen, corpus.vocab_size).cuda() for _ in range(2 if stacked else 1)
-        ]
+        chosen = replace(config, attention=attention)
+        models = [build_model(chosen, corpus.vocab_size).cuda() for _ in range(2 if stacked else 1)]
         objective = StackedLoss(models) if stacked else LanguageModelLoss(models[0])
         micro = with_segments(batch) if attention == "varlen" else batch
         tensors = [t.cuda() for t in micro.tensors()]

@@ -11,7 +11,7 @@ from torch._dynamo.testing import CompileCounter
 from attngeom.training.config import make_config
 from attngeom.training.model import LanguageModelLoss, build_model
 from attngeom.training.stacked_model import StackedLoss
-from attngeom.training.step import let_shapes_vary
+from attngeom.training.step import compile_loss, let_shapes_vary
 
 VOCAB = 301
 SHAPES = ((4, 3), (6, 5), (8, 7))
@@ -50,3 +50,22 @@ def test_varying_rows_and_slots_compile_one_graph(stacked):
     objective = StackedLoss(models) if stacked else LanguageModelLoss(models[0])
     assert compilations(objective, stacked, vary=True) == 1
     assert compilations(objective, stacked, vary=False) > 1  # torch.compile alone recompiles
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="inductor's Triton kernels need a CUDA GPU")
+@pytest.mark.parametrize("strict", [False, True], ids=["as compile_loss compiles", "torch's default"])
+def test_masked_positions_past_inductors_size_threshold_do_not_recompile(strict):
+    """Rows × slots × hidden crossing 5·2²⁰ (the strict mix-order reduction's size question) recompiled."""
+    config = make_config(TINY, {"hidden_size": 256, "n_heads": 4, "intermediate_size": 512, "dropout": 0.0})
+    objective = LanguageModelLoss(build_model(config, VOCAB)).cuda()
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(objective) if strict else compile_loss(objective, "default")
+    for rows, slots in ((8, 16), (176, 128)):  # 128 and 22,528 masked positions, 256 wide
+        tensors = [t.cuda() for t in micro_batch(rows, slots)]
+        let_shapes_vary(tensors)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss, _ = compiled(*tensors)
+        loss.backward()
+    assert (torch._dynamo.utils.counters["stats"]["unique_graphs"] > 1) == strict
