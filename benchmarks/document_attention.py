@@ -34,7 +34,7 @@ ROW, DOCUMENTS, HEAD_DIM, DROPOUT = 512, 256, 64, 0.1
 
 def packed_documents(seed: int = 0) -> torch.Tensor:
     """(rows, 512) document index of every place: 256 paragraph lengths (+2 for [CLS]/[SEP], cut to 512)
-    packed first-fit, each row's rest one padding document."""
+    packed first-fit, each row's rest one padding document (-1)."""
     counts = json.loads(LENGTHS.read_text())  # token length → paragraphs of that length
     drawn = random.Random(seed).choices([int(n) for n in counts], weights=list(counts.values()), k=DOCUMENTS)
     free: list[int] = []
@@ -49,7 +49,8 @@ def packed_documents(seed: int = 0) -> torch.Tensor:
         rows[row].append(size)
     out = torch.empty(len(rows), ROW, dtype=torch.int32)
     for r, sizes in enumerate(rows):
-        out[r] = torch.repeat_interleave(torch.arange(len(sizes) + 1), torch.tensor([*sizes, free[r]]))
+        ids = torch.tensor([*range(len(sizes)), -1])  # -1: the row's padding
+        out[r] = torch.repeat_interleave(ids, torch.tensor([*sizes, free[r]]))
     return out
 
 

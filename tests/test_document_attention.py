@@ -178,3 +178,14 @@ def test_compiled_training_with_cuda_graphs_follows_the_dense_masks_losses(tmp_p
     dense, varlen = logs
     assert len(varlen) == 12
     assert abs(varlen - dense).max() < 0.02 * dense.max()
+
+
+def test_the_kernel_benchmark_packs_the_paper_updates_documents_and_refuses_a_machine_without_cuda():
+    import document_attention  # benchmarks/, on the import path through tests/bench_support.py
+
+    documents = document_attention.packed_documents(seed=1)
+    assert documents.shape[1] == 512 and len(documents) < 256
+    assert sum(len(set(row.tolist()) - {-1}) for row in documents) == 256  # -1: padding
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+            document_attention.main([])
