@@ -189,3 +189,13 @@ def test_the_kernel_benchmark_packs_the_paper_updates_documents_and_refuses_a_ma
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit, match="needs a CUDA GPU"):
             document_attention.main([])
+
+
+def test_a_stacked_runs_empty_pass_is_one_document_a_row():
+    from attngeom.training.stacked import _share
+
+    documents = document_ids(packed_rows(3, 32, 0), SEP)
+    batch = with_segments(MicroBatch(*([torch.ones(3, 32, dtype=torch.long)] * 4), documents=documents))
+    empty = _share([batch], micro=1)  # a run whose update needed fewer passes than the others'
+    assert empty.segments.tolist() == [0, 32, 64, 96]
+    assert (empty.targets == -100).all()
