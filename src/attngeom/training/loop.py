@@ -123,12 +123,14 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.de
 
 
 def score_live(model: torch.nn.Module, name: str, step: int) -> pd.DataFrame:
-    """attngeom's scores of the live model, tagged with the step (what the run trains is in config.yaml).
+    """attngeom's scores of the live model, tagged with the step (what the run trains is in config.yaml),
+    computed where its weights are (in float64 there): on a GPU, no copy to the host and no CPU products.
     Each row carries the scoring code's hash (``code_hash``); ``attngeom.score`` is looked up by name when
     called, so the training code's hash (``attngeom.provenance``) leaves the scoring code out."""
     from attngeom import score
 
-    return score(model, progress=False, model_id=name).assign(step=step)
+    device = next(model.parameters()).device
+    return score(model, device=device, progress=False, model_id=name).assign(step=step)
 
 
 def save_final(model: torch.nn.Module, corpus: Corpus, folder: Path) -> None:
