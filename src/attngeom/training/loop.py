@@ -28,7 +28,7 @@ from transformers import PreTrainedTokenizerFast
 from ..files import atomic_dir
 from .batch import Update
 from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord, progress_since
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import CheckpointWriter, load_checkpoint
 from .config import ConfigError, TrainConfig
 from .corpus import Corpus, load_corpus
 from .document_batches import DocumentBatches
@@ -258,31 +258,41 @@ def _train(
         desc=folder.path.name,
         disable=not (progress is True and rt.main),
     )
-    for step in bar:
-        # forward and backward over grad_accum micro-batches, clip, step, at this step's learning rate
-        lr = learning_rate(config, step)
-        update = next(updates)
-        result = train_step(update.micro_batches, lr)
-        done = step + 1
-        if not rt.main:
-            continue
+    with CheckpointWriter() as checkpoints:  # each checkpoint written while the next updates run
+        for step in bar:
+            # forward and backward over grad_accum micro-batches, clip, step, at this step's learning rate
+            lr = learning_rate(config, step)
+            update = next(updates)
+            result = train_step(update.micro_batches, lr)
+            done = step + 1
+            if not rt.main:
+                continue
 
-        # log, score and checkpoint (rank 0 only), each on its own schedule
-        record = StepRecord(
-            done, result.loss, result.lm_loss, result.grad_norm, lr, clock(), update.tokens, update.documents
-        )
-        losses.record(record)
-        if when.log(done):
-            loss = losses.flush(clock)
-            bar.set_postfix(loss=f"{loss:.3f}")
-            if progress == "lines":
-                tokens, seconds = losses.tokens - tokens_before, clock() - elapsed
-                print(progress_since(done, config.steps, loss, tokens, seconds, start), flush=True)
-        if when.score(done):
-            scores.append(score_live(model, folder.path.name, done))
-        if when.checkpoint(done):
-            save_checkpoint(folder.checkpoint, model, optimizer, done, clock(), rt.device)
-    bar.close()
+            # log, score and checkpoint (rank 0 only), each on its own schedule
+            record = StepRecord(
+                done,
+                result.loss,
+                result.lm_loss,
+                result.grad_norm,
+                lr,
+                clock(),
+                update.tokens,
+                update.documents,
+            )
+            losses.record(record)
+            if when.log(done):
+                loss = losses.flush(clock)
+                bar.set_postfix(loss=f"{loss:.3f}")
+                if progress == "lines":
+                    tokens, seconds = losses.tokens - tokens_before, clock() - elapsed
+                    print(progress_since(done, config.steps, loss, tokens, seconds, start), flush=True)
+            if when.score(done):
+                scores.append(score_live(model, folder.path.name, done))
+            if when.checkpoint(done):
+                checkpoints.save(
+                    folder.checkpoint, model.state_dict(), optimizer.state_dict(), done, clock(), rt.device
+                )
+        bar.close()
 
     # the final model, once the run's last step is done
     if rt.main and end == config.steps:

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from .batch import IGNORED, MicroBatch, Update
 from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord, progress_since
-from .checkpoint import load_checkpoint, save_state
+from .checkpoint import CheckpointWriter, load_checkpoint
 from .config import ConfigError, TrainConfig
 from .corpus import load_corpus
 from .document_batches import DocumentBatches
@@ -210,39 +210,41 @@ def train_stacked(
         desc=f"{len(configs)} runs",
         disable=progress is not True,
     )
-    for step in bar:
-        lr = learning_rate(config, step)
-        updates = [next(feed) for feed in feeds]
-        result = train_step(updates, lr)
-        done = step + 1
-        for r, (log, update, clock) in enumerate(zip(losses, updates, clocks, strict=True)):
-            log.record(
-                StepRecord(
-                    done,
-                    result.loss[r],
-                    result.lm_loss[r],
-                    result.grad_norm[r],
-                    lr,
-                    clock(),
-                    update.tokens,
-                    update.documents,
+    with CheckpointWriter() as checkpoints:  # each checkpoint written while the next updates run
+        for step in bar:
+            lr = learning_rate(config, step)
+            updates = [next(feed) for feed in feeds]
+            result = train_step(updates, lr)
+            done = step + 1
+            for r, (log, update, clock) in enumerate(zip(losses, updates, clocks, strict=True)):
+                log.record(
+                    StepRecord(
+                        done,
+                        result.loss[r],
+                        result.lm_loss[r],
+                        result.grad_norm[r],
+                        lr,
+                        clock(),
+                        update.tokens,
+                        update.documents,
+                    )
                 )
-            )
-        if when.log(done):
-            for r, (log, folder, clock) in enumerate(zip(losses, folders, clocks, strict=True)):
-                loss = log.flush(clock)
-                if progress == "lines":
-                    tokens, seconds = log.tokens - tokens_before[r], clock() - elapsed[r]
-                    line = progress_since(done, config.steps, loss, tokens, seconds, start)
-                    print(f"{folder.path.name}: {line}", flush=True)
-        if when.score(done):
-            for model, folder, log in zip(models, folders, scores, strict=True):
-                log.append(score_live(model, folder.path.name, done))
-        if when.checkpoint(done):
-            for r, (model, folder, clock) in enumerate(zip(models, folders, clocks, strict=True)):
-                moments = _run_moments(optimizer, optimizers[r], r, lr)
-                save_state(folder.checkpoint, _owned(model.state_dict()), moments, done, clock(), rt.device)
-    bar.close()
+            if when.log(done):
+                for r, (log, folder, clock) in enumerate(zip(losses, folders, clocks, strict=True)):
+                    loss = log.flush(clock)
+                    if progress == "lines":
+                        tokens, seconds = log.tokens - tokens_before[r], clock() - elapsed[r]
+                        line = progress_since(done, config.steps, loss, tokens, seconds, start)
+                        print(f"{folder.path.name}: {line}", flush=True)
+            if when.score(done):
+                for model, folder, log in zip(models, folders, scores, strict=True):
+                    log.append(score_live(model, folder.path.name, done))
+            if when.checkpoint(done):
+                for r, (model, folder, clock) in enumerate(zip(models, folders, clocks, strict=True)):
+                    moments = _run_moments(optimizer, optimizers[r], r, lr)
+                    state = _owned(model.state_dict())
+                    checkpoints.save(folder.checkpoint, state, moments, done, clock(), rt.device)
+        bar.close()
     if end == config.steps:
         for model, folder in zip(models, folders, strict=True):
             save_final(model, corpus, folder.final)
