@@ -446,13 +446,11 @@ def attngeom_steps(
     corpus = load_corpus(config, progress=False)
     batches = PackedBatches(corpus, config)
     torch.manual_seed(config.seed)
-    config.check_attention(DEVICE.type)
     model = build_model(config, corpus.vocab_size).to(DEVICE).train()
     optimizer = make_optimizer(model, config, DEVICE)
     autocast = partial(torch.autocast, DEVICE.type, dtype=torch.bfloat16)
     train_step = TrainStep(model, optimizer, config, DEVICE, autocast, mode=mode)
-    micro_batches = feed(batches, range(config.steps), DEVICE, segments=config.attention == "varlen")
-    groups = grouped(micro_batches, config.grad_accum)
+    groups = grouped(feed(batches, range(config.steps), DEVICE), config.grad_accum)
 
     def step(i: int) -> None:
         train_step(next(groups), learning_rate(config, i))

@@ -81,7 +81,7 @@ def updates(config: TrainConfig, rt: Runtime, vocab_size: int, corpus) -> Iterat
         batches: DocumentBatches | PackedBatches = DocumentBatches(corpus, config, rows)
     else:
         batches = PackedBatches(corpus, config)
-    return _updates(batches, config, range(config.steps), rt, segments=config.attention == "varlen")
+    return _updates(batches, config, range(config.steps), rt)
 
 
 def synchronize(device: torch.device) -> None:
@@ -132,7 +132,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
     rt = runtime_for(config)
     corpus = load_corpus(config, progress=False)
     torch.manual_seed(config.seed)
-    config.check_attention(rt.device.type)
     model = build_model(config, corpus.vocab_size).to(rt.device).train()
     train_step = TrainStep(model, make_optimizer(model, config, rt.device), config, rt.device, rt.autocast)
     feed_ = updates(config, rt, corpus.vocab_size, corpus)

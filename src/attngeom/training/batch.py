@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -40,9 +40,8 @@ class MicroBatch:
 
     def apply(self, function: Callable[[torch.Tensor], torch.Tensor]) -> MicroBatch:
         """The same micro-batch with ``function`` applied to each tensor (pinning, copying to a device)."""
-        names = ("input_ids", "positions", "targets", "weights", "documents", "segments")
-        present = {n: getattr(self, n) for n in names if getattr(self, n) is not None}
-        return MicroBatch(**{n: function(t) for n, t in present.items()})
+        present = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        return MicroBatch(**{name: function(t) for name, t in present.items()})
 
     def to(self, device: torch.device | str) -> MicroBatch:
         return self.apply(lambda t: t.to(device, non_blocking=True))

@@ -63,6 +63,7 @@ def runtime_for(config: TrainConfig) -> Runtime:
     cuda = config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available())
     if config.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("training setting device=cuda but no CUDA device is available")
+    config.check_attention("cuda" if cuda else "cpu")
     if world > 1:
         dist.init_process_group("nccl" if cuda else "gloo")
     if config.deterministic:
@@ -214,7 +215,6 @@ def _train(
 
     # model and optimiser, from the seed
     torch.manual_seed(config.seed)
-    config.check_attention(rt.device.type)
     model = build_model(config, corpus.vocab_size).to(rt.device)
     model.train()
     _warn_if_slow(config, rt, model)
@@ -249,7 +249,7 @@ def _train(
         scores.append(score_live(model, folder.path.name, start))
 
     # micro-batches, built ahead on a background thread and copied to the device without blocking
-    updates = _updates(batches, config, range(start, end), rt, segments=config.attention == "varlen")
+    updates = _updates(batches, config, range(start, end), rt)
     clock = _stopwatch(elapsed)
     bar = tqdm(
         range(start, end),
@@ -300,15 +300,12 @@ def _train(
 
 
 def _updates(
-    batches: PackedBatches | DocumentBatches,
-    config: TrainConfig,
-    steps: range,
-    rt: Runtime,
-    segments: bool = False,
+    batches: PackedBatches | DocumentBatches, config: TrainConfig, steps: range, rt: Runtime
 ) -> Iterator[Update]:
     """The updates of ``steps``, built ahead on a background thread and copied to the device without
-    blocking: counted in documents, or ``grad_accum`` micro-batches of the token stream per rank
-    (``segments``: with their document segments, for the variable-length attention kernel)."""
+    blocking: counted in documents, or ``grad_accum`` micro-batches of the token stream per rank; with
+    their document segments where ``attention: varlen`` takes them."""
+    segments = config.attention == "varlen"
     if isinstance(batches, DocumentBatches):
         yield from feed_updates(batches, steps, rt.device, segments=segments)
         return

@@ -167,7 +167,6 @@ def train_stacked(
     rt = runtime_for(config)
     if rt.world > 1:
         raise ConfigError("stacked runs train in one process on one GPU: launch without torchrun")
-    config.check_attention(rt.device.type)
     for folder, run in zip(folders, configs, strict=True):
         folder.claim(run, restart)
     corpus = load_corpus(config, progress=progress is True)
@@ -198,10 +197,7 @@ def train_stacked(
     if when.score(start):
         for model, folder, log in zip(models, folders, scores, strict=True):
             log.append(score_live(model, folder.path.name, start))
-    feeds = [
-        _updates(b, c, range(start, end), rt, segments=config.attention == "varlen")
-        for b, c in zip(batches, configs, strict=True)
-    ]
+    feeds = [_updates(b, c, range(start, end), rt) for b, c in zip(batches, configs, strict=True)]
     clocks = [_stopwatch(e) for e in elapsed]
     bar = tqdm(
         range(start, end),
