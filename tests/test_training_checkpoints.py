@@ -57,3 +57,26 @@ def test_a_write_that_fails_raises_when_the_writer_is_waited_for(trained, tmp_pa
             tmp_path / "file" / "state.pt", model.state_dict(), optimizer.state_dict(), 1, 0.0, CPU
         )
     assert list(tmp_path.iterdir()) == [tmp_path / "file"]  # no temporary left behind
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_file_holds_the_state_of_the_moment_it_was_asked_for(tmp_path):
+    """The copy is queued on the GPU's stream, not waited for: the next update's kernels, queued after it,
+    must not reach the file."""
+    gpu = torch.device("cuda")
+    model = build_model(TrainConfig(**TINY), vocab_size=300).to(gpu)
+    optimizer = make_optimizer(model, TrainConfig(**TINY), gpu)
+    sum(p.sum() for p in model.parameters()).backward()
+    optimizer.step()
+    before = {name: t.cpu() for name, t in model.state_dict().items()}
+    path = tmp_path / "state.pt"
+    with CheckpointWriter() as checkpoints:
+        checkpoints.save(path, model.state_dict(), optimizer.state_dict(), 3, 0.5, gpu)
+        with torch.no_grad():
+            for _ in range(20):  # enough queued work that a copy not ordered before it would see it
+                for param in model.parameters():
+                    param.mul_(1.01).add_(1.0)
+    state = torch.load(path, weights_only=True)
+    for name, tensor in before.items():
+        assert torch.equal(state["model"][name], tensor), name
+    assert state["model"]["bert.embeddings.word_embeddings.weight"].device.type == "cpu"
