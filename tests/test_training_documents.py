@@ -58,6 +58,11 @@ def test_first_fit_places_every_item_once_within_capacity_in_few_rows(seed):
     assert all(lengths[row].sum() <= 64 for row in rows)
     fewest = -(-lengths.sum() // 64)
     assert len(rows) <= 11 / 9 * fewest + 1
+    row_of = {item: number for number, row in enumerate(rows) for item in row}
+    room = [64] * len(rows)
+    for item in np.argsort(-lengths, kind="stable"):  # longest first, ties in order: the first row with room
+        assert row_of[item] == next(r for r, free in enumerate(room) if free >= lengths[item] or free == 64)
+        room[row_of[item]] -= lengths[item]
 
 
 def test_an_update_holds_its_documents_whole_truncated_and_once(config):
