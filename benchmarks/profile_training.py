@@ -4,8 +4,8 @@ defaults, under torch.profiler.
 The update is built as the CLI builds it (``loop.train``: ``runtime_for``, ``rows_per_pass``,
 ``DocumentBatches``, ``build_model``, ``make_optimizer``, ``TrainStep``, ``feed_updates``), on the offline
 corpus of ``paper_setting.corpus_settings`` (``bench_training.py prepare`` writes it). After ``--warmup``
-updates (compilation, CUDA graphs), ``--updates`` updates are timed without the profiler (tokens/s), then as
-many again under it: device time per update by category and the top kernels. On the CPU (a smoke test of
+updates (compilation, CUDA graphs), ``--updates`` updates are timed without the profiler (tokens/s, and the
+host's time an update: waiting for the feed, and in the step's call), then as many again under it: device time per update by category and the top kernels. On the CPU (a smoke test of
 the code, ``--device cpu``) the table holds the CPU time of each operator instead.
 
     python benchmarks/profile_training.py                                   # BERT-mini, SDPA, on CUDA
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -137,22 +138,30 @@ def main(argv: Sequence[str] | None = None) -> dict:
     feed_ = updates(config, rt, corpus.vocab_size, corpus)
     done = 0
 
+    host: list[tuple[float, float]] = []
+
     def run(count: int) -> int:
-        """``count`` updates; the tokens they trained on."""
+        """``count`` updates; the tokens they trained on. ``host`` gets each update's host seconds: waiting
+        for the feed, and in the step's call (which returns once its kernels are queued)."""
         nonlocal done
         tokens = 0
         for _ in range(count):
+            begin = time.perf_counter()
             update = next(feed_)
+            fed = time.perf_counter()
             train_step(update.micro_batches, learning_rate(config, done))
+            host.append((fed - begin, time.perf_counter() - fed))
             tokens += update.tokens
             done += 1
         synchronize(rt.device)
         return tokens
 
     run(args.warmup)
+    host.clear()
     start = time.perf_counter()
     tokens = run(args.updates)
     seconds = time.perf_counter() - start
+    feed_wait_ms, step_call_ms = (1e3 * statistics.median(times) for times in zip(*host, strict=True))
     activities = [torch.profiler.ProfilerActivity.CPU]
     if rt.device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -170,6 +179,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         f"{tokens / seconds:,.0f} tokens/s ({1e3 * seconds / args.updates:.1f} ms an update, "
         f"{tokens / args.updates:,.0f} tokens an update, {args.updates} updates after {args.warmup})"
     )
+    print(
+        f"host, median an update: {feed_wait_ms:.2f} ms waiting for the feed, {step_call_ms:.2f} ms in the step"
+    )
     time_kind = "device" if rt.device.type == "cuda" else "CPU (operators' own)"
     print(f"\n{time_kind} time per update, by category (ms, share):")
     for kind, ms in kinds.items():
@@ -183,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "settings": config.to_dict(),
         "tokens_per_s": tokens / seconds,
         "ms_per_update": 1e3 * seconds / args.updates,
+        "host_feed_wait_ms": feed_wait_ms,
+        "host_step_call_ms": step_call_ms,
         "ms_by_category": kinds.to_dict(),
         "top_kernels": per_update.head(TOP).reset_index(names="name").to_dict(orient="records"),
     }

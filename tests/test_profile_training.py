@@ -21,6 +21,11 @@ def test_the_profile_prints_time_by_category_for_the_paper_defaults(bench_cache,
     for kind in result["ms_by_category"]:
         assert kind in printed
     assert result["tokens_per_s"] > 0 and len(result["top_kernels"]) == 15
+    assert (
+        result["host_feed_wait_ms"] >= 0
+        and result["host_step_call_ms"] > 0
+        and "waiting for the feed" in printed
+    )
     recorded = result["settings"]
     assert recorded["recipe"] == paper_setting.paper_defaults()["recipe"] == "authors_code"
     assert recorded["n_layers"] == 2 and recorded["hidden_size"] == 32 and recorded["device"] == "cpu"
