@@ -47,7 +47,8 @@ class CheckpointWriter:
     was asked for (on a GPU, into page-locked memory on the GPU's stream, ahead of the next update's
     kernels, which change the weights), then serialised and renamed into place on a thread of their own.
     Writing BERT-base's 1.3 GB took 2.9 s of every 1,000 updates' 51 s on an H100 host; copying it
-    tensor by tensor into ordinary memory, waiting for each, still took ~1.2 s. A file's next write waits
+    tensor by tensor into ordinary memory, waiting for each, still 0.7–1.0 s; queued into page-locked
+    memory, 0.02–0.1 s from the second checkpoint on (the first allocates it). A file's next write waits
     for its last; ``wait`` returns once all are in place, and raises the error of one that failed."""
 
     def __init__(self) -> None:
