@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from attngeom.training.model import VOCABULARY_MULTIPLE
+from attngeom.training.model import VOCABULARY_MULTIPLE, decoder_logits
 from attngeom.training.step import compile_loss
 
 
@@ -71,9 +71,7 @@ def fused_loss(x, weight, bias, targets, weights):  # noqa: ANN001, ANN201
 
 def autograd_loss(x, weight, bias, targets, weights):  # noqa: ANN001, ANN201
     """The head as autograd takes it: logits, float32 cross-entropy per position, weighted sum."""
-    words = weight.shape[0]
-    logits = F.linear(x, F.pad(weight, (0, 0, 0, -words % VOCABULARY_MULTIPLE)))[..., :words]
-    logits = logits + bias.to(logits.dtype)
+    logits = decoder_logits(x, weight, bias)
     return (F.cross_entropy(logits.float(), targets, reduction="none") * weights).sum()
 
 

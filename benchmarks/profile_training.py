@@ -5,8 +5,9 @@ The update is built as the CLI builds it (``loop.train``: ``runtime_for``, ``row
 ``DocumentBatches``, ``build_model``, ``make_optimizer``, ``TrainStep``, ``feed_updates``), on the offline
 corpus of ``paper_setting.corpus_settings`` (``bench_training.py prepare`` writes it). After ``--warmup``
 updates (compilation, CUDA graphs), ``--updates`` updates are timed without the profiler (tokens/s, and the
-host's time an update: waiting for the feed, and in the step's call), then as many again under it: device time per update by category and the top kernels. On the CPU (a smoke test of
-the code, ``--device cpu``) the table holds the CPU time of each operator instead.
+host's time an update: waiting for the feed, and in the step's call), then as many again under it: device
+time per update by category and the top kernels. On the CPU (a smoke test of the code, ``--device cpu``)
+the table holds the CPU time of each operator instead.
 
     python benchmarks/profile_training.py                                   # BERT-mini, SDPA, on CUDA
     python benchmarks/profile_training.py --layers 12                       # BERT-base (hidden 768)

@@ -141,15 +141,16 @@ VOCABULARY_MULTIPLE = 64
 
 
 def head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
-    """The LM head's logits for these hidden states, as ``model.cls`` computes them.
-
-    The vocabulary matrix is zero-padded to a multiple of 64 rows for the product and the padding cut from
-    the result: BERT's 30,522 words would put the head's three matrix products (forward, both gradients)
-    on slow misaligned kernels.
-    """
+    """The LM head's logits for these hidden states, as ``model.cls`` computes them: its transform, then
+    ``decoder_logits``."""
     head = model.cls.predictions
-    x = head.transform(hidden)
-    weight, bias = head.decoder.weight, head.decoder.bias
+    return decoder_logits(head.transform(hidden), head.decoder.weight, head.decoder.bias)
+
+
+def decoder_logits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``x Wᵀ + b`` for the decoder's vocabulary matrix W (V, d), zero-padded to a multiple of 64 rows for
+    the product and the padding cut from the result: BERT's 30,522 words would put the head's three matrix
+    products (forward, both gradients) on slow misaligned kernels."""
     words = weight.shape[0]
     logits = F.linear(x, F.pad(weight, (0, 0, 0, -words % VOCABULARY_MULTIPLE)))[..., :words]
     return logits + bias.to(logits.dtype)
