@@ -11,9 +11,18 @@ BERT's uncased vocabulary; 256 documents an update; the 200,000-update schedule,
   authors_code_characters``, as the authors' code read Wikipedia and RedPajama), ``random`` and
   ``torch_default_symmetric`` × 3 seeds, to 10,000 updates;
 - ``layers12``: 12-layer encoders (BERT-base sizes), word pieces, ``random`` and ``torch_default_symmetric``
-  × 3 seeds, to 4,000 updates (where the authors' 12-layer Jigsaw runs are 0.53 nats apart).
+  × 3 seeds, to 4,000 updates (where the authors' 12-layer Jigsaw runs are 0.54 nats apart);
+- ``horizon``: the word-piece encoders of ``wordpiece`` at the paper's horizon: ``random`` and
+  ``torch_default_symmetric`` × 2 seeds, to 150,000 updates (one run a GPU: ~20 minutes each on an H200);
+- ``wordpiece_more``: seeds 5–7 of ``wordpiece``'s four arms, so that with the committed 0–4 the exact tests
+  over 8 seed pairs can reach p < 0.05;
+- ``decoders``: 4-layer decoders on the same text, ``random`` and ``torch_default_symmetric`` × 5 seeds, to
+  15,000 updates, with the authors' loss (``decoder_loss=masked``: their decoders trained through the MLM
+  collator) and with the causal next-token loss;
+- ``layers12_arms``: the 12-layer decomposition: the four arms × 4 seeds, to 15,000 updates.
 
-Each group of runs (one seed's arms, or part of them; with ``--group-by init``, one arm's seeds) is one
+Each group of runs (one seed's arms, or part of them; with ``--group-by init``, one arm's seeds; with
+``--group-by run``, one run) is one
 ``attngeom train --seeds … --inits …`` process (its runs stacked in one compiled step); groups are spread
 over the GPUs by their expected tokens (longest first, each to the least loaded GPU) and share a GPU by
 time-slicing. A run's data order and masking come from its seed alone, so seed pairs stay paired across
@@ -22,6 +31,7 @@ checkpoint every 1,000: a run stopped early resumes from its folder when the sam
 
     python benchmarks/init_arms.py plan --gpus 4                   # the groups and their GPUs
     python benchmarks/init_arms.py plan --gpus 2 --experiments layers12 --group-by init
+    python benchmarks/init_arms.py plan --gpus 4 --experiments horizon --group-by run
     python benchmarks/init_arms.py run --gpus 4 --out RUNS         # on the GPU host (blocks until done)
     python benchmarks/init_arms.py status RUNS                     # each run's last logged update
     python benchmarks/init_arms.py collect RUNS ARCHIVE.tar.gz     # the runs' logs, no checkpoints
@@ -52,7 +62,7 @@ class Experiment:
     name: str
     settings: tuple[str, ...]
     inits: tuple[str, ...]
-    seeds: int
+    seeds: tuple[int, ...]
     stop_at: int
     tokens_per_update: float
     """Expected tokens an update (for spreading groups over GPUs only)."""
@@ -60,17 +70,26 @@ class Experiment:
     """Relative compute a token (BERT-mini's = 1), for spreading groups over GPUs only."""
 
 
+AUTHORS = ("random", "torch_default_symmetric")
+"""The two arms of the paper's Table 1: BERT's init and the authors' ``--symmetric-init``."""
 EXPERIMENTS = (
-    Experiment("wordpiece", (), ARMS, 5, 15_000, 24_000),
+    Experiment("wordpiece", (), ARMS, tuple(range(5)), 15_000, 24_000),
+    Experiment("characters", ("recipe=authors_code_characters",), AUTHORS, tuple(range(3)), 10_000, 77_000),
+    Experiment("layers12", ("n_layers=12",), AUTHORS, tuple(range(3)), 4_000, 24_000, 6.0),
+    Experiment("horizon", (), AUTHORS, (0, 1), 150_000, 24_000),
+    Experiment("wordpiece_more", (), ARMS, (5, 6, 7), 15_000, 24_000),
     Experiment(
-        "characters",
-        ("recipe=authors_code_characters",),
-        ("random", "torch_default_symmetric"),
-        3,
-        10_000,
-        77_000,
+        "decoders", ("objective=decoder", "decoder_loss=masked"), AUTHORS, tuple(range(5)), 15_000, 24_000
     ),
-    Experiment("layers12", ("n_layers=12",), ("random", "torch_default_symmetric"), 3, 4_000, 24_000, 6.0),
+    Experiment(
+        "decoders_causal",
+        ("objective=decoder", "decoder_loss=causal"),
+        AUTHORS,
+        tuple(range(5)),
+        15_000,
+        24_000,
+    ),
+    Experiment("layers12_arms", ("n_layers=12",), ARMS, tuple(range(4)), 15_000, 24_000, 6.0),
 )
 
 
@@ -86,17 +105,21 @@ class Group:
         return len(self.seeds) * len(self.inits) * e.stop_at * e.tokens_per_update * e.cost_per_token
 
 
-def groups(names: tuple[str, ...] = tuple(e.name for e in EXPERIMENTS), by: str = "seed") -> list[Group]:
+def groups(names: tuple[str, ...] = ("wordpiece", "characters", "layers12"), by: str = "seed") -> list[Group]:
     """By seed: one group per seed of each named experiment (its arms stacked), the last seed of the four
     word-piece arms in two halves, so that the work spreads evenly over four GPUs. By init: one group per
-    arm (its seeds stacked), for as many GPUs as arms."""
+    arm (its seeds stacked), for as many GPUs as arms. By run: one group per run (a long run alone on a GPU
+    is not slowed by the runs stacked beside it)."""
     out = []
     for e in (e for e in EXPERIMENTS if e.name in names):
         if by == "init":
-            out += [Group(e, tuple(range(e.seeds)), (init,)) for init in e.inits]
+            out += [Group(e, e.seeds, (init,)) for init in e.inits]
             continue
-        for seed in range(e.seeds):
-            halves = len(e.inits) == 4 and seed == e.seeds - 1
+        if by == "run":
+            out += [Group(e, (seed,), (init,)) for seed in e.seeds for init in e.inits]
+            continue
+        for seed in e.seeds:
+            halves = len(e.inits) == 4 and seed == e.seeds[-1]
             parts = (e.inits[:2], e.inits[2:]) if halves else (e.inits,)
             out += [Group(e, (seed,), part) for part in parts]
     return out
@@ -208,14 +231,14 @@ def main() -> int:
         "--experiments",
         nargs="+",
         choices=[e.name for e in EXPERIMENTS],
-        default=tuple(e.name for e in EXPERIMENTS),
-        help="which experiments (all by default)",
+        default=("wordpiece", "characters", "layers12"),
+        help="which experiments (default: the first three, run on 4 H100s on 2026-11-27)",
     )
     parser.add_argument(
         "--group-by",
-        choices=("seed", "init"),
+        choices=("seed", "init", "run"),
         default="seed",
-        help="one process per seed (its arms stacked) or per arm (its seeds stacked)",
+        help="one process per seed (its arms stacked), per arm (its seeds stacked) or per run",
     )
     parser.add_argument("--stop-at", type=int, help="stop every run here (default: each experiment's)")
     parser.add_argument(

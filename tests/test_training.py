@@ -118,6 +118,31 @@ def test_schedule_logs_before_every_checkpoint_and_scores_at_both_ends():
     assert [s for s in range(14) if when.score(s)] == [0, 4, 8, 12, 13]
 
 
+def test_loss_log_is_written_at_checkpoints_with_every_row(tmp_path):
+    from attngeom.training.bookkeeping import LossLog, StepRecord
+
+    path = tmp_path / "loss.parquet"
+    log = LossLog(path, keep_through=0)
+
+    def record(step: int, loss: float = 1.0) -> None:
+        value = torch.tensor(loss)
+        log.record(StepRecord(step, value, value, torch.tensor(0.5), 1e-4, float(step), 10, 2))
+
+    for step in (1, 2):
+        record(step)
+    log.flush(lambda: 2.0, write=False)
+    assert not path.exists()  # rows in memory between checkpoints
+    record(3)
+    log.flush(lambda: 3.0, write=True)
+    assert list(pd.read_parquet(path)["step"]) == [1, 2, 3]
+    assert list(pd.read_parquet(path)["tokens"]) == [10, 20, 30]
+    record(4, loss=float("nan"))  # a diverged loss is written at once, then raised
+    with pytest.raises(Exception, match="diverged"):
+        log.flush(lambda: 4.0, write=False)
+    assert list(pd.read_parquet(path)["step"]) == [1, 2, 3, 4]
+    assert LossLog(path, keep_through=2).tokens == 20  # a resumed run keeps the rows to its checkpoint
+
+
 def test_checkpoint_loads_with_weights_only(tmp_path, text_file):
     run = train(tiny(tmp_path, text_file, steps=2, checkpoint_every=1), tmp_path / "run", progress=False)
     state = torch.load(run / "checkpoint" / "state.pt", weights_only=True)

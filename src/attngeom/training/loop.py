@@ -281,7 +281,7 @@ def _train(
             )
             losses.record(record)
             if when.log(done):
-                loss = losses.flush(clock)
+                loss = losses.flush(clock, write=when.checkpoint(done))
                 bar.set_postfix(loss=f"{loss:.3f}")
                 if progress == "lines":
                     tokens, seconds = losses.tokens - tokens_before, clock() - elapsed

@@ -227,7 +227,7 @@ def train_stacked(
                 )
             if when.log(done):
                 for r, (log, folder, clock) in enumerate(zip(losses, folders, clocks, strict=True)):
-                    loss = log.flush(clock)
+                    loss = log.flush(clock, write=when.checkpoint(done))
                     if progress == "lines":
                         tokens, seconds = log.tokens - tokens_before[r], clock() - elapsed[r]
                         line = progress_since(done, config.steps, loss, tokens, seconds, start)
