@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -183,7 +184,45 @@ def test_a_run_records_how_it_differs_from_the_papers_text_and_the_authors_code(
     recorded = yaml.safe_load((out / "config.yaml").read_text())["differs_from_paper"]
     assert "steps=3 (paper: 200000)" in recorded and any(r.startswith("batch_documents=16") for r in recorded)
     assert any(r.startswith("tokens per update ≈") for r in recorded)
-    assert any(r.startswith("passes over the data: ") for r in recorded)
+    assert any(r.startswith("passes over the data: ") and "every 1,000 updates" in r for r in recorded)
     assert "lr=" not in " ".join(recorded)  # the paper's learning rate is the default
     info = RunInfo.read(out)  # the record is not read back as a setting
     assert info.config == config
+    corpus = json.loads((out / "corpus.json").read_text())
+    made = next(d for d in info.labels()["differs_from_paper"].split("; ") if d.startswith("passes"))
+    expected = 3 * 16 / corpus["documents"]  # 3 updates of 16 documents
+    assert made.startswith(f"passes over the data: {expected:,.1f} in the 3 updates made")
+
+
+def test_records_count_passes_in_the_updates_made_and_name_a_tokenizer_by_its_content(tmp_path):
+    from attngeom.training.corpus import DataFacts
+    from attngeom.training.runs import RunInfo, paper_differences
+    from attngeom.training.tokenizer import BERT_UNCASED_SHA256, bert_uncased_tokenizer, tokenizer_sha256
+
+    assert tokenizer_sha256(bert_uncased_tokenizer()) == BERT_UNCASED_SHA256
+    file = make_config({"recipe": "authors_code", "dataset": "jigsaw", "tokenizer": str(tmp_path / "t.json")})
+    assert not any(d.startswith("tokenizer=") for d in paper_differences(file, None, BERT_UNCASED_SHA256))
+    assert any(d.startswith("tokenizer=") for d in paper_differences(file, None, "0" * 64))
+    assert any(d.startswith("tokenizer=") for d in paper_differences(file))  # unknown content: flagged
+    facts = DataFacts(documents=25_110, tokens_per_update=24_018.0, passes_per_update=256 / 25_110)
+    rate = paper_differences(file, facts)[-1]
+    assert rate.startswith("passes over the data: 10.20 every 1,000 updates, over 25,110 documents")
+    made = paper_differences(file, DataFacts(25_110, 24_018.0, 256 / 25_110, updates=15_000))[-1]
+    assert made.startswith("passes over the data: 152.9 in the 15,000 updates made")
+    # model sizes other than the paper's model of that depth are flagged; the preset's own are not
+    wide = make_config({"n_layers": 4, "hidden_size": 512, "n_heads": 4, "intermediate_size": 1024})
+    assert "hidden_size=512 (paper: 256 at 4 layers)" in paper_differences(wide)
+    assert not any(d.startswith(("n_heads", "intermediate")) for d in paper_differences(wide))
+    deep = make_config({"n_layers": 6, "hidden_size": 64, "n_heads": 4, "intermediate_size": 128})
+    assert "n_layers=6 (paper: 4, 12 or 24 layers)" in paper_differences(deep)
+    # a run recorded before corpus.json kept the data's facts: its config.yaml's planned passes, rescaled
+    old = tmp_path / "old"
+    old.mkdir()
+    record = {**file.to_dict(), "differs_from_paper": [
+        "passes over the data: 2,039.0 in 200,000 updates of 25,110 documents (paper: …)"
+    ]}  # fmt: skip
+    (old / "config.yaml").write_text(yaml.safe_dump(record))
+    pd.DataFrame({"step": [1, 2, 3], "update_tokens": [100, 200, 300]}).to_parquet(old / "loss.parquet")
+    info = RunInfo.read(old)
+    assert (info.data.updates, info.data.tokens_per_update, info.data.documents) == (3, 200.0, 25_110)
+    assert info.data.passes == pytest.approx(3 * 2039.0 / 200_000)

@@ -202,10 +202,12 @@ def summarise(
     configs: Mapping[str, TrainConfig],
     paper: pd.DataFrame | None = None,
     authors_logs: pd.DataFrame | None = None,
+    infos: Mapping[str, RunInfo] | None = None,
 ) -> pd.DataFrame:
     """Table 1 from loss logs and configs by run name: per comparison group and init, the final loss over
     seeds, and per comparison the speed-ups, the tests and the null (``pair_speedups``); beside rows that
-    compare a symmetric init with random, the paper's numbers and the authors' at the row's horizon."""
+    compare a symmetric init with random, the paper's numbers and the authors' at the row's horizon.
+    ``infos`` (read from the run folders) adds what data the runs saw to their ``differs_from_paper``."""
     pairs = pair_speedups(losses, configs)
     keys = {name: comparison_key(config) for name, config in configs.items()}
     pairs["key"] = pairs["reference"].map(keys)
@@ -220,7 +222,7 @@ def summarise(
         null = pairs[(pairs["comparison"] == NULL) & (pairs["key"] == key)]
         for init, names in by_init.items():
             first = configs[names[0]]
-            labels = RunInfo(names[0], first).labels()
+            labels = (infos[names[0]] if infos else RunInfo(names[0], first)).labels()
             del labels["seed"]
             row = {
                 **labels,
@@ -284,4 +286,5 @@ def table1(
     """Table 1 (``summarise``) of run folders."""
     infos = [RunInfo.read(run) for run in runs]
     losses = {i.name: pd.read_parquet(run / "loss.parquet") for i, run in zip(infos, runs, strict=True)}
-    return summarise(losses, {i.name: i.config for i in infos}, paper, authors_logs)
+    by_name = {i.name: i for i in infos}
+    return summarise(losses, {i.name: i.config for i in infos}, paper, authors_logs, by_name)

@@ -62,17 +62,41 @@ class Corpus:
         return starts[keep], (ends - starts)[keep]
 
 
-def corpus_facts(corpus: Corpus, config: TrainConfig) -> dict[str, float]:
+@dataclass(frozen=True)
+class DataFacts:
     """How much data a run sees: its corpus' documents, the tokens of an update ([CLS] and [SEP] counted,
-    padding not; each document cut to ``seq_len``) and the passes over the corpus its updates make."""
+    padding not; each document cut to ``seq_len``) and the passes over the corpus an update makes; with
+    ``updates``, the updates the run made (its loss log's last step), so that totals are the run's own,
+    not those of the configured schedule."""
+
+    documents: int
+    tokens_per_update: float
+    passes_per_update: float
+    updates: int | None = None
+
+    @property
+    def passes(self) -> float | None:
+        return None if self.updates is None else self.updates * self.passes_per_update
+
+    def record(self) -> dict[str, float]:
+        """What ``corpus.json`` keeps (the updates made are the loss log's)."""
+        return {
+            "documents": self.documents,
+            "tokens_per_update": self.tokens_per_update,
+            "passes_per_update": self.passes_per_update,
+        }
+
+
+def corpus_facts(corpus: Corpus, config: TrainConfig) -> DataFacts:
+    """The ``DataFacts`` of ``config``'s updates over ``corpus`` (before any update is made)."""
     _, lengths = corpus.document_spans()
     if config.batch_documents:
         per_update = config.batch_documents * float(np.minimum(lengths + 2, config.seq_len).mean())
-        passes = config.steps * config.batch_documents / len(lengths)
+        passes = config.batch_documents / len(lengths)
     else:
         per_update = config.micro_batch_rows * config.grad_accum * config.seq_len
-        passes = config.steps * per_update / len(corpus.tokens)
-    return {"documents": len(lengths), "tokens_per_update": per_update, "passes": passes}
+        passes = per_update / len(corpus.tokens)
+    return DataFacts(len(lengths), per_update, passes)
 
 
 def _file_state(path: Path) -> list[tuple[str, int, int]]:

