@@ -92,3 +92,23 @@ def test_the_exact_tests_keep_alpha_under_a_heavy_tailed_symmetric_null():
     for test in (sign_flip_test, wilcoxon_test):
         rate = np.mean([test(x) < ALPHA for x in samples])
         assert 0.02 <= rate <= ALPHA + 0.012, (test.__name__, rate)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_the_prediction_interval_holds_one_new_seed_95_percent_of_the_time(n):
+    """Simulated: n seeds, then one more from the same normal population; the prediction interval holds
+    it 95% of the time, the mean's confidence interval much less often (why claims size a single run of
+    the authors' against the former)."""
+    from attngeom.runstats.intervals import mean_interval, prediction_interval
+
+    rng = np.random.default_rng(n)
+    draws = rng.normal(3.0, 2.0, size=(4_000, n + 1))
+    inside_prediction = inside_mean = 0
+    for row in draws:
+        new = row[-1]
+        p, m = prediction_interval(row[:-1]), mean_interval(row[:-1])
+        inside_prediction += p.low <= new <= p.high
+        inside_mean += m.low <= new <= m.high
+    assert inside_prediction / len(draws) == pytest.approx(0.95, abs=0.012)  # 3.5 standard errors
+    assert inside_mean < inside_prediction - 0.025 * len(draws)  # too narrow for a single new run
+    assert prediction_interval([1.0]).n == 1 and math.isnan(prediction_interval([1.0]).low)

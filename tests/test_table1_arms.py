@@ -95,3 +95,20 @@ def test_five_seeds_leave_the_exact_test_below_its_reach():
     row = summarise(*arms(5)).set_index(["init", "reference"]).loc["torch_default_symmetric", "random"]
     assert row["verdict"] == "faster than seed noise (t-test)" and row["signed_p_sign_flip"] == 0.0625
     assert row["verdict_exact"] == "cannot reach alpha 0.05 with 5 seeds (sign-flip test: p ≥ 2/2^5 = 0.0625)"
+
+
+def test_the_paper_shaped_table_has_one_row_per_init_against_random():
+    """The readable Table 1: one row per init (the authors' symmetric init against its scale control is left
+    to the supplementary blocks), the speed-up built into the logs with its interval, no speed-up for the
+    reference itself."""
+    from attngeom.runstats.table1_display import paper_table1
+
+    full = summarise(*arms(6))
+    shown = paper_table1(full).set_index("init")
+    assert list(shown.index) == list(FASTER_BY)
+    assert shown.loc["random", "speed-up over random %"] == ""
+    for init in ("symmetric", "torch_default", "torch_default_symmetric"):
+        mean = float(shown.loc[init, "speed-up over random %"].split(" [")[0])
+        assert mean == pytest.approx(expected(init, "random"), abs=1.5)
+        assert shown.loc[init, "p (t; sign-flip)"].endswith("; 0.031")  # 2/2^6: every seed one way
+    assert "authors at T" not in shown  # no authors' logs given: no empty column

@@ -152,17 +152,19 @@ def at_horizon(
     logs: pd.DataFrame, layers: int, objective: str, dataset: str, characters: bool, horizon: int
 ) -> dict[str, float]:
     """For a row of ours: each counterpart's notebook speed-up, our claim rule's, and the loss gap, on
-    their logs cut at our ``horizon`` (floored to their 200-update grid). Keys
-    ``authors_<dataset>_{notebook,<rule>,gap}``; empty where they have no counterpart or logged nothing
+    their logs cut at our ``horizon`` (floored to their 200-update grid), and the same at the end of their
+    schedule (200,000 updates). Keys ``authors_<dataset>_{notebook,<rule>,gap}`` and
+    ``authors_<dataset>_end_{notebook,<rule>,gap}``; empty where they have no counterpart or logged nothing
     by then."""
     found: dict[str, float] = {}
     if horizon < 2 * LOG_EVERY:
         return found
     for theirs in counterparts(layers, objective, dataset, characters):
-        values = compare(logs, layers, theirs, horizon)
-        found |= {
-            f"authors_{theirs}_notebook": values["speedup_notebook"],
-            f"authors_{theirs}_{CLAIM_RULE}": values[f"speedup_{CLAIM_RULE}"],
-            f"authors_{theirs}_gap": values["loss_gap"],
-        }
+        for tag, cut in (("", horizon), ("end_", None)):
+            values = compare(logs, layers, theirs, cut)
+            found |= {
+                f"authors_{theirs}_{tag}notebook": values["speedup_notebook"],
+                f"authors_{theirs}_{tag}{CLAIM_RULE}": values[f"speedup_{CLAIM_RULE}"],
+                f"authors_{theirs}_{tag}gap": values["loss_gap"],
+            }
     return found

@@ -1,4 +1,6 @@
-"""Mean and 95% interval over seeds: the Student t-interval, mean ± t₀.₉₇₅(n−1) · s / √n.
+"""Mean and 95% interval over seeds: the Student t-interval, mean ± t₀.₉₇₅(n−1) · s / √n; and the 95%
+prediction interval for one new seed, mean ± t₀.₉₇₅(n−1) · s · √(1 + 1/n), the yardstick for a single run
+of someone else's (the authors' one seed): where one more seed of ours would fall, not where our mean is.
 
 With the 2–3 seeds a training grid can afford, the interval is wide by construction: t₀.₉₇₅ is 12.71
 for 2 seeds and 4.30 for 3, so the half-width is 9.0 and 2.5 sample standard deviations. A bootstrap
@@ -73,3 +75,14 @@ def mean_interval(values: Iterable[float]) -> Interval:
         return Interval(mean, math.nan, math.nan, n)
     half = t_975(n - 1) * float(x.std(ddof=1)) / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n)
+
+
+def prediction_interval(values: Iterable[float]) -> Interval:
+    """The mean of ``values`` and the 95% interval in which one new value from the same population falls
+    (Student t, normal errors assumed; a point, no interval, for fewer than 2 values)."""
+    mean = mean_interval(values)
+    if not mean.computable:
+        return mean
+    widen = math.sqrt(mean.n + 1)  # s·√(1 + 1/n) over s/√n
+    half = mean.half_width * widen
+    return Interval(mean.mean, mean.mean - half, mean.mean + half, mean.n)

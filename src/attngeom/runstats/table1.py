@@ -11,8 +11,10 @@ detectable effect at 80% power, the exact sign-flip test and Wilcoxon's signed-r
 an exact test can give with that many seeds. For scale, the null: the signed speed-up of random-vs-random
 pairs of different seeds, disjoint pairs so that they are independent (``pairing.seed_pairs``).
 
-**Beside them**: where a row compares a symmetric init with ``random``, the paper's printed numbers (same
-depth and dataset) and the authors' own runs cut at the row's horizon (``authors.at_horizon``).
+**Beside them**: where a row compares the authors' own init (``torch_default_symmetric``, their
+``--symmetric-init``) with ``random``, the paper's printed numbers (same depth and dataset) and the authors'
+own runs cut at the row's horizon and at the end of their schedule (``authors.at_horizon``). Other inits
+(``symmetric`` at BERT's scale, ``torch_default``) have no run of the authors' to be set beside.
 """
 
 from __future__ import annotations
@@ -25,10 +27,9 @@ import pandas as pd
 
 from ..training.config import TrainConfig
 from ..training.documents import SUBSTITUTES, split_revision
-from ..training.model import SYMMETRIC_INITS
 from ..training.runs import RunInfo
 from . import authors
-from .intervals import Interval, mean_interval
+from .intervals import Interval, mean_interval, prediction_interval
 from .pairing import EFFECTS, REFERENCE_INIT, comparison_key, seed_pairs, twins
 from .plateau import plateau_exits
 from .significance import (
@@ -134,6 +135,9 @@ def _tests(name: str, values: np.ndarray) -> dict[str, float]:
     }
 
 
+PREDICTED = (f"speedup_{CLAIM_RULE}", "loss_gap")
+"""Columns with a 95% prediction interval for one new seed pair too (``_pred_low``/``_pred_high``): the
+yardstick for the authors' single run."""
 SPEEDUP_NAMES = (*(f"speedup_{rule}" for rule in RULES), "speedup_paper", "signed", "null", "loss_gap")
 TEST_COLUMNS = [
     f"{name}_p_{test}" for name in ("signed", "loss_gap") for test in ("t", "sign_flip", "wilcoxon")
@@ -143,6 +147,7 @@ NO_SPEEDUP = {
     "effect": "",
     **{f"{name}{end}": np.nan for name in SPEEDUP_NAMES for end in ("", "_low", "_high")},
     "censored": 0,
+    **{f"{name}_pred_{end}": np.nan for name in PREDICTED for end in ("low", "high")},
     **dict.fromkeys(TEST_COLUMNS, np.nan),
     "least_exact_p": np.nan,
     "mde": np.nan,
@@ -159,6 +164,9 @@ def _speedup_columns(twinned: pd.DataFrame, null: pd.DataFrame) -> dict[str, obj
     row: dict[str, object] = {}
     for name in (*(f"speedup_{rule}" for rule in RULES), "speedup_paper", "loss_gap"):
         row |= _interval_columns(name, mean_interval(twinned[name]))
+    for name in PREDICTED:
+        predicted = prediction_interval(twinned[name])
+        row |= {f"{name}_pred_low": predicted.low, f"{name}_pred_high": predicted.high}
     signed = twinned[f"signed_{CLAIM_RULE}"].to_numpy(dtype=float)
     tests = _tests("signed", signed) | _tests("loss_gap", twinned["loss_gap"].to_numpy(dtype=float))
     sd = float(np.std(signed, ddof=1)) if len(signed) > 1 else np.nan
@@ -241,7 +249,7 @@ def summarise(
                     continue
                 found = row | {"reference": reference, "effect": EFFECTS[init, reference]}
                 found |= _speedup_columns(twinned, null)
-                if authors_logs is not None and init in SYMMETRIC_INITS and reference == REFERENCE_INIT:
+                if authors_logs is not None and init == authors.AUTHORS_INIT and reference == REFERENCE_INIT:
                     horizon = int(twinned["steps"].min())
                     found |= authors.at_horizon(
                         authors_logs,
@@ -263,11 +271,11 @@ def _with_paper(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
     """The paper's Table 1 numbers (one run each; its "symmetric" is the authors' init) beside our
     unregularised encoder rows of the same depth, dataset and tokens (its Wikipedia and RedPajama rows were
     trained on characters, Jigsaw on word pieces): its random row beside our random init, its symmetric row
-    beside every symmetric init compared with random."""
+    (the authors' init) beside our rows of that init compared with random."""
     published = paper.rename(columns={"final_loss": "paper_loss", "speedup_percent": "paper_speedup_percent"})
     published = published.rename(columns={"init": "paper_init"})
     paper_init = np.where(
-        table["init"].isin(SYMMETRIC_INITS) & (table["reference"] == REFERENCE_INIT),
+        (table["init"] == authors.AUTHORS_INIT) & (table["reference"] == REFERENCE_INIT),
         "symmetric",
         np.where(table["init"] == REFERENCE_INIT, "random", ""),
     )

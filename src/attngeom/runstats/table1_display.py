@@ -14,6 +14,19 @@ from .significance import ALPHA, least_exact_p
 from .speedup import CLAIM_RULE, GAP_UPDATES
 
 TITLE = "Table 1: final loss and speed-up of each init over its reference, over seeds"
+PAPER_CAPTION = (
+    "As the paper prints it: per depth, kind of text and init, the final loss (smoothed: trailing mean over "
+    "2% of the log) and, for an init compared with random over the same seeds, how much sooner it reaches "
+    f"the random run's final loss ('{CLAIM_RULE}' rule, percent of the updates T), the loss gap (candidate "
+    f"minus random, mean over the last {GAP_UPDATES:,} updates up to T) and the p-values of the two-sided "
+    "t-test and of the exact sign-flip test (which cannot go below 2/2ⁿ with n seeds) of the signed "
+    "speed-up. [low, high]: 95% Student-t interval of the mean over seed pairs. Authors: their own runs "
+    "of this init (one seed, config/reference/authors-logs; BERT-mini or -base on Jigsaw beside word "
+    "pieces, Wikipedia and RedPajama beside characters) cut at T and at the end of their schedule "
+    "(200,000 updates), by the same rule; the paper's printed speed-up is their notebook's formula at "
+    "200,000. Every comparison, the null, censoring, the Wilcoxon test and the paper's formula: the "
+    "supplementary blocks below."
+)
 CAPTION = (
     "Final loss (smoothed: trailing mean over 2% of the log) per init, and per comparison of two inits "
     "(the candidate 'init' vs the reference 'vs', the same seed: 'effect' says what their difference "
@@ -142,12 +155,71 @@ def table1_display(table: pd.DataFrame) -> pd.DataFrame:
     return shown
 
 
+def _authors_cell(row: pd.Series, tag: str) -> str:
+    """ "jigsaw 12.1 %, gap −0.03": per counterpart, our rule's speed-up and the loss gap of the authors'
+    run of this init (``tag`` "" at this row's horizon, "end_" at 200,000 updates)."""
+    parts = []
+    for dataset in DATASETS:
+        value = row.get(f"authors_{dataset}_{tag}{CLAIM_RULE}")
+        if value is not None and pd.notna(value):
+            parts.append(f"{dataset} {value:.1f} %, gap {row[f'authors_{dataset}_{tag}gap']:+.2f}")
+    return "; ".join(parts)
+
+
+def paper_table1(table: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 as the paper shapes it: one row per depth, kind of text, dataset, objective and init
+    (unregularised; each init against random), the final loss, the speed-up over random with its
+    interval, the loss gap, the two tests' p, the authors' run of the same init at T and at 200,000, and
+    the paper's printed numbers."""
+    rows = table[(table["reg_weight"] == 0) & table["reference"].isin(["", "random"])]
+    group = ["layers", "characters", "dataset", "objective"]
+    rows = (  # runs of one horizon together, the longer first
+        rows.assign(horizon=-rows["steps"])
+        .sort_values([*group, "horizon"], kind="stable")
+        .reset_index(drop=True)
+    )
+    compared = rows["reference"] == "random"
+    speed = _cells(rows, f"speedup_{CLAIM_RULE}", "seed_pairs", 1, "bracketed")
+    gap = _cells(rows, "loss_gap", "seed_pairs", 3, "bracketed")
+    p_t, p_exact = _numbers(rows, "signed_p_t", "{:.3f}"), _numbers(rows, "signed_p_sign_flip", "{:.3f}")
+    shown = pd.DataFrame(
+        {
+            "depth": rows["layers"].map(lambda n: f"{n}-layer"),
+            "text": rows["characters"].map({True: "characters", False: "word pieces"}),
+            "dataset": rows["dataset"],
+            "objective": rows["objective"],
+            "init": rows["init"],
+            "seeds": rows["seeds"],
+            "updates T": rows["steps"].map("{:,}".format),
+            "final loss": _cells(rows, "final_loss", "seeds", 3, "plus_minus"),
+            "speed-up over random %": [s if c else "" for s, c in zip(speed, compared, strict=True)],
+            "loss gap (nats)": [g if c else "" for g, c in zip(gap, compared, strict=True)],
+            "p (t; sign-flip)": [f"{a}; {b}" if a else "" for a, b in zip(p_t, p_exact, strict=True)],
+            "authors at T": [_authors_cell(r, "") for _, r in rows.iterrows()],
+            "authors at 200,000": [_authors_cell(r, "end_") for _, r in rows.iterrows()],
+        }
+    )
+    for column, title, digits in (
+        ("paper_speedup_percent", "paper's speed-up %", 0),
+        ("paper_loss", "paper's loss", 3),
+    ):
+        if column in rows:
+            shown[title] = rows[column].map(lambda v, d=digits: "" if pd.isna(v) else f"{v:.{d}f}")
+    return shown.loc[:, (shown != "").any()]
+
+
 def write_table1(table: pd.DataFrame, stem: str | os.PathLike) -> None:
-    """Table 1 (``table1.summarise``) as ``stem``.csv (every number), .md and .tex (``table1_display``, a
-    block per depth as the paper prints it, with the caption)."""
+    """Table 1 (``table1.summarise``) as ``stem``.csv (every number), .md, .tex and .html: first as the paper
+    shapes it (``paper_table1``), then every comparison with its tests and the null (``table1_display``,
+    a block per depth), with the caption of each."""
     shown = table1_display(table)
+    paper = table_formats.Block(paper_table1(table), "Table 1")
     blocks = [
-        table_formats.Block(rows.drop(columns="depth"), f"{depth} models")
+        table_formats.Block(rows.drop(columns="depth"), f"Supplementary: every comparison, {depth} models")
         for depth, rows in shown.groupby("depth", sort=False)
     ]
-    table_formats.write_table(blocks, stem, TITLE, csv=table, caption=CAPTION, empty="No training run.")
+    if blocks:
+        blocks[-1] = table_formats.Block(blocks[-1].table, blocks[-1].heading, (CAPTION,))
+    table_formats.write_table(
+        [paper, *blocks], stem, TITLE, csv=table, caption=PAPER_CAPTION, empty="No training run."
+    )
