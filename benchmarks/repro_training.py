@@ -22,7 +22,9 @@ intervals, three tests, the random-vs-random null, the verdicts, the authors' ru
 claims.{csv,md,tex,html} (each of the paper's training claims against the runs, sized against the authors'
 runs at the same horizon), notes.md (device, each run's progress, every pair's speed-up, the authors'
 Table 1 from their logs by their notebook's formula and ours), figure_3_evolution.png and figure_s5_<objective>.png per dataset, depth and
-tokens (Figures 3 and S5; ``_<dataset>_<layers>L[_characters]`` added when the runs hold several), and
+tokens (Figures 3 and S5; ``_<dataset>_<layers>L[_characters]`` added when the runs hold several),
+figure_horizon_<layers>L[_characters].png where the authors' init is compared with random (its speed-up and
+loss gap with both logs cut at every horizon, beside the authors' runs to 200,000 updates), and
 runs.tar.gz (each run's config.yaml, loss.parquet, scores.parquet and log, the figures as PDF, the
 comparison with the authors' nearest published evolution).
 """
@@ -47,12 +49,14 @@ from attngeom.report.scoring_code import other_code_note
 from attngeom.report.table_formats import to_markdown
 from attngeom.report.training_figures import (
     evolution_figure,
+    horizon_figure,
     load_runs,
     official_figure,
     symmetric_init_figure,
 )
 from attngeom.runstats import authors
 from attngeom.runstats.claims import write_claims
+from attngeom.runstats.horizon import authors_by_horizon, speedup_by_horizon
 from attngeom.runstats.table1 import pair_speedups, table1
 from attngeom.runstats.table1_display import write_table1
 from attngeom.training.config import CHOICES, make_config, parse_overrides
@@ -197,6 +201,17 @@ def render(runs: list[Path], out: Path, staging: Path) -> list[Path]:
             stems.append(staging / f"figure_s5_{objective}{suffix}")
             symmetric_init_figure(here, here_losses, dataset, layers, objective, stems[-1], table, logs)
     official_figure(scores, pd.read_csv(OFFICIAL), staging / "official_comparison")
+    infos = [RunInfo.read(run) for run in runs]
+    by_horizon = speedup_by_horizon(
+        {i.name: pd.read_parquet(run / "loss.parquet") for i, run in zip(infos, runs, strict=True)},
+        {i.name: i.config for i in infos},
+    )
+    encoders = by_horizon[by_horizon["objective"] == "encoder"]
+    for (layers, characters), ours in encoders.groupby(["layers", "characters"]):
+        stems.append(staging / f"figure_horizon_{layers}L{'_characters' if characters else ''}")
+        horizon_figure(
+            ours, authors_by_horizon(logs, int(layers), bool(characters)), layers, characters, stems[-1]
+        )
     return stems
 
 

@@ -302,6 +302,42 @@ def symmetric_init_figure(
     return fig
 
 
+def horizon_figure(
+    ours: pd.DataFrame, theirs: pd.DataFrame, layers: int, characters: bool, stem: Path
+) -> Figure:
+    """Does the authors' init's speed-up last? Its speed-up over random (claim rule, percent of the horizon)
+    and its loss gap, with both logs cut at each horizon (``runstats.horizon``): ours per seed and their
+    mean, the authors' runs of the same depth and kind of text (one seed each) to 200,000 updates."""
+    text = "characters" if characters else "word pieces"
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
+    colour = COLOURS[authors.AUTHORS_INIT]
+    for ax, column, label in zip(
+        axes,
+        ("speedup", "loss_gap"),
+        (f"speed-up over random, % of T ({CLAIM_RULE} rule)", "loss gap (nats)"),
+        strict=True,
+    ):
+        for i, (_, run) in enumerate(ours.groupby("seed")):
+            ax.plot(run["horizon"], run[column], color=colour, alpha=0.45, linewidth=1,
+                    label="ours, each seed" if i == 0 else None)  # fmt: skip
+        mean = ours.groupby("horizon")[column].mean()
+        seeds = ours.groupby("horizon")["seed"].nunique()
+        shared = mean[seeds == seeds.max()]
+        ax.plot(shared.index, shared.values, color=colour, linewidth=2.2,
+                label=f"ours, mean of {int(seeds.max())} seeds")  # fmt: skip
+        for (dataset, run), marker in zip(theirs.groupby("dataset"), ("o", "s", "^"), strict=False):
+            ax.plot(run["horizon"], run[column], "--", color="black", marker=marker, markersize=3,
+                    linewidth=1, label=f"authors, {dataset} (one seed)")  # fmt: skip
+        ax.axhline(0, color="grey", linewidth=0.6)
+        ax.set(xscale="log", xlabel="horizon T (updates; both logs cut there)", ylabel=label)
+        ax.legend(fontsize="x-small")
+    axes[0].set_title("a) speed-up of the authors' init over random")
+    axes[1].set_title("b) loss gap, authors' init minus random")
+    fig.suptitle(f"Does the speed-up last? {layers}-layer encoders, {text}: measured at every horizon")
+    save(fig, stem)
+    return fig
+
+
 def official_figure(scores: pd.DataFrame, official: pd.DataFrame, stem: Path) -> Figure:
     """Our runs (solid) over the authors' published evolution (dashed), per objective: the same depth,
     objective and dataset where they published it, else the nearest (``nearest_official``), labelled so."""

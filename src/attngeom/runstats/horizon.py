@@ -1,0 +1,82 @@
+"""How a speed-up changes with the horizon at which it is measured: does a faster start last?
+
+Table 1 measures each comparison at one horizon T (the last update both runs made). Cutting the same two
+loss logs at earlier horizons T′ < T, and the authors' logs at the same T′ up to their 200,000 updates,
+says whether an init's advantage is a head start that closes (the loss gap shrinks *and* the speed-up, a
+fraction of T′, falls towards 0) or one that lasts (the speed-up stays). Both are timed by the claim rule
+on each cut (``speedup.speedup``, ``speedup.loss_gap``), so a point at T′ = T is Table 1's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..training.config import TrainConfig
+from . import authors
+from .pairing import twins
+from .speedup import CLAIM_RULE, GAP_UPDATES, loss_gap, speedup
+
+POINTS = 24
+"""Horizons per comparison, spaced evenly in log(T′)."""
+
+
+def horizons(last: int, first: int = 2 * GAP_UPDATES, points: int = POINTS) -> np.ndarray:
+    """Horizons from ``first`` to ``last`` (both included), evenly spaced in log(T′), on whole updates."""
+    if last <= first:
+        return np.array([last])
+    return np.unique(np.geomspace(first, last, points).round().astype(int))
+
+
+def _cut(log: pd.DataFrame, horizon: int) -> pd.DataFrame:
+    return log[log["step"] <= horizon]
+
+
+def speedup_by_horizon(
+    losses: Mapping[str, pd.DataFrame], configs: Mapping[str, TrainConfig], init: str = authors.AUTHORS_INIT
+) -> pd.DataFrame:
+    """Every seed pair of ``init`` against random, cut at ``horizons`` up to the pair's common horizon: one
+    row per pair and horizon, with the claim rule's speed-up (percent of the horizon) and the loss gap."""
+    rows = []
+    for twin in twins(configs):
+        if twin.candidate_init != init or twin.reference_init != "random":
+            continue
+        reference, candidate = losses[twin.reference], losses[twin.candidate]
+        last = min(int(reference["step"].max()), int(candidate["step"].max()))
+        config = configs[twin.candidate]
+        for horizon in horizons(last):
+            ref, cand = _cut(reference, horizon), _cut(candidate, horizon)
+            rows.append(
+                {
+                    "layers": config.n_layers,
+                    "objective": config.objective,
+                    "characters": config.character_spacing,
+                    "seed": config.seed,
+                    "horizon": int(horizon),
+                    "speedup": speedup(ref, cand, rule=CLAIM_RULE),
+                    "loss_gap": loss_gap(ref, cand),
+                }
+            )
+    return pd.DataFrame(
+        rows, columns=["layers", "objective", "characters", "seed", "horizon", "speedup", "loss_gap"]
+    )
+
+
+def authors_by_horizon(logs: pd.DataFrame, layers: int, characters: bool) -> pd.DataFrame:
+    """The authors' encoder runs of this depth and kind of text (``authors.counterparts``), their symmetric
+    init against random cut at ``horizons`` up to 200,000 updates: dataset, horizon, speed-up, loss gap."""
+    rows = []
+    for dataset in authors.counterparts(layers, "encoder", "", characters):
+        for horizon in horizons(int(logs["step"].max()), first=2 * GAP_UPDATES):
+            found = authors.compare(logs, layers, dataset, int(horizon))
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "horizon": found["steps"],
+                    "speedup": found[f"speedup_{CLAIM_RULE}"],
+                    "loss_gap": found["loss_gap"],
+                }
+            )
+    return pd.DataFrame(rows, columns=["dataset", "horizon", "speedup", "loss_gap"])
