@@ -126,21 +126,76 @@ def _narrower(group: tuple, init: str, candidate: pd.DataFrame, random: pd.DataF
     return _row(group, claim, f"range over layers, {init} vs random: {measured}", test, verdict)
 
 
+def _first(scores: pd.DataFrame) -> pd.DataFrame:
+    """Rows of each unregularised run's first scored step (its init, where step 0 was scored)."""
+    unregularised = scores[scores["reg_weight"] == 0]
+    first = unregularised.groupby("run")["step"].transform("min")
+    return unregularised[unregularised["step"] == first]
+
+
+def _median_abs_directionality(rows: pd.DataFrame) -> float:
+    return float(rows["directionality"].abs().median())
+
+
+def _decoder_rows(group: tuple, dec: pd.DataFrame, start: pd.DataFrame, enc: pd.DataFrame) -> list[dict]:
+    """The paper's decoder claims (Section 4, Figure 3) for the random-init decoders ``dec`` of one loss, their
+    first scored step ``start`` and the encoders ``enc`` of the group, seed by seed."""
+    loss = dec["decoder_loss"].iloc[0] if "decoder_loss" in dec and len(dec) else ""
+    who = f"{loss}-loss decoders" if loss else "decoders"
+    forms, rows = _forms(dec), []
+    if len(enc):
+        rows.append(_above(group, f"encoders end more symmetric than {who} (random init)", enc, dec))
+    d = _per_seed(forms, lambda r: median(r, "directionality"))
+    claim = f"{who}: negative directionality (column-dominant)"
+    rows.append(_row(group, claim, _numbers(d), _sign_test(len(d)), _verdict([v < 0 for v in d.values()])))
+    if len(enc):
+        a, b = (
+            _per_seed(forms, _median_abs_directionality),
+            _per_seed(_forms(enc), _median_abs_directionality),
+        )
+        seeds = sorted(set(a) & set(b))
+        measured = "; ".join(f"s{s} {a[s]:.2f} vs {b[s]:.2f}" for s in seeds)
+        claim = f"{who} end more directional than encoders (median |directionality|, Figure 3b)"
+        rows.append(
+            _row(group, claim, measured, _sign_test(len(seeds)), _verdict([a[s] > b[s] for s in seeds]))
+        )
+    begun = _per_seed(_forms(start), _median_abs_directionality)
+    ended = _per_seed(forms, _median_abs_directionality)
+    seeds = sorted(set(begun) & set(ended))
+    if seeds and start["step"].max() < dec["step"].min():
+        measured = "; ".join(f"s{s} {begun[s]:.2f} → {ended[s]:.2f}" for s in seeds)
+        claim = (
+            f"{who}: directionality emerges during training (median |directionality|, init → end; Thm 2.3)"
+        )
+        grows = [ended[s] > begun[s] for s in seeds]
+        rows.append(_row(group, claim, measured, _sign_test(len(seeds)), _verdict(grows)))
+    layers = sorted(forms["layer"].unique())
+    if len(layers) >= 3:
+        middle = forms[forms["layer"].isin(layers[1:-1])]
+        m = _per_seed(middle, median)
+        claim = f"{who}: middle layers skew-symmetric (median symmetry of the inner layers < 0, Figure 3c)"
+        rows.append(
+            _row(group, claim, _numbers(m), _sign_test(len(m)), _verdict([v < 0 for v in m.values()]))
+        )
+    slope = _per_seed(forms, lambda r: np.polyfit(r["layer"], r["directionality"].abs(), 1)[0])
+    claim = f"{who}: later layers more directional (slope of |directionality| over layer index, Figure 3d)"
+    rows.append(
+        _row(group, claim, _numbers(slope), _sign_test(len(slope)), _verdict([v > 0 for v in slope.values()]))
+    )
+    return rows
+
+
 def claims(scores: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     """The claims table from the runs' scores (``load_runs``) and Table 1."""
-    final = _final(scores)
+    final, first = _final(scores), _first(scores)
     rows = []
     for group, runs in final.groupby(["dataset", "layers", "characters"]):
         random = runs[runs["init"] == REFERENCE_INIT]
         enc, dec = (random[random["objective"] == o] for o in ("encoder", "decoder"))
-        if len(enc) and len(dec):
-            rows.append(_above(group, "encoders end more symmetric than decoders (random init)", enc, dec))
-        if len(dec):
-            d = _per_seed(_forms(dec), lambda rows: median(rows, "directionality"))
-            claim = "decoders: negative directionality (column-dominant)"
-            rows.append(
-                _row(group, claim, _numbers(d), _sign_test(len(d)), _verdict([v < 0 for v in d.values()]))
-            )
+        losses = dec["decoder_loss"] if "decoder_loss" in dec else pd.Series("", index=dec.index)
+        for _, one in dec.groupby(losses):
+            start = first[first["run"].isin(set(one["run"]))]
+            rows += _decoder_rows(group, one, start, enc)
         if len(enc):
             slope = _per_seed(_forms(enc), lambda rows: np.polyfit(rows["layer"], rows["symmetry"], 1)[0])
             claim = "encoders: later layers more symmetric (slope of symmetry over layer index)"

@@ -59,6 +59,12 @@ CAPTION = (
 )
 
 
+def _objective(table: pd.DataFrame) -> pd.Series:
+    """ "encoder", or "decoder (causal loss)" / "decoder (masked loss)": the two decoder losses are two rows."""
+    losses = table["decoder_loss"].fillna("") if "decoder_loss" in table else pd.Series("", index=table.index)
+    return table["objective"] + losses.map(lambda loss: f" ({loss} loss)" if loss else "")
+
+
 def _numbers(table: pd.DataFrame, column: str, text: str) -> list[str]:
     return ["" if pd.isna(v) else text.format(v) for v in table[column]]
 
@@ -118,7 +124,7 @@ def table1_display(table: pd.DataFrame) -> pd.DataFrame:
         shown["text"] = table["characters"].map({True: "characters", False: "word pieces"})
     shown = shown.assign(
         **{
-            "objective": table["objective"],
+            "objective": _objective(table),
             "init": init,
             "vs": table["reference"],
             "effect": table["effect"],
@@ -187,7 +193,7 @@ def paper_table1(table: pd.DataFrame) -> pd.DataFrame:
             "depth": rows["layers"].map(lambda n: f"{n}-layer"),
             "text": rows["characters"].map({True: "characters", False: "word pieces"}),
             "dataset": rows["dataset"],
-            "objective": rows["objective"],
+            "objective": _objective(rows),
             "init": rows["init"],
             "seeds": rows["seeds"],
             "updates T": rows["steps"].map("{:,}".format),

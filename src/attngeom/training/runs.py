@@ -310,6 +310,7 @@ class RunInfo:
             "dataset": dataset_label(self.config.dataset),
             "layers": self.config.n_layers,
             "objective": self.config.objective,
+            "decoder_loss": self.config.decoder_loss if self.config.objective == "decoder" else "",
             "init": self.config.init,
             "characters": self.config.character_spacing,
             "reg_weight": self.config.reg_weight,
