@@ -188,6 +188,17 @@ def test_a_bad_corpus_is_one_line_naming_the_dataset(
     assert all(word in line for word in words), line
 
 
+def test_a_server_that_closes_after_every_byte_is_one_error_within_the_rate_window(
+    in_process, tmp_path, capfd, monkeypatch
+):
+    """A byte a request, so no count of failures grows: the rate over the window (2 s here) ends it."""
+    monkeypatch.setenv(network.WINDOW_VARIABLE, "2")
+    (in_process.folder / "data/train.parquet").write_bytes(GOOD)
+    in_process.faults["data/train.parquet"] = "drip"
+    line = train_here(in_process, tmp_path, capfd)
+    assert "data/train.parquet" in line and "B/s), under ATTNGEOM_NET_MIN_RATE=1024 " in line, line
+
+
 @pytest.mark.parametrize(
     ("sha", "status", "words"), [("../../x", None, "'../../x'"), (None, 500, "HTTP 500")]
 )

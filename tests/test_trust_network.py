@@ -1,10 +1,11 @@
 """No network read without a bound (issue 43, points 1 and 4): a server that trickles, one that closes after
-every byte, a redirect loop and a long redirect chain, for model files read by range, for
-huggingface_hub's own downloads and for a corpus file: each ends within its bound (``attngeom.network``:
+every byte, a redirect loop and a long redirect chain, for model files read by range and for
+huggingface_hub's own downloads: each ends within its bound (``attngeom.network``:
 a minimum rate over a window, a deadline) in one line naming the file and the rate seen.
 
-The servers are the tests' Hub emulators on 127.0.0.1 (``hubserver``, ``datasetserver``); the bounds are
-shortened through their environment variables, as a user would set them.
+The servers are the tests' Hub emulators on 127.0.0.1 (``hubserver`` here; the corpus reader's cases,
+against ``datasetserver``, are in ``test_corpus_streams.py``); the bounds are shortened through their
+environment variables, as a user would set them.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ import sys
 
 import pytest
 from conformance import build, tiny_config
-from datasetserver import serving
 from hubserver import HubServer, pointed_at
-from test_corpus_streams import GOOD, REPO, one_error, train
 from test_sources_reliability import LLAMA  # the tiny Llama the source tests share
 
 import attngeom
@@ -35,16 +34,6 @@ def llama_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("llama") / "tiny-llama"
     build(tiny_config("llama", **LLAMA)).save_pretrained(path)
     return path
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    """A served dataset whose one data file (and the server's faults) each test sets."""
-    folder = tmp_path / "repo"
-    (folder / "data").mkdir(parents=True)
-    with serving({REPO: {"main": folder}}) as hub:
-        hub.folder = folder
-        yield hub
 
 
 @pytest.fixture
@@ -90,16 +79,24 @@ def only_line(done: subprocess.CompletedProcess) -> str:
 
 
 @pytest.mark.parametrize("file", ["model.safetensors", "config.json"])
-def test_score_against_a_trickling_server_ends_in_one_line_naming_the_file_and_rate(
-    llama_dir, tmp_path, file
-):
+def test_a_trickling_server_is_one_error_naming_the_file_and_the_rate(llama_dir, tmp_path, bounded, file):
     """One byte every 0.5 s: the model's bytes (read by range) or its config (huggingface_hub's download)."""
     server = HubServer({MODEL: llama_dir})
     server.trickle.add(file)
+    with server.running(), pointed_at(server, tmp_path):
+        with pytest.raises(network.Stalled) as stalled:
+            attngeom.score(MODEL, progress=False)
+    text = str(stalled.value)
+    assert f"{MODEL}/{file}" in text and " B/s), under ATTNGEOM_NET_MIN_RATE=1000 " in text, text
+
+
+@pytest.mark.slow  # the command in a subprocess: its imports take seconds
+def test_score_against_a_trickling_server_ends_in_one_line_and_writes_nothing(llama_dir, tmp_path):
+    server = HubServer({MODEL: llama_dir})
+    server.trickle.add("model.safetensors")
     with server.running():
-        done = score_command(server, tmp_path)
-    line = only_line(done)
-    assert file in line and "B/s" in line and network.MIN_RATE_VARIABLE in line, line
+        line = only_line(score_command(server, tmp_path))
+    assert "model.safetensors" in line and "B/s" in line and network.MIN_RATE_VARIABLE in line, line
     assert not (tmp_path / "out.parquet").exists()
 
 
@@ -129,16 +126,6 @@ def test_the_deadline_ends_a_read_that_keeps_its_rate(llama_dir, tmp_path, monke
             attngeom.score(MODEL, progress=False)
 
 
-def test_a_corpus_file_from_a_server_that_closes_after_every_byte_is_one_error(corpus, tmp_path):
-    (corpus.folder / "data/train.parquet").write_bytes(GOOD)
-    corpus.faults["data/train.parquet"] = "drip"
-    shorten = "; ".join(f"os.environ[{name!r}] = {value!r}" for name, value in SHORT.items())
-    done = train(
-        corpus, tmp_path, patch=f"import os, attngeom.network as n; n.FIRST_WAIT_S = 0.01; {shorten}"
-    )
-    one_error(done, "data/train.parquet", "B/s", network.MIN_RATE_VARIABLE)
-
-
 @pytest.mark.parametrize("value", ["0", "-1", "fast", "nan", "inf"])
 def test_a_bound_that_is_not_a_positive_number_is_one_line(llama_dir, tmp_path, monkeypatch, value):
     monkeypatch.setenv(network.WINDOW_VARIABLE, value)
@@ -157,6 +144,8 @@ def test_a_bound_that_is_not_a_positive_number_is_one_line(llama_dir, tmp_path, 
 def test_a_redirect_loop_or_chain_is_one_line_saying_which(llama_dir, tmp_path, hops, words, file):
     server = HubServer({MODEL: llama_dir})
     server.redirects[file] = hops
-    with server.running():
-        line = only_line(score_command(server, tmp_path))
-    assert file in line and words in line, line
+    with server.running(), pointed_at(server, tmp_path):
+        with pytest.raises(InputError) as refused:
+            attngeom.score(MODEL, progress=False)
+    text = str(refused.value)
+    assert f"{MODEL}/{file}" in text and words in text and "\n" not in text, text
