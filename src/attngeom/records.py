@@ -4,6 +4,7 @@ One row per (stack, layer, head) and one per (stack, layer) with ``head`` null: 
 Σ_h W_q,h W_k,g(h)ᵀ, which is what the paper's tables score. A layer that exists but is not a bilinear
 form of its input (a Mamba block, linear attention) has one row with null scores and ``not_scored``
 saying why. The engine builds an Arrow table, which the CLI writes as it is; the API returns a DataFrame.
+Every file carries page checksums and a digest of its content, checked when it is read.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.json
-import pyarrow.parquet as pq
 
-from .files import atomic_path
+from .record_files import read_parquet, write_parquet
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -89,7 +89,8 @@ def _nullable_types(arrow_type: pa.DataType):
 
 
 def write_scores(scores: pa.Table | pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Write scores to Parquet atomically (``attngeom.files.atomic_path``), with the user's umask.
+    """Write scores to Parquet atomically (``attngeom.files.atomic_path``), with the user's umask, page
+    checksums and a content digest (``attngeom.record_files``).
 
     A DataFrame may carry extra columns after the schema's (e.g. a training run's ``step``).
     """
@@ -99,11 +100,10 @@ def write_scores(scores: pa.Table | pd.DataFrame, path: str | os.PathLike) -> Pa
         for field in pa.Schema.from_pandas(scores[extra], preserve_index=False) if extra else []:
             schema = schema.append(field)
         scores = pa.Table.from_pandas(scores[COLUMNS + extra], schema=schema, preserve_index=False)
-    with atomic_path(path) as temporary:
-        pq.write_table(scores, temporary)
-    return Path(path)
+    return write_parquet(scores, path)
 
 
 def read_scores(path: str | os.PathLike) -> pd.DataFrame:
-    """Scores written by ``write_scores`` (any extra columns, such as a training ``step``, are kept)."""
-    return to_frame(pq.read_table(path))
+    """Scores written by ``write_scores`` (any extra columns, such as a training ``step``, are kept), their
+    page checksums and content digest checked (``attngeom.record_files``)."""
+    return to_frame(read_parquet(path))

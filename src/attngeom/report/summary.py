@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..files import write_text
+from ..record_files import check_text_digest, write_text_digested
 from ..records import read_scores, to_frame, to_table
 
 METRICS = ("symmetry", "directionality")
@@ -38,15 +38,17 @@ GROUP_SEPARATOR = ","
 
 
 def write_csv(table: pd.DataFrame, path: str | os.PathLike) -> None:
-    """``table`` as a CSV, a ``groups`` list column written comma-joined."""
+    """``table`` as a CSV, a ``groups`` list column written comma-joined, its SHA-256 beside it
+    (``attngeom.record_files``)."""
     if "groups" in table.columns:
         table = table.assign(groups=table["groups"].map(GROUP_SEPARATOR.join))
-    write_text(path, table.to_csv(index=False))
+    write_text_digested(path, table.to_csv(index=False))
 
 
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """A models or summary CSV written by ``write_csv``: text columns as strings ('' when empty),
-    ``groups`` as a list."""
+    """A models or summary CSV written by ``write_csv``, checked against the SHA-256 beside it: text
+    columns as strings ('' when empty), ``groups`` as a list."""
+    check_text_digest(path)
     table = pd.read_csv(
         path, dtype={c: "string" for c in [*TEXT_COLUMNS, "groups"]}, keep_default_na=False, na_values=[""]
     )

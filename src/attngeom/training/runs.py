@@ -26,13 +26,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Literal
 
-import pandas as pd
 import yaml
 
 from ..files import write_text
 from ..provenance import code_hash
 from ..version import __version__
-from .bookkeeping import other_scoring_code
+from .bookkeeping import other_scoring_code, read_log
 from .config import (
     ConfigError,
     TrainConfig,
@@ -291,7 +290,7 @@ class RunFolder:
         steps. An unfinished run resumes instead, its rows of either code each marked so."""
         if not self.scores.is_file():
             return False
-        rows = pd.read_parquet(self.scores)
+        rows = read_log(self.scores)
         finished = len(rows) > 0 and rows["step"].max() >= steps
         return finished and bool(other_scoring_code(rows, code_hash("scores")).any())
 
