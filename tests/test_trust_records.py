@@ -1,11 +1,15 @@
 """Damage in a record file is an error naming it, never data (issue 43, point 5): single-bit flips anywhere in
 a scores file (page checksums and a content digest, verified on read), an edited summary or loss log,
-and loss logs with a step twice, out of order or missing."""
+and loss logs with a step twice, out of order or missing. Drifted files are checked against the one
+schema (point 8): a column of another kind, missing or out of range, an unknown status, a heatmap of
+absurd size, a frame given to ``summarize`` that is not score rows."""
 
 from __future__ import annotations
 
+import io
 import random
 import shutil
+import zipfile
 
 import numpy as np
 import pandas as pd
@@ -18,7 +22,7 @@ from training_fixtures import tiny, write_corpus
 
 import attngeom
 from attngeom.errors import InputError
-from attngeom.record_files import DamagedRecord
+from attngeom.record_files import DamagedRecord, digest_path
 from attngeom.records import read_scores, write_scores
 from attngeom.report.results_folder import load_results
 from attngeom.report.summary import read_table, summarize, write_csv
@@ -133,3 +137,68 @@ def test_a_loss_log_edited_under_its_digest_is_refused(run, tmp_path):
     pq.write_table(edited, path)
     with pytest.raises(DamagedRecord, match="does not match the SHA-256 written with it"):
         read_loss_log(path)
+
+
+# ---------------------------------------------------------------- point 8: one schema, checked on read
+
+DRIFT = {
+    "model_id as a number": (lambda f: f.assign(model_id=7), "column 'model_id' holds int64, not string"),
+    "no symmetry": (lambda f: f.drop(columns="symmetry"), "no column 'symmetry'"),
+    "symmetry true/false": (lambda f: f.assign(symmetry=True), "column 'symmetry' holds bool, not double"),
+    "head -1": (lambda f: f.assign(head=-1), "column 'head' holds -1, under 0"),
+    "layer as text": (lambda f: f.assign(layer="0"), "column 'layer' holds large_string, not int32"),
+    "a negative layer": (lambda f: f.assign(layer=-3), "column 'layer' holds -3, under 0"),
+    "a NaN layer": (lambda f: f.assign(layer=float("nan")), "column 'layer' holds double, not int32"),
+    "symmetry over 1": (lambda f: f.assign(symmetry=1.5), "column 'symmetry' holds 1.5, over 1"),
+    "an empty stack": (lambda f: f.assign(stack=None), "column 'stack' has empty cells"),
+}
+
+
+@pytest.mark.parametrize("drift", list(DRIFT))
+def test_a_scores_file_off_the_schema_is_one_line_naming_file_and_column(results, drift):
+    """Written by hand or by another program (no digest to disagree with): the schema is checked."""
+    edit, words = DRIFT[drift]
+    path = results / "aggregate/scores.parquet"
+    edit(read_scores(path)).to_parquet(path, index=False)
+    with pytest.raises(InputError) as refused:
+        load_results(results)
+    text = str(refused.value)
+    assert text.startswith(f"{path}: ") and words in text and "\n" not in text, text
+
+
+def test_an_unknown_status_in_the_model_table_is_refused(results):
+    path = results / "aggregate/models.csv"
+    read_table(path).assign(status="maybe").to_csv(path, index=False)  # by hand: its digest removed
+    digest_path(path).unlink()
+    with pytest.raises(InputError, match=f"^{path}: status 'maybe' is not one of ok, failed, crashed"):
+        load_results(results)
+
+
+def test_a_heatmap_declaring_a_huge_matrix_is_refused_before_it_is_allocated(results):
+    path = results / "heatmaps/encoder.npz"
+    path.parent.mkdir()
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": (10**6,) * 2}
+    )
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("matrix.npy", header.getvalue() + b"\0" * 64)
+        for name, value in (("reason", ""), ("title", "m")):
+            member = io.BytesIO()
+            np.save(member, np.array(value))
+            archive.writestr(f"{name}.npy", member.getvalue())
+    with pytest.raises(InputError, match=f"^{path}: .*1000000000000 cells, not a heatmap panel"):
+        load_results(results)
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda f: f.drop(columns="symmetry"), "the frame has no column 'symmetry'"),
+        (lambda f: f.assign(symmetry="0.5"), "column 'symmetry' holds str, not numbers"),
+        (lambda f: f.assign(directionality=True), "column 'directionality' holds bool, not numbers"),
+    ],
+)
+def test_summarize_of_a_frame_that_is_not_score_rows_is_one_line(scores, edit, words):
+    with pytest.raises(InputError, match=f"^summarize: {words}"):
+        summarize(edit(scores))

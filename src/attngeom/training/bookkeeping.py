@@ -21,6 +21,7 @@ import torch
 
 from ..errors import InputError
 from ..record_files import AGAIN, DamagedRecord, read_parquet, write_parquet
+from ..records import conform
 from .config import TrainConfig
 
 
@@ -61,6 +62,13 @@ def read_log(path: Path) -> pd.DataFrame:
     if "step" not in frame.columns:
         raise DamagedRecord(f"{path}: no step column (it has {list(frame.columns)[:8]}); {AGAIN}")
     return frame
+
+
+def read_score_log(path: Path) -> pd.DataFrame:
+    """A run's score log, checked as ``read_log`` checks it and against the records' schema (its rows are
+    ``attngeom.score``'s, with ``step``)."""
+    frame = read_log(path)
+    return conform(pa.Table.from_pandas(frame, preserve_index=False), str(path)).to_pandas()
 
 
 def read_loss_log(path: Path) -> pd.DataFrame:
