@@ -1,7 +1,8 @@
-"""Training runs that a kill, a full disk or a second trainer cannot break (issue 43, points 2, 3 and 9): the
-same ``attngeom train --seeds`` command resumes after kills at random moments (real SIGKILL and SIGTERM),
-a full disk while checkpointing is one line (``ulimit -f`` in a subprocess), what a killed writer left
-half-written is removed when the run resumes, and a run folder is locked while it trains."""
+"""Training runs that a kill, a full disk or a second trainer cannot break (issue 43, points 2, 3, 9 and 11):
+the same ``attngeom train --seeds`` command resumes after kills at random moments (real SIGKILL and
+SIGTERM), a full disk while checkpointing is one line (``ulimit -f`` in a subprocess), what a killed writer
+left half-written is removed when the run resumes, a run folder is locked while it trains, and no
+masked-LM update is taken (or logged) without a masked token."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from safetensors.torch import load_file
 from training_fixtures import TINY, tiny, write_corpus
 
 from attngeom.cli import main
+from attngeom.training.bookkeeping import read_loss_log
 from attngeom.training.checkpoint import held_checkpoints
 from attngeom.training.loop import train
 
@@ -159,3 +161,26 @@ def held_checkpoints_or_none(run: Path) -> dict[int, Path] | None:
         return held_checkpoints(run / "checkpoint" / "state.pt")
     except Exception:  # noqa: BLE001 (a checkpoint being renamed into place while it is looked at)
         return None
+
+
+# ---------------------------------------------------------------- point 11: no update without a loss
+
+
+@pytest.mark.parametrize(
+    "batching",
+    [
+        dict(grad_accum=2),  # the token stream: each micro-batch its own group of loss positions
+        dict(batch_documents=4, batch_size=2),  # documents, one group per update
+        dict(batch_documents=4, batch_size=2, grad_accum=2, loss_average="micro_batch"),  # a group each
+    ],
+    ids=["stream", "documents", "documents, micro-batch means"],
+)
+def test_a_masked_lm_draw_that_picks_no_token_picks_one_and_logs_a_real_loss(tmp_path, batching):
+    """At ``mlm_probability`` 1e-12 no draw picks a token: each group of loss positions then gets the one
+    of lowest noise, so every logged loss is a cross-entropy (about ln 300 here), never 0.000."""
+    text_file = write_corpus(tmp_path)
+    settings = dict(steps=3, masking="bernoulli", mlm_probability=1e-12, checkpoint_every=3, device="cpu")
+    config = tiny(tmp_path, text_file, **(settings | batching))
+    run = train(config, tmp_path / "run", progress=False)
+    log = read_loss_log(run / "loss.parquet")
+    assert log["lm_loss"].between(3.0, 9.0).all(), log["lm_loss"].tolist()
