@@ -98,9 +98,8 @@ class TrainConfig:
     """Which tokens the masked-LM corruption picks: ``fixed_count``, exactly round(``mlm_probability`` ×
     its non-special tokens) in each row (at least one); ``bernoulli``, each non-special token on its own
     with probability ``mlm_probability``, as transformers' ``DataCollatorForLanguageModeling`` (the
-    authors' code) does, decided per document so that packing does not change it (a draw that picks none
-    in a group of loss positions picks its lowest: ``batch.at_least_one``). Both then replace 80% by
-    [MASK], 10% by a random word and keep 10%."""
+    authors' code) does, decided per document so that packing does not change it. Both then replace 80%
+    by [MASK], 10% by a random word and keep 10%."""
     init: str = "random"
     """The attention init: ``random`` (BERT's, N(0, 0.02) weights and zero biases); ``symmetric`` (W_k = W_q
     at BERT's init); ``skew`` (W_k = W_q Sᵀ, S skew-symmetric); ``torch_default`` (q, k, v re-drawn as
