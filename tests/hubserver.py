@@ -14,7 +14,9 @@ the connection closed).
 
 Hostile links, on every GET of a file whatever its range: ``trickle`` names files whose body comes one
 byte every ``trickle_s`` seconds; ``redirects[file name]`` sends that many redirects before the file (each to
-another URL), or a loop between two URLs when it is ``-1``.
+another URL), or a loop between two URLs when it is ``-1``; ``answers[file name] = (status, words)``
+answers every request of that file with the status, ``words`` in its ``X-Error-Message`` and JSON body
+(a server that puts its own text in an error).
 
 With ``cdn=True`` weight files (.safetensors, .gguf, .bin) are redirected, as on the Hub, to a second
 port (another origin) that needs no token; ``cdn_auth_seen`` counts requests that still carried one.
@@ -103,6 +105,7 @@ class HubServer:
         self.trickle: set[str] = set()
         self.trickle_s = 0.5
         self.redirects: dict[str, int] = {}
+        self.answers: dict[str, tuple[int, str]] = {}
         self.latency = 0.0
         self.commit_header: str | None = None
         """A hostile server's answer: sent as every ``X-Repo-Commit`` instead of the commit."""
@@ -332,6 +335,17 @@ class HubServer:
                     self._list_models()
                     return
                 if self.command == "GET" and self._hop():
+                    return
+                answer = hub.answers.get(Path(urlsplit(self.path).path).name)
+                if answer is not None:
+                    body = json.dumps({"error": answer[1]}).encode()
+                    self.send_response(answer[0])
+                    self.send_header("X-Error-Message", answer[1])
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    if self.command == "GET":
+                        self.wfile.write(body)
                     return
                 resolved = self._resolve()
                 if resolved is None:

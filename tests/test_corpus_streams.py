@@ -205,7 +205,8 @@ def test_a_server_that_closes_after_every_byte_is_one_error_within_the_rate_wind
 def test_a_hostile_or_failing_dataset_info_is_one_line(in_process, tmp_path, capfd, sha, status, words):
     (in_process.folder / "data/train.parquet").write_bytes(GOOD)
     in_process.info_sha, in_process.info_status = sha, status
-    assert words in train_here(in_process, tmp_path, capfd)
+    line = train_here(in_process, tmp_path, capfd)
+    assert words in line and "server error" not in line.lower(), line  # the server's own words stay out
 
 
 def test_the_cli_prints_no_other_librarys_lines_before_its_own(corpus, tmp_path):

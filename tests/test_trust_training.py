@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from safetensors.torch import load_file
 from training_fixtures import TINY, tiny, write_corpus
 
 from attngeom.cli import main
+from attngeom.errors import InputError
 from attngeom.training.bookkeeping import read_loss_log
 from attngeom.training.checkpoint import held_checkpoints
 from attngeom.training.loop import train
@@ -184,3 +186,19 @@ def test_a_masked_lm_draw_that_picks_no_token_picks_one_and_logs_a_real_loss(tmp
     run = train(config, tmp_path / "run", progress=False)
     log = read_loss_log(run / "loss.parquet")
     assert log["lm_loss"].between(3.0, 9.0).all(), log["lm_loss"].tolist()
+
+
+class Pickled:
+    """Not a tensor: torch's weights-only loader refuses a checkpoint holding it."""
+
+
+def test_a_checkpoint_holding_objects_is_refused_without_advice_to_load_it_unsafely(tmp_path):
+    text_file = write_corpus(tmp_path)
+    config = tiny(tmp_path, text_file, steps=4, checkpoint_every=2, device="cpu")
+    run = train(config, tmp_path / "run", progress=False, stop_at=2)
+    torch.save({"model": Pickled(), "step": 2}, run / "checkpoint" / "state.pt")
+    with pytest.raises(InputError) as refused:
+        train(config, run, progress=False)
+    text = str(refused.value)
+    assert "Pickled, not only tensors" in text and "--restart" in text, text
+    assert "weights_only" not in text and "False" not in text and "\n" not in text, text

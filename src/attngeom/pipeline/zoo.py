@@ -352,9 +352,10 @@ def _listed(zoo: Zoo) -> list[dict]:
             f"zoo {zoo.name!r}: cannot reach {where} ({err}); check the network (or HF_ENDPOINT) and retry"
         ) from None
     except HfHubHTTPError as err:
-        status = getattr(err.response, "status_code", "?")
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise InputError(f"zoo {zoo.name!r}: {where} refused the listing (HTTP {status}): {first}") from None
+        status = getattr(err.response, "status_code", "?")  # the server's own words stay out of the line
+        raise InputError(
+            f"zoo {zoo.name!r}: {where} refused the listing (HTTP {status}); retry later"
+        ) from None
 
 
 def _reachable() -> None:

@@ -118,6 +118,10 @@ def hub_error(
             f"{repo_id}: {what} (HTTP 401); set HF_TOKEN (or run `hf auth login`) with a token of an "
             f"account that has accepted its terms on {page}"
         )
+    if status is not None:  # the server's own words stay out: a hostile one could say anything
+        return InputError(
+            f"{repo_id}: the Hub answered HTTP {status} for {filename}; retry later (or check HF_ENDPOINT)"
+        )
     return InputError(f"{repo_id}: request for {filename} failed: {one_line(err)}")
 
 

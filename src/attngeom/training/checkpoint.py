@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, load_refusal
 from ..files import atomic_path
 
 
@@ -164,7 +164,7 @@ def checkpoint_step(path: Path) -> int:
             warnings.simplefilter("ignore")
             state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # a damaged or foreign file can fail torch's safe loader in many ways
-        raise InputError(f"checkpoint {path} cannot be read ({_one_line(err)}){FRESH}") from None
+        raise InputError(f"checkpoint {path} cannot be read ({load_refusal(err)}){FRESH}") from None
     step = state.get("step") if isinstance(state, dict) else None
     if not isinstance(step, int) or isinstance(step, bool):
         raise InputError(f"checkpoint {path}: step {step!r} is not a step{FRESH}")
@@ -190,7 +190,7 @@ def load_checkpoint(
             warnings.simplefilter("ignore")
             state = torch.load(path, map_location=device, weights_only=True)
     except Exception as err:  # a damaged or foreign file can fail torch's safe loader in many ways
-        raise InputError(f"checkpoint {path} cannot be read ({_one_line(err)}){fresh}") from None
+        raise InputError(f"checkpoint {path} cannot be read ({load_refusal(err)}){fresh}") from None
     missing = [key for key in KEYS if not isinstance(state, dict) or key not in state]
     if missing:
         raise InputError(f"checkpoint {path} lacks {', '.join(missing)}{fresh}")

@@ -102,7 +102,7 @@ def _commit(where: str, repo: str, revision: str | None) -> str:
     except HfHubHTTPError as err:
         status = err.response.status_code if err.response is not None else "?"
         raise ConfigError(
-            f"{where}: the Hub answered HTTP {status} ({_one_line(err)[:120]}); retry later"
+            f"{where}: the Hub answered HTTP {status}; retry later (or check HF_ENDPOINT)"
         ) from None
     except (httpx2.HTTPError, OSError) as err:
         raise ConfigError(
@@ -129,8 +129,10 @@ def _data_files(
     except Exception as err:  # datasets raises many kinds (FileNotFoundError, ValueError, its own, HTTP)
         raise ConfigError(f"{where}: {_one_line(err)[:300]}") from None
     splits = builder.config.data_files or {}
-    if "train" not in splits or not splits["train"]:
+    if "train" not in splits:
         raise ConfigError(f"{where}: no train split among its data files (splits: {sorted(splits)})")
+    if not splits["train"]:
+        raise ConfigError(f"{where}: its train split names no data file; check the dataset's data_dir")
     return [str(file) for file in splits["train"]], BUILDER_KINDS.get(builder.name)
 
 
