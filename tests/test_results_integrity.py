@@ -22,7 +22,7 @@ from attngeom.errors import InputError
 from attngeom.record_files import digest_path
 from attngeom.records import write_scores
 from attngeom.report.results_folder import load_results
-from attngeom.report.summary import summarize, write_csv
+from attngeom.report.summary import summarize, write_record_csv
 
 FILES = ["aggregate/scores.parquet", "aggregate/models.csv", "tables/summary.csv", "heatmaps/encoder.npz"]
 
@@ -40,8 +40,8 @@ def results(tmp_path_factory) -> Path:
     write_scores(scores, folder / FILES[0])
     row = {"model": "org/m", "display": "m", "family": "org", "modality": "language", "objective": "decoder"}
     row |= {"role": "pretrained", "groups": ["table_s2"], "n_params": 1, "slug": "org--m", "status": "ok"}
-    write_csv(pd.DataFrame([row | {"reason": ""}]), folder / FILES[1])
-    write_csv(summarize(scores[scores["head"].isna()]).reset_index(), folder / FILES[2])
+    write_record_csv(pd.DataFrame([row | {"reason": ""}]), folder / FILES[1])
+    write_record_csv(summarize(scores[scores["head"].isna()]).reset_index(), folder / FILES[2])
     np.savez(folder / FILES[3], matrix=np.eye(3), reason=np.array(""), title=np.array("m: layer 0"))
     return folder
 

@@ -25,7 +25,7 @@ from attngeom.errors import InputError
 from attngeom.record_files import DamagedRecord, digest_path
 from attngeom.records import read_scores, write_scores
 from attngeom.report.results_folder import load_results
-from attngeom.report.summary import read_table, summarize, write_csv
+from attngeom.report.summary import read_table, summarize, write_record_csv
 from attngeom.runstats.table1 import table1
 from attngeom.training.bookkeeping import read_loss_log
 from attngeom.training.loop import train
@@ -76,8 +76,8 @@ def results(scores, tmp_path):
     write_scores(scores, folder / "aggregate/scores.parquet")
     row = {"model": "org/m", "display": "m", "family": "org", "modality": "language", "objective": "decoder"}
     row |= {"role": "pretrained", "groups": ["table_s2"], "n_params": 1, "slug": "org--m", "status": "ok"}
-    write_csv(pd.DataFrame([row | {"reason": ""}]), folder / "aggregate/models.csv")
-    write_csv(summarize(scores[scores["head"].isna()]).reset_index(), folder / "tables/summary.csv")
+    write_record_csv(pd.DataFrame([row | {"reason": ""}]), folder / "aggregate/models.csv")
+    write_record_csv(summarize(scores[scores["head"].isna()]).reset_index(), folder / "tables/summary.csv")
     return folder
 
 

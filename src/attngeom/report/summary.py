@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import InputError
+from ..files import write_text
 from ..record_files import check_text_digest, write_text_digested
 from ..records import read_scores, to_frame, to_table
 
@@ -41,16 +42,25 @@ GROUP_SEPARATOR = ","
 
 
 def write_csv(table: pd.DataFrame, path: str | os.PathLike) -> None:
-    """``table`` as a CSV, a ``groups`` list column written comma-joined, its SHA-256 beside it
-    (``attngeom.record_files``)."""
+    """``table`` as a CSV, a ``groups`` list column written comma-joined."""
+    write_text(path, _csv_text(table))
+
+
+def write_record_csv(table: pd.DataFrame, path: str | os.PathLike) -> None:
+    """A table the pipeline reads back (``models.csv``, ``summary.csv``) as ``write_csv`` writes it, with
+    its SHA-256 beside it (``attngeom.record_files``), which ``read_table`` checks."""
+    write_text_digested(path, _csv_text(table))
+
+
+def _csv_text(table: pd.DataFrame) -> str:
     if "groups" in table.columns:
         table = table.assign(groups=table["groups"].map(GROUP_SEPARATOR.join))
-    write_text_digested(path, table.to_csv(index=False))
+    return table.to_csv(index=False)
 
 
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """A models or summary CSV written by ``write_csv``, checked against the SHA-256 beside it: text
-    columns as strings ('' when empty), ``groups`` as a list."""
+    """A models or summary CSV written by ``write_record_csv`` (or ``write_csv``), checked against the
+    SHA-256 beside it if there is one: text columns as strings ('' when empty), ``groups`` as a list."""
     check_text_digest(path)
     table = pd.read_csv(
         path, dtype={c: "string" for c in [*TEXT_COLUMNS, "groups"]}, keep_default_na=False, na_values=[""]
