@@ -59,6 +59,7 @@ from attngeom.runstats.claims import write_claims
 from attngeom.runstats.horizon import authors_by_horizon, speedup_by_horizon
 from attngeom.runstats.table1 import pair_speedups, table1
 from attngeom.runstats.table1_display import write_table1
+from attngeom.training.bookkeeping import read_loss_log
 from attngeom.training.config import CHOICES, make_config, parse_overrides
 from attngeom.training.corpus import load_corpus
 from attngeom.training.runs import RunInfo
@@ -203,7 +204,7 @@ def render(runs: list[Path], out: Path, staging: Path) -> list[Path]:
     official_figure(scores, pd.read_csv(OFFICIAL), staging / "official_comparison")
     infos = [RunInfo.read(run) for run in runs]
     by_horizon = speedup_by_horizon(
-        {i.name: pd.read_parquet(run / "loss.parquet") for i, run in zip(infos, runs, strict=True)},
+        {i.name: read_loss_log(run / "loss.parquet") for i, run in zip(infos, runs, strict=True)},
         {i.name: i.config for i in infos},
     )
     encoders = by_horizon[by_horizon["objective"] == "encoder"]

@@ -6,12 +6,12 @@ from pathlib import Path
 from attngeom.files import write_text
 from attngeom.records import read_scores
 from attngeom.report import tables_s2_s3
-from attngeom.report.summary import read_table, summarise, write_csv
+from attngeom.report.summary import read_table, summarise, write_record_csv
 from attngeom.report.summary_page import summary_html
 
 scores = read_scores(snakemake.input.scores)
 summary = summarise(scores, read_table(snakemake.input.models))
-write_csv(summary, snakemake.output.summary)
+write_record_csv(summary, snakemake.output.summary)
 write_text(snakemake.output.summary_page, summary_html(summary))
 variants = scores["variant"].dropna().unique()
 for metric, outputs in (("symmetry", snakemake.output.s2), ("directionality", snakemake.output.s3)):

@@ -10,7 +10,8 @@ paths-info (POST), and the files (``/datasets/{repo}/resolve/{rev}/{path}``, HEA
 
 Faults, for the reader's bounds: ``faults[path in the repository]`` is ``"slow"`` (the body trickles, one
 byte every ``slow_s`` seconds), ``"lie"`` (a Content-Length of the whole range, half of it sent, then the
-connection closed), ``"loop"`` (a redirect to itself) or ``"500"``; ``info_sha`` replaces the commit the
+connection closed), ``"drip"`` (one byte of each range, then the connection closed), ``"loop"`` (a
+redirect to itself), ``"chain"`` (redirects to ever new URLs) or ``"500"``; ``info_sha`` replaces the commit the
 dataset info names (a hostile server's ``../../x``); ``info_status`` answers the dataset info with that
 HTTP status.
 """
@@ -159,9 +160,11 @@ def _handler(hub: DatasetHub) -> type[BaseHTTPRequestHandler]:
                 return self._missing()
             commit, folder, path = split
             fault = hub.faults.get(path)
-            if fault == "loop":
+            if fault in ("loop", "chain"):
+                hop = int(parse_qs(urlsplit(self.path).query).get("hop", ["0"])[0])
                 self.send_response(302)
-                self.send_header("Location", self.path)
+                location = urlsplit(self.path).path + (f"?hop={hop + 1}" if fault == "chain" else "")
+                self.send_header("Location", location)
                 self.send_header("Content-Length", "0")
                 return self.end_headers()
             if fault == "500":
@@ -188,8 +191,8 @@ def _handler(hub: DatasetHub) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if self.command == "HEAD":
                 return
-            if fault == "lie":
-                self.wfile.write(body[: len(body) // 2])
+            if fault in ("lie", "drip"):
+                self.wfile.write(body[: 1 if fault == "drip" else len(body) // 2])
                 self.close_connection = True
             elif fault == "slow":
                 for index in range(len(body)):

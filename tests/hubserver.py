@@ -9,7 +9,14 @@ range cache at a server.
 Faults for the ranged-read client (attngeom.sources.ranged): ``faults[file name]`` is a queue of faults applied, one
 each, to that file's next ranged GETs: ``"drop"`` (send half the body, then close the connection),
 ``"503"``, ``"403"``, ``"truncate"`` (a valid 206 for only the first half of the range) and
-``"ignore-range"`` (200 with the whole file).
+``"ignore-range"`` (200 with the whole file) and ``"drip"`` (a valid 206 whose first byte only is sent, then
+the connection closed).
+
+Hostile links, on every GET of a file whatever its range: ``trickle`` names files whose body comes one
+byte every ``trickle_s`` seconds; ``redirects[file name]`` sends that many redirects before the file (each to
+another URL), or a loop between two URLs when it is ``-1``; ``answers[file name] = (status, words)``
+answers every request of that file with the status, ``words`` in its ``X-Error-Message`` and JSON body
+(a server that puts its own text in an error).
 
 With ``cdn=True`` weight files (.safetensors, .gguf, .bin) are redirected, as on the Hub, to a second
 port (another origin) that needs no token; ``cdn_auth_seen`` counts requests that still carried one.
@@ -95,6 +102,10 @@ class HubServer:
         self.ranges: list[tuple[str, int, int]] = []
         """(file name, first byte, last byte) of every ranged GET answered with a body."""
         self.faults: defaultdict[str, deque[str]] = defaultdict(deque)
+        self.trickle: set[str] = set()
+        self.trickle_s = 0.5
+        self.redirects: dict[str, int] = {}
+        self.answers: dict[str, tuple[int, str]] = {}
         self.latency = 0.0
         self.commit_header: str | None = None
         """A hostile server's answer: sent as every ``X-Repo-Commit`` instead of the commit."""
@@ -231,6 +242,22 @@ class HubServer:
             def log_message(self, *args) -> None:  # keep test output quiet
                 pass
 
+            def _hop(self) -> bool:
+                """A redirect answered for a file in ``redirects`` (``?hop=N`` counts them); False otherwise."""
+                url = urlsplit(self.path)
+                hops = hub.redirects.get(Path(url.path).name)
+                if hops is None:
+                    return False
+                done = int(parse_qs(url.query).get("hop", ["0"])[0])
+                if hops >= 0 and done >= hops:
+                    return False
+                following = (done + 1) % 2 if hops < 0 else done + 1
+                self.send_response(302)
+                self.send_header("Location", f"{url.path}?hop={following}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return True
+
             def _resolve(self) -> tuple[str, str, Path] | None:
                 """(repository, commit, file) the request names, or None once a failure was answered."""
                 cdn = re.fullmatch(
@@ -239,7 +266,8 @@ class HubServer:
                 if cdn:
                     hub.cdn_auth_seen += "Authorization" in self.headers
                     return cdn["repo"], cdn["rev"], hub.tree(cdn["repo"], cdn["rev"]) / cdn["file"]
-                match = re.fullmatch(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)", self.path)
+                path = urlsplit(self.path).path
+                match = re.fullmatch(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)", path)
                 if not match or match["repo"] not in hub.repos:
                     self._fail(404, "RepoNotFound" if match else "EntryNotFound")
                     return None
@@ -306,6 +334,19 @@ class HubServer:
                 if self.command == "GET" and urlsplit(self.path).path == "/api/models":
                     self._list_models()
                     return
+                if self.command == "GET" and self._hop():
+                    return
+                answer = hub.answers.get(Path(urlsplit(self.path).path).name)
+                if answer is not None:
+                    body = json.dumps({"error": answer[1]}).encode()
+                    self.send_response(answer[0])
+                    self.send_header("X-Error-Message", answer[1])
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    if self.command == "GET":
+                        self.wfile.write(body)
+                    return
                 resolved = self._resolve()
                 if resolved is None:
                     return
@@ -341,15 +382,20 @@ class HubServer:
                     with hub._lock:
                         hub.ranges.append((path.name, start, end))
                 stop = start + (end - start + 1) // 2 if fault == "drop" else end + 1
+                stop = start + 1 if fault == "drip" else stop
+                block_size = 1 if path.name in hub.trickle else CHUNK
                 with open(path, "rb") as handle:
                     handle.seek(start)
                     position = start
                     while position < stop:
-                        block = handle.read(min(CHUNK, stop - position))
+                        if block_size == 1:
+                            time.sleep(hub.trickle_s)
+                        block = handle.read(min(block_size, stop - position))
                         self.wfile.write(block)
+                        self.wfile.flush()
                         hub._count(path.name, len(block), repo)
                         position += len(block)
-                if fault == "drop":
+                if fault in ("drop", "drip"):
                     self.wfile.flush()
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from training_fixtures import TINY, sentences
 
+from attngeom import network
 from attngeom.cli import main
 from attngeom.training import hub_documents
 from attngeom.training.config import ConfigError
@@ -32,7 +33,10 @@ from attngeom.training.document_files import read_documents
 from attngeom.training.hub_documents import HttpFile
 
 REPO = "org/corpus"
-SHORT = "h.STALL_S = 3; h.PROGRESS_S = 0.2; h.RETRY_WAIT_S = 0.01"
+SHORT = (
+    "import os, attngeom.network as n; os.environ['ATTNGEOM_NET_WINDOW_S'] = '3'; h.PROGRESS_S = 0.2; "
+    "n.FIRST_WAIT_S = 0.01"
+)
 
 
 def parquet_bytes(table: pa.Table) -> bytes:
@@ -89,7 +93,7 @@ def test_a_trickling_server_is_an_error_after_progress_lines(corpus, tmp_path):
     (corpus.folder / "data/train.parquet").write_bytes(GOOD)
     corpus.faults["data/train.parquet"] = "slow"
     done = train(corpus, tmp_path)
-    one_error(done, "data/train.parquet", "bytes a second")
+    one_error(done, "data/train.parquet", "B/s", "under ATTNGEOM_NET_MIN_RATE")
     assert " read in " in done.stderr  # progress while it trickled
 
 
@@ -123,7 +127,7 @@ def in_process(tmp_path, monkeypatch):
     repo = f"org/{tmp_path.name[-40:].strip('_-.')}"
     with serving({repo: {"main": folder}}) as hub, pointed_at(hub, tmp_path / "home"):
         monkeypatch.setattr(datasets.config, "HF_ENDPOINT", hub.url)
-        monkeypatch.setattr(hub_documents, "RETRY_WAIT_S", 0.01)
+        monkeypatch.setattr(network, "FIRST_WAIT_S", 0.01)
         hub.folder, hub.repo = folder, repo
         yield hub
 
@@ -152,6 +156,7 @@ def train_here(hub, tmp_path, capfd) -> str:
         ("train.parquet", b"<html><body>Bad gateway</body></html>", None, ["not a readable Parquet file"]),
         ("train.parquet", GOOD[: len(GOOD) // 2], None, ["not a readable Parquet file"]),
         ("train.parquet", GOOD, "loop", ["redirects in a loop"]),
+        ("train.parquet", GOOD, "chain", ["too many redirects, not a loop"]),
         ("train.parquet", GOOD, "500", ["HTTP 500"]),
         (
             "train.parquet",
@@ -167,6 +172,7 @@ def train_here(hub, tmp_path, capfd) -> str:
         "html",
         "truncated",
         "redirect loop",
+        "redirect chain",
         "http 500",
         "no column",
         "no key",
@@ -182,13 +188,25 @@ def test_a_bad_corpus_is_one_line_naming_the_dataset(
     assert all(word in line for word in words), line
 
 
+def test_a_server_that_closes_after_every_byte_is_one_error_within_the_rate_window(
+    in_process, tmp_path, capfd, monkeypatch
+):
+    """A byte a request, so no count of failures grows: the rate over the window (2 s here) ends it."""
+    monkeypatch.setenv(network.WINDOW_VARIABLE, "2")
+    (in_process.folder / "data/train.parquet").write_bytes(GOOD)
+    in_process.faults["data/train.parquet"] = "drip"
+    line = train_here(in_process, tmp_path, capfd)
+    assert "data/train.parquet" in line and "B/s), under ATTNGEOM_NET_MIN_RATE=1024 " in line, line
+
+
 @pytest.mark.parametrize(
     ("sha", "status", "words"), [("../../x", None, "'../../x'"), (None, 500, "HTTP 500")]
 )
 def test_a_hostile_or_failing_dataset_info_is_one_line(in_process, tmp_path, capfd, sha, status, words):
     (in_process.folder / "data/train.parquet").write_bytes(GOOD)
     in_process.info_sha, in_process.info_status = sha, status
-    assert words in train_here(in_process, tmp_path, capfd)
+    line = train_here(in_process, tmp_path, capfd)
+    assert words in line and "server error" not in line.lower(), line  # the server's own words stay out
 
 
 def test_the_cli_prints_no_other_librarys_lines_before_its_own(corpus, tmp_path):

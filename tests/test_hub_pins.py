@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -95,6 +96,30 @@ def test_a_damaged_pin_file_is_one_line_naming_it(tmp_path, text, message):
     with pytest.raises(InputError, match="config: pins: ") as error:
         pin_models(registry({"id": "org/enc-a"}), pins, resolve_now=False)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_pin_file_that_is_not_a_regular_file_is_refused_at_once(tmp_path, kind):
+    """Issue 43, point 10: a FIFO in its place blocked the DAG's build (reading waits for a writer)."""
+    pins = tmp_path / "pins.yaml"
+    os.mkfifo(pins) if kind == "fifo" else pins.mkdir()
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            pin_models(registry({"id": "org/enc-a"}), pins, resolve_now=False)
+            outcome.append(None)
+        except BaseException as err:  # handed to the test's thread
+            outcome.append(err)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive() and kind == "fifo":  # let the blocked reader go, then fail
+        os.close(os.open(pins, os.O_WRONLY | os.O_NONBLOCK))
+    assert outcome, "reading the pin file blocked"
+    assert isinstance(outcome[0], InputError), outcome
+    assert f"config: pins: {pins} is not a regular file" in str(outcome[0])
 
 
 @pytest.mark.slow

@@ -23,10 +23,9 @@ from safetensors.torch import load_file
 from zoo_repos import write_llama_gguf
 
 import attngeom
-from attngeom import cli
+from attngeom import cli, network
 from attngeom.errors import InputError
 from attngeom.packaged import packaged_model_path
-from attngeom.sources import ranged
 
 SHARDED, SINGLE, BIN, GGUF = "org/sharded-llama", "org/single-qwen2", "org/bin-llama", "org/tiny-gguf"
 GGUF_FILE = "tiny-Q8_0.gguf"
@@ -85,7 +84,7 @@ def repos(tmp_path_factory):
 @pytest.fixture
 def point(tmp_path, monkeypatch):
     """Point huggingface_hub and attngeom's range cache at a server and a fresh folder."""
-    monkeypatch.setattr(ranged, "RETRY_WAIT_S", 0.01)
+    monkeypatch.setattr(network, "FIRST_WAIT_S", 0.01)
     with contextlib.ExitStack() as stack:
         yield lambda server: stack.enter_context(pointed_at(server, tmp_path))
 

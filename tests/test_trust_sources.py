@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import threading
 import warnings
 from pathlib import Path
@@ -215,6 +216,38 @@ def test_malformed_gguf_metadata_is_one_line(tmp_path, capsys, settings, words):
     path = write_gguf(tmp_path / "m.gguf", **settings)
     line = one_error([path, "-o", tmp_path / "o.parquet"], capsys)
     assert words in line and str(path) in line
+
+
+def offset_field(data: bytes, name: bytes) -> int:
+    """Where the data offset of tensor ``name`` lies in a GGUF file's tensor table."""
+    at = data.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+    (n_dims,) = struct.unpack_from("<I", data, at)
+    return at + 4 + 8 * n_dims + 4
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        ("a name twice", "GGUF tensor 'blk.0.attn_q.weight' is listed twice"),
+        ("overlapping", "lies at data offset 0, expected 4096: it overlaps the tensors before it"),
+        ("a gap", "leaves a gap"),
+    ],
+)
+def test_a_gguf_tensor_table_that_llama_cpp_refuses_is_one_line(tmp_path, capsys, damage, words):
+    """Issue 43, point 6: a tensor listed twice, or lying over another (or apart: llama.cpp reads only
+    tensors back to back)."""
+    path = write_gguf(tmp_path / "m.gguf")
+    data = bytearray(path.read_bytes())
+    if damage == "a name twice":
+        at = data.index(b"blk.0.attn_k.weight")
+        data[at : at + 19] = b"blk.0.attn_q.weight"
+    else:
+        at = offset_field(bytes(data), b"blk.0.attn_k.weight")
+        data[at : at + 8] = struct.pack("<Q", 0 if damage == "overlapping" else 8192)
+    path.write_bytes(data)
+    line = one_error([path, "-o", tmp_path / "o.parquet"], capsys)
+    assert words in line and str(path) in line and "llama.cpp refuses" in line, line
+    assert not (tmp_path / "o.parquet").exists()
 
 
 def test_a_billion_layers_in_config_json_is_one_line(llama_copy, capsys):

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -38,8 +39,16 @@ def held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+_leaving = False
+"""Set once a signal is ending the process: a temporary another thread creates after the clean-up (the
+handler gives up the GIL while it removes files) is removed by that thread, which then waits for the end."""
+
+
 def track(path: Path) -> None:
     _open.add(path)
+    if _leaving:
+        _remove_open()
+        threading.Event().wait()
 
 
 def untrack(path: Path) -> None:
@@ -57,6 +66,8 @@ def _remove_open() -> None:
 
 
 def _leave(signum: int, frame: FrameType | None) -> None:
+    global _leaving
+    _leaving = True
     _remove_open()
     if not _quiet:
         name = signal.Signals(signum).name

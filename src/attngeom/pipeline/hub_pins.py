@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,9 +40,19 @@ RESOLVERS = 8
 
 
 def read_pins(path: Path) -> dict[str, str]:
-    """Hub id → commit of the pin file (empty if there is none), every entry checked."""
-    if not path.exists():
+    """Hub id → commit of the pin file (empty if there is none), every entry checked; anything but a regular
+    file in its place (a FIFO would block the DAG's build for ever, a folder or a device) is refused."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
         return {}
+    except OSError as err:
+        raise InputError(f"config: pins: {path} cannot be read ({err.strerror}); fix or remove it") from None
+    if not stat.S_ISREG(mode):
+        raise InputError(
+            f"config: pins: {path} is not a regular file (a FIFO, folder or device); remove it, or point "
+            "pins: at a file"
+        )
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as err:

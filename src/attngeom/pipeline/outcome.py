@@ -134,15 +134,15 @@ def record_lost(job: ScoreJob, reason: str) -> dict:
 
 
 def _record(job: ScoreJob, outcome: dict) -> dict:
-    import pandas as pd
+    import pyarrow as pa
 
-    from ..files import atomic_path, write_text
+    from ..files import write_text
+    from ..record_files import write_parquet
 
     record = {"model": job.model, **outcome}
     if "reason" in record:
         record["reason"] = portable(record["reason"], {job.location: job.model})
     if record["status"] != "ok":
-        with atomic_path(job.scores) as temporary:
-            pd.DataFrame().to_parquet(temporary)
+        write_parquet(pa.table({}), job.scores)
     write_text(job.status, json.dumps(record, indent=1) + "\n")
     return record

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import re
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -332,40 +331,50 @@ def _listed(zoo: Zoo) -> list[dict]:
     from huggingface_hub import constants
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
+    from .. import network
+
     where = f"the Hub at {constants.ENDPOINT}"
     try:
         _reachable()
-        return list_models(zoo.query)
+        with network.transfer(f"{constants.ENDPOINT}/api/models"):
+            return list_models(zoo.query)
     except OfflineModeIsEnabled:
         raise InputError(f"zoo {zoo.name!r}: HF_HUB_OFFLINE is set; listing models needs {where}") from None
+    except network.GaveUp as err:
+        raise InputError(
+            f"zoo {zoo.name!r}: cannot reach {where} ({err.reason}); check the network (or HF_ENDPOINT) and "
+            "retry"
+        ) from None
+    except network.NetworkError as err:
+        raise InputError(f"zoo {zoo.name!r}: {err}") from None
     except TransportError as err:
         raise InputError(
             f"zoo {zoo.name!r}: cannot reach {where} ({err}); check the network (or HF_ENDPOINT) and retry"
         ) from None
     except HfHubHTTPError as err:
-        status = getattr(err.response, "status_code", "?")
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise InputError(f"zoo {zoo.name!r}: {where} refused the listing (HTTP {status}): {first}") from None
+        status = getattr(err.response, "status_code", "?")  # the server's own words stay out of the line
+        raise InputError(
+            f"zoo {zoo.name!r}: {where} refused the listing (HTTP {status}); retry later"
+        ) from None
 
 
 def _reachable() -> None:
     """One page of one model asked with the sources' quick tries, so an unreachable Hub is reported in
     seconds (``list_models`` itself retries for half a minute, right for a blip in a long listing)."""
-    from httpx2 import Timeout, TransportError
     from huggingface_hub import constants
     from huggingface_hub.errors import OfflineModeIsEnabled
     from huggingface_hub.utils import get_session
 
-    from ..sources.hub import CONNECT_TIMEOUT_S, CONNECT_TRIES, CONNECT_WAIT_S
+    from .. import network
+    from ..sources.hub import CONNECT_TIMEOUT_S, CONNECT_TRIES
 
     if constants.is_offline_mode():
         raise OfflineModeIsEnabled("HF_HUB_OFFLINE is set")
-    timeout = Timeout(constants.HF_HUB_ETAG_TIMEOUT, connect=CONNECT_TIMEOUT_S)
-    for attempt in range(CONNECT_TRIES):
-        try:
-            get_session().get(f"{constants.ENDPOINT}/api/models", params={"limit": 1}, timeout=timeout)
-            return
-        except TransportError:
-            if attempt + 1 == CONNECT_TRIES:
-                raise
-            time.sleep(CONNECT_WAIT_S)
+    url = f"{constants.ENDPOINT}/api/models"
+
+    def ask() -> None:
+        timeout = opened.timeout(silence=constants.HF_HUB_ETAG_TIMEOUT, connect=CONNECT_TIMEOUT_S)
+        get_session().get(url, params={"limit": 1}, timeout=timeout)
+
+    with network.transfer(url) as opened:
+        network.with_retries(opened, ask, CONNECT_TRIES)

@@ -24,13 +24,22 @@ import pyarrow.parquet as pq
 
 from ..errors import InputError
 from ..records import read_scores
-from .summary import read_table
+from .summary import STATUSES, read_table
 
 MODEL_FACTS = ["role", "status", "reason", "family", "modality", "display"]
 """Columns of ``aggregate/models.csv`` joined onto every score row (by model id)."""
 ROW_KEY = ["model_id", "stack", "layer", "head"]
 """What names a score row: no two rows of a results folder share it."""
-READ_ERRORS = (pa.ArrowException, OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile)
+READ_ERRORS = (
+    pa.ArrowException,
+    OSError,
+    ValueError,
+    KeyError,
+    TypeError,
+    EOFError,
+    MemoryError,
+    zipfile.BadZipFile,
+)
 """What pyarrow, pandas, numpy and zipfile raise for a damaged or foreign file (``EmptyDataError``,
 ``ParserError`` and ``UnicodeDecodeError`` are ``ValueError``s)."""
 AGAIN = "run the pipeline again to rewrite it"
@@ -85,12 +94,31 @@ def _once(frame: pd.DataFrame, path: Path, key: list[str], what: str) -> pd.Data
     return frame
 
 
+MAX_PANEL_CELLS = 1 << 24
+"""A heatmap panel is layers × heads of one model: a matrix declaring more cells is not one (and would be
+allocated before any other check)."""
+
+
+def _panel_shape(path: Path) -> tuple[int, ...]:
+    """The shape ``matrix.npy`` in an npz declares, read from its header alone."""
+    with zipfile.ZipFile(path) as archive, archive.open("matrix.npy") as member:
+        version = np.lib.format.read_magic(member)
+        if version == (1, 0):
+            shape, _, _ = np.lib.format.read_array_header_1_0(member)
+        else:
+            shape, _, _ = np.lib.format.read_array_header_2_0(member)
+    return shape
+
+
 def heatmap_panels(folder: Path) -> list[tuple[str, np.ndarray | None, str]]:
     """Figure 2's heatmap panels (title, matrix or None, note), encoder first, as the pipeline saved them."""
     panels = []
     for role in ("encoder", "decoder"):
         path = folder / "heatmaps" / f"{role}.npz"
         if path.is_file():
+            with _reading(path):
+                if (cells := int(np.prod(_panel_shape(path), dtype=object))) > MAX_PANEL_CELLS:
+                    raise ValueError(f"matrix declares {cells} cells, not a heatmap panel")
             with _reading(path), np.load(path, allow_pickle=False) as data:
                 matrix, reason, title = data["matrix"], data["reason"], data["title"]
                 if (
@@ -136,6 +164,8 @@ def load_results(folder: str | os.PathLike = "results") -> Results:
     with _reading(models_path):
         models = read_table(models_path)
     models = _once(_with_columns(models, models_path, ["model"]), models_path, ["model"], "the model")
+    if "status" in models.columns and (unknown := sorted(set(models["status"]) - set(STATUSES))):
+        raise InputError(f"{models_path}: status {unknown[0]!r} is not one of {', '.join(STATUSES)}; {AGAIN}")
     with _reading(summary_path):
         summary = read_table(summary_path)
     facts = models.set_index("model")[

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..errors import InputError
 from ..files import write_text
+from ..record_files import check_text_digest, write_text_digested
 from ..records import read_scores, to_frame, to_table
 
 METRICS = ("symmetry", "directionality")
@@ -33,20 +35,33 @@ TEXT_COLUMNS = [
     "reason",
     "stack",
 ]
+STATUSES = ("ok", "failed", "crashed")
+"""What a model's scoring came to (``attngeom.pipeline.outcome``): scored, bad input, a defect."""
 GROUP_SEPARATOR = ","
 """``groups`` is a list in memory and a comma-joined cell in a CSV (readable by a person)."""
 
 
 def write_csv(table: pd.DataFrame, path: str | os.PathLike) -> None:
     """``table`` as a CSV, a ``groups`` list column written comma-joined."""
+    write_text(path, _csv_text(table))
+
+
+def write_record_csv(table: pd.DataFrame, path: str | os.PathLike) -> None:
+    """A table the pipeline reads back (``models.csv``, ``summary.csv``) as ``write_csv`` writes it, with
+    its SHA-256 beside it (``attngeom.record_files``), which ``read_table`` checks."""
+    write_text_digested(path, _csv_text(table))
+
+
+def _csv_text(table: pd.DataFrame) -> str:
     if "groups" in table.columns:
         table = table.assign(groups=table["groups"].map(GROUP_SEPARATOR.join))
-    write_text(path, table.to_csv(index=False))
+    return table.to_csv(index=False)
 
 
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """A models or summary CSV written by ``write_csv``: text columns as strings ('' when empty),
-    ``groups`` as a list."""
+    """A models or summary CSV written by ``write_record_csv`` (or ``write_csv``), checked against the
+    SHA-256 beside it if there is one: text columns as strings ('' when empty), ``groups`` as a list."""
+    check_text_digest(path)
     table = pd.read_csv(
         path, dtype={c: "string" for c in [*TEXT_COLUMNS, "groups"]}, keep_default_na=False, na_values=[""]
     )
@@ -76,6 +91,8 @@ def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) 
     status_of = {}
     for path in statuses:
         status = json.loads(Path(path).read_text())
+        if status.get("status") not in STATUSES:
+            raise ValueError(f"{path}: status {status.get('status')!r} is not one of {', '.join(STATUSES)}")
         status_of[status["model"]] = status
     frames = {}
     for path in scores:
@@ -107,6 +124,23 @@ def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) 
         pd.concat(kept, ignore_index=True) if kept else to_frame(to_table([]))
     )  # nothing scored: no rows
     return scores_frame, table
+
+
+def _check_score_rows(frame: pd.DataFrame) -> None:
+    if not isinstance(frame, pd.DataFrame):
+        raise InputError(f"summarize takes a DataFrame of score rows, not {type(frame).__name__}")
+    if missing := [c for c in ["model_id", "stack", "head", *METRICS] if c not in frame.columns]:
+        raise InputError(
+            f"summarize: the frame has no column {missing[0]!r} (it has {list(frame.columns)[:12]}); pass "
+            "score rows as attngeom.score or attngeom.records.read_scores give them"
+        )
+    for column in METRICS:
+        dtype = frame[column].dtype
+        if not pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype):
+            raise InputError(
+                f"summarize: column {column!r} holds {dtype}, not numbers; pass score rows as "
+                "attngeom.score or attngeom.records.read_scores give them"
+            )
 
 
 def layer_statistics(scores: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -167,7 +201,9 @@ def summarise(scores: pd.DataFrame, models: pd.DataFrame) -> pd.DataFrame:
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     """Median and interquartile range over the scored layers of each model and stack (what ``attngeom
-    score`` prints), indexed by ``model_id`` and ``stack``."""
+    score`` prints), indexed by ``model_id`` and ``stack``. A frame without the score rows' columns, or
+    with text or true/false where numbers belong, is one ``InputError``."""
+    _check_score_rows(frame)
     stats = layer_statistics(frame, ["model_id", "stack"]).set_index(["model_id", "stack"])
     columns: dict[str, pd.Series] = {"layers": stats["n_layers"]}
     for name in METRICS:

@@ -30,6 +30,7 @@ from ..runstats.pairing import REFERENCE_INIT, twins
 from ..runstats.smoothing import smoothed
 from ..runstats.speedup import CLAIM_RULE
 from ..runstats.table1 import INIT_ORDER
+from ..training.bookkeeping import read_loss_log, read_score_log
 from ..training.runs import RunInfo
 from .score_figures import save
 from .scoring_code import other_code_note
@@ -72,8 +73,8 @@ def load_runs(runs: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
     scores, losses = [], []
     for run, info in zip(runs, infos, strict=True):
         labels = {**info.labels(), "twin": pair.get(info.name)}
-        scores.append(pd.read_parquet(run / "scores.parquet").assign(**labels))
-        losses.append(smoothed(pd.read_parquet(run / "loss.parquet")).assign(**labels))
+        scores.append(read_score_log(run / "scores.parquet").assign(**labels))
+        losses.append(smoothed(read_loss_log(run / "loss.parquet")).assign(**labels))
     return pd.concat(scores, ignore_index=True), pd.concat(losses, ignore_index=True)
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..training.bookkeeping import read_loss_log
 from ..training.config import TrainConfig
 from ..training.documents import SUBSTITUTES, split_revision
 from ..training.runs import RunInfo
@@ -293,6 +294,6 @@ def table1(
 ) -> pd.DataFrame:
     """Table 1 (``summarise``) of run folders."""
     infos = [RunInfo.read(run) for run in runs]
-    losses = {i.name: pd.read_parquet(run / "loss.parquet") for i, run in zip(infos, runs, strict=True)}
+    losses = {i.name: read_loss_log(run / "loss.parquet") for i, run in zip(infos, runs, strict=True)}
     by_name = {i.name: i for i in infos}
     return summarise(losses, {i.name: i.config for i in infos}, paper, authors_logs, by_name)

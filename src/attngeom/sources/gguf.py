@@ -105,8 +105,13 @@ class _Cursor:
         return self.skip(self.take("<Q")[0]).decode(errors="replace")
 
 
+REFUSED = " (llama.cpp refuses such a file: its tensors lie back to back, each once); re-convert the model"
+
+
 def parse_header(prefix: bytes, where: str) -> Header:
-    """The metadata and tensor table of a little-endian GGUF v2/v3 file from its first bytes."""
+    """The metadata and tensor table of a little-endian GGUF v2/v3 file from its first bytes; the tensors
+    must lie as llama.cpp requires: each name once, each tensor at the running sum of the sizes before it
+    (each padded to ``general.alignment``), so none overlaps another."""
     cursor = _Cursor(prefix)
     magic, version, n_tensors, n_kv = cursor.take("<4sIQQ")
     if magic != b"GGUF":
@@ -149,6 +154,7 @@ def parse_header(prefix: bytes, where: str) -> Header:
             f"{where}: GGUF general.alignment = {alignment!r} is not a positive integer; corrupted?"
         )
     data_start = -(-cursor.position // alignment) * alignment
+    expected = 0
     for name, dims, kind, offset in infos:
         try:
             quant = GGMLQuantizationType(kind)
@@ -159,10 +165,18 @@ def parse_header(prefix: bytes, where: str) -> Header:
             raise InputError(
                 f"{where}: GGUF tensor {name!r} has rows of {dims[0]}, not whole {quant.name} blocks"
             )
+        if name in header.tensors:
+            raise InputError(f"{where}: GGUF tensor {name!r} is listed twice{REFUSED}")
+        if offset != expected:
+            where_it_lies = "overlaps the tensors before it" if offset < expected else "leaves a gap"
+            raise InputError(
+                f"{where}: GGUF tensor {name!r} lies at data offset {offset}, expected {expected}: it "
+                f"{where_it_lies}{REFUSED}"
+            )
+        size = math.prod(dims) * block_bytes // block
+        expected += -(-size // alignment) * alignment
         start = data_start + offset
-        header.tensors[name] = TensorInfo(
-            name, quant, tuple(dims), start, start + math.prod(dims) * block_bytes // block
-        )
+        header.tensors[name] = TensorInfo(name, quant, tuple(dims), start, start + size)
     return header
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import math
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -40,7 +39,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import build_hf_headers, get_session, validate_repo_id
 
-from .. import files
+from .. import files, network
 from ..cache_layout import mark
 from ..errors import InputError
 from ..version import __version__
@@ -63,9 +62,9 @@ from .local import bin_source, load_bin, safetensors_names, safetensors_source
 logger = logging.getLogger(__name__)
 
 CONNECT_TRIES = 2
-"""Attempts to reach the Hub when resolving a revision, before the cache is used or the failure named."""
+"""Attempts to reach the Hub when resolving a revision, before the cache is used or the failure named
+(``attngeom.network``'s retry policy, with this count)."""
 CONNECT_TIMEOUT_S = 2.0
-CONNECT_WAIT_S = 0.5
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 """A commit as the Hub names it. Every commit a server sends, or a cache remembers, is checked against it
@@ -118,6 +117,10 @@ def hub_error(
         return InputError(
             f"{repo_id}: {what} (HTTP 401); set HF_TOKEN (or run `hf auth login`) with a token of an "
             f"account that has accepted its terms on {page}"
+        )
+    if status is not None:  # the server's own words stay out: a hostile one could say anything
+        return InputError(
+            f"{repo_id}: the Hub answered HTTP {status} for {filename}; retry later (or check HF_ENDPOINT)"
         )
     return InputError(f"{repo_id}: request for {filename} failed: {one_line(err)}")
 
@@ -185,15 +188,16 @@ class Repo:
                 raise MissingFile(f"{self.repo_id}: no file {filename} at revision {self.commit}")
         _check_every_commit_header()
         try:
-            return Path(
-                hf_hub_download(
-                    self.repo_id,
-                    filename,
-                    revision=self.commit or self.revision,
-                    token=self.token,
-                    local_files_only=self.unreachable is not None,
+            with network.transfer(f"{self.repo_id}/{filename}"):
+                return Path(
+                    hf_hub_download(
+                        self.repo_id,
+                        filename,
+                        revision=self.commit or self.revision,
+                        token=self.token,
+                        local_files_only=self.unreachable is not None,
+                    )
                 )
-            )
         except LocalEntryNotFoundError as err:
             if self.unreachable and not constants.is_offline_mode():
                 raise InputError(
@@ -220,7 +224,7 @@ class Repo:
             _repo_folder(self.repo_id) / self.commit / quote(filename, safe=""),
             f"{self.repo_id}/{filename}@{self.commit[:8]}",
             lambda err: hub_error(self.repo_id, filename, self.commit, err, self.token),
-            tries=1 if self.unreachable else ranged.TRIES,
+            tries=1 if self.unreachable else network.TRIES,
         )
 
     def cached_header(self, filename: str) -> bool:
@@ -250,31 +254,29 @@ def _check_every_commit_header() -> None:
 def _head_commit(repo_id: str, filename: str, revision: str | None, token: str | None) -> str:
     """The commit of ``revision``, from the Hub's answer to a HEAD of ``filename`` (quick bounded tries)."""
     url = hf_hub_url(repo_id, filename, revision=revision)
-    etag_timeout = constants.HF_HUB_ETAG_TIMEOUT
-    timeout = httpx2.Timeout(etag_timeout, connect=min(CONNECT_TIMEOUT_S, etag_timeout))
-    reason = ""
-    for attempt in range(CONNECT_TRIES):
-        if attempt:
-            time.sleep(CONNECT_WAIT_S)
+
+    def ask() -> str | None:
+        timeout = opened.timeout(silence=constants.HF_HUB_ETAG_TIMEOUT, connect=CONNECT_TIMEOUT_S)
         try:
-            commit = get_hf_file_metadata(url, token=token, timeout=timeout).commit_hash
-        except httpx2.TransportError as err:
-            reason = one_line(err)
-            continue
+            return get_hf_file_metadata(url, token=token, timeout=timeout).commit_hash
         except HfHubHTTPError as err:
-            if err.response is None or err.response.status_code not in ranged.TRANSIENT_STATUS:
-                raise
-            reason = f"HTTP {err.response.status_code}"
-            continue
-        if not commit:
-            raise InputError(f"{repo_id}: the Hub did not say which commit {revision or 'main'} is")
-        if not COMMIT.fullmatch(commit):
-            raise InputError(
-                f"{repo_id}: the server at {constants.ENDPOINT} names commit {commit[:60]!r} for "
-                f"{revision or 'main'}, not a 40-hex commit hash; check HF_ENDPOINT"
-            )
-        return commit
-    raise Unreachable(reason)
+            if err.response is not None:
+                network.transient_status(err.response.status_code)
+            raise
+
+    with network.transfer(f"{repo_id}/{filename}") as opened:
+        try:
+            commit = network.with_retries(opened, ask, CONNECT_TRIES)
+        except network.GaveUp as err:
+            raise Unreachable(err.reason) from None
+    if not commit:
+        raise InputError(f"{repo_id}: the Hub did not say which commit {revision or 'main'} is")
+    if not COMMIT.fullmatch(commit):
+        raise InputError(
+            f"{repo_id}: the server at {constants.ENDPOINT} names commit {commit[:60]!r} for "
+            f"{revision or 'main'}, not a 40-hex commit hash; check HF_ENDPOINT"
+        )
+    return commit
 
 
 def from_hub(

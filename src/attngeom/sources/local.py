@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ..errors import InputError
+from ..errors import InputError, load_refusal
 from .base import (
     BIN_INDEX,
     BIN_SINGLE,
@@ -174,7 +174,7 @@ def load_bin(file: Path) -> dict[str, torch.Tensor]:
             state = torch.load(file, weights_only=True, mmap=zipfile.is_zipfile(file), map_location="cpu")
     except Exception as err:  # torch raises many types for corrupt files and refused pickles
         raise InputError(
-            f"{file}: cannot be read as a weights-only PyTorch checkpoint ({one_line(err)[:160]}); "
+            f"{file}: cannot be read as a weights-only PyTorch checkpoint ({load_refusal(err)}); "
             "convert it to safetensors where it was made, or re-download it if it is damaged"
         ) from err
     if not isinstance(state, dict):

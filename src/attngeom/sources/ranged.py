@@ -8,9 +8,9 @@ size checks) and a re-run transfers nothing. Every cache entry (tensor or header
 size and SHA-256 beside it (``<entry>.sha256``) and checked on every read: a damaged entry is fetched
 again, not trusted and not blamed on the upload.
 
-Connections are huggingface_hub's httpx pool (its endpoint, proxies, offline mode, timeouts); transient
-failures (dropped connections, 5xx, short bodies) are retried with back-off, resuming where the bytes
-stopped.
+Connections are huggingface_hub's httpx pool (its endpoint, proxies, offline mode, timeouts); each read
+is one bounded transfer (``attngeom.network``: a minimum rate, a deadline, one retry policy), transient
+failures (dropped connections, 5xx, short bodies) asked again from where the bytes stopped.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import contextlib
 import hashlib
 import json
 import re
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,23 +34,14 @@ from huggingface_hub.utils import get_session, hf_raise_for_status
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 
-from .. import files
+from .. import files, network
 from ..errors import InputError
 from . import gguf
 from .base import one_line
 
-TRIES = 5
-"""Attempts of one request before giving up; an attempt that delivers bytes resets the count."""
-RETRY_WAIT_S = 0.5
-"""First back-off; doubled after each failed attempt, at most 8 s."""
 CHUNK = 1 << 20
-TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 T = TypeVar("T")
-
-
-class Transient(Exception):
-    """A failure worth retrying: 5xx, 429, or a body that ended early."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +67,7 @@ class RemoteFile:
         folder: Path,
         label: str,
         explain: Callable[[Exception], InputError],
-        tries: int = TRIES,
+        tries: int = network.TRIES,
     ) -> None:
         self.url = url
         self.headers = {**headers, "Accept-Encoding": "identity"}
@@ -100,34 +90,30 @@ class RemoteFile:
     def read(self, start: int, end: int, sink: Callable[[bytes], None]) -> int:
         """Bytes [start, end) of the file passed to ``sink`` in order; returns the file's size.
 
-        Transient failures are retried with back-off, each retry asking only for the bytes still missing.
+        One transfer (``attngeom.network``): failures are asked again with back-off, each retry asking
+        only for the bytes still missing, all of it within the transfer's rate and deadline.
         """
-        position, failures = start, 0
-        while True:
-            before = position
-            try:
-                headers = {**self.headers, "Range": f"bytes={position}-{end - 1}"}
-                timeout = constants.HF_HUB_DOWNLOAD_TIMEOUT
-                with get_session().stream("GET", self.url, headers=headers, timeout=timeout) as response:
-                    size = self._check(response, position, end)
-                    end = min(end, size)
-                    if position >= end:
+        position = start
+
+        def attempt() -> int:
+            nonlocal position, end
+            headers = {**self.headers, "Range": f"bytes={position}-{end - 1}"}
+            with get_session().stream("GET", self.url, headers=headers, timeout=opened.timeout()) as response:
+                size = self._check(response, position, end)
+                end = min(end, size)
+                if position >= end:
+                    return size
+                for chunk in response.iter_raw(CHUNK):
+                    chunk = chunk[: end - position]
+                    sink(chunk)
+                    position += len(chunk)
+                    if position == end:
                         return size
-                    for chunk in response.iter_raw(CHUNK):
-                        chunk = chunk[: end - position]
-                        sink(chunk)
-                        position += len(chunk)
-                        if position == end:
-                            return size
-                raise Transient(f"the response ended at byte {position} of {end}")
-            except (Transient, httpx2.TransportError) as err:
-                failures = 1 if position > before else failures + 1
-                if failures >= self.tries:
-                    raise InputError(
-                        f"{self}: download failed after {failures} tries ({one_line(err)}); "
-                        "check the connection and retry"
-                    ) from err
-                time.sleep(min(RETRY_WAIT_S * 2 ** (failures - 1), 8.0))
+            raise network.Transient(f"the response ended at byte {position} of {end}")
+
+        with network.transfer(self.label) as opened:
+            try:
+                return network.with_retries(opened, attempt, self.tries)
             except (HfHubHTTPError, OfflineModeIsEnabled) as err:
                 raise self.explain(err) from err
 
@@ -150,8 +136,7 @@ class RemoteFile:
                 f"{self}: the server ignores HTTP Range requests (it sent the whole file); "
                 "rerun with --full-download (full_download=True)"
             )
-        if status in TRANSIENT_STATUS:
-            raise Transient(f"HTTP {status}")
+        network.transient_status(status)
         if status == 416:
             raise InputError(
                 f"{self}: bytes {position}-{end - 1} lie past the end of the file; it is corrupted"

@@ -2,7 +2,9 @@
 
 Both logs are Parquet files with a ``step`` column, rewritten atomically (the score log on every append, the
 loss log at every checkpoint), so a run killed at any moment leaves a readable log; a resumed run keeps
-only the rows up to its checkpoint, which is why the loss log needs no rows on disk beyond it.
+only the rows up to its checkpoint, which is why the loss log needs no rows on disk beyond it. Both carry
+page checksums and a content digest (``attngeom.record_files``), and a loss log must hold one row per
+step in order: each is checked when read.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import torch
 
 from ..errors import InputError
-from ..files import atomic_path
+from ..record_files import AGAIN, DamagedRecord, read_parquet, write_parquet
+from ..records import conform
 from .config import TrainConfig
 
 
@@ -52,15 +56,54 @@ class Schedule:
         return step % self.score_every == 0 or step == self.steps
 
 
+def read_log(path: Path) -> pd.DataFrame:
+    """A run's score log, its page checksums and content digest checked (``attngeom.record_files``)."""
+    frame = read_parquet(path).to_pandas()
+    if "step" not in frame.columns:
+        raise DamagedRecord(f"{path}: no step column (it has {list(frame.columns)[:8]}); {AGAIN}")
+    return frame
+
+
+def read_score_log(path: Path) -> pd.DataFrame:
+    """A run's score log, checked as ``read_log`` checks it and against the records' schema (its rows are
+    ``attngeom.score``'s, with ``step``)."""
+    frame = read_log(path)
+    return conform(pa.Table.from_pandas(frame, preserve_index=False), str(path)).to_pandas()
+
+
+def read_loss_log(path: Path) -> pd.DataFrame:
+    """A run's loss log, checked as ``read_log`` checks it and for one row per step, 1, 2, 3, … in order:
+    a step twice, out of order or missing is damage (a log joined from two runs, rows lost)."""
+    frame = read_log(path)
+    steps = frame["step"].to_numpy()
+    expected = np.arange(1, len(steps) + 1)
+    if len(steps) and not np.array_equal(steps, expected):
+        at = int(np.flatnonzero(steps != expected)[0])
+        before = f"after step {steps[at - 1]}" if at else "first"
+        what = (
+            "twice"
+            if steps[at] in steps[:at]
+            else "out of order"
+            if at and steps[at] < steps[at - 1]
+            else "where a step is missing"
+        )
+        raise DamagedRecord(
+            f"{path}: step {steps[at]} comes {before}, {what}; one row per step is written; {AGAIN}"
+        )
+    return frame
+
+
 class ParquetLog:
     """A run's log: the rows on disk up to step ``keep_through`` (where a resumed run takes over), then
     every appended frame."""
+
+    read = staticmethod(read_log)
 
     def __init__(self, path: Path, keep_through: int):
         self.path = path
         self.frames: list[pd.DataFrame] = []
         if path.exists():
-            frame = pd.read_parquet(path)
+            frame = self.read(path)
             self.frames.append(frame[frame["step"] <= keep_through])
 
     def append(self, frame: pd.DataFrame, write: bool = True) -> None:
@@ -72,8 +115,7 @@ class ParquetLog:
 
     def write(self) -> None:
         self.frames = [pd.concat(self.frames, ignore_index=True)]
-        with atomic_path(self.path) as temporary:
-            self.frames[0].to_parquet(temporary, index=False)
+        write_parquet(pa.Table.from_pandas(self.frames[0], preserve_index=False), self.path)
 
 
 def other_scoring_code(scores: pd.DataFrame, current: str) -> pd.Series:
@@ -124,6 +166,8 @@ class LossLog(ParquetLog):
     Steps are recorded as device tensors and turned into rows by ``flush``: one device sync per log
     interval, not one per step.
     """
+
+    read = staticmethod(read_loss_log)
 
     def __init__(self, path: Path, keep_through: int):
         super().__init__(path, keep_through)

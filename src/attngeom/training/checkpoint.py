@@ -7,6 +7,7 @@ step. The learning rate is a pure function of the step too, so the step is the s
 from __future__ import annotations
 
 import math
+import os
 import re
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, load_refusal
 from ..files import atomic_path
 
 
@@ -33,13 +34,46 @@ def _state(
     }
 
 
-def _write(path: Path, state: dict, copied: torch.cuda.Event | None) -> None:
+def _write(path: Path, state: dict, copied: torch.cuda.Event | None, keep_previous: bool) -> None:
     """Written beside, then renamed over the previous checkpoint (never a half-written file), once the
-    copies from the GPU (``copied``) are done."""
+    copies from the GPU (``copied``) are done; with ``keep_previous`` the checkpoint it replaces is kept
+    as ``previous_of(path)``. A failed write is the ``OSError`` that failed it (no space, a file size
+    limit), naming ``path``: torch wraps it in a RuntimeError of many lines."""
     if copied is not None:
         copied.synchronize()
     with atomic_path(path) as temporary:
-        torch.save(state, temporary)
+        try:
+            with open(temporary, "wb") as handle:
+                torch.save(state, handle)
+        except (RuntimeError, OSError) as err:
+            cause = _os_error(err)
+            if cause is None:
+                raise
+            raise OSError(
+                cause.errno,
+                f"{cause.strerror} (writing the checkpoint); free space or raise the limit, then run the "
+                "same command to resume from the last checkpoint",
+                str(path),
+            ) from None
+        if keep_previous and path.exists():
+            os.replace(path, previous_of(path))
+
+
+def _os_error(err: BaseException) -> OSError | None:
+    """The ``OSError`` at the root of ``err`` (itself, or what it was raised from or during)."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError) and current.strerror:
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def previous_of(path: Path) -> Path:
+    """Where a stacked run keeps the checkpoint before its latest (``checkpoint/previous.pt``)."""
+    return path.with_name("previous.pt")
 
 
 class CheckpointWriter:
@@ -51,9 +85,12 @@ class CheckpointWriter:
     memory, 0.02–0.1 s from the second checkpoint on (the first allocates it). A file's next write waits
     for its last; ``wait`` returns once all are in place, and raises the error of one that failed."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_previous: bool = False) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attngeom-checkpoint")
         self._pending: dict[Path, Future] = {}
+        self.keep_previous = keep_previous
+        """Each checkpoint it replaces kept as ``previous_of(path)``: stacked runs, written one after the
+        other, always share a step one of the two files holds (``newest_common_step``)."""
 
     def save(
         self,
@@ -72,7 +109,7 @@ class CheckpointWriter:
         if device.type == "cuda":
             copied = torch.cuda.Event()
             copied.record()
-        self._pending[path] = self._pool.submit(_write, path, state, copied)
+        self._pending[path] = self._pool.submit(_write, path, state, copied, self.keep_previous)
 
     def wait(self) -> None:
         while self._pending:
@@ -116,6 +153,27 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 """A terminal escape (torch bolds part of its refusal of a pickle)."""
 
 KEYS = ("model", "optimizer", "step", "elapsed_s", "rng_cpu", "rng_cuda")
+FRESH = "; train afresh with --restart (the run's folder is moved aside)"
+
+
+def checkpoint_step(path: Path) -> int:
+    """The step a checkpoint holds, read without loading its tensors (memory-mapped); a damaged file is
+    the one-line ``InputError`` ``load_checkpoint`` gives."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # a damaged or foreign file can fail torch's safe loader in many ways
+        raise InputError(f"checkpoint {path} cannot be read ({load_refusal(err)}){FRESH}") from None
+    step = state.get("step") if isinstance(state, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise InputError(f"checkpoint {path}: step {step!r} is not a step{FRESH}")
+    return step
+
+
+def held_checkpoints(latest: Path) -> dict[int, Path]:
+    """Step → file of the checkpoints a run folder holds: its latest and (stacked runs) the one before."""
+    return {checkpoint_step(path): path for path in (previous_of(latest), latest) if path.is_file()}
 
 
 def load_checkpoint(
@@ -126,13 +184,13 @@ def load_checkpoint(
     The file is checked as hostile: damaged, of another model's sizes, or with a step outside the run's
     ``steps`` (a negative step would train at negative learning rates) is a one-line ``InputError``.
     """
-    fresh = "; train afresh with --restart (the run's folder is moved aside)"
+    fresh = FRESH
     try:
         with warnings.catch_warnings():  # torch's notes on a refused pickle come before our one line
             warnings.simplefilter("ignore")
             state = torch.load(path, map_location=device, weights_only=True)
     except Exception as err:  # a damaged or foreign file can fail torch's safe loader in many ways
-        raise InputError(f"checkpoint {path} cannot be read ({_one_line(err)}){fresh}") from None
+        raise InputError(f"checkpoint {path} cannot be read ({load_refusal(err)}){fresh}") from None
     missing = [key for key in KEYS if not isinstance(state, dict) or key not in state]
     if missing:
         raise InputError(f"checkpoint {path} lacks {', '.join(missing)}{fresh}")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .batch import IGNORED, MicroBatch, Update, bucket, corrupt, generator
+from .batch import IGNORED, MicroBatch, Update, at_least_one, bucket, corrupt, generator
 from .config import ConfigError, TrainConfig
 from .corpus import Corpus
 from .tokenizer import SPECIAL_TOKENS
@@ -179,6 +179,10 @@ class DocumentBatches:
         noise, action = (torch.rand(count, generator=gen).numpy() for _ in range(2))
         random_ids = torch.randint(self.corpus.vocab_size, (count,), generator=gen).numpy()
         chosen = (noise < self.config.mlm_probability) & ~placed.special
+        group = placed.owner * self.groups // self.config.batch_documents  # as ``_weights`` groups them
+        for g in range(self.groups):  # each group of loss positions holds one at least
+            members = group == g
+            chosen[members] = at_least_one(chosen[members], noise[members], ~placed.special[members])
         originals = placed.values[chosen]
         ids[placed.places[chosen]] = corrupt(originals, self.mask, action[chosen], random_ids[chosen])
         order = np.argsort(placed.places[chosen], kind="stable")

@@ -5,13 +5,13 @@ Parquet export branch; no loading script runs and no data passes through it). Th
 a commit first (checked as 40 hex), then each file is read here by ranged GETs of ``BLOCK`` bytes (Parquet
 seeks to its footer, JSON lines and text stream through, decompressed as they come), so every error is
 ours, one line naming the dataset and the file:
-- a request that sends nothing for ``HF_HUB_DOWNLOAD_TIMEOUT`` seconds, ends early or answers 5xx/429 is
-  asked again from where its bytes stopped, ``TRIES`` times, silently, then is one error;
-- a request that trickles (less than ``MIN_RATE`` bytes a second after ``STALL_S`` seconds) is an error
-  at once, and a line every ``PROGRESS_S`` seconds says how far a file has got while it is read;
-- a redirect loop, a server that ignores ranges, a missing file, a refused token: one error each;
-- listing the files (``datasets``' own requests, which wait without bounds) is given ``RESOLVE_S``
-  seconds, with the same progress lines.
+- each block is one bounded transfer (``attngeom.network``): a request that sends nothing for
+  ``HF_HUB_DOWNLOAD_TIMEOUT`` seconds, ends early or answers 5xx/429 is asked again from where its bytes
+  stopped, silently, then is one error; a block read under the minimum rate (however many requests it
+  takes) or past the deadline is one error; a line every ``PROGRESS_S`` seconds says how far a file has got;
+- a redirect loop or chain, a server that ignores ranges, a missing file, a refused token: one error each;
+- listing the files (``datasets``' own requests, which wait without bounds) is given
+  ``network.LISTING_S`` seconds, with the same progress lines.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import io
 import re
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,28 +28,19 @@ import httpx2
 from huggingface_hub import constants, hf_hub_url
 from huggingface_hub.utils import build_hf_headers, get_session
 
+from .. import network
 from ..cache import human
 from ..version import __version__
 from .config import ConfigError
 from .document_files import read_documents
 
-TRIES = 5
-RETRY_WAIT_S = 0.5
 BLOCK = 1 << 20
 CONNECT_TIMEOUT_S = 10.0
-STALL_S = 60.0
-MIN_RATE = 1024
 PROGRESS_S = 30.0
-RESOLVE_S = 300.0
-TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 COMMIT = re.compile(r"[0-9a-f]{40}")
 BUILDER_KINDS = {"parquet": "parquet", "json": "json", "text": "text"}
 
 T = TypeVar("T")
-
-
-class Transient(Exception):
-    """A failure worth asking again: 5xx, 429, a time-out, or a body that ended early."""
 
 
 def hub_documents(
@@ -112,7 +102,7 @@ def _commit(where: str, repo: str, revision: str | None) -> str:
     except HfHubHTTPError as err:
         status = err.response.status_code if err.response is not None else "?"
         raise ConfigError(
-            f"{where}: the Hub answered HTTP {status} ({_one_line(err)[:120]}); retry later"
+            f"{where}: the Hub answered HTTP {status}; retry later (or check HF_ENDPOINT)"
         ) from None
     except (httpx2.HTTPError, OSError) as err:
         raise ConfigError(
@@ -139,34 +129,16 @@ def _data_files(
     except Exception as err:  # datasets raises many kinds (FileNotFoundError, ValueError, its own, HTTP)
         raise ConfigError(f"{where}: {_one_line(err)[:300]}") from None
     splits = builder.config.data_files or {}
-    if "train" not in splits or not splits["train"]:
+    if "train" not in splits:
         raise ConfigError(f"{where}: no train split among its data files (splits: {sorted(splits)})")
+    if not splits["train"]:
+        raise ConfigError(f"{where}: its train split names no data file; check the dataset's data_dir")
     return [str(file) for file in splits["train"]], BUILDER_KINDS.get(builder.name)
 
 
 def _bounded(where: str, what: str, call: Callable[[], T]) -> T:
-    """``call()``, given ``RESOLVE_S`` seconds (a line every ``PROGRESS_S`` while it waits)."""
-    outcome: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = call()
-        except BaseException as err:  # handed to the caller's thread as it is
-            outcome["error"] = err
-
-    worker = threading.Thread(target=run, daemon=True)
-    started = time.monotonic()
-    worker.start()
-    while worker.is_alive():
-        waited = time.monotonic() - started
-        if waited >= RESOLVE_S:
-            raise ConfigError(f"{where}: the Hub did not answer within {RESOLVE_S:.0f} s {what}; retry later")
-        worker.join(min(PROGRESS_S, RESOLVE_S - waited))
-        if worker.is_alive():
-            say(f"{where}: waited {time.monotonic() - started:.0f} s for the Hub {what}")
-    if "error" in outcome:
-        raise outcome["error"]  # type: ignore[misc]
-    return outcome["value"]  # type: ignore[return-value]
+    """``call()``, given ``network.LISTING_S`` seconds (a line every ``PROGRESS_S`` while it waits)."""
+    return network.within(where, what, call, say, PROGRESS_S)
 
 
 def say(line: str) -> None:
@@ -226,49 +198,39 @@ class HttpFile(io.RawIOBase):
         return len(chunk)
 
     def _fill(self, start: int, length: int) -> None:
-        """Bytes [start, start + length) (less at the end of the file) into the buffer, asking again from
-        where a failed request stopped; a request that makes progress resets the count of failures."""
+        """Bytes [start, start + length) (less at the end of the file) into the buffer: one transfer,
+        asking again from where a failed request stopped."""
         parts: list[bytes] = []
-        failures = 0
-        while True:
-            position = start + sum(map(len, parts))
-            end = start + length if self.size is None else min(start + length, self.size)
-            if position >= end:
-                break
-            try:
-                self._get(position, end, parts)
-            except Transient as err:
-                failures = 1 if start + sum(map(len, parts)) > position else failures + 1
-                if failures >= TRIES:
-                    raise ConfigError(
-                        f"{self.label}: download failed after {failures} tries ({err}); check the connection "
-                        "and retry"
-                    ) from None
-                time.sleep(min(RETRY_WAIT_S * 2 ** (failures - 1), 8.0))
+
+        def attempt() -> None:
+            while True:
+                position = start + sum(map(len, parts))
+                end = start + length if self.size is None else min(start + length, self.size)
+                if position >= end or not self._get(position, end, parts, opened):
+                    return
+
+        with network.transfer(self.label) as opened:
+            network.with_retries(opened, attempt)
         self.buffer, self.buffer_start = b"".join(parts), start
 
-    def _get(self, position: int, end: int, parts: list[bytes]) -> None:
-        """One ranged GET of [position, end), its bytes appended to ``parts`` as they come."""
+    def _get(self, position: int, end: int, parts: list[bytes], opened: network.Transfer) -> bool:
+        """One ranged GET of [position, end), its bytes appended to ``parts`` as they come; False when the
+        file ends before ``position``."""
         headers = {**self.headers, "Range": f"bytes={position}-{end - 1}"}
-        timeout = httpx2.Timeout(constants.HF_HUB_DOWNLOAD_TIMEOUT, connect=CONNECT_TIMEOUT_S)
-        begun, got = time.monotonic(), 0
-        try:
-            with get_session().stream("GET", self.url, headers=headers, timeout=timeout) as response:
-                if not self._check(response, position):
-                    return
-                end = min(end, self.size or end)
-                for chunk in response.iter_raw():  # as the bytes come (a chunk size would wait for it)
-                    chunk = chunk[: end - position - got]
-                    parts.append(chunk)
-                    got += len(chunk)
-                    self._progress(len(chunk), got, begun)
-                    if position + got >= end:
-                        return
-        except httpx2.TooManyRedirects:
-            raise ConfigError(f"{self.label}: the server redirects in a loop; check HF_ENDPOINT") from None
-        except httpx2.TransportError as err:
-            raise Transient(_one_line(err)[:120]) from None
-        raise Transient(f"the response ended at byte {position + got} of {end}")
+        timeout = opened.timeout(connect=CONNECT_TIMEOUT_S)
+        got = 0
+        with get_session().stream("GET", self.url, headers=headers, timeout=timeout) as response:
+            if not self._check(response, position):
+                return False
+            end = min(end, self.size or end)
+            for chunk in response.iter_raw():  # as the bytes come (a chunk size would wait for it)
+                chunk = chunk[: end - position - got]
+                parts.append(chunk)
+                got += len(chunk)
+                self._progress(len(chunk))
+                if position + got >= end:
+                    return True
+        raise network.Transient(f"the response ended at byte {position + got} of {end}")
 
     def _check(self, response: httpx2.Response, position: int) -> bool:
         """Whether ``response`` holds the bytes from ``position`` (False: the file ends before it); the
@@ -288,8 +250,7 @@ class HttpFile(io.RawIOBase):
             if match:
                 self.size = int(match[1])
                 return False
-        if status in TRANSIENT_STATUS:
-            raise Transient(f"HTTP {status}")
+        network.transient_status(status)
         if status == 200 and response.headers.get("Content-Length") == "0":  # an empty file, ranges aside
             self.size = 0
             return False
@@ -303,15 +264,10 @@ class HttpFile(io.RawIOBase):
             raise ConfigError(f"{self.label}: no such file at the dataset's commit (HTTP 404)")
         raise ConfigError(f"{self.label}: unexpected HTTP {status}")
 
-    def _progress(self, size: int, got: int, begun: float) -> None:
-        """A line every ``PROGRESS_S`` seconds; an error when this request trickles below ``MIN_RATE``."""
+    def _progress(self, size: int) -> None:
+        """A line every ``PROGRESS_S`` seconds saying how far the file has got."""
         now = time.monotonic()
         self.received += size
-        if now - begun >= STALL_S and got < MIN_RATE * (now - begun):
-            raise ConfigError(
-                f"{self.label}: the server sent {got} bytes in {now - begun:.0f} s, under {MIN_RATE} bytes a "
-                "second; check the connection (or HF_ENDPOINT) and retry"
-            )
         if now - self.said >= PROGRESS_S:
             self.said = now
             rate = self.received / max(now - self.started, 1e-9)

@@ -28,7 +28,7 @@ from transformers import PreTrainedTokenizerFast
 from ..files import atomic_dir
 from .batch import Update
 from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord, progress_since
-from .checkpoint import CheckpointWriter, load_checkpoint
+from .checkpoint import CheckpointWriter, held_checkpoints, load_checkpoint
 from .config import ConfigError, TrainConfig
 from .corpus import Corpus, load_corpus
 from .document_batches import DocumentBatches
@@ -175,7 +175,8 @@ def train(
         raise ConfigError(f"stop_at={stop_at}: must be a step ≥ 1")
     folder = RunFolder(Path(out))
     rt = runtime_for(config)
-    _train(config, folder, rt, progress, stop_at, restart)
+    with folder.claim(config, restart) if rt.main else contextlib.nullcontext():  # locked while it trains
+        _train(config, folder, rt, progress, stop_at)
     if rt.world > 1:
         _leave_process_group()
     return folder.path
@@ -201,13 +202,9 @@ def _train(
     rt: Runtime,
     progress: bool | Literal["lines"],
     stop_at: int | None,
-    restart: Restart,
 ) -> None:
-    """``train`` on this rank: every object that holds the process group (the DDP-wrapped step) is a
-    local of this function, gone when it returns."""
-    if rt.main:
-        folder.claim(config, restart)
-
+    """``train`` on this rank, its folder claimed: every object that holds the process group (the
+    DDP-wrapped step) is a local of this function, gone when it returns."""
     # data: rank 0 tokenises the corpus (once, cached); micro-batch i is a pure function of (seed, i)
     corpus = _load_corpus_rank0_first(config, rt, progress is True)
     if config.batch_documents is not None and rt.world > 1:
@@ -233,8 +230,8 @@ def _train(
 
     # resume: weights, optimizer moments, step, and the RNG state that drives dropout
     start, elapsed = 0, 0.0
-    if folder.checkpoint.exists():
-        start, elapsed = load_checkpoint(folder.checkpoint, model, optimizer, rt.device, config.steps)
+    if held := held_checkpoints(folder.checkpoint):  # the latest, or a stacked run's one before it
+        start, elapsed = load_checkpoint(held[max(held)], model, optimizer, rt.device, config.steps)
 
     # one optimizer step: the loss (LM cross-entropy + γ·L_c; compiled, DDP-wrapped), clipping, AdamW
     train_step = TrainStep(model, optimizer, config, rt.device, rt.autocast, rt.world)

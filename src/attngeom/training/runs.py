@@ -7,27 +7,31 @@ The folder's ``config.yaml`` is the one record of what a run trains (read by ``R
 only with the same settings and the same data; anything else is refused, or, when asked (``restart``), the
 old folder is moved aside to ``<folder>.replaced-<UTC time>``: never overwritten. ``if-changed`` (the
 pipeline's choice) also trains afresh when the training code changed since the run started, and a finished
-run whose recorded scores other scoring code computed (what ``snakemake --forcerun train`` is for).
+run whose recorded scores other scoring code computed (what ``snakemake --forcerun train`` is for). A folder
+is locked while a process trains it (``RunLock``): a second trainer, or a restart, waits for nobody and is
+refused in one line.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import math
 import re
+import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
-import pandas as pd
 import yaml
 
 from ..files import write_text
 from ..provenance import code_hash
 from ..version import __version__
-from .bookkeeping import other_scoring_code
+from .bookkeeping import other_scoring_code, read_log, read_loss_log
 from .config import (
     PRESETS,
     ConfigError,
@@ -148,7 +152,52 @@ aside and a new one starts (same settings resume). ``always``: any earlier run i
 PROGRESS = ("checkpoint", "loss.parquet", "scores.parquet", "final")
 """What a run leaves once it has really started; a folder with none of these holds no run."""
 
+TEMPORARY = re.compile(
+    r"\.(state|previous|loss|scores|config|corpus|code)\.[a-z0-9_]+\.tmp\.(pt|parquet|yaml|json)"
+    r"|\.final\.[a-z0-9_]+\.tmp"
+)
+"""The temporaries ``attngeom.files`` writes a run folder's files through (``.<stem>.<random>.tmp<suffix>``)."""
+LOCK = ".lock"
+
 logger = logging.getLogger(__name__)
+
+
+class RunLock:
+    """An OS lock (``flock``) on ``<run folder>/.lock``, taken when made, held while a process trains the
+    run: the OS releases it when the process ends, however it ends. A second trainer, or a restart that
+    would move the folder aside under a live run, is refused in one line. A folder it made for the lock
+    goes again when released with nothing else in it (a call that fails first leaves nothing in the way)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.made = not path.exists()
+        path.mkdir(parents=True, exist_ok=True)
+        handle = open(path / LOCK, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            raise ConfigError(
+                f"{path} is being trained by another process: a run folder trains in one process at a "
+                "time; wait for it to end (or stop it), or use another --out folder"
+            ) from None
+        self.handle: IO[str] | None = handle
+
+    def release(self) -> None:
+        if self.handle is None:
+            return
+        if self.made and [entry.name for entry in self.path.iterdir()] == [LOCK]:
+            with contextlib.suppress(OSError):  # another process may lock it anew meanwhile: it then stays
+                (self.path / LOCK).unlink()
+                self.path.rmdir()
+        self.handle.close()
+        self.handle = None
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 @dataclass(frozen=True)
@@ -193,14 +242,27 @@ class RunFolder:
         except ConfigError:
             return None
 
-    def claim(self, config: TrainConfig, restart: Restart) -> None:
-        """Before any data is read: make way for a run of ``config`` (or its resumption)."""
+    def claim(self, config: TrainConfig, restart: Restart) -> RunLock:
+        """Before any data is read: lock the folder (``RunLock``, returned held), make way for a run of
+        ``config`` (or its resumption), and remove what a killed process left half-written."""
         if restart not in RESTART_CHOICES:
             raise ConfigError(f"restart={restart!r}: choose one of {RESTART_CHOICES}")
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"--out {self.path} is a file, not a run folder")
-        if not self.holds_a_run():
-            return
+        lock = RunLock(self.path)
+        try:
+            if self.holds_a_run() and self._moves_aside(config, restart):
+                self._move_aside()
+                lock.release()
+                lock = RunLock(self.path)
+            self.remove_stale_temporaries()
+        except BaseException:
+            lock.release()
+            raise
+        return lock
+
+    def _moves_aside(self, config: TrainConfig, restart: Restart) -> bool:
+        """Whether the run the folder holds makes way for a new one (else it resumes, or is an error)."""
         same = self.recorded_config() == config
         if restart == "if-changed" and same and self.recorded_code() != code_hash("training"):
             logger.warning("attngeom: the training code changed since the run in %s started", self.path)
@@ -209,12 +271,25 @@ class RunFolder:
             logger.warning("attngeom: the run in %s recorded scores of other scoring code", self.path)
             same = False
         if restart == "always" or (restart == "if-changed" and not same):
-            self._move_aside()
-        elif not same:
+            return True
+        if not same:
             raise ConfigError(
                 f"{self.path} holds a training run with other settings ({self._difference(config)}); "
                 "pass --restart to move it aside and train afresh, or use another --out folder"
             )
+        return False
+
+    def remove_stale_temporaries(self) -> None:
+        """The temporaries of a process killed while it wrote (SIGKILL leaves them; any other end removes
+        its own): only names ``attngeom.files`` gives the folder's own files, nothing else."""
+        for folder in (self.path, self.path / "checkpoint"):
+            for entry in folder.iterdir() if folder.is_dir() else ():
+                if not TEMPORARY.fullmatch(entry.name) or entry.is_symlink():
+                    continue
+                if entry.is_dir():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
 
     def begin(self, config: TrainConfig, corpus: Corpus) -> None:
         """Once the run really starts: resuming needs the data the run was trained on; a fresh run
@@ -258,7 +333,7 @@ class RunFolder:
         steps. An unfinished run resumes instead, its rows of either code each marked so."""
         if not self.scores.is_file():
             return False
-        rows = pd.read_parquet(self.scores)
+        rows = read_log(self.scores)
         finished = len(rows) > 0 and rows["step"].max() >= steps
         return finished and bool(other_scoring_code(rows, code_hash("scores")).any())
 
@@ -347,7 +422,7 @@ def _data_facts(folder: RunFolder, corpus: dict) -> DataFacts | None:
         documents, passes_per_update, tokens_per_update = int(documents), passes / planned, math.nan
     if not folder.loss.is_file():
         return DataFacts(documents, tokens_per_update, passes_per_update)
-    log = pd.read_parquet(folder.loss, columns=["step", "update_tokens"])
+    log = read_loss_log(folder.loss)
     if log.empty:
         return DataFacts(documents, tokens_per_update, passes_per_update, 0)
     measured = float(log["update_tokens"].mean())

@@ -10,7 +10,9 @@ learning rate) and the gradient is clipped run by run, each by its own norm.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -21,12 +23,13 @@ from tqdm.auto import tqdm
 
 from .batch import IGNORED, MicroBatch, Update
 from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord, progress_since
-from .checkpoint import CheckpointWriter, load_checkpoint
+from .checkpoint import CheckpointWriter, held_checkpoints, load_checkpoint
 from .config import ConfigError, TrainConfig
 from .corpus import load_corpus
 from .document_batches import DocumentBatches
 from .document_mask import row_segments, stacked_segments
 from .loop import (
+    Runtime,
     _stopwatch,
     _updates,
     decays,
@@ -42,6 +45,8 @@ from .runs import Restart, RunFolder
 from .stacked_model import StackedLoss
 from .step import StepLosses, _Accumulator, compile_loss, compile_mode, let_shapes_vary
 from .stream_batches import PackedBatches
+
+logger = logging.getLogger(__name__)
 
 VARYING = ("seed", "init")
 """The settings in which runs trained together may differ."""
@@ -167,8 +172,22 @@ def train_stacked(
     rt = runtime_for(config)
     if rt.world > 1:
         raise ConfigError("stacked runs train in one process on one GPU: launch without torchrun")
-    for folder, run in zip(folders, configs, strict=True):
-        folder.claim(run, restart)
+    with contextlib.ExitStack() as locks:  # each folder locked while its run trains
+        for folder, run in zip(folders, configs, strict=True):
+            locks.enter_context(folder.claim(run, restart))
+        _train_stacked(configs, folders, rt, progress, stop_at)
+    return [f.path for f in folders]
+
+
+def _train_stacked(
+    configs: Sequence[TrainConfig],
+    folders: list[RunFolder],
+    rt: Runtime,
+    progress: bool | Literal["lines"],
+    stop_at: int | None,
+) -> None:
+    """``train_stacked`` once its folders are claimed."""
+    config = configs[0]
     corpus = load_corpus(config, progress=progress is True)
     rows = rows_per_pass(
         config, rt.device, corpus.vocab_size, runs=len(configs), verbose=progress is not False
@@ -206,7 +225,7 @@ def train_stacked(
         desc=f"{len(configs)} runs",
         disable=progress is not True,
     )
-    with CheckpointWriter() as checkpoints:  # each checkpoint written while the next updates run
+    with CheckpointWriter(keep_previous=True) as checkpoints:  # written while the next updates run
         for step in bar:
             lr = learning_rate(config, step)
             updates = [next(feed) for feed in feeds]
@@ -244,31 +263,46 @@ def train_stacked(
     if end == config.steps:
         for model, folder in zip(models, folders, strict=True):
             save_final(model, corpus, folder.final)
-    return [f.path for f in folders]
 
 
 def _resume(
     folders: list[RunFolder], models: list, optimizers: list, device: torch.device, steps: int
 ) -> tuple[int, list[float]]:
-    """Each run's checkpoint into its own model and optimizer: (the common step, each run's elapsed s)."""
-    have = [f.checkpoint.exists() for f in folders]
-    if not any(have):
-        return 0, [0.0] * len(folders)
-    if not all(have):
-        raise ConfigError(
-            f"{folders[have.index(False)].path} has no checkpoint but {folders[have.index(True)].path} has: "
-            "stacked runs resume together; resume them separately or pass --restart"
+    """Each run's checkpoint into its own model and optimizer: (the common step, each run's elapsed s).
+
+    The runs' checkpoints are written one after the other, each keeping the one it replaces
+    (``CheckpointWriter(keep_previous=True)``): a process killed between two writes leaves the runs one
+    checkpoint apart, and they resume from the newest step all of them hold (step 0: afresh)."""
+    held = [held_checkpoints(f.checkpoint) for f in folders]
+    common = max(set.intersection(*(set(h) for h in held)), default=0)
+    newest = max((max(h) for h in held if h), default=0)
+    if newest > common:
+        logger.warning(
+            "attngeom: resuming the stacked runs from step %d, the newest step all of them hold (a run "
+            "holds step %d)",
+            common,
+            newest,
         )
+    for folder, checkpoints in zip(folders, held, strict=True):
+        _keep_through(folder.checkpoint, checkpoints, common)
+    if not common:
+        return 0, [0.0] * len(folders)
     loaded = [
         load_checkpoint(f.checkpoint, m, o, device, steps)
         for f, m, o in zip(folders, models, optimizers, strict=True)
     ]
-    if len({step for step, _ in loaded}) > 1:
-        raise ConfigError(
-            f"the runs' checkpoints are at different steps ({sorted({s for s, _ in loaded})}): stacked runs "
-            "resume together from one step; resume them separately"
-        )
-    return loaded[0][0], [seconds for _, seconds in loaded]
+    return common, [seconds for _, seconds in loaded]
+
+
+def _keep_through(latest: Path, checkpoints: dict[int, Path], step: int) -> None:
+    """A run's checkpoints past ``step`` dropped and the one at ``step`` made its latest: the next write
+    then keeps it as the previous one until every run has written the next (a run resumed from its
+    previous checkpoint would otherwise drop the one step all runs share)."""
+    for held_step, path in sorted(checkpoints.items(), reverse=True):
+        if held_step > step:
+            path.unlink()
+        elif held_step == step and path != latest:
+            os.replace(path, latest)
 
 
 def _stacked_optimizer(

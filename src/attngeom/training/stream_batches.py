@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .batch import IGNORED, MicroBatch, chosen_slots, corrupt, generator, position_weights
+from .batch import IGNORED, MicroBatch, at_least_one, chosen_slots, corrupt, generator, position_weights
 from .config import ConfigError, TrainConfig
 from .corpus import Corpus
 from .document_mask import crosses_documents, document_ids
@@ -79,7 +79,11 @@ class PackedBatches:
             positions = noise.topk(self.n_masked, dim=1, largest=False).indices.sort(dim=1).values
             used = torch.ones_like(positions, dtype=torch.bool)
         else:
-            positions, used = chosen_slots((noise < self.config.mlm_probability) & ~special)
+            maskable = ~special
+            chosen = at_least_one(
+                ((noise < self.config.mlm_probability) & maskable).numpy(), noise.numpy(), maskable.numpy()
+            )
+            positions, used = chosen_slots(torch.from_numpy(chosen))
         originals = rows.gather(1, positions)
         action = torch.rand(positions.shape, generator=gen)
         random_ids = torch.randint(self.corpus.vocab_size, positions.shape, generator=gen)
