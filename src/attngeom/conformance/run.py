@@ -22,6 +22,7 @@ from ..architectures.discovery import LAYOUTS
 from ..architectures.validated import SUPPORT_FILE
 from .entries import refused as _refused
 from .entries import short as _short
+from .faults import ObservationError
 from .mechanisms import no_attention_reason as _no_attention_reason
 
 TIMEOUT_S = 120
@@ -297,6 +298,8 @@ def _worker(model_type: str) -> tuple[str, dict]:
     try:
         entry = check_type(model_type)
         return model_type, entry | {"cpu_s": resource.getrusage(resource.RUSAGE_SELF).ru_utime - start}
+    except ObservationError as err:  # a defect of the run, never the model's: the run fails
+        raise ObservationError(f"{model_type}: {err}") from None
     except Exception as err:  # noqa: BLE001
         return model_type, _refused(f"could not run the tiny model ({_short(err)})")
     finally:
