@@ -24,8 +24,11 @@ from .stacks import template
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-UNSEEN = "not validated: its type's tiny model has no attention module of this kind"
-"""Said of a module the checkpoint's config adds (GPT-2's cross-attention): recorded, not scored."""
+UNSEEN = (
+    "not validated: the conformance run validated no attention module of this kind (see its type's entry)"
+)
+"""Said of a module the checkpoint's config adds (GPT-2's cross-attention) or of a tower that did not
+validate (Gemma 4's audio tower): recorded, not scored."""
 CONTENT_BIAS = re.compile(r"^(pos_)?bias_u$|^r_w_bias$")
 """Transformer-XL's names for the learned content bias u that a relative-position attention adds to every
 query before q·k (its positional bias v meets only the position keys): a query bias of the form."""

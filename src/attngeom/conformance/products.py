@@ -119,8 +119,9 @@ def score_products(modules: dict[str, torch.nn.Module], items: list[Found]) -> I
 
 def as_heads(t: torch.Tensor, n: int) -> torch.Tensor:
     """A product operand (…, N, d) as (B, n, N, d): its leading axes read as batch-major, head-minor (a
-    model that orders them otherwise fails the check, it is not reordered to pass it)."""
-    if t.dim() == 4 and t.shape[1] == n:
+    model that orders them otherwise fails the check, it is not reordered to pass it); one with its heads
+    second already is kept as it is (blocks of tokens: ``check.unblocked``)."""
+    if t.dim() >= 4 and t.shape[1] == n:  # (B, H, N, d), or in blocks (B, H, blocks, rows, d)
         return t
     lead = t.shape[:-2].numel()
     return t.reshape(lead // n, n, *t.shape[-2:]) if lead % n == 0 else t
