@@ -30,7 +30,10 @@ GENERATIVE = (
     "DECISION",
 )
 """Task mappings (``MODEL_FOR_<task>_MAPPING_NAMES``) whose classes generate or predict a sequence."""
-SEQ2SEQ = ("SEQ_TO_SEQ_CAUSAL_LM", "SPEECH_SEQ_2_SEQ")
+SEQ2SEQ = ("SEQ_TO_SEQ_CAUSAL_LM", "SPEECH_SEQ_2_SEQ", "TIME_SERIES_PREDICTION")
+"""Task mappings whose encoder-decoder configs generate from an encoder's states (FSMT's, Informer's)."""
+GENERATOR = re.compile(r"(ForCausalLM|ForConditionalGeneration|LMHeadModel)$")
+"""Class names of a model that generates, where no auto mapping names the type (CLVP's speech decoder)."""
 NOT_A_TASK = ("BACKBONE", "PRETRAINING", "TEXT_ENCODING")
 """Mappings that say how a model is used inside others (a backbone, a diffusion pipeline's text encoder)
 or pre-trained, not what it is trained for."""
@@ -64,16 +67,39 @@ def dual_encoder(model_type: str) -> bool:
     return "get_text_features" in features and len(features) > 1
 
 
+def generator_class(model_type: str) -> bool:
+    """Whether transformers defines a generating class (``GENERATOR``) for ``model_type``'s config."""
+    import importlib
+
+    from transformers import CONFIG_MAPPING
+
+    config_class = CONFIG_MAPPING[model_type]
+    module = importlib.import_module(config_class.__module__.rsplit(".", 1)[0])
+    for name in dir(module):
+        value = getattr(module, name, None)
+        if GENERATOR.search(name) and getattr(value, "config_class", None) is config_class:
+            return True
+    return False
+
+
+def _not_generating(model_type: str, own: set[str]) -> bool:
+    """Whether the type is documented for tasks that generate nothing: such tasks only, or a dual encoder."""
+    return not own & set(GENERATIVE) and (bool(own) or dual_encoder(model_type))
+
+
 def objective(model_type: str, observed: str, parent: str | None = None) -> str:
     """The model's objective: ``observed`` (from its attention), unless its documented tasks say otherwise
-    (the module docstring); a type documenting no task of its own (a tower alone) follows ``parent``'s."""
+    (the module docstring); a type documenting no task of its own (CLIP's text tower alone) is
+    ``bidirectional`` where its ``parent`` is documented for none that generates, unless it has a
+    generating class of its own (CLVP's speech decoder)."""
     from transformers import CONFIG_MAPPING
 
     own = tasks(model_type)
-    if not own and parent is not None and not dual_encoder(model_type):
-        return objective(parent, observed)
-    generative = bool(own & set(GENERATIVE))
-    if not generative and (own or dual_encoder(model_type)):
+    if not own and not dual_encoder(model_type):
+        if parent is not None and _not_generating(parent, tasks(parent)) and not generator_class(model_type):
+            return "bidirectional"
+        return observed
+    if _not_generating(model_type, own):
         return "bidirectional"
     try:
         encoder_decoder = bool(getattr(CONFIG_MAPPING[model_type](), "is_encoder_decoder", False))

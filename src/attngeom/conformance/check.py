@@ -232,26 +232,6 @@ def refolded(mine: torch.Tensor, their: torch.Tensor) -> torch.Tensor:
     return mine.transpose(1, 2).reshape(b2, t2, n, d).transpose(1, 2)
 
 
-def unblocked(mine: torch.Tensor, their: torch.Tensor) -> torch.Tensor:
-    """``their`` (B, H, blocks, rows, d) of a module that attends block by block (Gemma 3n's and Gemma 4's
-    audio chunks: queries in blocks, keys in overlapping context windows, both padded with zeros) as
-    (B, H, N, d) in ``mine``'s token order: each of mine's rows takes the row of theirs that is a positive
-    multiple of it. A row of mine that none matches takes its nearest (and fails the comparison); a non-zero
-    row of theirs that matches none of mine leaves ``their`` as it is (and fails it)."""
-    if their.dim() != 5 or mine.dim() != 4 or their.shape[:2] != mine.shape[:2]:
-        return their
-    if their.shape[-1] != mine.shape[-1]:
-        return their
-    rows = their.double().flatten(2, 3)
-    lengths, ours = rows.norm(dim=-1), mine.norm(dim=-1)
-    cosine = (rows @ mine.mT) / (lengths[..., :, None] * ours[..., None, :]).clamp_min(1e-300)
-    live = lengths > 1e-12 * lengths.max()
-    if not ((cosine.max(-1).values > 1 - 1e-9) | ~live).all():
-        return their
-    nearest = cosine.masked_fill(~live[..., None], -2.0).argmax(-2)
-    return rows.gather(2, nearest[..., None].expand(*nearest.shape, rows.shape[-1]))
-
-
 UNSEEN = "q·k not seen at a score product (no attention-interface call, no product of the head width)"
 """Why a module whose scores were not seen is not validated: its projections alone would agree with
 themselves whatever the module does with their outputs before q·kᵀ."""
@@ -274,10 +254,44 @@ def compare(layer, record: dict[str, torch.Tensor]) -> str | None:
     theirs = [record["q_attn"], record["k_attn"]]
     if not all(torch.isfinite(t).all() for t in theirs):
         return "the tiny model's forward pass gave non-finite q or k"
-    theirs = [unblocked(mine, their) for mine, their in zip(ours, theirs, strict=True)]
     ours = [refolded(mine, their) for mine, their in zip(ours, theirs, strict=True)]
+    if any(mine.shape != their.shape for mine, their in zip(ours, theirs, strict=True)):
+        return _compare_rows(layer, ours, theirs)
     vectors = _compare_vectors(layer, ours, theirs)
     return vectors and _compare_scores(layer, ours, theirs, vectors)
+
+
+def _compare_rows(layer, ours: list[torch.Tensor], theirs: list[torch.Tensor]) -> str | None:
+    """q and k that the score product holds in another arrangement of tokens than the form's (B, H, N, d):
+    in blocks with padding (Gemma 3n's and Gemma 4's audio chunks: (B, H, blocks, rows, d)), or some of
+    the tokens (Pegasus-X's global tokens first). Each non-zero row of theirs must be a positive multiple
+    of a row of the form's for the same batch item and head (one multiple for a standard form)."""
+    scalars = []
+    for mine, their in zip(ours, theirs, strict=True):
+        their = their.double()
+        if their.dim() < 4 or their.shape[:2] != mine.shape[:2] or their.shape[-1] != mine.shape[-1]:
+            return f"q/k shape {tuple(their.shape)} in the model, {tuple(mine.shape)} from the form"
+        rows = their.flatten(2, -2)
+        lengths = rows.norm(dim=-1)
+        live = lengths > 1e-12 * lengths.max().clamp_min(1e-300)
+        if not live.any():
+            return "the score product's q or k is all zeros"
+        c = (rows @ mine.mT) / (mine * mine).sum(-1)[..., None, :].clamp_min(1e-300)  # (B, H, R, N)
+        fitted = c[..., None] * mine[..., None, :, :]  # each of their rows against each of mine
+        error = (rows[..., :, None, :] - fitted).abs().amax(-1) / lengths[..., None].clamp_min(1e-300)
+        best = error.argmin(-1)
+        error = error.gather(-1, best[..., None])[..., 0]
+        c = c.gather(-1, best[..., None])[..., 0]
+        if ((error > RTOL) & live).any():
+            return "q or k differs from the form's projection (a row of the score product matches none)"
+        if ((c <= 0) & live).any():
+            return "q or k is not a positive multiple of the form's projection"
+        scalars.append(c[live])
+    if layer.form == "standard":
+        for c in scalars:
+            if ((c - c[0]).abs().max() / c.abs().max()).item() > RTOL:
+                return "a standard form whose q or k is rescaled per token"
+    return None
 
 
 def _compare_scores(layer, ours: list[torch.Tensor], theirs: list[torch.Tensor], vectors: str) -> str | None:

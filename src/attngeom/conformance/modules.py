@@ -97,7 +97,11 @@ def _run(
             outer(**kwargs)
     if not {"x_q", "q", "x_k", "k"} <= set(record):
         raise RuntimeError("the module's forward did not use its q and k projections")
+    # evidence of causality only without a mask, from a module that says is_causal itself: sdpa takes a
+    # module without the flag as causal, which is the interface's default, not the module's (Mllama's
+    # vision attention is always given a mask)
     masked = any("mask" in name and value is not None for name, value in kwargs.items())
+    masked = masked or not isinstance(getattr(module, "is_causal", None), bool)
     call = calls.pop(id(module), None)  # arguments made up for a module alone say nothing of its scoring
     if call is not None:
         record["q_attn"], record["k_attn"] = call["q_attn"], call["k_attn"]

@@ -6,7 +6,7 @@ split of one fused ``qkv`` projection; FSMT's time-first ``bmm``; Aria's project
 What the projections give is not what the scores are made of wherever the module does more between them
 (a fused output's order, a second projection, a scale or bias added to q): only the q and k that meet in
 the score product confirm the form. Outside the interface they are taken from the first matrix product
-(``@``, ``matmul``, ``bmm``, ``baddbmm``, ``scaled_dot_product_attention``) of the module's forward whose
+(``@``, ``matmul``, ``bmm``, ``baddbmm``, ``einsum``, ``scaled_dot_product_attention``) of the module's forward whose
 shared dimension is the module's head width: (…, N, d_h) × (…, d_h, M), the key transposed back; inside
 ``nn.MultiheadAttention`` (``multi_head_attention_forward``, whose own products no function mode sees) they
 are its input projections of query and key, as that function computes them before its product. The check
@@ -63,6 +63,11 @@ class _ScoreProducts(TorchFunctionMode):
         if func is MULTIHEAD:
             self.found[path] = multihead_operands(args, kwargs)
             return
+        if func is torch.einsum:
+            operands = einsum_operands(args)
+            if operands is not None and _scores(*operands, self.head_dims[path]):
+                self.found[path] = operands
+            return
         if len(args) < 2:
             return
         q, k = args[1:3] if func in ADDED and len(args) >= 3 else args[:2]
@@ -79,6 +84,32 @@ def _tensors(q, k) -> bool:
 def _scores(q: torch.Tensor, k: torch.Tensor, head_dim: int) -> bool:
     """Whether q (…, N, d) and k (…, M, d) are a score product's operands of head width ``head_dim``."""
     return q.shape[-1] == k.shape[-1] == head_dim and q.shape[:-2] == k.shape[:-2]
+
+
+def einsum_operands(args: tuple) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The q and k of ``einsum(equation, q, k)`` that contracts one axis (a score product: Pegasus-X's
+    ``BHNKF,BHNXF->BHNKX``, ProphetNet's ``bsij,bsjk->bsik`` with k transposed), each with its other axes
+    in the output's order and the contracted one last; else None."""
+    if len(args) != 3 or not isinstance(args[0], str) or not _tensors(args[1], args[2]):
+        return None
+    equation = args[0].replace(" ", "")
+    if "->" not in equation or "." in equation:
+        return None
+    inputs, out = equation.split("->")
+    if inputs.count(",") != 1:
+        return None
+    a, b = inputs.split(",")
+    shared = set(a) & set(b) - set(out)
+    if len(shared) != 1 or len(set(a)) != len(a) or len(set(b)) != len(b):  # one contraction, no diagonal
+        return None
+    (contracted,) = shared
+    operands = []
+    for letters, tensor in ((a, args[1]), (b, args[2])):
+        order = [letters.index(x) for x in out if x in letters] + [letters.index(contracted)]
+        if len(order) != len(letters) or tensor.dim() != len(letters):
+            return None
+        operands.append(tensor.permute(*order).detach())
+    return operands[0], operands[1]
 
 
 def multihead_operands(args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
