@@ -131,8 +131,13 @@ def _with_towers(
         config = tiny_config(model_type, tuple(kept))
     elif kept:
         config = next(iter(kept.values()))
-    if kept:
-        entry = entry | {"stacks": _stacks(config, entry)}
+    if kept:  # the stacks of the model with its towers (a lone stack named by the objective is renamed)
+        stacks = _stacks(config, entry)
+        named = {
+            key: [s for s in entry.get(key, ()) if s in stacks] for key in ("causal_stacks", "own_forward")
+        }
+        entry = {k: v for k, v in entry.items() if k not in named} | {k: v for k, v in named.items() if v}
+        entry |= {"stacks": stacks}
     return entry | {"reason": "; ".join([entry["reason"], *why])}, config, name
 
 
