@@ -2,8 +2,8 @@
 
 A form is self (with a symmetry) only where its queries and keys were seen reading one input at the same
 positions; otherwise it is a cross form, whatever the module is called. No (stack, layer) record key
-repeats. The objective comes from the masks the model builds, the modality from its main input, and a type
-whose base model has no attention is judged on its checkpoint classes.
+repeats. The objective comes from what the attention computed and the model's documented tasks, the modality
+from its inputs, and a type whose base model has no attention is judged on its checkpoint classes.
 """
 
 from __future__ import annotations
