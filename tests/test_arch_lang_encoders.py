@@ -174,20 +174,43 @@ def test_mobilebert_form_lives_in_the_bottleneck(tmp_path):
 
 
 def test_funnel_layers_follow_the_blocks_and_the_decoder(tmp_path):
-    """Blocks of 1 and 2 layers (the second pooled), then FunnelModel's 2 upsampling layers."""
+    """Blocks of 1 and 2 layers (the second pooled), then FunnelModel's 2 upsampling layers. The pooled
+    block's first layer reads pooled queries and unpooled keys: a cross form, as discovery calls keys
+    read from another input (PVT's), with no symmetry; the forward pass shows the two inputs differ."""
     model = make("funnel")
     layers = layers_from_disk(model, tmp_path)
     assert [(layer.stack, layer.layer) for layer in layers] == [
         ("encoder", 0),
-        ("encoder", 1),
+        ("encoder_cross", 1),
         ("encoder", 2),
         ("decoder", 0),
         ("decoder", 1),
     ]
+    assert [layer.cross for layer in layers] == [False, True, False, False, False]
+    *_, capture, _ = CASES["funnel"]
+    captured = capture(model)
+    pooled = captured[1]
+    assert pooled.x_k is not None and pooled.x.shape[1] < pooled.x_k.shape[1]  # fewer queries than keys
+    assert all(c.x_k is None for i, c in enumerate(captured[:3]) if i != 1)
     base = build(tiny_config("funnel", **FUNNEL, architectures=["FunnelBaseModel"]))  # AutoModel picks it
     base_layers = layers_from_disk(base, tmp_path / "base")
-    assert {layer.stack for layer in base_layers} == {"encoder"}
+    assert {layer.stack for layer in base_layers} == {"encoder", "encoder_cross"}
     assert architecture_for(base.config).n_layers(base.config) == len(base_layers) == 3
+
+
+def test_funnel_is_built_and_discovered_without_crashing():
+    """Its auto mapping names two base classes: the first is built (AutoModel cannot choose without the
+    config's architectures), and discovery's reason for it is about its attention, not its config."""
+    from transformers import FunnelConfig
+
+    from attngeom.architectures.discovery import meta_model
+    from attngeom.architectures.table_reasons import WHY
+    from attngeom.conformance.run import check_discovery
+
+    assert type(meta_model(FunnelConfig())).__name__ == "FunnelModel"
+    entry = check_discovery("funnel")[0]
+    assert entry["status"] == "refused" and "layout not discovered" in entry["reason"], entry
+    assert "does not build" not in WHY["funnel"]
 
 
 def test_funnel_and_xlnet_need_the_content_bias(tmp_path):
@@ -262,6 +285,8 @@ def test_engine_end_to_end_on_disk_and_in_memory(name, tmp_path):
     layer_rows = on_disk[on_disk["head"].isna()]
     assert architecture_for(config).n_layers(config) == len(layer_rows)
     for column in ("symmetry", "directionality", "norm"):
-        torch.testing.assert_close(
-            torch.tensor(on_disk[column].to_numpy()), torch.tensor(in_memory[column].to_numpy())
+        torch.testing.assert_close(  # a cross form's symmetry is NaN in both (Funnel's pooled queries)
+            torch.tensor(on_disk[column].to_numpy()),
+            torch.tensor(in_memory[column].to_numpy()),
+            equal_nan=True,
         )

@@ -2,8 +2,8 @@
 
 A form is self (with a symmetry) only where its queries and keys were seen reading one input at the same
 positions; otherwise it is a cross form, whatever the module is called. No (stack, layer) record key
-repeats. The objective comes from the masks the model builds, the modality from its main input, and a type
-whose base model has no attention is judged on its checkpoint classes.
+repeats. The objective comes from what the attention computed and the model's documented tasks, the modality
+from its inputs, and a type whose base model has no attention is judged on its checkpoint classes.
 """
 
 from __future__ import annotations
@@ -38,7 +38,25 @@ OCR = ("pp_ocrv5_mobile_rec", "pp_ocrv5_server_rec", "pp_ocrv6_small_rec")
 """Text recognisers whose base model is a convolutional backbone and whose checkpoint class has attention."""
 
 
-pytestmark = pytest.mark.conformance(*FORMS, *ROLES, *OCR)
+TOWERS = {
+    "clip": "text_model_encoder",
+    "owlv2": "text_model_encoder",
+    "groupvit": "text_model_encoder",
+    "xclip": "text_model_encoder",
+    "aimv2": None,
+    "videoprism": None,
+}
+"""Dual encoders (documented to compare embeddings): ``bidirectional`` whether their text tower is causal
+(that stack is named in ``causal_stacks``) or not."""
+MULTIMODAL = (
+    "idefics florence2 udop vilt layoutlmv3 granite_speech kyutai_speech_to_text vibevoice_asr grounding-dino"
+).split()
+"""Models reading text beside an image or a recording (issue 41)."""
+NOT_FLAGS = {"bridgetower": "bidirectional", "lightglue": "bidirectional", "fsmt": "encoder-decoder"}
+"""Types whose objective an is_causal flag or a cached forward pass got wrong."""
+
+
+pytestmark = pytest.mark.conformance(*FORMS, *ROLES, *OCR, *TOWERS, *MULTIMODAL, *NOT_FLAGS)
 
 
 @pytest.fixture(scope="module")
@@ -232,20 +250,16 @@ def test_what_the_keys_read_is_told_by_their_values_not_their_shape():
     assert reading(x, torch.cat([x[:, :2], torch.randn(2, 3, 8), x[:, 2:]], 1)) == OTHER  # split apart
 
 
-def test_a_mask_is_causal_when_the_first_token_sees_no_later_one():
-    query, module = torch.zeros(1, 1, 4, 2), nn.Module()
-    lower = torch.ones(4, 4, dtype=torch.bool).tril()
-    assert causal(module, query, lower[None, None], None)
-    assert not causal(module, query, torch.ones(1, 1, 4, 4, dtype=torch.bool), None)
-    additive = torch.zeros(1, 1, 4, 4).masked_fill(~lower, torch.finfo(torch.float32).min)
-    assert causal(module, query, additive, None) and not causal(module, query, torch.zeros(1, 1, 4, 4), None)
+def test_attention_is_causal_when_the_first_query_puts_nothing_on_a_later_key():
+    lower = torch.ones(4, 4, dtype=torch.float64).tril()
+    assert causal((lower / lower.sum(-1, keepdim=True))[None, None])
+    assert not causal(torch.full((1, 1, 4, 4), 0.25, dtype=torch.float64))
     images = lower.clone()
-    images[2:, 2:] = True  # image tokens that see each other after causal text
-    assert causal(module, query, images[None, None], None)
-    assert not causal(module, query, None, None)  # no mask built, nothing said: not causal
-    module.is_causal = True
-    assert causal(module, query, None, None) and not causal(module, query, None, False)
-    assert not causal(module, query[..., :1, :], None, True)  # one token sees no other
+    images[2:, 2:] = 1.0  # image tokens that see each other after causal text
+    assert causal((images / images.sum(-1, keepdim=True))[None, None])
+    assert not causal(torch.ones(1, 1, 1, 4, dtype=torch.float64))  # one query sees no other token
+    merged = torch.cat([lower, torch.ones(4, 3, dtype=torch.float64)], -1)  # and the encoder's tokens after
+    assert causal((merged / merged.sum(-1, keepdim=True))[None, None])
 
 
 @pytest.mark.parametrize("model_type", ROLES)
@@ -255,14 +269,37 @@ def test_roles_and_modalities_come_from_the_forward_pass(entries, model_type):
     assert (entry["modality"], entry["objective"]) == ROLES[model_type]
 
 
-def test_a_causal_mask_makes_an_encoder_autoregressive_and_its_absence_bidirectional(monkeypatch):
-    """The objective follows what the masks were, not the model's class: every mask seen as causal makes
-    the same encoder autoregressive."""
-    import attngeom.conformance.check as check
+def test_causal_attention_makes_an_encoder_autoregressive_and_its_absence_bidirectional(monkeypatch):
+    """The objective follows what the attention did, not the model's class: every attention seen causal
+    makes the same encoder (documented with a causal LM head too) autoregressive."""
+    import attngeom.conformance.interface as interface
+    import attngeom.conformance.masks as masks
 
     assert check_type("xmod")["objective"] == "bidirectional"
-    monkeypatch.setattr(check, "causal", lambda *args: True)
+    monkeypatch.setattr(interface, "causal", lambda probabilities: True)
+    monkeypatch.setattr(masks, "causal", lambda probabilities: True)
     assert check_type("xmod")["objective"] == "autoregressive"
+
+
+@pytest.mark.parametrize("model_type", TOWERS)
+def test_dual_encoders_are_bidirectional_and_their_causal_towers_are_labelled(entries, model_type):
+    entry = entries[model_type]
+    assert entry["status"] == "validated", entry["reason"]
+    assert (entry["modality"], entry["objective"]) == ("multimodal", "bidirectional")
+    causal_tower = TOWERS[model_type]
+    assert (causal_tower in entry.get("causal_stacks", [])) if causal_tower else True, entry
+
+
+@pytest.mark.parametrize("model_type", MULTIMODAL)
+def test_models_reading_text_beside_an_image_or_a_recording_are_multimodal(entries, model_type):
+    entry = entries[model_type]
+    assert entry["status"] == "validated" and entry["modality"] == "multimodal", entry
+
+
+@pytest.mark.parametrize("model_type", NOT_FLAGS)
+def test_objectives_come_from_what_the_attention_computed(entries, model_type):
+    entry = entries[model_type]
+    assert entry["status"] == "validated" and entry["objective"] == NOT_FLAGS[model_type], entry
 
 
 @pytest.mark.parametrize("model_type", OCR)

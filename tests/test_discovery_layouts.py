@@ -16,8 +16,7 @@ from transformers import AutoModel
 
 from attngeom.architectures.discovered import discover
 from attngeom.architectures.discovery import Found, Skipped, find_attention, meta_model
-from attngeom.conformance.check import capture, compare, randomized
-from attngeom.conformance.content_bias import seen_part
+from attngeom.conformance.check import UNSEEN, capture, compare, randomized
 from attngeom.conformance.run import open_source_for
 from attngeom.conformance.tiny import tiny_config
 
@@ -183,8 +182,8 @@ def _codegen_layers(layout: str):
 
 
 def test_codegen_groups_its_fused_rows_by_model_parallel_part():
-    assert all(compare(layer, record, fused=True) is None for layer, record in _codegen_layers("groups_qvk"))
-    assert all(compare(layer, record, fused=True) for layer, record in _codegen_layers("blocks"))
+    assert all(compare(layer, record) is None for layer, record in _codegen_layers("groups_qvk"))
+    assert all(compare(layer, record) for layer, record in _codegen_layers("blocks"))
 
 
 def test_the_content_bias_u_is_the_query_bias_and_v_is_not(monkeypatch):
@@ -207,34 +206,40 @@ def test_the_content_bias_u_is_the_query_bias_and_v_is_not(monkeypatch):
         )
         assert all("relative_position" in layer.left_out for layer in layers)
         projections = {k: v for k, v in records[items[0].path].items() if not k.endswith("_attn")}
-        assert compare(layers[0], projections)  # outside the attention interface q is seen before u
-        assert compare(seen_part(model, items[0], layers[0], projections), projections) is None
+        assert compare(layers[0], projections) == UNSEEN  # the projections alone are never compared
         for biases in ({}, {p: "bias_v" for p in found}):
             monkeypatch.setattr(discovered, "content_biases", lambda model, items, b=biases: b)
             wrong = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
             assert all(compare(w, records[i.path]) for i, w in zip(items, wrong, strict=True)), biases
 
 
-def test_outside_the_interface_a_folded_query_scale_is_taken_off_the_seen_form():
+def test_a_folded_query_scale_is_checked_at_the_score_product():
     """Gemma 3n's audio attention multiplies its projected q by softplus(per_dim_scale) outside the
-    attention interface, where only the projections' outputs are seen: the form (scale folded into W_q)
-    is compared there without the scale; with the attention function's q the form stays whole."""
-    from attngeom.architectures.base import AttentionLayer
+    attention interface, block by block: the form (scale folded into W_q) is checked against the q and k
+    of its score product; without the scale it fails there."""
+    from dataclasses import replace
 
-    generator = torch.Generator().manual_seed(4)
-    x = torch.randn(1, 5, 8, generator=generator, dtype=torch.float64)
-    w_q, w_k = (torch.randn(8, 8, generator=generator, dtype=torch.float64) for _ in range(2))
-    module = torch.nn.Module()
-    module.per_dim_scale = torch.nn.Parameter(torch.randn(4, generator=generator, dtype=torch.float64))
-    model = torch.nn.Module()
-    model.attn = module
-    item = SimpleNamespace(path="attn", q_scale="per_dim_scale", q_norm=None, n_heads=2)
-    folded = w_q * torch.nn.functional.softplus(module.per_dim_scale.detach()).repeat(2)
-    layer = AttentionLayer("self", 0, folded, w_k, n_heads=2, n_kv_heads=2, head_dim=4)
-    projections = {"x_q": x, "x_k": x, "q": x @ w_q, "k": x @ w_k}
-    assert compare(layer, projections)  # the projection's output is seen before the scale
-    assert compare(seen_part(model, item, layer, projections), projections) is None
-    assert seen_part(model, item, layer, projections | {"q_attn": x, "k_attn": x}) is layer
+    from attngeom.architectures import discovered
+
+    config = tiny_config("gemma3n_audio")
+    model = randomized(AutoModel.from_config(config))
+    items = [i for i in find_attention(model, config) if isinstance(i, Found)]
+    assert items and all(i.q_scale for i in items)
+    from attngeom.conformance.modules import drive
+
+    records, failures = drive(model, items)
+    assert not failures and all(r["q_attn"].dim() == 5 for r in records.values())  # (B, H, blocks, rows, d)
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        source = open_source_for(folder)
+        layers = [x for x in discover(config).layers(source.config, source) if hasattr(x, "w_q")]
+        pairs = list(zip(items, layers, strict=True))
+        assert all(compare(layer, records[item.path]) is None for item, layer in pairs)
+        unscaled = [replace(i, q_scale="") for i in items]
+        plain = discovered.discovered_layers(
+            source.config, discovered.Converted(source, model), unscaled, {i.path: () for i in items}
+        )
+        assert all(compare(layer, records[item.path]) for item, layer in zip(items, plain, strict=True))
 
 
 def test_only_an_fft_of_q_and_k_is_an_auto_correlation():
@@ -278,7 +283,7 @@ def test_a_fused_projection_outside_the_interface_is_checked_at_its_score_produc
             records, failure = capture(model, items)
             assert failure is None and all("q_attn" in r for r in records.values())
             layers = [x for x in discover(config, layout).layers(source.config, source) if hasattr(x, "w_q")]
-            verdicts = [compare(x, records[i.path], fused=True) for i, x in zip(items, layers, strict=True)]
+            verdicts = [compare(x, records[i.path]) for i, x in zip(items, layers, strict=True)]
             assert all(v is None for v in verdicts) if agrees else all(verdicts), (layout, verdicts)
 
 
@@ -342,17 +347,17 @@ def test_q_and_k_folded_by_a_batch_like_axis_are_compared_token_by_token():
     assert compare(layer, record)
 
 
-def test_a_fused_projection_outside_the_attention_interface_is_refused_not_reshaped():
-    """SAM's fused q/k/v output is three heads' widths: without the attention function's q and k the
-    split cannot be confirmed; the check says so instead of failing to reshape it."""
+def test_q_and_k_not_seen_at_a_score_product_are_never_compared_with_the_projections():
+    """Without the q and k of the score product, a projection's output (fused or not) would agree with
+    the projection itself whatever the module does with it before q·kᵀ: the check says it did not see
+    them instead."""
     generator = torch.Generator().manual_seed(2)
     x = torch.randn(1, 5, 8, generator=generator, dtype=torch.float64)
     w = torch.randn(8, 8, generator=generator, dtype=torch.float64)
     layer = SimpleNamespace(w_q=w, w_k=w, b_q=None, b_k=None, n_heads=2, n_kv_heads=2, head_dim=4)
     layer.form = "standard"
     fused = {"x_q": x, "x_k": x, "q": torch.cat([x @ w] * 3, -1), "k": torch.cat([x @ w] * 3, -1)}
-    assert (
-        compare(layer, fused, fused=True)
-        == "a normalised form or fused projection outside the attention interface"
-    )
-    assert compare(layer, {"x_q": x, "x_k": x, "q": x @ w, "k": x @ w}) is None
+    assert compare(layer, fused) == UNSEEN
+    assert compare(layer, {"x_q": x, "x_k": x, "q": x @ w, "k": x @ w}) == UNSEEN  # agrees with itself
+    heads = (x @ w).reshape(1, 5, 2, 4).transpose(1, 2)
+    assert compare(layer, {"x_q": x, "x_k": x, "q_attn": heads, "k_attn": heads}) is None

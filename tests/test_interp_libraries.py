@@ -1,7 +1,9 @@
 """Models of the interpretability libraries: a TransformerLens HookedTransformer scores exactly as the
 checkpoint it was converted from (with TransformerLens' own conversion functions, no weight processing),
 so does a TransformerBridge booted around the checkpoint's model, and an nnsight wrapper as the model it
-wraps. The ``interp`` extra; skipped where it is not installed."""
+wraps. The ``interp`` extra; skipped where it is not installed. The bridge tests pass under TransformerLens
+3.9 (the extra's range) and 4.3, with 4.x installed beside it (``pip install --no-deps --target DIR
+transformer-lens==4.3.0`` and DIR first on PYTHONPATH), where the HookedTransformer tests are skipped."""
 
 from __future__ import annotations
 
@@ -16,8 +18,12 @@ import attngeom
 from attngeom.errors import InputError
 
 lens = pytest.importorskip("transformer_lens", reason="the interp extra: pip install -e '.[interp]'")
-HookedTransformer = lens.HookedTransformer
-HookedTransformerConfig = lens.HookedTransformerConfig
+try:  # TransformerLens 4 removed it (its bridges are tested under both 3.x and 4.x)
+    HookedTransformer = lens.HookedTransformer
+    HookedTransformerConfig = lens.HookedTransformerConfig
+except ImportError:
+    HookedTransformer = HookedTransformerConfig = None
+hooked = pytest.mark.skipif(HookedTransformer is None, reason="TransformerLens 4 has no HookedTransformer")
 SCORES = ["stack", "layer", "head", "kv_head", "symmetry", "directionality", "norm"]
 NO_PROCESSING = dict(
     fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False
@@ -45,7 +51,7 @@ def gpt2():
     return with_random_norms(GPT2LMHeadModel(config).eval())
 
 
-def hooked_gpt2(hf: GPT2LMHeadModel, **processing) -> HookedTransformer:
+def hooked_gpt2(hf: GPT2LMHeadModel, **processing):
     c = hf.config
     cfg = HookedTransformerConfig(
         d_model=c.n_embd, n_layers=c.n_layer, n_heads=c.n_head, d_head=c.n_embd // c.n_head, d_mlp=4 * c.n_embd,
@@ -58,6 +64,7 @@ def hooked_gpt2(hf: GPT2LMHeadModel, **processing) -> HookedTransformer:
     return model
 
 
+@hooked
 def test_a_hooked_gpt2_scores_exactly_as_its_checkpoint_on_disk(gpt2, tmp_path):
     """Same q/k values, laid out by the engine in one canonical layout: identical by construction."""
     gpt2.save_pretrained(tmp_path / "gpt2")
@@ -71,6 +78,7 @@ def test_a_hooked_gpt2_scores_exactly_as_its_checkpoint_on_disk(gpt2, tmp_path):
     }
 
 
+@hooked
 def test_folded_layernorm_is_what_is_scored(gpt2):
     """``fold_ln`` (from_pretrained's default) multiplies the LayerNorm scale into W_Q/W_K: other scores,
     as the README says."""
@@ -79,6 +87,7 @@ def test_folded_layernorm_is_what_is_scored(gpt2):
     assert (folded["symmetry"] - plain["symmetry"]).abs().max() > 1e-3
 
 
+@hooked
 def test_a_hooked_llama_with_grouped_query_attention_scores_as_its_checkpoint():
     torch.manual_seed(0)
     c = LlamaConfig(
@@ -100,6 +109,7 @@ def test_a_hooked_llama_with_grouped_query_attention_scores_as_its_checkpoint():
     pd.testing.assert_frame_equal(hooked, plain, check_exact=True)
 
 
+@hooked
 def test_a_bidirectional_config_is_an_encoder():
     cfg = HookedTransformerConfig(
         d_model=16, n_layers=1, n_heads=2, d_head=8, n_ctx=8, d_vocab=20, attention_dir="bidirectional",
@@ -117,7 +127,11 @@ def bridged(hf: torch.nn.Module, name: str):
 
     bridge = pytest.importorskip("transformer_lens.model_bridge").TransformerBridge
     words = Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>"))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, eos_token="<unk>", add_bos_token=True)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=words, eos_token="<unk>", pad_token="<unk>", add_bos_token=True, name_or_path=name
+    )
+    hf.config.architectures = [type(hf).__name__]  # how the bridge picks its adapter
+    hf.config._name_or_path = name
     return bridge.boot_transformers(name, hf_model=hf, tokenizer=tokenizer)
 
 
@@ -153,6 +167,82 @@ def test_a_bridged_llama_with_grouped_query_attention_scores_as_its_checkpoint(t
     pd.testing.assert_frame_equal(bridge[columns], on_disk[columns], check_exact=True)
 
 
+SMALL = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=50,
+    max_position_embeddings=32,
+)  # fmt: skip
+
+
+def test_a_bridged_qwen3_folds_the_q_k_norms_its_blocks_hold(tmp_path, monkeypatch):
+    """Qwen3's blocks hold per-head RMSNorms of q and k (the bridge's cfg says use_qk_norm False): folded
+    as discovery folds them, the bridge scores exactly as the checkpoint; W_Q, W_K alone do not."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
+    hf = with_random_norms(Qwen3ForCausalLM(Qwen3Config(**SMALL, num_key_value_heads=2, head_dim=8)).eval())
+    hf.save_pretrained(tmp_path / "qwen3")
+    on_disk = scores(str(tmp_path / "qwen3"))
+    bridge = bridged(hf, "Qwen/Qwen3-0.6B")
+    assert not bridge.cfg.use_qk_norm and "q_norm" in dict(bridge.blocks[0].attn.named_children())
+    frame = attngeom.score(bridge, progress=False)
+    assert set(frame["form"]) == {
+        "qk_norm per head: W_q diag(g_q) (W_k diag(g_k))ᵀ, up to per-token-and-head scalars"
+    }
+    columns = [c for c in SCORES if c != "stack"]
+    pd.testing.assert_frame_equal(frame[SCORES][columns], on_disk[columns], check_exact=False, rtol=1e-12)
+    with torch.no_grad():  # gains of 1: W_Q and W_K alone, which the gains above change
+        for block in hf.model.layers:
+            block.self_attn.q_norm.weight.fill_(1.0)
+            block.self_attn.k_norm.weight.fill_(1.0)
+    unit = scores(bridge)
+    assert (unit["symmetry"] - on_disk["symmetry"]).abs().max() > 1e-3
+
+
+def test_a_bridged_bert_is_a_bidirectional_encoder_as_its_checkpoint(tmp_path, monkeypatch):
+    """The bridge's cfg calls BERT causal; its labels are those attngeom gives BERT."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
+    hf = BertForMaskedLM(BertConfig(**SMALL)).eval()
+    hf.save_pretrained(tmp_path / "bert")
+    on_disk = attngeom.score(str(tmp_path / "bert"), progress=False)
+    frame = attngeom.score(bridged(hf, "google-bert/bert-base-uncased"), progress=False)
+    assert set(frame["objective"]) == set(on_disk["objective"]) == {"bidirectional"}
+    assert set(frame["stack"]) == {"encoder"}
+    columns = [c for c in SCORES if c != "stack"]
+    pd.testing.assert_frame_equal(frame[columns], on_disk[columns], check_exact=True)
+
+
+@pytest.mark.parametrize("kind", ["bart", "jamba"])
+def test_a_bridge_that_is_not_one_list_of_attention_blocks_is_refused_in_one_line(kind, monkeypatch):
+    """BART's bridge holds encoder_blocks and decoder_blocks; Jamba's blocks hold Mamba mixers."""
+    from transformers import BartConfig, BartForConditionalGeneration, JambaConfig, JambaForCausalLM
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
+    if kind == "bart":
+        config = BartConfig(
+            d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=50, max_position_embeddings=32,
+        )  # fmt: skip
+        bridge, why = (
+            bridged(BartForConditionalGeneration(config).eval(), "facebook/bart-base"),
+            "encoder_blocks",
+        )
+    else:
+        config = JambaConfig(
+            **SMALL, num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2,
+            expert_layer_offset=1, num_experts=2, mamba_d_state=4, mamba_dt_rank=4, use_mamba_kernels=False,
+        )  # fmt: skip
+        bridge, why = bridged(JambaForCausalLM(config).eval(), "ai21labs/Jamba-v0.1"), "JambaMambaMixer"
+    with pytest.raises(InputError, match=f"TransformerBridge of {kind}: .*{why}") as raised:
+        attngeom.score(bridge, progress=False)
+    assert "\n" not in str(raised.value) and "original_model" in str(raised.value)
+
+
+@hooked
 def test_q_and_k_normalised_after_their_projections_are_refused():
     cfg = HookedTransformerConfig(
         d_model=16, n_layers=1, n_heads=2, d_head=8, n_ctx=8, d_vocab=20, attn_only=True, use_qk_norm=True,

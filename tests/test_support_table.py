@@ -37,6 +37,23 @@ def test_table_has_one_row_per_model_type_and_states_the_counts():
     assert modules == c["modules"] and (modules > 0) == ("attention modules' own forward" in lines[0])
 
 
+def test_a_stack_whose_attention_was_causal_is_marked_so():
+    """Each stack is labelled by what its attention did (``causal_stacks``), the model by its objective:
+    a dual encoder's causal text tower beside its bidirectional vision tower."""
+    from attngeom.architectures.support import _row
+
+    entry = {
+        "status": "validated",
+        "reason": "discovered",
+        "stacks": ["text_model_encoder", "vision_model_encoder"],
+        "modality": "multimodal",
+        "objective": "bidirectional",
+        "causal_stacks": ["text_model_encoder"],
+    }
+    row = _row("attngeom_dual", entry)
+    assert "`text_model_encoder` (causal), `vision_model_encoder` |" in row and "| bidirectional |" in row
+
+
 def test_section_is_replaced_in_place_and_text_without_it_is_refused():
     stale = f"# title\n\n{START}\n| old |\n{END}\n\n## after\n"
     fresh = with_support_table(stale)

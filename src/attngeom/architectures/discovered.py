@@ -24,8 +24,11 @@ from .stacks import template
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-UNSEEN = "not validated: its type's tiny model has no attention module of this kind"
-"""Said of a module the checkpoint's config adds (GPT-2's cross-attention): recorded, not scored."""
+UNSEEN = (
+    "not validated: the conformance run validated no attention module of this kind (see its type's entry)"
+)
+"""Said of a module the checkpoint's config adds (GPT-2's cross-attention) or of a tower that did not
+validate (Gemma 4's audio tower): recorded, not scored."""
 CONTENT_BIAS = re.compile(r"^(pos_)?bias_u$|^r_w_bias$")
 """Transformer-XL's names for the learned content bias u that a relative-position attention adds to every
 query before q·k (its positional bias v meets only the position keys): a query bias of the form."""
@@ -134,6 +137,9 @@ def discovered_layers(
             for layer in mla_layer(text, reader, item.path, item.layer, item.stack, item.rope_norm):
                 yield replace(layer, left_out=layer.left_out + _temperature(item))
             continue
+        if item.inner:
+            yield _composed_layer(item, reader, terms[item.path])
+            continue
         b_q = query(item, "bias") if item.q_bias else None
         u_name = (biases or {}).get(item.path)
         if u_name:  # u is added to every query: part of its bias; the position term is left out
@@ -188,6 +194,43 @@ def discovered_layers(
                 whole=form == QK_NORM_WHOLE,  # a norm with a gain as wide as the projection spans it
             )
         yield layer
+
+
+def _composed_layer(item: Found, reader: TensorReader, terms: tuple[str, ...]) -> AttentionLayer:
+    """The form of q/k projections followed by ``nn.MultiheadAttention``'s own input projections (rows
+    [q; k; v] of ``in_proj_weight``, else ``q_proj_weight`` and ``k_proj_weight``): x W_q W_in,q, the
+    first map's bias carried through the second."""
+    inner = f"{item.path}.{item.inner}" if item.path else item.inner
+    width = item.n_heads * item.head_dim
+    maps = []
+    for role, (name, has_bias) in enumerate(((item.q, item.q_bias), (item.k, item.k_bias))):
+        rows = slice(role * width, (role + 1) * width)
+        packed = reader.has(f"{inner}.in_proj_weight")
+        second = linear(
+            reader.get(f"{inner}.in_proj_weight")[rows]
+            if packed
+            else reader.get(f"{inner}.{'qk'[role]}_proj_weight")
+        )
+        bias = reader.get(f"{name}.bias") @ second if has_bias and reader.has(f"{name}.bias") else None
+        if reader.has(f"{inner}.in_proj_bias"):
+            own = reader.get(f"{inner}.in_proj_bias")[rows]
+            bias = own if bias is None else bias + own
+        maps.append((linear(reader.get(f"{name}.weight")) @ second, bias))
+    (w_q, b_q), (w_k, b_k) = maps
+    bias = ("bias",) if b_q is not None or b_k is not None else ()
+    return AttentionLayer(
+        stack=item.stack,
+        layer=item.layer,
+        w_q=w_q,
+        w_k=w_k,
+        b_q=b_q,
+        b_k=b_k,
+        n_heads=item.n_heads,
+        n_kv_heads=item.n_kv_heads,
+        head_dim=item.head_dim,
+        left_out=tuple(dict.fromkeys(bias + terms)),
+        cross=item.cross,
+    )
 
 
 def discover(config: PretrainedConfig, layout: str = "", observed: Observed | None = None) -> Architecture:
@@ -259,6 +302,12 @@ def _notes(model: torch.nn.Module, items: list[Found | Skipped]) -> str:
         f"{i.mixer} ({i.why})" for i in items if isinstance(i, Skipped) and i.why in (HEADLESS, SCORER)
     ]
     scaled += f"; not scored: {', '.join(dict.fromkeys(headless))}" if headless else ""
+    composed = [f"`{i.path}`" for i in items if isinstance(i, Found) and i.inner]
+    scaled += (
+        f"; {', '.join(composed)}: q and k projected again by its nn.MultiheadAttention (the composed maps)"
+        if composed
+        else ""
+    )
     if not missed:
         return "discovered" + scaled
     return f"discovered{scaled}; not scored: {', '.join(dict.fromkeys(missed))} (no separate q/k projections)"
@@ -277,10 +326,14 @@ def _stack_modality(stack: str) -> str | None:
 
 
 def _modality(model: torch.nn.Module, stacks: tuple[str, ...]) -> str:
-    """``multimodal`` where the stacks' names say two modalities, else the modality of the model's main
-    input (``main_input``: images, patches or videos; audio; else language)."""
+    """``multimodal`` where the stacks' names say two modalities or the model reads text beside a medium
+    (``documented.text_and_media``: Florence-2, UDOP, ViLT, Granite Speech, Kyutai's speech-to-text), else
+    the modality of the model's main input (``main_input``: images, patches or videos; audio; else
+    language)."""
+    from .documented import text_and_media
+
     kinds = {_stack_modality(s) for s in stacks} - {None}
-    if len(kinds) > 1:
+    if len(kinds) > 1 or text_and_media(model):
         return "multimodal"
     main = main_input(model)
     if re.search("pixel|image|video|patches", main) or kinds == {"vision"}:

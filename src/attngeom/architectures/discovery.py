@@ -113,6 +113,9 @@ class Found:
     rope_norm: Norm | None = None
     """A latent attention's norm of its rotary key alone (Dots 3's), folded into that key's projection."""
     temperature: str = ""  # the child rescaling q by position (``temperature``): left out as rotary is
+    inner: str = ""
+    """An ``nn.MultiheadAttention`` child that maps the projections' outputs again (its input projections)
+    before q·kᵀ (Aria's projector): the form is the composition, with that module's heads."""
 
     def local(self, name: str) -> str:
         """The path of projection ``name`` (``q`` or ``k``) inside the attention module (``q_proj.linear``)."""
@@ -299,6 +302,9 @@ def _found(
         )
     if {n for n, c in module.named_children() if _linear(c) or _conv1d(c)} == {q, k}:
         raise ArchitectureError(f"{type(module).__name__} at {path}: {SCORER}")
+    inner = next((n for n, c in module.named_children() if isinstance(c, torch.nn.MultiheadAttention)), "")
+    if inner:
+        return _composed(path, q, k, module, where, cross, inner)
     head_dim = _head_dim(module, config, _rows(q_mod))
     if head_dim is None:
         raise ArchitectureError(f"{type(module).__name__} at {path}: {HEADLESS}")
@@ -325,6 +331,30 @@ def _found(
         blocks=getattr(q_mod, "groups", 1) if isinstance(q_mod, torch.nn.Conv1d) else 1,
         q_scale=query_scale(module, head_dim),
         temperature=query_temperature(module),
+    )
+
+
+def _composed(
+    path: str, q: str, k: str, module: torch.nn.Module, where: Placed, cross: bool, inner: str
+) -> Found:
+    """q and k projections whose outputs an ``nn.MultiheadAttention`` child projects again: its heads,
+    and a bias where either map has one."""
+    mha = module.get_submodule(inner)
+    q_mod, k_mod = module.get_submodule(q), module.get_submodule(k)
+    own_bias = mha.in_proj_bias is not None
+    return Found(
+        path=path,
+        stack=where.stack,
+        layer=where.layer,
+        q=f"{path}.{q}" if path else q,
+        k=f"{path}.{k}" if path else k,
+        head_dim=mha.head_dim,
+        n_heads=mha.num_heads,
+        n_kv_heads=mha.num_heads,
+        q_bias=q_mod.bias is not None or own_bias,
+        k_bias=k_mod.bias is not None or own_bias,
+        cross=cross,
+        inner=inner,
     )
 
 

@@ -2,7 +2,8 @@
 
 Its parameters are already in the x W convention, one ``[d_model, d_head]`` block per head; the blocks
 are laid side by side, head-major, as every other map does. A bidirectional ``attention_dir`` (a
-HookedEncoder-style config) is an encoder stack, a causal one a decoder stack.
+HookedEncoder-style config) is an encoder stack, a causal one a decoder stack. A bridge's per-head q/k
+norms (``q_norm.gain``) are folded in as discovery folds them (``qk_norms.normalised``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 import torch
 
 from .base import Architecture, AttentionLayer, TensorReader
+from .qk_norms import QK_LAYERNORM, QK_NORM_PER_HEAD, normalised
 
 MODEL_TYPES = ("hooked_transformer",)
 LEFT_OUT = {
@@ -31,9 +33,10 @@ def _layers(config, reader: TensorReader) -> Iterator[AttentionLayer]:
     left_out = LEFT_OUT.get(
         config.positional_embedding_type, ("bias", "scale", config.positional_embedding_type)
     )
+    qk_norm = getattr(config, "qk_norm", "")
     for i in range(config.n_layers):
         prefix = f"blocks.{i}.attn"
-        yield AttentionLayer(
+        layer = AttentionLayer(
             stack="encoder" if config.bidirectional else "decoder",
             layer=i,
             w_q=_heads_side_by_side(reader.get(f"{prefix}.W_Q")),
@@ -43,6 +46,11 @@ def _layers(config, reader: TensorReader) -> Iterator[AttentionLayer]:
             head_dim=config.d_head,
             left_out=left_out,
         )
+        if qk_norm:
+            gains = (reader.get(f"{prefix}.{n}_norm.gain").double() for n in "qk")
+            form = QK_LAYERNORM if qk_norm == "layer" else QK_NORM_PER_HEAD
+            layer = normalised(layer, *gains, form, centre=qk_norm == "layer")
+        yield layer
 
 
 ARCHITECTURES = [

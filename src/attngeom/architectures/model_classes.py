@@ -90,11 +90,15 @@ def mapped_class(model_type: str) -> type | None:
     from transformers.models.auto import modeling_auto
 
     base = modeling_auto.MODEL_MAPPING_NAMES.get(model_type)
+    several = isinstance(base, (list, tuple))  # Funnel's (FunnelModel, FunnelBaseModel): the first
+    base = base[0] if several else base
     if base is not None and not builds_a_part(model_type, cls := getattr(transformers, base, None)):
         config_class = transformers.CONFIG_MAPPING[model_type]
-        if cls is None or config_class in transformers.AutoModel._model_mapping:  # as from_config asks
-            return transformers.AutoModel
-        return cls  # a config class AutoModel does not resolve (Evolla's, registered under two names)
+        if cls is None or (config_class in transformers.AutoModel._model_mapping and not several):
+            return transformers.AutoModel  # as from_config asks
+        # a config class AutoModel does not resolve (Evolla's, registered under two names), or resolves
+        # only by the config's architectures (several base classes)
+        return cls
     for name in sorted(vars(modeling_auto)):
         mapping = getattr(modeling_auto, name)
         if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and model_type in mapping:

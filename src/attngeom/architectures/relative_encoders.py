@@ -22,8 +22,10 @@ _FUNNEL_WITHOUT_DECODER = ("FunnelBaseModel", "FunnelForSequenceClassification",
 """Funnel classes built on ``FunnelBaseModel``: the pooled encoder only, no upsampling decoder."""
 
 
-def _funnel_attention(reader: TensorReader, prefix: str, stack: str, index: int, config) -> AttentionLayer:
-    """``q_head`` (no bias) + ``r_w_bias``, ``k_head`` (biased)."""
+def _funnel_attention(
+    reader: TensorReader, prefix: str, stack: str, index: int, config, cross: bool = False
+) -> AttentionLayer:
+    """``q_head`` (no bias) + ``r_w_bias``, ``k_head`` (biased); ``cross``: queries of pooled tokens."""
     return AttentionLayer(
         stack=stack,
         layer=index,
@@ -35,23 +37,29 @@ def _funnel_attention(reader: TensorReader, prefix: str, stack: str, index: int,
         n_kv_heads=config.n_head,
         head_dim=config.d_head,
         left_out=("bias",) + LEFT_OUT,
+        cross=cross,
     )
 
 
-def _funnel_applications(config: PretrainedConfig) -> Iterator[tuple[int, int]]:
-    """(block, layer in block) of every encoder attention call, in order (a block may repeat its layers)."""
+def _funnel_applications(config: PretrainedConfig) -> Iterator[tuple[int, int, bool]]:
+    """(block, layer in block, pooled) of every encoder attention call, in order (a block may repeat its
+    layers); ``pooled``: the call's queries are the mean-pooled tokens and its keys the unpooled ones (the
+    first call of every block after the first, with ``pool_q_only``)."""
     for block, size in enumerate(config.block_sizes):
         for layer in range(size):
-            for _ in range(config.block_repeats[block]):
-                yield block, layer
+            for repeat in range(config.block_repeats[block]):
+                yield block, layer, block > 0 and layer == 0 and repeat == 0 and config.pool_q_only
 
 
 def _funnel_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    """Funnel: the encoder's blocks (queries of a block's first layer are mean-pooled tokens, keys the
-    unpooled ones: the same space), one row per application; then the upsampling ``decoder`` layers where
-    the checkpoint has them (``FunnelModel``, not ``FunnelBaseModel``)."""
-    for index, (block, layer) in enumerate(_funnel_applications(config)):
-        yield _funnel_attention(reader, f"encoder.blocks.{block}.{layer}.attention", "encoder", index, config)
+    """Funnel: the encoder's blocks, one row per application; a call whose queries read the mean-pooled
+    tokens and keys the unpooled ones is a cross form (``encoder_cross``: keys from another input than the
+    queries, as discovery calls PVT's reduced keys); then the upsampling ``decoder`` layers where the
+    checkpoint has them (``FunnelModel``, not ``FunnelBaseModel``)."""
+    for index, (block, layer, pooled) in enumerate(_funnel_applications(config)):
+        prefix = f"encoder.blocks.{block}.{layer}.attention"
+        stack = "encoder_cross" if pooled else "encoder"
+        yield _funnel_attention(reader, prefix, stack, index, config, cross=pooled)
     if not reader.has("decoder.layers.0.attention.q_head.weight"):
         return
     for i in range(config.num_decoder_layers):
@@ -90,8 +98,9 @@ ARCHITECTURES: list[Architecture] = [
         objective="bidirectional",
         layers=_funnel_layers,
         n_layers=_funnel_count,
-        notes="content term (q + r_w_bias)·k; pooled blocks; decoder = the upsampling layers of FunnelModel",
-        stacks=("encoder", "decoder"),
+        notes="content term (q + r_w_bias)·k; pooled blocks (a block's first call: pooled queries, unpooled "
+        "keys, encoder_cross); decoder = the upsampling layers of FunnelModel",
+        stacks=("encoder", "encoder_cross", "decoder"),
     ),
     Architecture(
         model_types=("xlnet",),

@@ -43,7 +43,8 @@ def _row(model_type: str, entry: dict | None) -> str:
         )
     assert entry is not None
     if entry["status"] == "validated":
-        stacks = ", ".join(f"`{s}`" for s in entry["stacks"])
+        causal = set(entry.get("causal_stacks", ()))  # what each stack's attention did
+        stacks = ", ".join(f"`{s}` (causal)" if s in causal else f"`{s}`" for s in entry["stacks"])
         how = "discovered (modules)" if entry.get("own_forward") else "discovered"
         return (
             f"| `{model_type}` | {how} | {entry.get('modality', '')} | {entry.get('objective', '')} "

@@ -49,7 +49,8 @@ WHY: dict[str, str] = {
     "discovery reads the one layout of the tiny model",
     "mpt": "attn_config.qk_ln checkpoints hold q/k LayerNorms that transformers' MPT never runs: refused",
     "dbrx": "transformers' default config does not build its model: discovery has no tiny model",
-    "funnel": "transformers' default config does not build its model: discovery has no tiny model",
+    "funnel": "discovery finds no attention in it (q_head/k_head projections, the head width in its config "
+    "only); with block_repeats above 1 one module is applied with pooled, then unpooled queries (two forms)",
     "deberta": "q and k fused in in_proj rows per head with a separate q_bias: no q/k projections to discover",
     "xlnet": "q and k are einsum parameters, not projection modules: nothing for discovery to find",
     "mobilebert": "its tiny model does not run (discovery refuses it); q/k read the true_hidden_size bottleneck",

@@ -20,9 +20,9 @@ def attempt(model, config, source, layout: str, name: str = "") -> dict:
     from ..architectures.discovery import Found, find_attention
     from ..architectures.observed import Observed
     from .check import capture, compare, compare_latent
-    from .content_bias import seen_part
     from .mechanisms import no_attention_reason
     from .modules import drive
+    from .observe import causal_stacks
 
     try:
         architecture = discover(config, layout, Observed(model_class=name))
@@ -46,7 +46,8 @@ def attempt(model, config, source, layout: str, name: str = "") -> dict:
             return refused(f"could not run the tiny model ({short(whole)}); {own}")
         return refused(f"not validated: {path} never ran in the tiny model's forward pass, {own}", near=True)
     records |= driven
-    seen = replace(_observed(model, items, records, set(driven)), model_class=name)
+    seen, reads = _observed(model, items, records, set(driven))
+    seen = replace(seen, model_class=name)
     architecture = discover(config, layout, seen)
     items = [i for i in find_attention(model, config, layout, seen) if isinstance(i, Found)]
     read = _read_back(architecture, source, items)
@@ -59,9 +60,7 @@ def attempt(model, config, source, layout: str, name: str = "") -> dict:
             rope = next(pending) if item.rope else None
             why = compare_latent(layer, rope, records[item.path])
         else:
-            why = compare(
-                seen_part(model, item, layer, records[item.path]), records[item.path], bool(item.fused)
-            )
+            why = compare(layer, records[item.path])
         if why:
             own = f" (on {OWN_FORWARD})" if item.path in driven else ""
             return refused(f"not validated{own}: {layer.stack} layer {layer.layer}: {why}", near=True)
@@ -73,8 +72,12 @@ def attempt(model, config, source, layout: str, name: str = "") -> dict:
         "modality": architecture.modality,
         "objective": architecture.objective,
     }
+    causal = causal_stacks(items, records, reads)
     return (
-        entry | seen.entry() | ({"own_forward": list(dict.fromkeys(i.stack for i in unrun))} if unrun else {})
+        entry
+        | seen.entry()
+        | ({"causal_stacks": causal} if causal else {})
+        | ({"own_forward": list(dict.fromkeys(i.stack for i in unrun))} if unrun else {})
     )
 
 
@@ -96,9 +99,10 @@ def _read_back(architecture, source, items: list) -> list | str:
 
 
 def _observed(model, items: list, records: dict, driven: set[str]):
-    """What the forward pass showed (``observe.observed``): whether each module's q and k read one input,
-    seen in the whole forward pass, on a driven module's own forward where its signature takes one input
-    only, else as the modules around it call it (``modules.reading_as_called``)."""
+    """What the forward pass showed (``observe.observed``), with what each module's keys read (path →
+    ``observe.reading``): whether its q and k read one input, seen in the whole forward pass, on a driven
+    module's own forward where its signature takes one input only, else as the modules around it call it
+    (``modules.reading_as_called``)."""
     from .modules import reading_as_called, takes_states
     from .observe import observed, reading
 
@@ -109,4 +113,4 @@ def _observed(model, items: list, records: dict, driven: set[str]):
             reads[item.path] = reading_as_called(model, item)
         else:
             reads[item.path] = reading(record["x_q"], record["x_k"])
-    return observed(model, items, records, reads)
+    return observed(model, items, records, reads), reads

@@ -6,51 +6,30 @@ input and output of its q and k projections and the q and k that reach transform
 (rotary neutralised: cos 1, sin 0). For every head h the form must give the captured scores:
 Q_h K_gᵀ = diag(c_q)(x W_q,h + b_q,h)(x W_k,g + b_k,g)ᵀ diag(c_k), with c one positive constant for a
 ``standard`` form (the 1/√d_h scale) and a positive scalar per token and head for a normalised one.
-A module outside the attention interface is checked on its projections' outputs (standard forms only),
-a fused one on the q and k of its score product (``products``). Tokens that the model splits between its
-attention batch and token axes otherwise (SAM's point batch) are compared token by token (``refolded``).
+A module outside the attention interface is checked on the q and k of the score product in its forward
+(``products``); one whose q and k are seen at neither is not validated (its projections' outputs would
+agree with themselves whatever the module does to them before q·kᵀ: Aria's projector maps them again
+through ``nn.MultiheadAttention``). Tokens that the model splits between its attention batch and token
+axes otherwise (SAM's point batch, FSMT's time-first states) are compared token by token (``refolded``).
 """
 
 from __future__ import annotations
 
+import inspect
 from contextlib import ExitStack, contextmanager
 
 import torch
 
 from ..architectures.discovery import Found
+from .faults import ObservationError, observing
 from .inputs import input_sets
+from .interface import calls, capturing
 from .masks import add_causal, softmax_masks
 from .neutral import rotary_neutralised, temperature_neutralised
-from .observe import causal, scores_scoring, scoring
+from .observe import scores_scoring
 from .products import as_heads, first_output, heads, operands, score_products, tokens_last
 
-CAPTURE = "attngeom_conformance"
 RTOL = 1e-5
-_interface: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-_causal: dict[int, bool] = {}
-"""By module: whether the mask of its first call through the interface was causal (``observe.causal``)."""
-_scoring: dict[int, dict[str, torch.Tensor]] = {}
-"""By module: what its first call through the interface does to q·k besides the form (``observe.scoring``)."""
-
-
-def _attention(module, query, key, value, attention_mask=None, **kwargs):
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    _interface.setdefault(id(module), (query.detach(), key.detach()))
-    _causal.setdefault(id(module), causal(module, query, attention_mask, kwargs.get("is_causal")))
-    _scoring.setdefault(id(module), scoring(attention_mask, kwargs))
-    kwargs.pop("softcap", None)  # scores capped after q·k: no part of q or k, and sdpa refuses it
-    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-
-
-def _register() -> None:
-    """The capturing attention function, with eager attention's masks (always a 4-D tensor: some families
-    index the mask they are given)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
-    AttentionInterface.register(CAPTURE, _attention)
-    AttentionMaskInterface.register(CAPTURE, eager_mask)
 
 
 def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -72,25 +51,6 @@ def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
 
 
 @contextmanager
-def _implementation(model: torch.nn.Module, name: str):
-    from transformers import PretrainedConfig
-
-    configs = {id(model.config): model.config}
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if isinstance(config, PretrainedConfig):
-            configs[id(config)] = config
-    before = {key: c._attn_implementation_internal for key, c in configs.items()}
-    for config in configs.values():
-        config._attn_implementation_internal = name
-    try:
-        yield
-    finally:
-        for key, config in configs.items():
-            config._attn_implementation_internal = before[key]
-
-
-@contextmanager
 def _default_dtype(dtype: torch.dtype):
     before = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -103,16 +63,18 @@ def _default_dtype(dtype: torch.dtype):
 def capture(
     model: torch.nn.Module, items: list[Found]
 ) -> tuple[dict[str, dict[str, torch.Tensor]], Exception | None]:
-    """By attention path: x_q, x_k (projection inputs), q, k (projection outputs) and, where the module
-    goes through the attention interface, q_attn and k_attn as the attention function got them and
-    ``causal`` (whether its mask was: ``masks``); with the
-    last error of the forward passes when some modules never ran (``modules`` drives those on their own)."""
+    """By attention path: x_q, x_k (projection inputs), q, k (projection outputs), q_attn and k_attn as
+    they entered the score product (the attention function's, else the product in the module's forward:
+    ``products``) and ``causal`` (whether its attention probabilities were: ``masks``); with the last error
+    of the forward passes when some modules never ran (``modules`` drives those on their own). An error of
+    this observation code itself is raised (``faults.ObservationError``), never taken for the model's."""
     seen: dict[str, dict[str, torch.Tensor]] = {}
     modules = {item.path: model.get_submodule(item.path) for item in items}
 
     first_call: dict[str, bool] = {}  # path → its first call is under way (True) or over (False)
 
     def keep(path: str, role: str):
+        @observing("the projection hook")
         def hook(projection, args, output):
             record = seen.setdefault(path, {})
             x, y = tokens_last(projection, args[0].detach(), first_output(output).detach())
@@ -127,21 +89,20 @@ def capture(
         return hook
 
     def opened(path: str):
+        @observing("the module hook")
         def hook(module, args):
             first_call.setdefault(path, True)
 
         return hook
 
     def closed(path: str):
+        @observing("the module hook")
         def hook(module, args, output):
             first_call[path] = False
 
         return hook
 
-    _register()
-    _interface.clear()
-    _causal.clear()
-    _scoring.clear()
+    calls.clear()
     _zero_norm_biases(modules, items)
     with ExitStack() as stack:
         for item in items:
@@ -157,55 +118,69 @@ def capture(
                 stack.callback(handle.remove)
         stack.enter_context(rotary_neutralised(list(modules.values())))
         stack.enter_context(temperature_neutralised([(modules[i.path], i) for i in items]))
-        stack.enter_context(_implementation(model, CAPTURE))
+        stack.enter_context(capturing(model))
         stack.enter_context(_default_dtype(torch.float64))  # tensors a model makes itself (masks, positions)
         products = stack.enter_context(score_products(modules, items))
         softmaxes = stack.enter_context(softmax_masks(modules))
         pending = [item.path for item in items]
         failure: Exception | None = None
         for runner in _runners(model, items):
-            for inputs in input_sets(runner):
-                before, interface = set(seen), set(_interface)
+            for inputs, extra in ((i, e) for i in input_sets(runner) for e in _passes(runner)):
+                before, interface = set(seen), set(calls)
                 try:
                     with torch.no_grad():
-                        runner(**inputs)
+                        runner(**inputs, **extra)
                     break
+                except ObservationError:
+                    raise
                 except Exception as err:  # noqa: BLE001 — the next input set, or the next runner
                     failure = err
                     for key in set(seen) - before:  # a call cut short pairs no projection with its q·k
                         del seen[key]
                         first_call.pop(key, None)
-                    for key in set(_interface) - interface:
-                        del _interface[key]
-                        _causal.pop(key, None)
-                        _scoring.pop(key, None)
+                    for key in set(calls) - interface:
+                        del calls[key]
                     products.cut_short(set(seen))
-                    softmaxes.active.clear()
+                    softmaxes.cut_short(set(seen))
             pending = [p for p in pending if p not in seen]
             if not pending:
                 break
         if not pending:
             failure = None
-    for item in items:
-        if id(modules[item.path]) in _interface and item.path in seen:
-            seen[item.path]["q_attn"], seen[item.path]["k_attn"] = _interface[id(modules[item.path])]
-            seen[item.path] |= _scoring[id(modules[item.path])]
-        elif item.path in products.found and item.path in seen:
-            q, k = products.found[item.path]
-            seen[item.path]["q_attn"] = as_heads(q, item.n_heads)
-            seen[item.path]["k_attn"] = as_heads(k, item.n_kv_heads)
-        record = seen.get(item.path, {})
-        if {"q", "k"} <= set(record) and "scaling" not in record and item.path in softmaxes.scores:
-            q, k = operands(record, item)
-            if q is not None:  # how its softmax's input was made of them
-                record |= scores_scoring(q, k, softmaxes.scores[item.path])
-    add_causal(model, seen, _causal, softmaxes)
+    with observing("the capture's records"):
+        _add_products(modules, items, seen, products.found, softmaxes.scores)
+        add_causal(model, seen, {key: bool(call["causal"]) for key, call in calls.items()}, softmaxes)
     upstream = [p for p, r in seen.items() if not all(r[x].isfinite().all() for x in ("x_q", "x_k"))]
     for path in upstream:  # non-finite states reached it (a mask's overflow upstream): driven on its own
         del seen[path]
     if upstream and failure is None:
         failure = FloatingPointError(f"non-finite states reached {upstream[0]}")
     return seen, failure
+
+
+def _add_products(
+    modules: dict[str, torch.nn.Module],
+    items: list[Found],
+    seen: dict[str, dict[str, torch.Tensor]],
+    found: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    scores: dict[str, torch.Tensor],
+) -> None:
+    """Each record's q and k at its score product: the attention function's (and what that call did to
+    q·k), else the product the module formed itself, with how its softmax's input was made of them."""
+    for item in items:
+        record = seen.get(item.path)
+        if record is None:
+            continue
+        call = calls.get(id(modules[item.path]))
+        if call is not None:
+            record |= {key: value for key, value in call.items() if key != "causal"}
+        elif item.path in found:
+            q, k = found[item.path]
+            record["q_attn"], record["k_attn"] = as_heads(q, item.n_heads), as_heads(k, item.n_kv_heads)
+        if {"q", "k"} <= set(record) and "scaling" not in record and item.path in scores:
+            q, k = operands(record, item)
+            if q is not None:
+                record |= scores_scoring(q, k, scores[item.path])
 
 
 def _zero_norm_biases(modules: dict[str, torch.nn.Module], items: list[Found]) -> None:
@@ -216,6 +191,13 @@ def _zero_norm_biases(modules: dict[str, torch.nn.Module], items: list[Found]) -
             if norm is not None and norm.bias:
                 with torch.no_grad():
                     modules[item.path].get_submodule(norm.name).bias.zero_()
+
+
+def _passes(runner: torch.nn.Module) -> list[dict[str, bool]]:
+    """Arguments to try each input set with: first ``use_cache=False`` where the forward takes it (the
+    pass as it trains, whose masks the objective is about: FSMT's decoder builds its causal mask only
+    without a cache), then none (FSMT's own mask overflows in float64)."""
+    return [{"use_cache": False}, {}] if "use_cache" in inspect.signature(runner.forward).parameters else [{}]
 
 
 def _runners(model: torch.nn.Module, items: list[Found]) -> list[torch.nn.Module]:
@@ -237,19 +219,30 @@ def _joinable(a: torch.Tensor, b: torch.Tensor) -> bool:
 def refolded(mine: torch.Tensor, their: torch.Tensor) -> torch.Tensor:
     """``mine`` (B, n, N, d) with its tokens split between the batch and token axes as ``their`` splits
     them, where the two differ only there: a model that folds a batch-like axis (SAM's point batch) into
-    its attention batch attends within each fold. The tokens keep their order, so a wrong discovery still
-    differs token by token."""
+    its attention batch attends within each fold; a time-first model (FSMT's projections read (N, B, ·))
+    has its batch and token axes the other way round. The tokens keep their order, so a wrong discovery
+    still differs token by token."""
     if mine.dim() != 4 or their.dim() != 4 or mine.shape == their.shape:
         return mine
+    if mine.transpose(0, 2).shape == their.shape:
+        return mine.transpose(0, 2)
     (b, n, t, d), (b2, n2, t2, d2) = mine.shape, their.shape
     if (n, d) != (n2, d2) or b * t != b2 * t2:
         return mine
     return mine.transpose(1, 2).reshape(b2, t2, n, d).transpose(1, 2)
 
 
-def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str | None:
-    """Why ``layer`` does not give ``record``'s scores, or None when it does (``fused``: its q/k come
-    from one projection, whose split only the attention function's q and k can confirm)."""
+UNSEEN = "q·k not seen at a score product (no attention-interface call, no product of the head width)"
+"""Why a module whose scores were not seen is not validated: its projections alone would agree with
+themselves whatever the module does with their outputs before q·kᵀ."""
+
+
+def compare(layer, record: dict[str, torch.Tensor]) -> str | None:
+    """Why ``layer`` does not give ``record``'s scores, or None when it does: the form's q and k of the
+    projections' inputs against the q and k that entered the score product, never against the
+    projections' own outputs."""
+    if "q_attn" not in record:
+        return UNSEEN
     x_q, x_k = record["x_q"].double(), record["x_k"].double()
     ours = []
     for x, w, b, n in (
@@ -258,22 +251,47 @@ def compare(layer, record: dict[str, torch.Tensor], fused: bool = False) -> str 
     ):
         out = x @ w.double() + (0 if b is None else b.double())
         ours.append(heads(out, n, layer.head_dim))
-    attn = "q_attn" in record
-    if not attn and (layer.form != "standard" or fused):  # a fused output is not q's width: no reshape
-        return "a normalised form or fused projection outside the attention interface"
-    theirs = (
-        [record["q_attn"], record["k_attn"]]
-        if attn
-        else [
-            heads(record["q"], layer.n_heads, layer.head_dim),
-            heads(record["k"], layer.n_kv_heads, layer.head_dim),
-        ]
-    )
+    theirs = [record["q_attn"], record["k_attn"]]
     if not all(torch.isfinite(t).all() for t in theirs):
         return "the tiny model's forward pass gave non-finite q or k"
     ours = [refolded(mine, their) for mine, their in zip(ours, theirs, strict=True)]
+    if any(mine.shape != their.shape for mine, their in zip(ours, theirs, strict=True)):
+        return _compare_rows(layer, ours, theirs)
     vectors = _compare_vectors(layer, ours, theirs)
     return vectors and _compare_scores(layer, ours, theirs, vectors)
+
+
+def _compare_rows(layer, ours: list[torch.Tensor], theirs: list[torch.Tensor]) -> str | None:
+    """q and k that the score product holds in another arrangement of tokens than the form's (B, H, N, d):
+    in blocks with padding (Gemma 3n's and Gemma 4's audio chunks: (B, H, blocks, rows, d)), or some of
+    the tokens (Pegasus-X's global tokens first). Each non-zero row of theirs must be a positive multiple
+    of a row of the form's for the same batch item and head (one multiple for a standard form)."""
+    scalars = []
+    for mine, their in zip(ours, theirs, strict=True):
+        their = their.double()
+        if their.dim() < 4 or their.shape[:2] != mine.shape[:2] or their.shape[-1] != mine.shape[-1]:
+            return f"q/k shape {tuple(their.shape)} in the model, {tuple(mine.shape)} from the form"
+        rows = their.flatten(2, -2)
+        lengths = rows.norm(dim=-1)
+        live = lengths > 1e-12 * lengths.max().clamp_min(1e-300)
+        if not live.any():
+            return "the score product's q or k is all zeros"
+        c = (rows @ mine.mT) / (mine * mine).sum(-1)[..., None, :].clamp_min(1e-300)  # (B, H, R, N)
+        fitted = c[..., None] * mine[..., None, :, :]  # each of their rows against each of mine
+        error = (rows[..., :, None, :] - fitted).abs().amax(-1) / lengths[..., None].clamp_min(1e-300)
+        best = error.argmin(-1)
+        error = error.gather(-1, best[..., None])[..., 0]
+        c = c.gather(-1, best[..., None])[..., 0]
+        if ((error > RTOL) & live).any():
+            return "q or k differs from the form's projection (a row of the score product matches none)"
+        if ((c <= 0) & live).any():
+            return "q or k is not a positive multiple of the form's projection"
+        scalars.append(c[live])
+    if layer.form == "standard":
+        for c in scalars:
+            if ((c - c[0]).abs().max() / c.abs().max()).item() > RTOL:
+                return "a standard form whose q or k is rescaled per token"
+    return None
 
 
 def _compare_scores(layer, ours: list[torch.Tensor], theirs: list[torch.Tensor], vectors: str) -> str | None:

@@ -26,8 +26,9 @@ MERGES = ("merge_sizes", "image_merge_sizes")
 AUDIO = ("input_features", "input_values")
 STATES = re.compile(r"^(hidden_states|\w+_embeds)$")
 """A required input of this name is states of the model's width (a q-former's queries, a fusion stack's input)."""
-LAYOUTS = (0, 1, 2)
-"""``_Maker`` variants: the usual layout, the second one in use, frames stacked as the first linear map reads them."""
+LAYOUTS = (0, 1, 2, 3)
+"""``_Maker`` variants: the usual layout, the second one in use, frames stacked as the first linear map reads
+them, mel bins that a 2-D convolution subsampler reduces to what its projection reads (time first)."""
 MEDIA = {"pixel_values", "pixel_values_videos", "flattened_patches", *AUDIO}
 FEATURE_MASKS = ("input_features_mask", "feature_attention_mask")
 
@@ -84,6 +85,25 @@ def _patch_shape(model: torch.nn.Module) -> tuple[int, ...]:
         if isinstance(module, (torch.nn.Conv2d, torch.nn.Conv3d)):
             return (module.in_channels, *module.kernel_size)
     raise ValueError("no patch embedding")
+
+
+def _subsampled_bins(model: torch.nn.Module) -> int | None:
+    """Mel bins for a subsampler of 2-D convolutions over (time, mel) followed by a linear map (Gemma 4's
+    audio): the map's input width over the last convolution's channels, times the convolutions' strides
+    along mel; None where the model has no such subsampler."""
+    convs: list[torch.nn.Conv2d] = []
+    for module in model.modules():
+        if isinstance(module, torch.nn.Conv2d):
+            convs.append(module)
+        elif isinstance(module, torch.nn.Linear) and convs:
+            channels = convs[-1].out_channels
+            if module.in_features % channels:
+                return None
+            bins = module.in_features // channels
+            for conv in convs:
+                bins *= conv.stride[1]
+            return bins
+    return None
 
 
 class _Maker:
@@ -161,6 +181,8 @@ class _Maker:
         frames = 2 * window if window else 2 * _find(self.config, "max_source_positions", default=32)
         if self.variant == 2:  # frames stacked as the first linear map reads them
             mel = next((m.in_features for m in self.model.modules() if isinstance(m, torch.nn.Linear)), mel)
+        if self.variant == 3:  # as many as 2-D convolutions reduce to the bins their projection reads
+            mel = _subsampled_bins(self.model) or mel
         features = (
             self.randn(self.batch, frames, mel) if self.variant else self.randn(self.batch, mel, frames)
         )

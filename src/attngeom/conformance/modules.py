@@ -25,7 +25,9 @@ import torch
 
 from ..architectures.discovery import Found
 from ..architectures.projections import inputs
-from .check import CAPTURE, _causal, _implementation, _interface, _register, _scoring
+from .faults import ObservationError, observing
+from .interface import calls, capturing
+from .masks import softmax_masks
 from .neutral import rotary_neutralised, temperature_neutralised
 from .products import as_heads, first_output, score_products, tokens_last
 
@@ -45,8 +47,7 @@ def drive(
     and the error of each one whose forward did not run with any of the generic inputs."""
     records: dict[str, dict[str, torch.Tensor]] = {}
     failures: dict[str, Exception] = {}
-    _register()
-    with _implementation(model, CAPTURE):
+    with capturing(model):
         for item in items:
             module = model.get_submodule(item.path)
             errors: list[Exception] = []
@@ -54,6 +55,8 @@ def drive(
                 try:
                     records[item.path] = _run(module, item, kwargs)
                     break
+                except ObservationError:
+                    raise
                 except Exception as err:  # noqa: BLE001 — the next generic input, else this module's reason
                     errors.append(err)
             else:  # the most ordinary input's error says most
@@ -65,12 +68,14 @@ def _run(
     module: torch.nn.Module, item: Found, kwargs: dict, attention: torch.nn.Module | None = None
 ) -> dict[str, torch.Tensor]:
     """One call of ``module`` (the attention, else ``attention`` inside it) with ``kwargs``: the q/k
-    projections' inputs and outputs and, where it goes through the attention interface, the q and k the
-    attention function got."""
+    projections' inputs and outputs, the q and k of the score product (the attention function's, else the
+    module's own product) and, where the call was given no mask, whether its attention was causal (what
+    the module does by itself; a mask made up here says nothing of the model's)."""
     record: dict[str, torch.Tensor] = {}
     outer, module = module, attention if attention is not None else module
 
     def keep(role: str):
+        @observing("the projection hook")
         def hook(projection, args, output):
             if f"x_{role}" not in record:
                 record[f"x_{role}"], record[role] = tokens_last(
@@ -79,9 +84,7 @@ def _run(
 
         return hook
 
-    _interface.pop(id(module), None)
-    _causal.pop(id(module), None)
-    _scoring.pop(id(module), None)  # arguments made up for a module alone say nothing of its scoring
+    calls.pop(id(module), None)
     with ExitStack() as stack:
         for role, name in (("q", item.q), ("k", item.k)):
             handle = module.get_submodule(item.local(name)).register_forward_hook(keep(role))
@@ -89,20 +92,28 @@ def _run(
         stack.enter_context(rotary_neutralised([module]))
         stack.enter_context(temperature_neutralised([(module, item)]))
         products = stack.enter_context(score_products({item.path: module}, [item]))
+        softmaxes = stack.enter_context(softmax_masks({item.path: module}))
         with torch.no_grad():
             outer(**kwargs)
     if not {"x_q", "q", "x_k", "k"} <= set(record):
         raise RuntimeError("the module's forward did not use its q and k projections")
-    if id(module) in _interface:
-        record["q_attn"], record["k_attn"] = _interface.pop(id(module))
-        causal = _causal.pop(id(module))
-        if isinstance(getattr(module, "is_causal", None), bool):  # with no mask the model builds, only
-            record["causal"] = torch.tensor(causal)  # a module's own is_causal says
+    # evidence of causality only without a mask, from a module that says is_causal itself: sdpa takes a
+    # module without the flag as causal, which is the interface's default, not the module's (Mllama's
+    # vision attention is always given a mask)
+    masked = any("mask" in name and value is not None for name, value in kwargs.items())
+    masked = masked or not isinstance(getattr(module, "is_causal", None), bool)
+    call = calls.pop(id(module), None)  # arguments made up for a module alone say nothing of its scoring
+    if call is not None:
+        record["q_attn"], record["k_attn"] = call["q_attn"], call["k_attn"]
+        if not masked:
+            record["causal"] = call["causal"]
         if not item.latent and record["q_attn"].numel() > record["q"].numel():  # a latent q grows
             raise RuntimeError("its q was broadcast against an argument of another shape")
     elif item.path in products.found:
         q, k = products.found[item.path]
         record["q_attn"], record["k_attn"] = as_heads(q, item.n_heads), as_heads(k, item.n_kv_heads)
+    if "causal" not in record and not masked and item.path in softmaxes.causal:
+        record["causal"] = torch.tensor(softmaxes.causal[item.path])
     return record
 
 
@@ -114,8 +125,7 @@ def reading_as_called(model: torch.nn.Module, item: Found) -> str | None:
     from .observe import reading
 
     parts = item.path.split(".")
-    _register()
-    with _implementation(model, CAPTURE):
+    with capturing(model):
         for depth in range(1, len(parts)):
             outer = model.get_submodule(".".join(parts[:depth]))
             if isinstance(outer, (torch.nn.ModuleList, torch.nn.ModuleDict)):
@@ -123,6 +133,8 @@ def reading_as_called(model: torch.nn.Module, item: Found) -> str | None:
             for kwargs in islice(_calls(model, outer, item, route=True), ROUTES):
                 try:
                     record = _run(outer, item, kwargs, model.get_submodule(item.path))
+                except ObservationError:
+                    raise
                 except Exception:  # noqa: BLE001 — the next reading, else the next module inside
                     continue
                 return reading(record["x_q"], record["x_k"])

@@ -1,6 +1,6 @@
 """What the conformance check neutralises in a forward pass, as the forms leave it out: rotary embeddings
-(cos 1, sin 0, whether passed to the attention, made by a rotary child of its own, or made from positions it
-is handed) and a query temperature (``Found.temperature``: q passed on unchanged)."""
+(cos 1, sin 0, whether passed to the attention, as a pair or as RoFormer's one ``sinusoidal_pos`` tensor,
+made by a rotary child of its own, or made from positions it is handed) and a query temperature (``Found.temperature``: q passed on unchanged)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ def rotary_neutralised(modules: list[torch.nn.Module]):
         return torch.ones_like(cos), torch.zeros_like(sin)
 
     def pre_hook(module, args, kwargs):
+        if isinstance(kwargs.get("sinusoidal_pos"), torch.Tensor):  # RoFormer's [sin | cos] in one tensor
+            sin, cos = kwargs["sinusoidal_pos"].chunk(2, dim=-1)
+            kwargs = kwargs | {"sinusoidal_pos": torch.cat([torch.zeros_like(sin), torch.ones_like(cos)], -1)}
+            return args, kwargs
         if "position_embeddings" in kwargs:
             cos_sin = neutral(kwargs["position_embeddings"])
             return None if cos_sin is None else (args, {**kwargs, "position_embeddings": cos_sin})

@@ -1,14 +1,16 @@
 """What a tiny model's forward pass shows about each attention module besides its numbers: whether its
 queries and keys read one input at the same positions (a self form, with a symmetry) or not (a cross form,
-whatever the module is called), and whether the mask its attention gets is causal; from these, the kinds
-of ``Observed`` and the type's objective.
+whatever the module is called), and whether its attention is causal; from these, the kinds of ``Observed``
+and the type's objective.
 
 q and k read one input when the key projection's input is the query projection's, value for value: the
 same tokens (``SELF``); ``MERGED`` where other tokens come before or after them, in one attention over both
 (T5Gemma 2's decoder adds the encoder's tokens after its own; a perceiver resampler's latents attend to the
-image features and themselves): a self form over the queries' own tokens. A mask is causal when the first token sees no later one (a vision-language decoder's image tokens
-may see each other); with no mask, where the call or the module says ``is_causal`` (a module that does
-not say is not causal, though ``scaled_dot_product_attention`` would take it as causal).
+image features and themselves): a self form over the queries' own tokens. Attention is causal where
+the probabilities the forward pass computed put none on a later token for the first query (a
+vision-language decoder's image tokens may see each other): what the attention does, not what a mask
+or an ``is_causal`` flag says it should (BridgeTower's eager attention ignores its flag; LightGlue's
+modules are causal alone, but the model passes them a mask that is not).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ BLOCKED = -1e4
 older families -10000)."""
 
 
+CLOSED = 1e-12
+"""A probability at or below this is a key the query does not see (a blocked key's is exactly 0, or
+e^-(10^4) with older families' additive -10000)."""
 ROUNDING = 1e-5
 """Scores a family forms in float32 (GPT-Neo's, MPT's) agree with the float64 products this closely."""
 
@@ -44,16 +49,15 @@ def reading(x_q: torch.Tensor, x_k: torch.Tensor) -> str:
     return OTHER
 
 
-def causal(module: torch.nn.Module, query: torch.Tensor, mask: torch.Tensor | None, is_causal) -> bool:
-    """Whether the attention of ``query`` (…, N, d) under ``mask`` lets no token see a later one."""
-    n = query.shape[-2]
-    if n < 2:
+def causal(probabilities: torch.Tensor) -> bool:
+    """Whether attention probabilities (…, N, M) are causal: the first query puts no probability on a
+    later one of the queries' own tokens (the first N keys), so the upper triangle over them is empty in
+    its first row (image tokens after causal text may see each other further down)."""
+    n = probabilities.shape[-2]
+    if n < 2 or probabilities.shape[-1] < n:
         return False
-    if mask is None:  # none built: causal only where the call or the module says so
-        return bool(is_causal if is_causal is not None else getattr(module, "is_causal", False))
-    first = mask[..., 0, 1:n] if mask.dim() >= 2 else mask[..., 1:n]
-    blocked = ~first if first.dtype == torch.bool else first <= BLOCKED
-    return bool(blocked.all())
+    later = probabilities[..., 0, 1:n].double()
+    return bool(later.abs().max() <= CLOSED)
 
 
 def scoring(mask: torch.Tensor | None, kwargs: dict) -> dict[str, torch.Tensor]:
@@ -151,7 +155,7 @@ def observed(
     return Observed(
         frozenset(cross),
         frozenset(self_kinds),
-        objective(items, records, reads),
+        model_objective(model, objective(items, records, reads)),
         unscaled=frozenset(t for t, votes in terms["unscaled"].items() if all(votes)),
         score_bias=frozenset(t for t, votes in terms["score_bias"].items() if any(votes)),
         softcap=frozenset(t for t, votes in terms["softcap"].items() if any(votes)),
@@ -159,23 +163,39 @@ def observed(
     )
 
 
+def model_objective(model: torch.nn.Module, observed: str) -> str:
+    """The model's objective: ``observed`` (``objective``) where its documented tasks agree
+    (``documented.objective``: a dual encoder with a causal text tower is ``bidirectional``)."""
+    from ..architectures import documented
+    from .run import parent_of
+
+    model_type = model.config.model_type
+    return documented.objective(model_type, observed, parent_of(model_type))
+
+
+def causal_stacks(items: list[Found], records: dict[str, dict], reads: dict[str, str | None]) -> list[str]:
+    """The stacks of self forms whose every module's attention was seen causal: what each stack does."""
+    flags: dict[str, list[bool]] = {}
+    for item in items:
+        if reads.get(item.path) in (SELF, MERGED):
+            seen = records.get(item.path, {}).get("causal")
+            flags.setdefault(item.stack, []).append(seen is not None and bool(seen))
+    return [stack for stack, seen in flags.items() if all(seen)]
+
+
 def objective(items: list[Found], records: dict[str, dict], reads: dict[str, str | None]) -> str:
     """``encoder-decoder`` where the layers of a stack with causal masks read another stack's tokens too
     (a cross form beside its self-attention, or keys merged from both) and a stack is bidirectional; else
     ``autoregressive`` where a stack's masks are causal; else ``bidirectional``."""
-    masks: dict[str, list[bool]] = {}  # by stack of self forms: each mask causal (not seen: not causal)
-    for item in items:
-        seen = records.get(item.path, {}).get("causal")
-        if reads.get(item.path) in (SELF, MERGED):
-            masks.setdefault(item.stack, []).append(seen is not None and bool(seen))
-    causal_stacks = {s for s, flags in masks.items() if all(flags)}
-    if not causal_stacks:
+    stacks = {item.stack for item in items if reads.get(item.path) in (SELF, MERGED)}
+    causal = set(causal_stacks(items, records, reads))  # not seen: not causal
+    if not causal:
         return "bidirectional"
-    decoder = [i for i in items if i.stack in causal_stacks and reads.get(i.path) in (SELF, MERGED)]
+    decoder = [i for i in items if i.stack in causal and reads.get(i.path) in (SELF, MERGED)]
     lists = {_layer_list(i.path) for i in decoder}
     others = any(_layer_list(i.path) in lists for i in items if reads.get(i.path) in (OTHER, None))
     merged = any(reads.get(i.path) == MERGED for i in decoder)
-    return "encoder-decoder" if (others or merged) and set(masks) - causal_stacks else "autoregressive"
+    return "encoder-decoder" if (others or merged) and stacks - causal else "autoregressive"
 
 
 def _layer_list(path: str) -> str:

@@ -22,6 +22,7 @@ from ..architectures.discovery import LAYOUTS
 from ..architectures.validated import SUPPORT_FILE
 from .entries import refused as _refused
 from .entries import short as _short
+from .faults import ObservationError
 from .mechanisms import no_attention_reason as _no_attention_reason
 
 TIMEOUT_S = 120
@@ -75,7 +76,7 @@ def _discovered(model_type: str) -> tuple[dict, object, str]:
     """``check_discovery`` of a type whose model is checked (not one scored through its parent)."""
     from .kv_heads import equal_heads_config
     from .refusals import build_refusal, correlation_of
-    from .tiny import tiny_config
+    from .tiny import optional_towers, tiny_config
 
     try:
         from ..architectures.discovery import meta_model
@@ -100,7 +101,67 @@ def _discovered(model_type: str) -> tuple[dict, object, str]:
         retried = _check(model_type, mha, name)  # a model reading the head count where the kv count is meant
         if retried["status"] == "validated":
             return retried, mha, name
+    if entry["status"] == "validated" and (towers := optional_towers(model_type)):
+        return _with_towers(model_type, entry, config, name, towers)
     return entry, config, name
+
+
+def _with_towers(
+    model_type: str, entry: dict, config, name: str, towers: list[str]
+) -> tuple[dict, object, str]:
+    """The entry of ``model_type`` validated also on tiny configs that build its ``towers`` (optional
+    sub-configs its defaults leave unset: Gemma 4's vision and audio towers), one tower at a time, each
+    holding every module the default config does and the tower's: what each validated joins the entry
+    (``merged``); a tower that does not validate stays unscored, the reason saying why."""
+    from .tiny import tiny_config
+
+    kept: dict[str, object] = {}  # tower → the tiny config that validated it
+    why: list[str] = []
+    for tower in towers:
+        try:
+            towered = tiny_config(model_type, (tower,))
+            found = _check(model_type, towered, name)
+        except Exception as err:  # noqa: BLE001 — this tower's reason; the rest stays validated
+            found = _refused(f"no tiny config builds it ({_short(err)})")
+        if found["status"] == "validated" and found.get("layout", "") == entry.get("layout", ""):
+            entry, kept[tower] = merged(entry, found), towered
+        else:
+            why.append(f"its `{tower}` tower not validated: {found['reason']}")
+    if len(kept) > 1:
+        config = tiny_config(model_type, tuple(kept))
+    elif kept:
+        config = next(iter(kept.values()))
+    if kept:  # the stacks of the model with its towers (a lone stack named by the objective is renamed)
+        stacks = _stacks(config, entry)
+        named = {
+            key: [s for s in entry.get(key, ()) if s in stacks] for key in ("causal_stacks", "own_forward")
+        }
+        entry = {k: v for k, v in entry.items() if k not in named} | {k: v for k, v in named.items() if v}
+        entry |= {"stacks": stacks}
+    return entry | {"reason": "; ".join([entry["reason"], *why])}, config, name
+
+
+def merged(entry: dict, tower: dict) -> dict:
+    """A validated ``entry`` with what the validation of a config with one more tower observed: the
+    tower's modules' kinds, templates and stacks joined to its own, the labels of the model with it."""
+    joined = {
+        key: sorted(set(entry.get(key, ())) | set(tower.get(key, ())))
+        for key in ("cross", "self_kinds", "unscaled", "score_bias", "softcap", "templates")
+    }
+    lists = {
+        key: list(dict.fromkeys([*entry.get(key, ()), *tower.get(key, ())]))
+        for key in ("causal_stacks", "own_forward")
+    }
+    labels = {key: tower[key] for key in ("modality", "objective", "reason")}
+    return entry | {k: v for k, v in (joined | lists).items() if v} | labels
+
+
+def _stacks(config, entry: dict) -> list[str]:
+    """The stacks discovery gives ``config`` with what ``entry`` observed."""
+    from ..architectures.discovered import discover
+    from ..architectures.observed import Observed
+
+    return list(discover(config, entry.get("layout", ""), Observed.of(entry)).stacks)
 
 
 def _checkpoint_with_attention(model_type: str, config):
@@ -154,7 +215,7 @@ def _check(model_type: str, config, name: str = "") -> dict:
         if separate["status"] == "validated" and complete:
             return separate
         tried = [separate]
-        for layout in LAYOUTS:
+        for layout in LAYOUTS if _fused(model, config) else ():
             tried.append(attempt(model, config, source, layout, name))
             if tried[-1]["status"] == "validated":
                 return tried[-1] | {"layout": layout}
@@ -165,6 +226,17 @@ def _check(model_type: str, config, name: str = "") -> dict:
         if near is None and ran is not None and "layout not discovered" in separate["reason"]:
             return ran  # a layout was found, the forward pass that would choose it failed: say why
         return near or separate
+
+
+def _fused(model, config) -> bool:
+    """Whether ``model`` has fused q/k/v projections, which only a layout reads (else trying the layouts
+    repeats the attempt without one)."""
+    from ..architectures.discovery import Found, find_attention
+
+    try:
+        return any(isinstance(i, Found) and i.fused for i in find_attention(model, config, LAYOUTS[0]))
+    except Exception:  # noqa: BLE001 — a layout discovery refuses: the attempts say why
+        return True
 
 
 def _default_reason(model_type: str) -> str | None:
@@ -297,6 +369,8 @@ def _worker(model_type: str) -> tuple[str, dict]:
     try:
         entry = check_type(model_type)
         return model_type, entry | {"cpu_s": resource.getrusage(resource.RUSAGE_SELF).ru_utime - start}
+    except ObservationError as err:  # a defect of the run, never the model's: the run fails
+        raise ObservationError(f"{model_type}: {err}") from None
     except Exception as err:  # noqa: BLE001
         return model_type, _refused(f"could not run the tiny model ({_short(err)})")
     finally:

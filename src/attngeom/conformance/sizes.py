@@ -18,7 +18,7 @@ EXPERTS = r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num
 PER_TOKEN = r"^(num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|top_k|num_selected_experts)$"
 COUNT_RULES: tuple[tuple[str, int], ...] = (
     (LAYER_KEYS, LAYERS),
-    (r"(^|_)vocab_size$", VOCAB),
+    (r"(^|_)vocab_size(_per_layer_input)?$", VOCAB),  # Gemma 3n's and 4's per-layer embeddings too
     (EXPERTS, 4),
     (PER_TOKEN, 2),
     (r"^(n_group|topk_group|n_shared_experts|num_shared_experts)$", 1),

@@ -67,6 +67,11 @@ def shrink(entries: dict[str, Any], widths: bool = True) -> dict[str, Any]:
         out["sliding_window"] = 512  # sliding layers with no default window (Step3p5's text model)
     _stage_outputs(out, entries)
     _renumber_tokens(out)
+    if out.get("attention_type") == "block_sparse":
+        # BigBird's block-sparse attention falls back to full attention on a sequence this short by
+        # replacing its attention module mid-forward (the same q/k projections), where no hook on the
+        # module sees its q·k: the tiny model has the full attention from the start
+        out["attention_type"] = "original_full"
     return out
 
 
@@ -295,14 +300,37 @@ def _mrope_sections(cls, entries: dict[str, Any]) -> None:
             params["mrope_section"] = [half - 2 * (half // 3), half // 3, half // 3]
 
 
-def tiny_config(model_type: str):
+def optional_towers(model_type: str) -> list[str]:
+    """The sub-configs ``model_type``'s defaults leave unset (None) that its config class declares: towers a
+    checkpoint may have and the default model lacks (Gemma 4's vision and audio towers)."""
+    from transformers import CONFIG_MAPPING, PretrainedConfig
+
+    cls = CONFIG_MAPPING[model_type]
+    try:
+        entries = defaults(cls)
+    except Exception:  # noqa: BLE001 — no defaults: the tiny config's own error says why
+        return []
+    subs = getattr(cls, "sub_configs", None) or {}
+    return [
+        key
+        for key, sub in subs.items()
+        if key in entries
+        and entries[key] is None
+        and isinstance(sub, type)
+        and issubclass(sub, PretrainedConfig)
+    ]
+
+
+def tiny_config(model_type: str, towers: tuple[str, ...] = ()):
     """The tiny config of ``model_type``: the first of :func:`candidates` whose model builds (on the
-    meta device), attributes the model reads and the config lacks added; else the first error."""
+    meta device), attributes the model reads and the config lacks added; else the first error.
+    ``towers``: these of its ``optional_towers`` set to their own defaults, shrunk alike."""
     from transformers import CONFIG_MAPPING
 
     cls = CONFIG_MAPPING[model_type]
+    base = defaults(cls) | {key: cls.sub_configs[key]().to_dict() for key in towers}
     first: Exception | None = None
-    for tried, entries in enumerate(candidates(base := defaults(cls))):
+    for tried, entries in enumerate(candidates(base)):
         _mrope_sections(cls, entries)
         for variant in variants(model_type, cls, entries, base):
             for _ in range(VALIDATOR_REPAIRS):
