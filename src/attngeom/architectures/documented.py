@@ -116,3 +116,25 @@ def text_and_media(model: torch.nn.Module) -> bool:
         return False
     subs = getattr(type(model.config), "sub_configs", None) or {}
     return any(MEDIA_INPUTS.match(p) for p in params) or any(MEDIA_CONFIGS.search(s) for s in subs)
+
+
+def parent_of(model_type: str, specs: bool = False) -> str | None:
+    """The model_type whose config holds ``model_type`` as a sub-config: the longest other type its name
+    starts with (``blt_patcher`` → ``blt``), confirmed by that config's ``sub_configs`` (``specs``: or by
+    the model type its sub-config defaults name, an ``AutoConfig`` sub-config's)."""
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    stem = re.split(r"[-_]", model_type)[0]
+    for parent in sorted(
+        (t for t in CONFIG_MAPPING_NAMES if t != model_type and t.startswith(stem)), key=len, reverse=True
+    ):
+        subs = list((getattr(CONFIG_MAPPING[parent], "sub_configs", None) or {}).values())
+        subs += (
+            list((getattr(CONFIG_MAPPING[parent], "sub_configs_defaults", None) or {}).values())
+            if specs
+            else []
+        )
+        if any(getattr(sub, "model_type", None) == model_type for sub in subs):
+            return parent
+    return None

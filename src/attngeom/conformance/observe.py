@@ -167,10 +167,9 @@ def model_objective(model: torch.nn.Module, observed: str) -> str:
     """The model's objective: ``observed`` (``objective``) where its documented tasks agree
     (``documented.objective``: a dual encoder with a causal text tower is ``bidirectional``)."""
     from ..architectures import documented
-    from .run import parent_of
 
     model_type = model.config.model_type
-    return documented.objective(model_type, observed, parent_of(model_type))
+    return documented.objective(model_type, observed, documented.parent_of(model_type))
 
 
 def causal_stacks(items: list[Found], records: dict[str, dict], reads: dict[str, str | None]) -> list[str]:

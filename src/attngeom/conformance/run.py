@@ -19,6 +19,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from ..architectures.discovery import LAYOUTS
+from ..architectures.documented import parent_of
 from ..architectures.validated import SUPPORT_FILE
 from .entries import refused as _refused
 from .entries import short as _short
@@ -328,28 +329,6 @@ def open_source_for(folder: str):
     from ..sources import open_source
 
     return open_source(Path(folder))
-
-
-def parent_of(model_type: str, specs: bool = False) -> str | None:
-    """The model_type whose config holds ``model_type`` as a sub-config: the longest other type its name
-    starts with (``blt_patcher`` → ``blt``), confirmed by that config's ``sub_configs`` (``specs``: or by
-    the model type its sub-config defaults name, an ``AutoConfig`` sub-config's)."""
-    from transformers import CONFIG_MAPPING
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
-    stem = re.split(r"[-_]", model_type)[0]
-    for parent in sorted(
-        (t for t in CONFIG_MAPPING_NAMES if t != model_type and t.startswith(stem)), key=len, reverse=True
-    ):
-        subs = list((getattr(CONFIG_MAPPING[parent], "sub_configs", None) or {}).values())
-        subs += (
-            list((getattr(CONFIG_MAPPING[parent], "sub_configs_defaults", None) or {}).values())
-            if specs
-            else []
-        )
-        if any(getattr(sub, "model_type", None) == model_type for sub in subs):
-            return parent
-    return None
 
 
 def _worker(model_type: str) -> tuple[str, dict]:
