@@ -195,7 +195,7 @@ def test_paper_config_dry_run_is_offline_reads_no_weights_and_lists_every_model(
     jobs = planned_jobs(result.stdout)
     reference = pd.read_csv(ROOT / "config" / "reference" / "official_per_layer_scores.csv")
     expected = {f"slug={slug(model_id)}" for model_id in reference["model_id"].unique()}
-    score_jobs = {wildcards: resources for rule, wildcards, resources in jobs if rule == "score"}
+    score_jobs = {w: resources for rule, w, resources in jobs if rule in ("score", "score_gpu")}
     trained = {w for w in score_jobs if w.startswith("slug=trained--")}
     assert set(score_jobs) - trained == expected
     # Table 1's grid: 3 corpora × 4 and 12 layers × encoder and decoder × 4 init arms × 3 seeds, one GPU each
@@ -210,6 +210,8 @@ def test_paper_config_dry_run_is_offline_reads_no_weights_and_lists_every_model(
     )
     assert "gpu=1" in score_jobs["slug=meta-llama--Llama-3.1-405B"]
     assert "gpu=0" in score_jobs["slug=bert-base-uncased"]
+    on_gpu = {w for rule, w, _ in jobs if rule == "score_gpu"}  # a rule of their own: the GPU partition's
+    assert on_gpu == {w for w, resources in score_jobs.items() if "gpu=1" in resources}
 
 
 def test_paper_config_is_generated_from_the_reference(tmp_path):

@@ -263,13 +263,17 @@ def exercise_training(command: str, tmp_path: Path) -> None:
 
 
 def exercise_slurm(command: str, tmp_path: Path) -> None:
-    """The export and the SLURM command in one shell: the dry-run shows the partition it would ask for."""
+    """The export and the SLURM command in one shell: the dry-run shows the partition each job would ask
+    for, the GPU one for the paper's training runs and its largest models, the CPU one for the rest."""
     (dry,) = [c for c in readme_commands() if c.startswith("snakemake --profile profiles/slurm")][:1]
     words = shlex.split(dry)
     extra = f"-n --snakefile {ROOT / 'workflow' / 'Snakefile'} --directory {tmp_path}"
     script = f"{command} && {sys.executable} -m snakemake {extra} {shlex.join(words[1:])}"
-    out = run(["bash", "-c", script], cwd=ROOT).stdout
-    assert "slurm_partition=gpu" in out and "slurm_account=myproject" in out
+    jobs = planned_jobs(run(["bash", "-c", script], cwd=ROOT).stdout)
+    partitions = {(rule, re.search(r"slurm_partition=(\w*)", resources)[1]) for rule, _, resources in jobs}
+    assert {p for rule, p in partitions if rule in ("train", "score_gpu")} == {"gpu"}
+    assert {p for rule, p in partitions if rule not in ("train", "score_gpu")} == {"cpu"}
+    assert all("slurm_account=myproject" in resources for _, _, resources in jobs)
 
 
 def covered_by_training(command: str, tmp_path: Path) -> None:
@@ -368,7 +372,9 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "attngeom train --out runs/enc-{init}-{seed} --seeds 0,1,2 --inits random,symmetric steps=2000 n_layers=4 "
     "objective=encoder dataset=sotu": covered_by_training,
     "attngeom score runs/enc-sym/final": covered_by_training,
-    "export ATTNGEOM_SLURM_PARTITION=gpu ATTNGEOM_SLURM_ACCOUNT=myproject": exercise_slurm,
+    "export ATTNGEOM_SLURM_CPU_PARTITION=cpu ATTNGEOM_SLURM_GPU_PARTITION=gpu ATTNGEOM_SLURM_ACCOUNT=myproject": (
+        exercise_slurm
+    ),
     "attngeom zoo resolve config/zoo.yaml": exercise_zoo,
     "attngeom zoo resolve config/zoo.yaml --update": covered_by_zoo,
     "snakemake --profile profiles/local all --configfile config/zoo.yaml": covered_by_zoo,

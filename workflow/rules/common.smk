@@ -83,7 +83,11 @@ HEATMAPS = heatmaps(config["figures"], MODELS)
 # rows, 2 MB for a 70B model's; 4 MB a model leaves room for the copies pandas makes.
 AGGREGATE_MEM_MB = 2048 + 4 * len(MODELS)
 HEADS_FIGURES = [s for s, model in MODELS.items() if model.id not in ZOO_IDS or ZOO.heads_figures]
-ZOO_BATCHES = plan_batches([MODELS[slug(i)] for i in ZOO_IDS], SCORING, ZOO.batch_size) if ZOO else []
+# The models scored on a GPU, each by a job of its own (rule score_gpu, which a cluster profile sends to its
+# GPU partition): a zoo batches only its CPU models.
+ON_GPU = {s for s, model in MODELS.items() if score_resources(model, SCORING).gpu}
+ZOO_CPU = [MODELS[slug(i)] for i in ZOO_IDS if slug(i) not in ON_GPU]
+ZOO_BATCHES = plan_batches(ZOO_CPU, SCORING, ZOO.batch_size) if ZOO else []
 BATCHED = {s for batch in ZOO_BATCHES for s in batch.slugs}
 
 # What this run can show, for the report's captions (workflow/report/*.rst read them as params.scope).
@@ -143,8 +147,14 @@ def score_device(wildcards):
 
 def score_group(wildcards):
     """Scoring jobs on CPU form group "score": on a cluster, profiles/slurm submits them in batches
-    (group-components); a GPU job goes alone, since the GPUs of a group's parallel jobs add up."""
+    (group-components); a GPU job (rule score_gpu) goes alone, since the GPUs of a group's parallel jobs
+    add up. (A CPU job given a GPU by --set-resources score:gpu=N goes alone too.)"""
     return None if resource("gpu")(wildcards) else "score"
+
+
+def slugs_pattern(slugs):
+    """A wildcard constraint matching exactly ``slugs`` (nothing, if none)."""
+    return "|".join(re.escape(s) for s in slugs) or "(?!)"
 
 
 def run_finals(keep=lambda run: True):
