@@ -39,6 +39,13 @@ def test_every_declared_artifact_exists_and_the_run_is_complete(tiny_run):
 
 
 @pytest.mark.slow
+def test_every_job_s_log_says_what_it_did(tiny_run):
+    """No rule log is empty: each script writes at least a line of what it made (or why it could not)."""
+    logs = sorted((tiny_run / "results").rglob("logs/**/*.log"))
+    assert len(logs) >= 20
+    assert [log.relative_to(tiny_run) for log in logs if not log.read_text().strip()] == []
+
+
 def test_a_deleted_score_file_is_made_again_by_all(tiny_run):
     scores = tiny_run / "results" / "scores" / "random--vit.parquet"
     aside = scores.with_name("aside.parquet")
