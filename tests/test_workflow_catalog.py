@@ -110,6 +110,24 @@ def test_catalog_files():
     assert yaml.safe_load((ROOT / ".test" / "config" / "config.yaml").read_text())["models"]
 
 
+def test_the_catalog_s_command_with_no_flags_plans_the_test_config(tmp_path):
+    """The catalog runs `snakemake --directory .test` from the root with no --configfile (its card says
+    "mandatory flags: none"): the workflow reads the working directory's config/config.yaml, so the jobs
+    are .test's (three random controls, one tiny training run), not the embedded default's."""
+    usage = yaml.safe_load((ROOT / ".snakemake-workflow-catalog.yml").read_text())["usage"]
+    assert usage["mandatory-flags"]["flags"] in ("", None)
+    shutil.copytree(
+        ROOT / ".test", tmp_path / ".test", ignore=shutil.ignore_patterns("results", ".snakemake")
+    )
+    done = snakemake("--directory", str(tmp_path / ".test"), "-n", cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    jobs = planned_jobs(done.stdout)
+    test_config = yaml.safe_load((ROOT / ".test" / "config" / "config.yaml").read_text())
+    listed = {f"slug={m['id'].replace('/', '--')}" for m in test_config["models"]}
+    assert {w for rule, w, _ in jobs if rule == "score"} == listed | {"slug=trained--encoder-random"}
+    assert {w for rule, w, _ in jobs if rule == "train"} == {"run=encoder-random"}
+
+
 def test_the_test_config_runs_as_a_module_of_another_workflow_without_torch_pandas_or_pyarrow(tmp_path):
     (tmp_path / "Snakefile").write_text(
         f'configfile: "{ROOT / ".test" / "config" / "config.yaml"}"\n\n\n'
