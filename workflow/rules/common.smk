@@ -7,6 +7,7 @@ from pathlib import Path
 from attngeom.files import slug
 from attngeom.pipeline.batches import plan_batches
 from attngeom.pipeline.captions import models_scope, official_scope, training_scope
+from attngeom.pipeline.conda_env import checkout_env
 from attngeom.pipeline.hub_pins import offline, pin_models, record_pins, remember_resolved
 from attngeom.pipeline.registry import (
     build_registry,
@@ -27,8 +28,12 @@ from attngeom.provenance import code_hash, script_hash
 from attngeom.runstats.official import published_settings
 
 R = results_folder(config["results"])
+CONDA_COPIES = Path.cwd() / ".snakemake" / "attngeom" / "conda"  # the working directory (--directory)
 SCORING = config["scoring"]
-ENV = "../../envs/attngeom.yaml"
+# The rules' conda environment (--software-deployment-method conda): envs/attngeom.yaml as a copy naming this
+# checkout, so that each clone gets an environment of its own in a shared --conda-prefix
+# (attngeom.pipeline.conda_env).
+ENV = str(checkout_env(WORKFLOW_DIR.parent / "envs" / "attngeom.yaml", WORKFLOW_DIR.parent, CONDA_COPIES))
 # This workflow's own files (WORKFLOW_DIR: workflow/Snakefile), not an importing workflow's.
 REFERENCE = WORKFLOW_DIR.parent / "config" / "reference"
 SCRIPTS = WORKFLOW_DIR.parent / "scripts"
