@@ -4,7 +4,9 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-JOBS ?= 2
+# `make run` uses what profiles/local says, `cores: all` (every core of this machine: the default's 57 jobs
+# are small, one thread each); `make run JOBS=2` keeps it to 2 cores on a machine shared with others.
+JOBS ?=
 # Where the CPU build of torch comes from, as an extra index beside PyPI (its `+cpu` wheel outranks PyPI's
 # CUDA build of the same version). On a GPU host: `make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128`.
 # Empty: PyPI and pip's own configuration only (CI, whose pip finds the CPU wheel in a local folder).
@@ -27,7 +29,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: setup
-	$(BIN)/snakemake --profile profiles/local --cores $(JOBS) all
+	$(BIN)/snakemake --profile profiles/local $(if $(JOBS),--cores $(JOBS)) all
 	# every table and figure of the run, training ones included, each with its caption
 	$(BIN)/snakemake --profile profiles/local --report results/report.html
 

@@ -1,10 +1,11 @@
 # The registry and the helpers every rule uses. Nothing here reads weights; the network only to pin a Hub
 # model to the commit of its main branch the first time (attngeom.pipeline.hub_pins).
+import json
 import re
 import sys
 from pathlib import Path
 
-from attngeom.files import slug
+from attngeom.files import slug, write_text
 from attngeom.pipeline.batches import plan_batches
 from attngeom.pipeline.captions import models_scope, official_scope, training_scope
 from attngeom.pipeline.conda_env import checkout_env
@@ -94,6 +95,8 @@ ON_GPU = {s for s, model in MODELS.items() if score_resources(model, SCORING).gp
 ZOO_CPU = [MODELS[slug(i)] for i in ZOO_IDS if slug(i) not in ON_GPU]
 ZOO_BATCHES = plan_batches(ZOO_CPU, SCORING, ZOO.batch_size) if ZOO else []
 BATCHED = {s for batch in ZOO_BATCHES for s in batch.slugs}
+SOURCED = [s for s, model in MODELS.items() if model.kind in ("hub", "path") and s not in BATCHED]
+"""The models whose weights no job of the workflow makes: rule model_source records where they come from."""
 
 # What this run can show, for the report's captions (workflow/report/*.rst read them as params.scope).
 GROUPS = ("table_s2", "table_s3", "figure_2", "figure_s1", "figure_s2")
@@ -135,6 +138,20 @@ def group_finals(group):
 
 def model_of(wildcards):
     return MODELS[wildcards.slug]
+
+
+def heads_labels(wildcards):
+    """The columns of the report's per-head view, one row per model: its name, where it comes from, how it
+    attends (which sets its stacks: encoder, decoder, or both)."""
+    model = model_of(wildcards)
+    return {"model": model.display, "role": model.role, "objective": model.objective}
+
+
+def score_input(wildcards):
+    """What a model's scoring job reads first: the weights a rule builds (random_model, train), local
+    weights, and the record of model_source for the models no rule builds."""
+    source = expand(rules.model_source.output, slug=wildcards.slug) if wildcards.slug in SOURCED else []
+    return weights_input(model_of(wildcards)) + source
 
 
 def resource(name):

@@ -7,7 +7,7 @@
 
 rule score:
     input:
-        lambda wildcards: weights_input(model_of(wildcards)),
+        score_input,
     output:
         scores=f"{R}/scores/{{slug}}.parquet",
         status=f"{R}/scores/{{slug}}.status.json",

@@ -117,11 +117,8 @@ if EVOLUTION_GROUPS:
                 lambda run: (run.dataset, str(run.layers)) == (wildcards.dataset, wildcards.layers)
             ),
         output:
-            report(
-                multiext(f"{TR}/figures/evolution_{{dataset}}_{{layers}}L", ".pdf", ".png"),
-                category="Training",
-                caption="../report/evolution.rst",
-            ),
+            pdf=f"{TR}/figures/evolution_{{dataset}}_{{layers}}L.pdf",
+            png=report(f"{TR}/figures/evolution_{{dataset}}_{{layers}}L.png", category="Training", caption="../report/evolution.rst"),
         log:
             f"{TR}/logs/evolution_figure/{{dataset}}_{{layers}}L.log",
         wildcard_constraints:
@@ -150,10 +147,9 @@ if EVOLUTION_GROUPS:
             ),
             authors=REFERENCE / "authors-logs" / "symmetric-initialization-loss.csv",
         output:
-            report(
-                multiext(
-                    f"{TR}/figures/symmetric_init_{{dataset}}_{{layers}}L_{{objective}}", ".pdf", ".png"
-                ),
+            pdf=f"{TR}/figures/symmetric_init_{{dataset}}_{{layers}}L_{{objective}}.pdf",
+            png=report(
+                f"{TR}/figures/symmetric_init_{{dataset}}_{{layers}}L_{{objective}}.png",
                 category="Training",
                 caption="../report/symmetric_init.rst",
             ),
@@ -165,10 +161,7 @@ if EVOLUTION_GROUPS:
             finals=run_finals(),
             official=REFERENCE / "official_training_evolution.csv",
         output:
-            report(
-                multiext(f"{TR}/figures/official_comparison", ".pdf", ".png"),
-                category="Training",
-                caption="../report/official_comparison.rst",
-            ),
+            pdf=f"{TR}/figures/official_comparison.pdf",
+            png=report(f"{TR}/figures/official_comparison.png", category="Training", caption="../report/official_comparison.rst"),
         log:
             f"{TR}/logs/official_figure.log",

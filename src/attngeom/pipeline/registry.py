@@ -41,6 +41,11 @@ class Model:
     def slug(self) -> str:
         return slug(self.id)
 
+    def source(self) -> dict:
+        """Where the model's weights are read from (rule model_source's record): a Hub id and the commit
+        it is pinned to, or a local path."""
+        return {"model": self.id, "kind": self.kind, "location": self.location, "revision": self.revision}
+
     def table_row(self) -> dict:
         """What the tables need to know of the model (``groups`` a list)."""
         return {
