@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -158,10 +159,28 @@ def test_figures_are_pdf_and_png(tiny_run):
 
 @pytest.mark.slow
 def test_html_report_holds_the_tables_and_figures(tiny_run):
+    """Every table and figure, each figure once (its PNG; the caption links the PDF), the per-head views
+    as a table by model, role and objective, and a rule graph that draws each rule once (local models,
+    scored after model_source, sit at the level of the random controls, scored after random_model)."""
     run_snakemake("--configfile", "tiny.yaml", "--report", "report.html", cwd=tiny_run)
     html = (tiny_run / "report.html").read_text(errors="replace")
     for name in ("summary.csv", "figure_2.png", "figure_s1.png", "figure_s2.png", "local--corrupt.png"):
         assert name in html, name
+    registered = re.findall(r'"name": "([^"]+)", "filename"', html)
+    assert [name for name in registered if name.endswith(".pdf")] == []
+    assert len(registered) == len(set(registered)) and "figure_2.png" in registered
+    assert 'href=\\"figures/figure_2.pdf\\"' in html  # the caption's link, beside results/report.html
+    labels = re.search(
+        r'"name": "local--corrupt.png", "filename": "local--corrupt.png", "labels": (\{[^}]*\})', html
+    )
+    assert json.loads(labels[1]) == {
+        "model": "local/corrupt",
+        "role": "pretrained",
+        "objective": "bidirectional",
+    }
+    drawn = collections.Counter(re.findall(r'\{"rule": "(\w+)", "fx": 10, "fy": \d+\}', html))
+    assert {"model_source", "random_model", "score", "figure_heads"} <= set(drawn)
+    assert [rule for rule, times in drawn.items() if times > 1] == []
 
 
 @pytest.mark.slow

@@ -65,7 +65,12 @@ def readme_commands(pages: list[Path] = DOCUMENTS) -> list[str]:
 
 
 def run(command: list[str], cwd: Path, timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
-    environment = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", HF_HUB_OFFLINE="1", **env)
+    environment = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "HF_HUB_OFFLINE": "1",
+        **env,
+    }
     result = subprocess.run(
         command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout
     )

@@ -9,6 +9,7 @@ from attngeom.files import slug, write_text
 from attngeom.pipeline.batches import plan_batches
 from attngeom.pipeline.captions import models_scope, official_scope, training_scope
 from attngeom.pipeline.conda_env import checkout_env
+from attngeom.pipeline.outcome import portable
 from attngeom.pipeline.hub_pins import offline, pin_models, record_pins, remember_resolved
 from attngeom.pipeline.registry import (
     build_registry,

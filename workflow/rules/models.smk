@@ -37,7 +37,7 @@ rule model_source:
         slug=slugs_pattern(SOURCED),
     localrule: True
     params:
-        source=lambda wildcards: model_of(wildcards).source(),
+        source=lambda wildcards: model_of(wildcards).source(portable),
     run:
         write_text(output[0], json.dumps(params.source, indent=1) + "\n")
         Path(log[0]).write_text(

@@ -118,7 +118,11 @@ if EVOLUTION_GROUPS:
             ),
         output:
             pdf=f"{TR}/figures/evolution_{{dataset}}_{{layers}}L.pdf",
-            png=report(f"{TR}/figures/evolution_{{dataset}}_{{layers}}L.png", category="Training", caption="../report/evolution.rst"),
+            png=report(
+                f"{TR}/figures/evolution_{{dataset}}_{{layers}}L.png",
+                category="Training",
+                caption="../report/evolution.rst",
+            ),
         log:
             f"{TR}/logs/evolution_figure/{{dataset}}_{{layers}}L.log",
         wildcard_constraints:
@@ -162,6 +166,10 @@ if EVOLUTION_GROUPS:
             official=REFERENCE / "official_training_evolution.csv",
         output:
             pdf=f"{TR}/figures/official_comparison.pdf",
-            png=report(f"{TR}/figures/official_comparison.png", category="Training", caption="../report/official_comparison.rst"),
+            png=report(
+                f"{TR}/figures/official_comparison.png",
+                category="Training",
+                caption="../report/official_comparison.rst",
+            ),
         log:
             f"{TR}/logs/official_figure.log",
