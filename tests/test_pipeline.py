@@ -174,7 +174,7 @@ def test_html_report_holds_the_tables_and_figures(tiny_run):
         r'"name": "local--corrupt.png", "filename": "local--corrupt.png", "labels": (\{[^}]*\})', html
     )
     assert json.loads(labels[1]) == {
-        "model": "local/corrupt",
+        "model": "corrupt",  # its display name
         "role": "pretrained",
         "objective": "bidirectional",
     }
