@@ -97,7 +97,7 @@ def make_dry_run(target: str) -> str:
 def default_run(tmp_path_factory) -> Path:
     """`make run` for real, once per session: a copy of the repository's tracked files whose `.venv` is this
     environment (its set-up taken as done, `-o .venv/.installed`: the suite runs inside it and must not
-    reinstall it), the embedded default end to end, then the report (about 7 minutes on 2 cores)."""
+    reinstall it), the embedded default end to end, then the report (14.5 minutes on 2 cores at load 8, docs/pipeline.md)."""
     copy = tmp_path_factory.mktemp("readme") / "attngeom"
     tracked = subprocess.run(
         ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
@@ -113,7 +113,7 @@ def default_run(tmp_path_factory) -> Path:
     (copy / ".venv").symlink_to(BIN.parent)
     run(
         ["make", "-o", ".venv/.installed", "run"], cwd=copy, timeout=3600
-    )  # 7 min quiet; far more when loaded
+    )  # 14.5 min measured at load 8 on 2 cores
     return copy
 
 
