@@ -148,6 +148,12 @@ def heads_labels(wildcards):
     return {"model": model.display, "role": model.role, "objective": model.objective}
 
 
+def record_source(source, path, log):
+    """Rule model_source's record of where a model's weights are read from, and its log line."""
+    write_text(path, json.dumps(source, indent=1) + "\n")
+    Path(log).write_text(f"model_source: {source['model']} read from {source['location']}\n")
+
+
 def score_input(wildcards):
     """What a model's scoring job reads first: the weights a rule builds (random_model, train), local
     weights, and the record of model_source for the models no rule builds."""

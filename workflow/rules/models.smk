@@ -39,7 +39,4 @@ rule model_source:
     params:
         source=lambda wildcards: model_of(wildcards).source(portable),
     run:
-        write_text(output[0], json.dumps(params.source, indent=1) + "\n")
-        Path(log[0]).write_text(
-            f"model_source: {params.source['model']} read from {params.source['location']}\n"
-        )
+        record_source(params.source, output[0], log[0])
