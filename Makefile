@@ -4,7 +4,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-JOBS ?= 2
+# `make run` uses what profiles/local says, `cores: all` (every core of this machine: the default's 59 jobs
+# are small, one thread each); `make run JOBS=2` keeps it to 2 cores on a machine shared with others.
+# Measured: 14 min 31 s, report included, on a shared 2-core AMD EPYC at load 5.8-12.1 (docs/pipeline.md).
+JOBS ?=
 # Where the CPU build of torch comes from, as an extra index beside PyPI (its `+cpu` wheel outranks PyPI's
 # CUDA build of the same version). On a GPU host: `make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128`.
 # Empty: PyPI and pip's own configuration only (CI, whose pip finds the CPU wheel in a local folder).
@@ -27,11 +30,11 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: setup
-	$(BIN)/snakemake --profile profiles/local --cores $(JOBS) all
+	$(BIN)/snakemake --profile profiles/local $(if $(JOBS),--cores $(JOBS)) all
 	# every table and figure of the run, training ones included, each with its caption
 	$(BIN)/snakemake --profile profiles/local --report results/report.html
 
-# The suite in two parts: `test` all but the tests marked slow (minutes on 2 cores), `test-slow` those
+# The suite in two parts: `test` all but the tests marked slow, `test-slow` those
 # (end-to-end pipeline runs, the full conformance run, SLURM, the zoo); CI runs both.
 test: setup
 	$(BIN)/python -m pytest -q -m "not slow"

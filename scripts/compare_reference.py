@@ -1,6 +1,10 @@
 """Rule reference_comparison: this run vs the paper's published per-layer scores, with known defects; when
 no model of the run was published, a sentence says so and names the nearest published models."""
 
+from attngeom.pipeline.job_log import to_rule_log
+
+to_rule_log(snakemake.log[0])
+
 from pathlib import Path
 
 import pandas as pd
@@ -28,4 +32,7 @@ write_table(
     empty=" ".join(
         filter(None, [reference_comparison.NOTHING_TO_COMPARE, nearest_published(models, reference)])
     ),
+)
+print(
+    f"reference_comparison: {len(per_model)} models of this run compared with the paper's ({len(per_layer)} layers)"
 )

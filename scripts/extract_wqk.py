@@ -6,7 +6,12 @@ a and b). The only place the d × d matrix is formed (scoring never does); refus
 model that cannot be read records the reason instead, as the score rule does.
 """
 
+from attngeom.pipeline.job_log import to_rule_log
+
+to_rule_log(snakemake.log[0])
+
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -56,12 +61,12 @@ def chosen_layer(p, role: str) -> tuple[str | None, int, str]:
 
 p = snakemake.params
 title = p.display
-with open(snakemake.log[0], "w") as log:
-    try:
-        stack, layer, title = chosen_layer(p, snakemake.wildcards.role)
-        matrix, reason = layer_matrix(p.location, p.revision, stack, layer, p.max_dim), ""
-    except InputError as err:
-        matrix, reason = np.zeros((0, 0)), portable(str(err), {p.location: p.model})
-        log.write(f"attngeom: error: {reason}\n")
+try:
+    stack, layer, title = chosen_layer(p, snakemake.wildcards.role)
+    matrix, reason = layer_matrix(p.location, p.revision, stack, layer, p.max_dim), ""
+    print(f"heatmap_matrix: {p.model}: {title.splitlines()[0]}, W_qk {matrix.shape[0]} x {matrix.shape[1]}")
+except InputError as err:
+    matrix, reason = np.zeros((0, 0)), portable(str(err), {p.location: p.model})
+    print(f"attngeom: error: {reason}", file=sys.stderr)
 with atomic_path(snakemake.output[0]) as temporary:
     np.savez_compressed(temporary, matrix=matrix, reason=np.array(reason), title=np.array(title))

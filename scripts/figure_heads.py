@@ -1,5 +1,9 @@
 """Rule figure_heads: the per-head view of one model (distribution of per-head scores per layer)."""
 
+from attngeom.pipeline.job_log import to_rule_log
+
+to_rule_log(snakemake.log[0])
+
 import json
 from pathlib import Path
 
@@ -16,3 +20,4 @@ heads_figure(
     Path(snakemake.output[0]).with_suffix(""),
     status.get("reason", ""),
 )
+print(f"figure_heads: {snakemake.params.title}: {len(scores)} rows ({status['status']})")

@@ -3,6 +3,10 @@ their initialisation, read from each run folder's config.yaml. Figure 2 reads th
 model; Figures S1 and S2 summarise the scores of their own models only, so that a figure of pretrained
 models never waits for the training runs. A figure whose group holds no model says so (the log too)."""
 
+from attngeom.pipeline.job_log import to_rule_log
+
+to_rule_log(snakemake.log[0])
+
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +33,7 @@ inits = {trained_model_id(run.name): run.config.init for run in runs}
 stem = Path(snakemake.output[0]).with_suffix("")
 group = snakemake.rule
 members = in_group(summary, group)["model"].nunique()
-with open(snakemake.log[0], "w") as log:
-    print(
-        f"{group}: {members} model(s)" + ("" if members else ": drawn as a figure that says it is empty"),
-        file=log,
-    )
+print(f"{group}: {members} model(s)" + ("" if members else ": drawn as a figure that says it is empty"))
 if group == "figure_2":
     score_figures.figure_2(summary, [heatmap_panel(path) for path in snakemake.input.heatmaps], stem, inits)
 elif group == "figure_s1":

@@ -3,6 +3,10 @@
 Every model gets its Parquet file (empty when not scored) and its status, whatever becomes of the others.
 """
 
+from attngeom.pipeline.job_log import to_model_logs
+
+to_model_logs(snakemake.log)  # each model's messages in its own log; an error that ends the batch in all
+
 from attngeom import interrupts
 from attngeom.pipeline.batches import score_batch
 from attngeom.pipeline.outcome import ScoreJob, score_options

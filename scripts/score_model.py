@@ -5,6 +5,10 @@ Whatever happens the job writes its status (ok, failed or crashed, and why; attn
 and a Parquet file (empty when not scored), so the other models' tables and figures are made.
 """
 
+from attngeom.pipeline.job_log import to_rule_log
+
+to_rule_log(snakemake.log[0])
+
 import torch
 
 from attngeom import interrupts

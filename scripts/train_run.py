@@ -7,8 +7,13 @@ node, started with srun (attngeom.training.launch). Run locally, the job first t
 one GPU); torch is imported only then, because CUDA reads CUDA_VISIBLE_DEVICES once, when it starts.
 A shared run with `mps: true` then makes sure an NVIDIA MPS daemon serves its GPU (attngeom.pipeline.mps)
 and trains in a child process, so that no CUDA client of this job is left when the last job sharing the
-GPU quits the daemon.
+GPU quits the daemon. Everything the job and its processes print goes to the rule's log
+(attngeom.pipeline.job_log), a traceback too.
 """
+
+from attngeom.pipeline.job_log import to_rule_log
+
+to_rule_log(snakemake.log[0])
 
 import contextlib
 import os
@@ -39,12 +44,8 @@ def refuse(message: str) -> None:
     raise SystemExit(2)
 
 
-with (
-    open(snakemake.log[0], "w") as log,
-    contextlib.redirect_stdout(log),
-    contextlib.redirect_stderr(log),
-    contextlib.ExitStack() as stack,
-):
+log = sys.stdout  # the rule's log
+with contextlib.ExitStack() as stack:
     try:
         held = stack.enter_context(
             job_gpus(
@@ -78,7 +79,7 @@ with (
         print(shlex.join(command + train_args), flush=True)
         threads_each = str(max(1, threads // processes))
         env = dict(os.environ, OMP_NUM_THREADS=threads_each)
-        subprocess.run(command + train_args, check=True, stdout=log, stderr=log, env=env)
+        subprocess.run(command + train_args, check=True, env=env)  # its output: this job's, the log
     else:
         import torch
 

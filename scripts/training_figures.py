@@ -2,6 +2,10 @@
 loss curves beside ours, Table 1's speed-ups, tests and verdicts of its runs) and official_figure (ours vs the authors' published evolution, or the nearest
 published run), from the run folders of the rule's input."""
 
+from attngeom.pipeline.job_log import to_rule_log
+
+to_rule_log(snakemake.log[0])
+
 from pathlib import Path
 
 import pandas as pd
@@ -24,3 +28,4 @@ elif snakemake.rule == "symmetric_init_figure":
     )
 else:
     training_figures.official_figure(scores, pd.read_csv(snakemake.input.official), stem)
+print(f"{snakemake.rule}: {len(runs)} runs drawn in {stem}.pdf and .png")

@@ -3,6 +3,10 @@ the null, the paper's numbers and the authors' runs at the same horizon, grouped
 prints it), the paper's claims against the runs, and our symmetry/directionality medians next to the
 authors' published evolution where a run matches (else a sentence naming the nearest)."""
 
+from attngeom.pipeline.job_log import to_rule_log
+
+to_rule_log(snakemake.log[0])
+
 from pathlib import Path
 
 import pandas as pd
@@ -35,4 +39,7 @@ write_table(
         + official_note(ours_medians(scores), official)
     ),
     caption=other_code,
+)
+print(
+    f"training_tables: Table 1 ({len(table)} rows), the claims and the comparison with the authors' of {len(runs)} runs"
 )

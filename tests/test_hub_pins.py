@@ -18,7 +18,7 @@ from pipeline_support import ROOT, planned_jobs
 from transformers import BertConfig, BertModel
 
 from attngeom.errors import InputError
-from attngeom.pipeline.hub_pins import pin_models, read_pins, record_pins
+from attngeom.pipeline.hub_pins import hub_commit, pin_models, read_pins, record_pins, remember_resolved
 from attngeom.pipeline.registry import build_registry
 
 REPOS = ("org/enc-a", "org/enc-b")
@@ -79,6 +79,46 @@ def test_an_unresolved_model_reads_main_and_says_why(hub, tmp_path):
     assert next(iter(offline.models.values())).revision is None
     missing = pin_models(registry({"id": "org/absent"}, {"id": "org/enc-b"}), pins, resolve_now=True)
     assert list(missing.pinned) == ["org/enc-b"] and list(missing.unresolved) == ["org/absent"]
+
+
+def test_a_hub_that_does_not_answer_is_asked_once_not_once_per_model(tmp_path):
+    """No network (here: a closed port on 127.0.0.1): the first request fails without an answer, and the
+    other models are not asked (each would wait alike; 151 of them took a dry run of the paper's config
+    from 9 s to 38 s here, 98 s where connections time out)."""
+    server = HubServer({})
+    with server.running():
+        pass  # the port is closed now: connections are refused
+    asked = []
+
+    def resolve(repo: str) -> str:
+        asked.append(repo)
+        return hub_commit(repo)
+
+    models = registry(*({"id": f"org/enc-{i}"} for i in range(20)))
+    with pointed_at(server, tmp_path):
+        pinning = pin_models(models, tmp_path / "pins.yaml", resolve_now=True, resolve=resolve)
+    assert len(asked) == 1 and pinning.pinned == {} and len(pinning.unresolved) == 20
+    assert all(why.startswith("the Hub did not answer") for why in pinning.unresolved.values())
+
+
+def test_commits_resolved_by_a_dry_run_are_cached_and_not_asked_again(hub, tmp_path):
+    pins, cache = tmp_path / "config" / "pins.yaml", tmp_path / ".snakemake" / "attngeom" / "pins.yaml"
+    models = registry({"id": "org/enc-a"}, {"id": "org/enc-b"})
+    first = pin_models(models, pins, resolve_now=True, cache=cache)
+    assert first.resolved == {repo: hub.head(repo) for repo in REPOS} and not cache.exists()
+    remember_resolved(cache, first.resolved)  # what the workflow does when the DAG is built
+    assert not pins.exists()
+
+    def refuse(repo: str) -> str:
+        raise AssertionError(f"{repo} asked of the Hub again")
+
+    again = pin_models(models, pins, resolve_now=True, resolve=refuse, cache=cache)
+    assert again.pinned == first.pinned and again.models == first.models and again.resolved == {}
+    moved = hub.add_revision("org/enc-a", tiny_bert(tmp_path / "moved", seed=1))
+    updated = pin_models(models, pins, resolve_now=True, update=True, cache=cache)  # asked: the Hub again
+    assert updated.pinned["org/enc-a"] == moved
+    cache.write_text("models: [damaged\n")  # only a cache: resolved again
+    assert pin_models(models, pins, resolve_now=True, cache=cache).resolved["org/enc-a"] == moved
 
 
 @pytest.mark.parametrize(
@@ -153,7 +193,8 @@ def test_the_workflow_pins_on_its_first_run_and_rescores_only_when_asked(tmp_pat
     with server.running():
         first = server.head("org/enc-a")
         snakemake("-n")
-        assert not pins.exists()  # a dry run resolves, and writes nothing
+        assert not pins.exists()  # a dry run resolves, and writes no pin file: the commit waits in a cache
+        assert read_pins(work / ".snakemake" / "attngeom" / "resolved_pins.yaml") == {"org/enc-a": first}
         snakemake("--cores", "1")
         assert read_pins(pins) == {"org/enc-a": first} and recorded() == {first}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,13 @@ def test_every_declared_artifact_exists_and_the_run_is_complete(tiny_run):
 
 
 @pytest.mark.slow
+def test_every_job_s_log_says_what_it_did(tiny_run):
+    """No rule log is empty: each script writes at least a line of what it made (or why it could not)."""
+    logs = sorted((tiny_run / "results").rglob("logs/**/*.log"))
+    assert len(logs) >= 20
+    assert [log.relative_to(tiny_run) for log in logs if not log.read_text().strip()] == []
+
+
 def test_a_deleted_score_file_is_made_again_by_all(tiny_run):
     scores = tiny_run / "results" / "scores" / "random--vit.parquet"
     aside = scores.with_name("aside.parquet")
@@ -151,10 +159,28 @@ def test_figures_are_pdf_and_png(tiny_run):
 
 @pytest.mark.slow
 def test_html_report_holds_the_tables_and_figures(tiny_run):
+    """Every table and figure, each figure once (its PNG; the caption links the PDF), the per-head views
+    as a table by model, role and objective, and a rule graph that draws each rule once (local models,
+    scored after model_source, sit at the level of the random controls, scored after random_model)."""
     run_snakemake("--configfile", "tiny.yaml", "--report", "report.html", cwd=tiny_run)
     html = (tiny_run / "report.html").read_text(errors="replace")
     for name in ("summary.csv", "figure_2.png", "figure_s1.png", "figure_s2.png", "local--corrupt.png"):
         assert name in html, name
+    registered = re.findall(r'"name": "([^"]+)", "filename"', html)
+    assert [name for name in registered if name.endswith(".pdf")] == []
+    assert len(registered) == len(set(registered)) and "figure_2.png" in registered
+    assert 'href=\\"figures/figure_2.pdf\\"' in html  # the caption's link, beside results/report.html
+    labels = re.search(
+        r'"name": "local--corrupt.png", "filename": "local--corrupt.png", "labels": (\{[^}]*\})', html
+    )
+    assert json.loads(labels[1]) == {
+        "model": "corrupt",  # its display name
+        "role": "pretrained",
+        "objective": "bidirectional",
+    }
+    drawn = collections.Counter(re.findall(r'\{"rule": "(\w+)", "fx": 10, "fy": \d+\}', html))
+    assert {"model_source", "random_model", "score", "figure_heads"} <= set(drawn)
+    assert [rule for rule, times in drawn.items() if times > 1] == []
 
 
 @pytest.mark.slow
@@ -195,7 +221,7 @@ def test_paper_config_dry_run_is_offline_reads_no_weights_and_lists_every_model(
     jobs = planned_jobs(result.stdout)
     reference = pd.read_csv(ROOT / "config" / "reference" / "official_per_layer_scores.csv")
     expected = {f"slug={slug(model_id)}" for model_id in reference["model_id"].unique()}
-    score_jobs = {wildcards: resources for rule, wildcards, resources in jobs if rule == "score"}
+    score_jobs = {w: resources for rule, w, resources in jobs if rule in ("score", "score_gpu")}
     trained = {w for w in score_jobs if w.startswith("slug=trained--")}
     assert set(score_jobs) - trained == expected
     # Table 1's grid: 3 corpora × 4 and 12 layers × encoder and decoder × 4 init arms × 3 seeds, one GPU each
@@ -210,6 +236,8 @@ def test_paper_config_dry_run_is_offline_reads_no_weights_and_lists_every_model(
     )
     assert "gpu=1" in score_jobs["slug=meta-llama--Llama-3.1-405B"]
     assert "gpu=0" in score_jobs["slug=bert-base-uncased"]
+    on_gpu = {w for rule, w, _ in jobs if rule == "score_gpu"}  # a rule of their own: the GPU partition's
+    assert on_gpu == {w for w, resources in score_jobs.items() if "gpu=1" in resources}
 
 
 def test_paper_config_is_generated_from_the_reference(tmp_path):

@@ -127,10 +127,20 @@ def test_every_caption_renders_without_a_docutils_system_message():
 
     captions = sorted((ROOT / "workflow" / "report").glob("*.rst"))
     assert len(captions) >= 10
-    snakemake = type("Job", (), {"params": _Anything(), "wildcards": _Anything(), "config": {}})()
-    for caption in captions:
-        text = jinja2.Template(caption.read_text()).render(snakemake=snakemake)
-        assert messages(text) == "", caption.name
+    figure = type("Output", (), {"pdf": "results/figures/figure.pdf"})()  # a table's output has no pdf
+    for output in (figure, object()):
+        job = {
+            "params": _Anything(),
+            "wildcards": _Anything(),
+            "config": {"results": "results"},
+            "output": output,
+        }
+        snakemake = type("Job", (), job)()
+        for caption in captions:
+            text = jinja2.Template(caption.read_text()).render(snakemake=snakemake)
+            assert messages(text) == "", caption.name
+            if output is figure and "snakemake.output.pdf" in caption.read_text():  # the PDF linked
+                assert "<figures/figure.pdf>`_" in text, caption.name
     assert "Undefined substitution" in messages("percentile of |value|.")  # the check sees what it guards
 
 

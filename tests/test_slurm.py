@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+import yte
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "slurm"
@@ -38,9 +39,16 @@ pytestmark = [
 
 
 def ci_settings() -> dict[str, str]:
-    """The CI override: partition and account of the CI cluster, from .ci/slurm/ci.env."""
+    """The CI override: partitions and account of the CI cluster, from .ci/slurm/ci.env."""
     lines = (ROOT / ".ci" / "slurm" / "ci.env").read_text().splitlines()
     return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
+
+def profile_gpu_rules() -> set[str]:
+    """The rules that profiles/slurm sends to the GPU partition (its set-resources' slurm_partition)."""
+    with open(PROFILE / "config.yaml") as handle:
+        profile = yte.process_yaml(handle, require_use_yte=True)
+    return {rule for rule, resources in profile["set-resources"].items() if "slurm_partition" in resources}
 
 
 def job_env() -> dict[str, str]:
@@ -178,10 +186,13 @@ def check_every_job_went_through_sbatch(log: str, workdir: Path) -> pd.DataFrame
     jobs = sacct_jobs(log).set_index("JobIDRaw")
     assert sorted(jobs.index) == sorted(s.slurm_id for s in submitted), "sacct and Snakemake disagree"
     ci = ci_settings()
+    on_gpu = profile_gpu_rules()
     for s in submitted:
         job = jobs.loc[s.slurm_id]
         assert job["WorkDir"] == str(workdir)
-        assert job["Partition"] == ci["ATTNGEOM_SLURM_PARTITION"]
+        rules = {m[0] for m in s.members} or {s.rule}  # a group's jobs are all of one kind
+        kind = "GPU" if rules <= on_gpu else "CPU"
+        assert job["Partition"] == ci[f"ATTNGEOM_SLURM_{kind}_PARTITION"], (s, job["Partition"])
         assert job["Account"] == ci["ATTNGEOM_SLURM_ACCOUNT"]
         if s.members:
             assert job["Comment"].startswith(f"rule_{s.rule.removeprefix('group ')}_"), (job, s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,7 @@ from attngeom.report.training_figures import (
     evolution_figure,
     load_runs,
     official_figure,
+    speedup_note,
     symmetric_init_figure,
 )
 from attngeom.runstats.intervals import mean_interval, t_975
@@ -168,6 +170,21 @@ def test_table1_labels_a_speedup_that_overlaps_the_null_as_seed_noise():
         "seeds",
         "steps",
     ]
+
+
+def test_the_figure_s_line_says_why_a_test_figure_is_undefined_instead_of_nan():
+    """Both arms of every seed the same curve: every speed-up 0, no spread, so no MDE (it was printed as
+    "MDE nan %"); the sign-flip p of 1 is shown beside the least p 3 seeds allow."""
+    losses, configs = seeded_logs(3, better=0.0)
+    losses |= {f"symmetric-{s}": losses[f"random-{s}"] for s in range(3)}
+    table = summarise(losses, configs)
+    assert np.isnan(table.set_index("init").loc["symmetric", "mde"])
+    (line,) = speedup_note(table, "jigsaw", 4, "encoder").splitlines()
+    assert "nan" not in line
+    assert "no MDE (the seed pairs' speed-ups do not vary)" in line
+    assert "sign-flip p = 1.0000 (≥ 0.25 at 3 seeds)" in line
+    varied = speedup_note(summarise(*seeded_logs(3, better=0.5)), "jigsaw", 4, "encoder")
+    assert re.search(r"MDE \d+\.\d %", varied)
 
 
 def test_table1_with_one_seed_gives_no_interval_and_no_verdict():

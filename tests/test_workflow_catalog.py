@@ -17,6 +17,8 @@ import yaml
 from pipeline_support import planned_jobs
 from snakemake.common import SNAKEFILE_CHOICES
 
+from attngeom.pipeline.conda_env import checkout_env
+
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "workflow" / "schemas"
 
@@ -110,6 +112,24 @@ def test_catalog_files():
     assert yaml.safe_load((ROOT / ".test" / "config" / "config.yaml").read_text())["models"]
 
 
+def test_the_catalog_s_command_with_no_flags_plans_the_test_config(tmp_path):
+    """The catalog runs `snakemake --directory .test` from the root with no --configfile (its card says
+    "mandatory flags: none"): the workflow reads the working directory's config/config.yaml, so the jobs
+    are .test's (three random controls, one tiny training run), not the embedded default's."""
+    usage = yaml.safe_load((ROOT / ".snakemake-workflow-catalog.yml").read_text())["usage"]
+    assert usage["mandatory-flags"]["flags"] in ("", None)
+    shutil.copytree(
+        ROOT / ".test", tmp_path / ".test", ignore=shutil.ignore_patterns("results", ".snakemake")
+    )
+    done = snakemake("--directory", str(tmp_path / ".test"), "-n", cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    jobs = planned_jobs(done.stdout)
+    test_config = yaml.safe_load((ROOT / ".test" / "config" / "config.yaml").read_text())
+    listed = {f"slug={m['id'].replace('/', '--')}" for m in test_config["models"]}
+    assert {w for rule, w, _ in jobs if rule == "score"} == listed | {"slug=trained--encoder-random"}
+    assert {w for rule, w, _ in jobs if rule == "train"} == {"run=encoder-random"}
+
+
 def test_the_test_config_runs_as_a_module_of_another_workflow_without_torch_pandas_or_pyarrow(tmp_path):
     (tmp_path / "Snakefile").write_text(
         f'configfile: "{ROOT / ".test" / "config" / "config.yaml"}"\n\n\n'
@@ -195,6 +215,69 @@ def test_the_workflow_used_as_a_module_tells_its_jobs_where_its_checkout_is(tmp_
     done = snakemake("--cores", "1", "checkout.txt", cwd=module)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert Path((module / "checkout.txt").read_text()) == ROOT
+
+
+STAND_IN_CONDA = """#!/usr/bin/env bash
+# conda as far as Snakemake asks before it creates an environment: its version, info and channel priority
+case "$1 $2" in
+  "--version "*) echo "conda 25.1.0" ;;
+  "info --json") echo '{"conda_version": "25.1.0", "platform": "linux-64", "conda_prefix": "/opt/conda"}' ;;
+  "config --get") echo '{"get": {"channel_priority": "strict"}}' ;;
+  *) echo "stand-in conda: cannot $*" >&2; exit 1 ;;
+esac
+"""
+"""conda is not installed on the test machines (nor reachable offline): this stand-in answers the three
+queries Snakemake makes before naming environments, so `--list-conda-envs` shows Snakemake's own naming."""
+
+
+def test_each_checkout_gets_an_environment_of_its_own_and_keeps_it(tmp_path):
+    """The copy the workflow hands Snakemake names its checkout: another checkout's copy differs only in
+    that line (so, in a shared --conda-prefix, an environment of its own), the same checkout's is the same
+    byte for byte wherever it is written (so its environment is reused), the post-deploy step beside it."""
+    env_file = ROOT / "envs" / "attngeom.yaml"
+    first = checkout_env(env_file, ROOT, tmp_path / "a")
+    again = checkout_env(env_file, ROOT, tmp_path / "b")
+    other = checkout_env(env_file, tmp_path / "clone", tmp_path / "a")
+    assert first.read_text() == again.read_text() != other.read_text()
+    assert (
+        first.read_text().splitlines()[1:]
+        == other.read_text().splitlines()[1:]
+        == env_file.read_text().splitlines()
+    )
+    assert str(ROOT) in first.read_text().splitlines()[0]
+    deploy = first.with_name("attngeom.post-deploy.sh")
+    assert deploy.read_text() == (ROOT / "envs" / "attngeom.post-deploy.sh").read_text()
+
+
+@pytest.mark.slow  # three DAGs of the default config: 15-45 s on 2 cores, by load
+def test_snakemake_names_two_clones_environments_apart_in_a_shared_prefix(tmp_path):
+    """Snakemake's own names (`--list-conda-envs`, conda stood in for): one clone run from two working
+    directories has one environment; a second clone of the same files, in the same --conda-prefix, another."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    shutil.copy(ROOT / "Snakefile", clone / "Snakefile")
+    for part in ("workflow", "envs", "config", "scripts", "profiles"):
+        shutil.copytree(ROOT / part, clone / part, symlinks=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "conda").write_text(STAND_IN_CONDA)
+    (bin_dir / "conda").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", HF_HUB_OFFLINE="1")
+    prefix = tmp_path / "shared-prefix"
+
+    def environment(checkout: Path, workdir: Path) -> str:
+        args = ["--snakefile", str(checkout / "workflow" / "Snakefile"), "--directory", str(workdir)]
+        args += ["--sdm", "conda", "--conda-prefix", str(prefix), "--list-conda-envs"]
+        done = subprocess.run(
+            [sys.executable, "-m", "snakemake", *args], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        (row,) = [line.split("\t") for line in done.stdout.splitlines() if "attngeom.yaml" in line]
+        return Path(row[-1]).name
+
+    here = environment(ROOT, tmp_path / "work-1")
+    assert environment(ROOT, tmp_path / "work-2") == here
+    assert environment(clone, tmp_path / "work-3") != here
 
 
 @pytest.mark.slow

@@ -1,17 +1,21 @@
-"""What a pipeline user reads: training jobs log their progress (step, loss, tokens/s, ETA) at the log
-cadence; a run started by other training code is trained afresh by the pipeline; a misspelt config key is
-one line naming it and the nearest valid key."""
+"""What a pipeline user reads: every job's messages and the traceback that ends it in its rule's log (shown
+by --show-failed-logs); training jobs log their progress (step, loss, tokens/s, ETA) at the log cadence; a
+run started by other training code is trained afresh by the pipeline; a misspelt config key is one line
+naming it and the nearest valid key."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
+from pipeline_support import run_snakemake
 from training_fixtures import tiny, write_corpus
 
 from attngeom.cli import main
@@ -23,7 +27,64 @@ from attngeom.training.runs import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+SCRIPTS = sorted((ROOT / "scripts").glob("*.py"))
+TO_THE_LOG = {"to_rule_log(snakemake.log[0])", "to_model_logs(snakemake.log)"}
+"""attngeom.pipeline.job_log's calls: the job's output to its rule's log (to each model's log in a batch)."""
 LINE = re.compile(r"^step (\d+)/(\d+)  loss \d+\.\d{4}  [\d,]+ tokens/s  ETA \d+:\d\d:\d\d$")
+
+
+def test_every_script_sends_its_output_to_its_rule_log_before_anything_else():
+    """The first statement after the docstring and the import of attngeom.pipeline.job_log: so an import
+    error, a warning or a traceback of the script lands in the log, not on the console of whoever started
+    the run."""
+    assert len(SCRIPTS) >= 12
+    for script in SCRIPTS:
+        body = ast.parse(script.read_text()).body
+        body = body[1:] if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else body
+        assert ast.unparse(body[0]) in {
+            "from attngeom.pipeline.job_log import to_rule_log",
+            "from attngeom.pipeline.job_log import to_model_logs",
+        }, script.name
+        assert ast.unparse(body[1]) in TO_THE_LOG, script.name
+
+
+def test_every_rule_that_runs_a_script_has_a_log():
+    """Each `rule` block of the workflow with a `script:` has a `log:` (a `use rule` inherits its parent's
+    or names its own)."""
+    checked = 0
+    for rules in (ROOT / "workflow" / "rules").glob("*.smk"):
+        blocks = re.split(r"^\s*(?:rule\s*\w*|use rule .*):\s*$", rules.read_text(), flags=re.M)[1:]
+        for block in blocks:
+            if re.search(r"^\s+script:", block, flags=re.M):
+                checked += 1
+                assert re.search(r"^\s+log:", block, flags=re.M), (
+                    f"{rules.name}: a rule without log:\n{block}"
+                )
+    assert checked >= 12
+
+
+@pytest.mark.slow  # about 15 s on 2 cores
+def test_a_failing_script_s_traceback_is_in_its_log_and_shown_by_show_failed_logs(tmp_path):
+    """Rule tables given an aggregate that is not Parquet (the upstream rules barred, so the damaged file is
+    its input): the job fails, its log holds the traceback and pyarrow's error, and --show-failed-logs
+    prints that log on the console."""
+    model = {"id": "random/bert", "random": {"model_type": "bert"}, "objective": "bidirectional"}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"results": "results", "models": [model]}))
+    aggregate = tmp_path / "results" / "aggregate"
+    aggregate.mkdir(parents=True)
+    (aggregate / "scores.parquet").write_text("not a Parquet file\n")
+    pd.DataFrame({"model": ["random/bert"], "status": ["ok"]}).to_csv(aggregate / "models.csv", index=False)
+    done = run_snakemake(
+        "--configfile", "c.yaml", "--cores", "1", "--allowed-rules", "tables", "--show-failed-logs",
+        "results/tables/summary.csv", cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    log = (tmp_path / "results" / "logs" / "tables.log").read_text()
+    assert log.startswith("Traceback (most recent call last):")
+    assert "pyarrow.lib.ArrowInvalid" in log and "Parquet magic bytes not found" in log
+    shown = done.stdout + done.stderr
+    assert "Logfile results/logs/tables.log:" in shown
+    assert log.strip().splitlines()[-1] in shown.split("Logfile results/logs/tables.log:", 1)[1]
 
 
 def test_a_progress_line_says_step_loss_throughput_and_time_left():

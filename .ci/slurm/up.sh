@@ -11,7 +11,8 @@ set -euo pipefail
 CLUSTER=attngeom
 # shellcheck source=ci.env
 source "$(dirname "$0")/ci.env"
-PARTITION=$ATTNGEOM_SLURM_PARTITION
+PARTITION=$ATTNGEOM_SLURM_CPU_PARTITION
+GPU_PARTITION=$ATTNGEOM_SLURM_GPU_PARTITION
 ACCOUNT=$ATTNGEOM_SLURM_ACCOUNT
 NODE=$(hostname -s)   # resolvable, so it can be a rendezvous address
 NODES=("$NODE" "$NODE-2")  # slurmd ports 6818 and 6820 (slurmctld has 6817, slurmdbd 6819)
@@ -106,6 +107,7 @@ NodeName=${NODES[0]} NodeHostname=$NODE NodeAddr=127.0.0.1 Port=6818 CPUs=$CPUS 
 NodeName=${NODES[1]} NodeHostname=$NODE NodeAddr=127.0.0.1 Port=6820 CPUs=$CPUS RealMemory=$MEM Gres=gpu:fake:1 State=UNKNOWN
 PartitionName=debug Nodes=${NODES[0]},${NODES[1]} Default=YES MaxTime=INFINITE State=UP
 PartitionName=$PARTITION Nodes=${NODES[0]},${NODES[1]} MaxTime=INFINITE State=UP
+PartitionName=$GPU_PARTITION Nodes=${NODES[0]},${NODES[1]} MaxTime=INFINITE State=UP
 EOF
 # A GRES without File= drains the node; /dev/null stands in for the GPU's device file.
 cat >"$ETC/gres.conf.new" <<EOF
@@ -200,5 +202,5 @@ for node in "${NODES[@]}"; do
             "$LOG/slurmd-$node.log"
 done
 
-echo "up.sh: SLURM is up: cluster=$CLUSTER partition=$PARTITION account=$ACCOUNT nodes=${NODES[*]} (both" \
+echo "up.sh: SLURM is up: cluster=$CLUSTER partitions=$PARTITION,$GPU_PARTITION account=$ACCOUNT nodes=${NODES[*]} (both" \
     "this machine, cpus=$CPUS mem=${MEM}M gres=gpu:fake:1 each)"

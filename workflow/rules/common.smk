@@ -1,13 +1,16 @@
 # The registry and the helpers every rule uses. Nothing here reads weights; the network only to pin a Hub
 # model to the commit of its main branch the first time (attngeom.pipeline.hub_pins).
+import json
 import re
 import sys
 from pathlib import Path
 
-from attngeom.files import slug
+from attngeom.files import slug, write_text
 from attngeom.pipeline.batches import plan_batches
 from attngeom.pipeline.captions import models_scope, official_scope, training_scope
-from attngeom.pipeline.hub_pins import offline, pin_models, record_pins
+from attngeom.pipeline.conda_env import checkout_env
+from attngeom.pipeline.outcome import portable
+from attngeom.pipeline.hub_pins import offline, pin_models, record_pins, remember_resolved
 from attngeom.pipeline.registry import (
     build_registry,
     heatmaps,
@@ -27,8 +30,12 @@ from attngeom.provenance import code_hash, script_hash
 from attngeom.runstats.official import published_settings
 
 R = results_folder(config["results"])
+CONDA_COPIES = Path.cwd() / ".snakemake" / "attngeom" / "conda"  # the working directory (--directory)
 SCORING = config["scoring"]
-ENV = "../../envs/attngeom.yaml"
+# The rules' conda environment (--software-deployment-method conda): envs/attngeom.yaml as a copy naming this
+# checkout, so that each clone gets an environment of its own in a shared --conda-prefix
+# (attngeom.pipeline.conda_env).
+ENV = str(checkout_env(WORKFLOW_DIR.parent / "envs" / "attngeom.yaml", WORKFLOW_DIR.parent, CONDA_COPIES))
 # This workflow's own files (WORKFLOW_DIR: workflow/Snakefile), not an importing workflow's.
 REFERENCE = WORKFLOW_DIR.parent / "config" / "reference"
 SCRIPTS = WORKFLOW_DIR.parent / "scripts"
@@ -36,8 +43,9 @@ SCRIPTS = WORKFLOW_DIR.parent / "scripts"
 
 TR = f"{R}/training"
 TRAINING_RUNS = training_runs(config.get("training") or {}, TR)
-for _run in TRAINING_RUNS.values():  # a grid value or seed is checked like a `runs:` override
-    validate(_run.settings, "../schemas/training_run.schema.yaml")
+# Every run, a grid value or seed checked like a `runs:` override: one call, the schema read once (a call
+# per run read it 144 times for config/paper.yaml, 7 of a dry run's 9 s offline).
+validate([run.settings for run in TRAINING_RUNS.values()], "../schemas/training_runs.schema.yaml")
 EVOLUTION_GROUPS = evolution_groups(TRAINING_RUNS)
 SYMMETRIC_GROUPS = symmetric_groups(TRAINING_RUNS)
 
@@ -48,14 +56,20 @@ ENTRIES, ZOO_IDS = with_zoo(list(config.get("models", [])) + training_models(TRA
 MODELS = build_registry(ENTRIES, R)
 # Each Hub model without a `revision:` is scored at the commit of the pin file (`pins:`), resolved and
 # recorded there the first time (the main process, online); `--config update_pins=True` resolves them again.
+# Commits resolved and not yet recorded (a dry run) wait in a cache in Snakemake's own folder, so they are
+# asked of the Hub once.
 PINS = Path(config["pins"])
+PIN_CACHE = Path(".snakemake", "attngeom", "resolved_pins.yaml")
 _pinning = pin_models(
     MODELS,
     PINS,
     resolve_now=workflow.is_main_process and not offline(),
     update=config["update_pins"],
+    cache=PIN_CACHE,
 )
 MODELS = _pinning.models
+if _pinning.resolved:
+    remember_resolved(PIN_CACHE, _pinning.resolved)
 if _pinning.unresolved and workflow.is_main_process:
     _first, _why = next(iter(_pinning.unresolved.items()))
     print(
@@ -76,8 +90,14 @@ HEATMAPS = heatmaps(config["figures"], MODELS)
 # rows, 2 MB for a 70B model's; 4 MB a model leaves room for the copies pandas makes.
 AGGREGATE_MEM_MB = 2048 + 4 * len(MODELS)
 HEADS_FIGURES = [s for s, model in MODELS.items() if model.id not in ZOO_IDS or ZOO.heads_figures]
-ZOO_BATCHES = plan_batches([MODELS[slug(i)] for i in ZOO_IDS], SCORING, ZOO.batch_size) if ZOO else []
+# The models scored on a GPU, each by a job of its own (rule score_gpu, which a cluster profile sends to its
+# GPU partition): a zoo batches only its CPU models.
+ON_GPU = {s for s, model in MODELS.items() if score_resources(model, SCORING).gpu}
+ZOO_CPU = [MODELS[slug(i)] for i in ZOO_IDS if slug(i) not in ON_GPU]
+ZOO_BATCHES = plan_batches(ZOO_CPU, SCORING, ZOO.batch_size) if ZOO else []
 BATCHED = {s for batch in ZOO_BATCHES for s in batch.slugs}
+SOURCED = [s for s, model in MODELS.items() if model.kind in ("hub", "path") and s not in BATCHED]
+"""The models whose weights no job of the workflow makes: rule model_source records where they come from."""
 
 # What this run can show, for the report's captions (workflow/report/*.rst read them as params.scope).
 GROUPS = ("table_s2", "table_s3", "figure_2", "figure_s1", "figure_s2")
@@ -121,6 +141,26 @@ def model_of(wildcards):
     return MODELS[wildcards.slug]
 
 
+def heads_labels(wildcards):
+    """The columns of the report's per-head view, one row per model: its name, where it comes from, how it
+    attends (which sets its stacks: encoder, decoder, or both)."""
+    model = model_of(wildcards)
+    return {"model": model.display, "role": model.role, "objective": model.objective}
+
+
+def record_source(source, path, log):
+    """Rule model_source's record of where a model's weights are read from, and its log line."""
+    write_text(path, json.dumps(source, indent=1) + "\n")
+    Path(log).write_text(f"model_source: {source['model']} read from {source['location']}\n")
+
+
+def score_input(wildcards):
+    """What a model's scoring job reads first: the weights a rule builds (random_model, train), local
+    weights, and the record of model_source for the models no rule builds."""
+    source = expand(rules.model_source.output, slug=wildcards.slug) if wildcards.slug in SOURCED else []
+    return weights_input(model_of(wildcards)) + source
+
+
 def resource(name):
     return lambda wildcards: getattr(score_resources(model_of(wildcards), SCORING), name)
 
@@ -136,8 +176,14 @@ def score_device(wildcards):
 
 def score_group(wildcards):
     """Scoring jobs on CPU form group "score": on a cluster, profiles/slurm submits them in batches
-    (group-components); a GPU job goes alone, since the GPUs of a group's parallel jobs add up."""
+    (group-components); a GPU job (rule score_gpu) goes alone, since the GPUs of a group's parallel jobs
+    add up. (A CPU job given a GPU by --set-resources score:gpu=N goes alone too.)"""
     return None if resource("gpu")(wildcards) else "score"
+
+
+def slugs_pattern(slugs):
+    """A wildcard constraint matching exactly ``slugs`` (nothing, if none)."""
+    return "|".join(re.escape(s) for s in slugs) or "(?!)"
 
 
 def run_finals(keep=lambda run: True):

@@ -1,4 +1,6 @@
-# Figures 2, S1, S2 and the per-head view of every model, each as PDF and PNG.
+# Figures 2, S1, S2 and the per-head view of every model, each as PDF and PNG: the PNG in the report, the
+# PDF linked from its caption (a PDF registered too would show each figure twice, once as a frame that is
+# blank without a PDF viewer).
 
 
 rule heatmap_matrix:
@@ -37,11 +39,8 @@ rule figure_2:
         ),
         runs=trained_finals(),
     output:
-        report(
-            multiext(f"{R}/figures/figure_2", ".pdf", ".png"),
-            category="Figures",
-            caption="../report/figure_2.rst",
-        ),
+        pdf=f"{R}/figures/figure_2.pdf",
+        png=report(f"{R}/figures/figure_2.png", category="Figures", caption="../report/figure_2.rst"),
     log:
         f"{R}/logs/figure_2.log",
     conda:
@@ -63,11 +62,8 @@ use rule figure_2 as figure_s1 with:
         status=expand(rules.score.output.status, slug=group_slugs("figure_s1")),
         runs=group_finals("figure_s1"),
     output:
-        report(
-            multiext(f"{R}/figures/figure_s1", ".pdf", ".png"),
-            category="Figures",
-            caption="../report/figure_s1.rst",
-        ),
+        pdf=f"{R}/figures/figure_s1.pdf",
+        png=report(f"{R}/figures/figure_s1.png", category="Figures", caption="../report/figure_s1.rst"),
     log:
         f"{R}/logs/figure_s1.log",
     params:
@@ -81,11 +77,8 @@ use rule figure_2 as figure_s2 with:
         status=expand(rules.score.output.status, slug=group_slugs("figure_s2")),
         runs=group_finals("figure_s2"),
     output:
-        report(
-            multiext(f"{R}/figures/figure_s2", ".pdf", ".png"),
-            category="Figures",
-            caption="../report/figure_s2.rst",
-        ),
+        pdf=f"{R}/figures/figure_s2.pdf",
+        png=report(f"{R}/figures/figure_s2.png", category="Figures", caption="../report/figure_s2.rst"),
     log:
         f"{R}/logs/figure_s2.log",
     params:
@@ -98,10 +91,12 @@ rule figure_heads:
         scores=rules.score.output.scores,
         status=rules.score.output.status,
     output:
-        report(
-            multiext(f"{R}/figures/heads/{{slug}}", ".pdf", ".png"),
+        pdf=f"{R}/figures/heads/{{slug}}.pdf",
+        png=report(
+            f"{R}/figures/heads/{{slug}}.png",
             category="Per-head view",
             caption="../report/figure_heads.rst",
+            labels=heads_labels,
         ),
     log:
         f"{R}/logs/figure_heads/{{slug}}.log",

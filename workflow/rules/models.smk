@@ -1,4 +1,8 @@
-# Random-initialised controls: AutoConfig.for_model(model_type, **settings), saved as safetensors.
+# Where each model's weights come from, before it is scored: random-initialised controls are built here
+# (AutoConfig.for_model(model_type, **settings), saved as safetensors), trained models by rule train, and
+# the Hub's and local models are recorded by rule model_source (id, location, commit). So every model of
+# the config is scored one step after its source, and the report's rule graph, which draws a rule once per
+# level of the DAG, draws score and figure_heads once. (A zoo's batches read their pinned list instead.)
 
 
 rule random_model:
@@ -22,3 +26,17 @@ rule random_model:
         code=code_of("random_model.py"),
     script:
         "../../scripts/random_model.py"
+
+
+rule model_source:
+    output:
+        f"{R}/models/source/{{slug}}.json",
+    log:
+        f"{R}/logs/model_source/{{slug}}.log",
+    wildcard_constraints:
+        slug=slugs_pattern(SOURCED),
+    localrule: True
+    params:
+        source=lambda wildcards: model_of(wildcards).source(portable),
+    run:
+        record_source(params.source, output[0], log[0])

@@ -1,11 +1,13 @@
 # Score one model: results/scores/<slug>.parquet and a status file (ok, failed or crashed, and why).
-# A zoo's models are scored in batches instead (rules score_zoo_*, attngeom.pipeline.batches): one job
-# and one process for up to `zoo: batch_size` models, each model's files as rule score writes them.
+# Rule score on a CPU, rule score_gpu on a GPU (`scoring: device`, `gpu_min_params`): the same job, in a
+# rule of its own so that a cluster profile can send it to a GPU partition (profiles/slurm). A zoo's CPU
+# models are scored in batches instead (rules score_zoo_*, attngeom.pipeline.batches): one job and one
+# process for up to `zoo: batch_size` models, each model's files as rule score writes them.
 
 
 rule score:
     input:
-        lambda wildcards: weights_input(model_of(wildcards)),
+        score_input,
     output:
         scores=f"{R}/scores/{{slug}}.parquet",
         status=f"{R}/scores/{{slug}}.status.json",
@@ -14,7 +16,7 @@ rule score:
     benchmark:
         f"{R}/benchmarks/score/{{slug}}.tsv"
     wildcard_constraints:
-        slug="|".join(re.escape(s) for s in MODELS if s not in BATCHED) or "(?!)",
+        slug=slugs_pattern(s for s in MODELS if s not in BATCHED and s not in ON_GPU),
     group:
         score_group
     conda:
@@ -37,6 +39,11 @@ rule score:
         code=code_of("score_model.py"),
     script:
         "../../scripts/score_model.py"
+
+
+use rule score as score_gpu with:
+    wildcard_constraints:
+        slug=slugs_pattern(ON_GPU),
 
 
 for _batch in ZOO_BATCHES:

@@ -117,8 +117,9 @@ if EVOLUTION_GROUPS:
                 lambda run: (run.dataset, str(run.layers)) == (wildcards.dataset, wildcards.layers)
             ),
         output:
-            report(
-                multiext(f"{TR}/figures/evolution_{{dataset}}_{{layers}}L", ".pdf", ".png"),
+            pdf=f"{TR}/figures/evolution_{{dataset}}_{{layers}}L.pdf",
+            png=report(
+                f"{TR}/figures/evolution_{{dataset}}_{{layers}}L.png",
                 category="Training",
                 caption="../report/evolution.rst",
             ),
@@ -150,10 +151,9 @@ if EVOLUTION_GROUPS:
             ),
             authors=REFERENCE / "authors-logs" / "symmetric-initialization-loss.csv",
         output:
-            report(
-                multiext(
-                    f"{TR}/figures/symmetric_init_{{dataset}}_{{layers}}L_{{objective}}", ".pdf", ".png"
-                ),
+            pdf=f"{TR}/figures/symmetric_init_{{dataset}}_{{layers}}L_{{objective}}.pdf",
+            png=report(
+                f"{TR}/figures/symmetric_init_{{dataset}}_{{layers}}L_{{objective}}.png",
                 category="Training",
                 caption="../report/symmetric_init.rst",
             ),
@@ -165,8 +165,9 @@ if EVOLUTION_GROUPS:
             finals=run_finals(),
             official=REFERENCE / "official_training_evolution.csv",
         output:
-            report(
-                multiext(f"{TR}/figures/official_comparison", ".pdf", ".png"),
+            pdf=f"{TR}/figures/official_comparison.pdf",
+            png=report(
+                f"{TR}/figures/official_comparison.png",
                 category="Training",
                 caption="../report/official_comparison.rst",
             ),

@@ -10,6 +10,12 @@ offline: ``HF_HUB_OFFLINE``); the file is written when the run starts (the workf
 run shows the commits and writes nothing. A model that could not be resolved keeps reading ``main``, and
 its records still carry the commit they were computed from (``revision``).
 
+Resolving is done once: the first request goes alone, and a Hub that gives it no answer (no network, a
+proxy refusing) leaves every model unresolved in one line instead of one wait per model (151 for the
+paper's config); the commits a run resolved and did not record yet (a dry run) are kept in a cache beside
+Snakemake's own state (``.snakemake/attngeom/resolved_pins.yaml``), so the next dry run or the real run asks
+the Hub for none of them again.
+
 Light on purpose (no torch, pandas or pyarrow), as the DAG's modules must be; the pin file is checked entry
 by entry before it is used, like a zoo's pinned list.
 """
@@ -34,6 +40,10 @@ HEADER = (
     "# The commit each Hub model of this folder's configs is scored at, written by attngeom's workflow the first\n"
     "# time it resolved the model's main branch; later runs read it (a lock for models). Resolve them again:\n"
     "# snakemake ... --config update_pins=True. A model's own `revision:` in a config overrides its pin.\n"
+)
+CACHE_HEADER = (
+    "# Commits of Hub models' main branches that attngeom's workflow resolved and had not yet recorded in a pin\n"
+    "# file (a dry run writes no pin file): read instead of asking the Hub again. Safe to delete.\n"
 )
 RESOLVERS = 8
 """Hub requests in flight at once while resolving."""
@@ -98,21 +108,41 @@ def hub_commit(repo_id: str) -> str:
     return commit
 
 
+def _answered(err: Exception) -> bool:
+    """Whether ``err`` is the Hub's answer about one repository (an HTTP status, a commit that is not a
+    sha), rather than no answer at all (no network, a timeout, offline mode)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    return isinstance(err, (HfHubHTTPError, InputError))
+
+
 def _resolve_all(
     repos: Iterable[str], resolve: Callable[[str], str]
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """(resolved id → commit, failed id → why), asking ``RESOLVERS`` at a time."""
+    """(resolved id → commit, failed id → why): the first alone, then ``RESOLVERS`` at a time, unless the
+    first got no answer from the Hub, which the others would not get either."""
     repos = sorted(set(repos))
 
     def attempt(repo: str) -> tuple[str, str | None, str | None]:
         try:
             return repo, resolve(repo), None
         except Exception as err:  # any failure leaves the model unpinned, named in one line
-            return repo, None, (str(err).strip().splitlines() or [type(err).__name__])[0]
+            why = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            if repo == repos[0] and not _answered(err):
+                raise _Unreachable(why) from err
+            return repo, None, why
 
-    with ThreadPoolExecutor(max(1, min(RESOLVERS, len(repos)))) as pool:
-        outcomes = list(pool.map(attempt, repos))
+    try:
+        outcomes = [attempt(repos[0])] if repos else []
+    except _Unreachable as err:
+        return {}, dict.fromkeys(repos, f"the Hub did not answer ({err})")
+    with ThreadPoolExecutor(max(1, min(RESOLVERS, len(repos) - 1))) as pool:
+        outcomes += pool.map(attempt, repos[1:])
     return {r: c for r, c, _ in outcomes if c}, {r: why for r, c, why in outcomes if why}
+
+
+class _Unreachable(Exception):
+    """The first request got no answer from the Hub."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +154,8 @@ class Pinning:
     """Hub id → commit, new to the pin file (or changed by an update): to be recorded."""
     unresolved: dict[str, str]
     """Hub id → why it reads main unpinned this run."""
+    resolved: dict[str, str]
+    """Hub id → commit, asked of the Hub by this call: for the cache (``remember_resolved``)."""
 
 
 def pin_models(
@@ -133,18 +165,22 @@ def pin_models(
     resolve_now: bool,
     update: bool = False,
     resolve: Callable[[str], str] = hub_commit,
+    cache: Path | None = None,
 ) -> Pinning:
-    """``models`` with each unpinned Hub model's ``revision`` set to its commit: the pin file's, or, where
-    ``resolve_now`` (the main process, online), the Hub's for those the file lacks (for all of them with
-    ``update``). Nothing is written here: ``record_pins(path, pinning.pinned)`` when the run starts."""
+    """``models`` with each unpinned Hub model's ``revision`` set to its commit: the pin file's, else the
+    cache's (resolved by an earlier run that did not record it), or, where ``resolve_now`` (the main
+    process, online), the Hub's for those neither holds (for all of them with ``update``). Nothing is
+    written here: ``record_pins(path, pinning.pinned)`` when the run starts."""
     pins = read_pins(path)
+    cached = {} if update else _read_cache(cache)
     unpinned = {m.location for m in models.values() if m.kind == "hub" and not m.revision}
-    wanted = unpinned if update else unpinned - set(pins)
+    wanted = unpinned if update else unpinned - set(pins) - set(cached)
     if resolve_now and wanted:
         resolved, failed = _resolve_all(wanted, resolve)
     else:
         resolved, failed = {}, dict.fromkeys(wanted - set(pins), "not resolved offline")
-    changed = {repo: commit for repo, commit in resolved.items() if pins.get(repo) != commit}
+    found = {repo: commit for repo, commit in cached.items() if repo in unpinned and repo not in pins}
+    changed = {repo: commit for repo, commit in {**found, **resolved}.items() if pins.get(repo) != commit}
     commits = {**pins, **changed}
     with_commits = {
         slug: dataclasses.replace(m, revision=commits[m.location])
@@ -152,7 +188,25 @@ def pin_models(
         else m
         for slug, m in models.items()
     }
-    return Pinning(with_commits, changed, {r: why for r, why in failed.items() if r not in commits})
+    unresolved = {r: why for r, why in failed.items() if r not in commits}
+    return Pinning(with_commits, changed, unresolved, resolved)
+
+
+def _read_cache(cache: Path | None) -> dict[str, str]:
+    """The cache's commits; a damaged cache is only a cache: resolved again."""
+    try:
+        return read_pins(cache) if cache else {}
+    except InputError:
+        return {}
+
+
+def remember_resolved(cache: Path, resolved: dict[str, str]) -> None:
+    """``resolved`` added to the cache of commits resolved and not recorded yet (written whole or not at
+    all), so that the next run of the DAG asks the Hub for none of them again."""
+    write_text(
+        cache,
+        CACHE_HEADER + yaml.safe_dump({"models": dict(sorted({**_read_cache(cache), **resolved}.items()))}),
+    )
 
 
 def offline() -> bool:

@@ -100,7 +100,8 @@ def score_and_record(job: ScoreJob, options: list[str], gpus: int = 0) -> dict:
     argv = ["score", job.location, "--model-id", job.model, "-o", job.scores, *options, "--quiet"]
     argv += ["--revision", job.revision] if job.revision else []
     start = time.monotonic()
-    with open(job.log, "w") as log, contextlib.ExitStack() as holding:
+    # appended: the job emptied its log when it started, and its own output goes there too (job_log)
+    with open(job.log, "a") as log, contextlib.ExitStack() as holding:
         log.write(f"attngeom {shlex.join(argv)}\n")
         try:
             holding.enter_context(job_gpus(gpus, log))

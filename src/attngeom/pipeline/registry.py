@@ -7,6 +7,7 @@ scripts and the tests all read the registry through this module.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,12 @@ class Model:
     @property
     def slug(self) -> str:
         return slug(self.id)
+
+    def source(self, portable: Callable[[str], str]) -> dict:
+        """Where the model's weights are read from (rule model_source's record): a Hub id and the commit
+        it is pinned to, or a local path as ``portable`` writes it (no path of this machine)."""
+        location = self.location if self.kind == "hub" else portable(self.location)
+        return {"model": self.id, "kind": self.kind, "location": location, "revision": self.revision}
 
     def table_row(self) -> dict:
         """What the tables need to know of the model (``groups`` a list)."""

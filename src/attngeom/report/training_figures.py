@@ -16,6 +16,7 @@ Each figure function saves its figure and returns it (closed), so what it drew c
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from matplotlib.lines import Line2D
 from ..runstats import authors
 from ..runstats.official import METRICS, nearest_official, official_medians, official_note, ours_medians
 from ..runstats.pairing import REFERENCE_INIT, twins
+from ..runstats.significance import least_exact_p
 from ..runstats.smoothing import smoothed
 from ..runstats.speedup import CLAIM_RULE
 from ..runstats.table1 import INIT_ORDER
@@ -187,13 +189,24 @@ def speedup_note(
         interval = (
             f" [{getattr(row, speed + '_low'):.1f}, {getattr(row, speed + '_high'):.1f}]" if several else ""
         )
-        test = f"; t-test p = {row.signed_p_t:.3f}, MDE {row.mde:.1f} %" if several else ""
-        exact = f"; sign-flip p = {row.signed_p_sign_flip:.4f}" if several else ""
+        test = f"; t-test p = {row.signed_p_t:.3f}, {_mde_text(row.mde)}" if several else ""
+        floor = least_exact_p(row.seed_pairs)
+        exact = (
+            f"; sign-flip p = {row.signed_p_sign_flip:.4f} (≥ {floor:.4g} at {row.seed_pairs} seeds)"
+            if several
+            else ""
+        )
         lines.append(
             f"{row.init} vs {row.reference}: speed-up ({CLAIM_RULE}) {getattr(row, speed):.1f}{interval} % over "
             f"{row.seed_pairs} seed pair(s), {row.censored} censored{test}{exact}: {row.verdict}"
         )
     return "\n".join(lines)
+
+
+def _mde_text(mde: float) -> str:
+    """The minimum detectable effect, or why there is none: the seed pairs' speed-ups do not vary (all
+    equal, e.g. 0 where no run reached the other's loss), so no effect size follows from their spread."""
+    return f"MDE {mde:.1f} %" if math.isfinite(mde) else "no MDE (the seed pairs' speed-ups do not vary)"
 
 
 def _our_losses(ax, losses: pd.DataFrame, inits: list[str], letter: str) -> None:
