@@ -705,6 +705,9 @@ PROSE: dict[str, Callable[[str, Path], None] | str] = {
     "python benchmarks/repro_training.py --report benchmarks/results/init_arms_4xh100 --out OUT": exercise_repro_report,
     "python benchmarks/repro_training.py --gpus 4 --seeds 3 --steps 3000": "trains on 4 CUDA GPUs; its "
     "report, from the runs it stored, runs above",
+    "python benchmarks/init_arms.py run --device cpu --tiny --experiments horizon --group-by run --gpus 1 "
+    "--out RUNS": "run on the CPU by tests/test_init_arms.py (two of its four runs, then their Table 1 with "
+    "the authors' columns)",
     "python benchmarks/bench_remote.py [--rate MB/s] [--latency ms]": "writes and serves a 2.5 GB "
     "1B-shaped checkpoint (the measurement's size); the range reader it times is tested on tiny models by "
     "tests/test_remote.py",
