@@ -76,8 +76,11 @@ HEATMAPS = heatmaps(config["figures"], MODELS)
 # rows, 2 MB for a 70B model's; 4 MB a model leaves room for the copies pandas makes.
 AGGREGATE_MEM_MB = 2048 + 4 * len(MODELS)
 HEADS_FIGURES = [s for s, model in MODELS.items() if model.id not in ZOO_IDS or ZOO.heads_figures]
-ZOO_BATCHES = plan_batches([MODELS[slug(i)] for i in ZOO_IDS], SCORING, ZOO.batch_size) if ZOO else []
-BATCHED = {s for batch in ZOO_BATCHES for s in batch.slugs}
+ZOO_BATCHES = {
+    batch.name: batch
+    for batch in (plan_batches([MODELS[slug(i)] for i in ZOO_IDS], SCORING, ZOO.batch_size) if ZOO else [])
+}
+BATCH_OF = {s: name for name, batch in ZOO_BATCHES.items() for s in batch.slugs}
 
 # What this run can show, for the report's captions (workflow/report/*.rst read them as params.scope).
 GROUPS = ("table_s2", "table_s3", "figure_2", "figure_s1", "figure_s2")
@@ -115,6 +118,16 @@ def group_finals(group):
     in the figure); none for a figure of pretrained models, so it never waits for training."""
     trained = {MODELS[s].id for s in group_slugs(group) if MODELS[s].role == "trained"}
     return run_finals(lambda run: trained_model_id(run.name) in trained) if trained else []
+
+
+def score_files(slugs, kind):
+    """The ``kind`` files ("scores" or "status") holding the records of the models ``slugs``: a model's own,
+    or once each, those of the zoo batches that hold the others (rule score_zoo)."""
+    own = [s for s in slugs if s not in BATCH_OF]
+    batches = list(dict.fromkeys(BATCH_OF[s] for s in slugs if s in BATCH_OF))
+    return expand(getattr(rules.score.output, kind), slug=own) + expand(
+        getattr(rules.score_zoo.output, kind), batch=batches
+    )
 
 
 def model_of(wildcards):
