@@ -130,6 +130,15 @@ def score_files(slugs, kind):
     )
 
 
+def zoo_batch(wildcards):
+    return ZOO_BATCHES[wildcards.batch]
+
+
+def batch_models(field):
+    """A zoo batch's models' ``field`` (id, location or revision), in the batch's order."""
+    return lambda wildcards: [getattr(MODELS[s], field) or "" for s in zoo_batch(wildcards).slugs]
+
+
 def model_of(wildcards):
     return MODELS[wildcards.slug]
 

@@ -39,15 +39,6 @@ rule score:
         "../../scripts/score_model.py"
 
 
-def zoo_batch(wildcards):
-    return ZOO_BATCHES[wildcards.batch]
-
-
-def batch_models(field):
-    """A batch's models' ``field`` (id, location or revision), in the batch's order."""
-    return lambda wildcards: [getattr(MODELS[s], field) or "" for s in zoo_batch(wildcards).slugs]
-
-
 rule score_zoo:
     output:
         scores=f"{R}/scores/zoo/{{batch}}.parquet",
