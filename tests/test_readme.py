@@ -345,9 +345,8 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "python benchmarks/ddp_scaling.py OUT --grad-accum 8": exercise_script_options,
     "python benchmarks/bench_corpus_bounds.py [--megabytes 20] [--gzip-megabytes 150]": exercise_script_options,
     "python benchmarks/multi_gpu_pipeline.py OUT [--workdir DIR] [--configfile CONFIG]": exercise_script_options,
-    "python benchmarks/bench_zoo.py [-n 1000] [--per-model 40] [--slurm] [--json benchmarks/results/zoo.json]": (
-        exercise_script_options
-    ),
+    "python benchmarks/bench_zoo.py [-n 1000] [--per-model 40] [--slurm] [--plan-only] "
+    "[--json benchmarks/results/zoo.json]": exercise_script_options,
     ".ci/slurm/up.sh && ATTNGEOM_SLURM=1 .venv/bin/python -m pytest tests/test_slurm.py; .ci/slurm/down.sh": (
         exercise_ci_slurm
     ),
