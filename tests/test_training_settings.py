@@ -24,7 +24,7 @@ from attngeom.training.config import (
     RESOURCE_KEYS,
     ConfigError,
     TrainConfig,
-    _coerce,
+    coerce,
     make_config,
     settings_schema,
     settings_schema_text,
@@ -54,7 +54,7 @@ def test_the_workflow_schema_is_the_one_made_from_the_declarations():
 def accepted(name: str, value) -> bool:
     """Whether TrainConfig takes ``value`` for ``name`` as a YAML file or the pipeline gives it."""
     try:
-        return value_problem(name, _coerce(name, value)) is None
+        return value_problem(name, coerce(name, value)) is None
     except ConfigError:
         return False
 

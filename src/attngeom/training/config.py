@@ -391,7 +391,7 @@ def settings_schema_text() -> str:
     )
 
 
-def _coerce(name: str, value: Any) -> Any:
+def coerce(name: str, value: Any) -> Any:
     """A CLI string (or YAML scalar) as the type the field declares: ``1e3`` or ``1000.0`` is the
     integer 1000 (read exactly: ``9007199254740993`` stays itself), ``10.5`` is no integer; an integer
     past the setting's range is refused before it is built (``1e9999999999`` would need gigabytes)."""
@@ -426,7 +426,7 @@ def make_config(*layers: dict[str, Any]) -> TrainConfig:
     merged: dict[str, Any] = {}
     for layer in layers:
         for name, value in layer.items():
-            merged[name] = _coerce(name, value)
+            merged[name] = coerce(name, value)
     recipe = merged.get("recipe")
     if recipe is not None and recipe not in RECIPES:
         raise ConfigError(f"training setting recipe={recipe!r}: choose one of {sorted(RECIPES)}")
