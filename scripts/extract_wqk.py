@@ -10,9 +10,7 @@ from attngeom.pipeline.job_log import to_rule_log
 
 to_rule_log(snakemake.log[0])
 
-import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,8 +19,8 @@ from attngeom.architectures import architecture_for
 from attngeom.errors import InputError
 from attngeom.files import atomic_path
 from attngeom.pipeline.outcome import portable
-from attngeom.records import read_scores
 from attngeom.report.score_figures import representative_layer
+from attngeom.report.summary import model_records
 from attngeom.sources import open_source
 
 METRIC = {"encoder": "symmetry", "decoder": "directionality"}
@@ -50,11 +48,11 @@ def chosen_layer(p, role: str) -> tuple[str | None, int, str]:
     """(stack, layer, panel title): the config's layer, else the model's most representative one."""
     if p.layer is not None:
         return None, p.layer, f"{p.display}, layer {p.layer} (set in the config)"
-    status = json.loads(Path(snakemake.input.status).read_text())
+    status, scores = model_records(p.model, snakemake.input.scores, snakemake.input.status)
     if status["status"] != "ok":
         raise InputError(f"not scored: {status['reason']}")
     metric = METRIC[role]
-    stack, layer, value, median = representative_layer(read_scores(snakemake.input.scores), metric)
+    stack, layer, value, median = representative_layer(scores, metric)
     title = f"{p.display}, {stack} layer {layer}: the most representative layer\n({metric} {value:.2f}; median over layers {median:.2f})"
     return stack, layer, title
 

@@ -4,16 +4,12 @@ from attngeom.pipeline.job_log import to_rule_log
 
 to_rule_log(snakemake.log[0])
 
-import json
 from pathlib import Path
 
-import pandas as pd
-
-from attngeom.records import read_scores
 from attngeom.report.score_figures import heads_figure
+from attngeom.report.summary import model_records
 
-status = json.loads(Path(snakemake.input.status).read_text())
-scores = read_scores(snakemake.input.scores) if status["status"] == "ok" else pd.DataFrame()
+status, scores = model_records(snakemake.params.model, snakemake.input.scores, snakemake.input.status)
 heads_figure(
     scores,
     snakemake.params.title,

@@ -1,21 +1,20 @@
-"""Rules score_zoo_*: a batch of a zoo's models, each scored like rule score's one (attngeom.pipeline.batches).
-
-Every model gets its Parquet file (empty when not scored) and its status, whatever becomes of the others.
+"""Rule score_zoo: a batch of a zoo's models, each scored like rule score's one (attngeom.pipeline.batches),
+into the batch's two record files: every scored model's rows, and every model's status whatever became of
+the others; each model's log in turn in the batch's log.
 """
 
-from attngeom.pipeline.job_log import to_model_logs
+from attngeom.pipeline.job_log import to_rule_log
 
-to_model_logs(snakemake.log)  # each model's messages in its own log; an error that ends the batch in all
+to_rule_log(snakemake.log[0])
 
 from attngeom import interrupts
-from attngeom.pipeline.batches import score_batch
-from attngeom.pipeline.outcome import ScoreJob, score_options
+from attngeom.pipeline.batches import BatchFiles, score_into
+from attngeom.pipeline.outcome import score_options
 
 interrupts.install()  # SIGTERM (a cancelled job): one line, no half-written file
 
 p = snakemake.params
-out = snakemake.output
-files = zip(p.models, p.locations, p.revisions, out.scores, out.status, snakemake.log, strict=True)
-jobs = [ScoreJob(*fields) for fields in files]
+files = BatchFiles(snakemake.output.scores, snakemake.output.status, snakemake.log[0])
 options = score_options(p.device, p.dtype, p.variant, p.full_download)
-score_batch(jobs, options, snakemake.threads, int(snakemake.resources.get("gpu", 0)))
+models = list(zip(p.models, p.locations, p.revisions, strict=True))
+score_into(models, files, options, snakemake.threads, int(snakemake.resources.get("gpu", 0)))

@@ -8,6 +8,17 @@ import os
 # Linear forward+backward passes took 24 s on 2 threads, 0.04 s on 1). A value already set is kept.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import pytest  # noqa: E402
 from bench_support import bench_cache  # noqa: E402, F401 - the benchmarks' corpus, once per module
+from browser import FAILED  # noqa: E402
 from conformance_sweep import fresh_conformance  # noqa: E402, F401 - one fresh conformance run per session
 from pipeline_support import tiny_run  # noqa: E402, F401 - the tiny pipeline run, once per session
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test is marked on its item, so that its browser page is kept as a screenshot (browser.py)."""
+    report = yield
+    if report.when == "call" and report.failed:
+        item.stash[FAILED] = True
+    return report

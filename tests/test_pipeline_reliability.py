@@ -21,7 +21,6 @@ from attngeom.errors import InputError
 from attngeom.files import atomic_dir, slug
 from attngeom.pipeline import random_models, registry, training_runs
 from attngeom.pipeline.outcome import portable, run_cli
-from attngeom.training.config import CHOICES, FIELDS, RESOURCE_KEYS
 
 SCHEMAS = ROOT / "workflow" / "schemas"
 SETTINGS = {"steps": 3, "n_layers": 2, "hidden_size": 8, "n_heads": 2, "intermediate_size": 8}
@@ -99,13 +98,6 @@ def test_every_mapping_of_the_schema_is_closed_except_the_two_open_by_design():
         "config/$defs/model/properties/random",  # checked against the transformers config class
         "config/properties/training/properties/grid",  # each expanded run is checked as a run
     ]
-
-
-def test_the_training_schema_is_the_training_config():
-    schema = yaml.safe_load((SCHEMAS / "training_settings.schema.yaml").read_text())["properties"]
-    assert set(schema) == set(FIELDS) | set(RESOURCE_KEYS)
-    for name, allowed in CHOICES.items():
-        assert tuple(schema[name]["enum"]) == allowed, name
 
 
 def test_random_settings_are_checked_against_the_transformers_config_class():

@@ -447,9 +447,8 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "python benchmarks/multi_gpu_pipeline.py OUT [--workdir DIR] [--configfile CONFIG]": options_only(
         "hands one job to each of several CUDA GPUs"
     ),
-    "python benchmarks/bench_zoo.py [-n 1000] [--per-model 40] [--slurm] [--json benchmarks/results/zoo.json]": (
-        exercise_bench_zoo
-    ),
+    "python benchmarks/bench_zoo.py [-n 1000] [--per-model 40] [--slurm] [--plan-only] "
+    "[--json benchmarks/results/zoo.json]": exercise_bench_zoo,
     ".ci/slurm/up.sh && ATTNGEOM_SLURM=1 .venv/bin/python -m pytest tests/test_slurm.py; .ci/slurm/down.sh": (
         exercise_ci_slurm
     ),
@@ -715,6 +714,9 @@ PROSE: dict[str, Callable[[str, Path], None] | str] = {
     "tests/test_document_attention.py",
     "python benchmarks/head_loss.py": "run on the CPU by tests/test_head_loss_benchmark.py",
     "python benchmarks/checkpoint_pause.py": "run on the CPU by tests/test_checkpoint_pause_benchmark.py",
+    "python benchmarks/bench_zoo.py -n 100000 --plan-only": "writes and serves 100,000 emulated repositories "
+    "(minutes and GBs); COMMANDS runs bench_zoo.py for real at 6 (exercise_bench_zoo), and tests/test_zoo.py "
+    "plans zoos through the same code",
     "sh benchmarks/mps_check.sh": "needs an NVIDIA GPU and nvidia-cuda-mps-control",
     "snakemake --profile profiles/slurm --cores 2 all": exercise_snakemake_prose,
     "snakemake --profile profiles/slurm -n all ...": exercise_snakemake_prose,

@@ -26,6 +26,7 @@ import attngeom
 from attngeom import cli, network
 from attngeom.errors import InputError
 from attngeom.packaged import packaged_model_path
+from attngeom.sources import ranged
 
 SHARDED, SINGLE, BIN, GGUF = "org/sharded-llama", "org/single-qwen2", "org/bin-llama", "org/tiny-gguf"
 GGUF_FILE = "tiny-Q8_0.gguf"
@@ -153,6 +154,42 @@ def test_sharded_moves_only_headers_and_qk_bytes(hub, repos, tmp_path):
     assert not hub.bytes_sent.get("config.json") and not [
         k for k in hub.bytes_sent if k.endswith(".safetensors")
     ]
+
+
+def test_the_ranged_table_is_what_huggingface_hub_reads_in_fewer_bytes(hub, repos):
+    """``huggingface_hub.get_safetensors_metadata`` finds the same tensors (name, dtype, shape, offsets in
+    the data) as the ranged reader's table, which it cannot replace: its offsets count from the end of a
+    header whose length it does not return (a tensor's bytes cannot be asked for by range without it), it
+    asks for 100,000 bytes of every file (all of a small one), and it keeps nothing for an offline re-run.
+    The ranged reader parses the header bytes it fetched with huggingface_hub's own parser."""
+    from huggingface_hub import HfApi
+
+    from attngeom.sources.hub import Repo
+
+    def asked(since: int) -> int:  # bytes of the ranged GETs answered since then (counted as they start)
+        return sum(
+            last - first + 1 for name, first, last in hub.ranges[since:] if name.endswith(".safetensors")
+        )
+
+    for repo_id in (SHARDED, SINGLE):
+        before = len(hub.ranges)
+        theirs = HfApi().get_safetensors_metadata(repo_id, revision=hub.commit)
+        their_bytes, before = asked(before), len(hub.ranges)
+        repo = Repo.resolve(repo_id, "config.json", None, None)
+        for shard, metadata in theirs.files_metadata.items():
+            file = repo.remote(shard)
+            ranged.read_safetensors_table(file)
+            data_start = len(ranged.verified(file.header_path))
+            ours = {
+                name: (e.dtype, list(e.shape), [e.start - data_start, e.end - data_start])
+                for name, e in file.table.items()
+            }
+            assert ours == {
+                name: (info.dtype, info.shape, list(info.data_offsets))
+                for name, info in metadata.tensors.items()
+            }
+        headers = sum(safetensors_layout(repos[repo_id] / shard)[0] for shard in theirs.files_metadata)
+        assert asked(before) == headers < their_bytes, (repo_id, headers, their_bytes)
 
 
 def test_single_file_with_biases_merges_adjacent_ranges(hub, repos):

@@ -1,18 +1,18 @@
 """Every table of the pipeline's report shown inline, sortable, with its caption: Snakemake's report opens an
 HTML result in a frame and offers any other file only as a download, so each table is also written as a
-page of its own (attngeom.report.table_formats.to_html). Checked in headless Chromium on a real report:
-a tiny run of the workflow (one random control, two 4-step training runs) built up to Table S2 and
-Table 1, then ``--report``."""
+page of its own (attngeom.report.table_formats.to_html). Checked in headless Chromium (Playwright, browser.py)
+on a real report: a tiny run of the workflow (one random control, two 4-step training runs) built up to
+Table S2 and Table 1, then ``--report``."""
 
 from __future__ import annotations
 
-import time
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from browser import CHROMIUM, Page
+from browser import CHROMIUM, chromium, keep_screenshot, new_page
 from pipeline_support import TINY_MODELS, run_snakemake, write_config
 from training_fixtures import write_corpus
 
@@ -24,6 +24,10 @@ needs_chromium = pytest.mark.skipif(
 TARGETS = ["results/tables/table_s2.html", "results/training/tables/table_1.html"]
 RUN = dict(n_layers=2, hidden_size=32, n_heads=2, intermediate_size=64, seq_len=32, batch_size=4)
 RUN |= dict(grad_accum=1, steps=4, warmup_steps=1, log_every=1, score_every=2, checkpoint_every=4)
+VISIBLE_ROWS = """() => [...document.querySelectorAll('tbody tr')]
+    .filter(r => r.getBoundingClientRect().height > 0 && r.checkVisibility())
+    .map(r => [...r.cells].map(c => c.innerText.trim()))"""
+"""The body rows of every table the browser lays out (a box of non-zero size), as the text it renders."""
 
 
 @pytest.fixture(scope="module")
@@ -43,42 +47,44 @@ def report(tmp_path_factory) -> Path:
     return work
 
 
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None:
+        pytest.skip("no chromium on PATH (apt-get install chromium; CI installs it in .ci/run)")
+    with chromium() as opened:
+        yield opened
+
+
 @pytest.fixture
-def page(report, tmp_path):
-    opened = Page((report / "report.html").as_uri(), tmp_path / "profile")
+def page(report, browser, request, tmp_path):
+    opened = new_page(browser, (report / "report.html").as_uri())
     yield opened
-    opened.close()
+    keep_screenshot(request, opened, tmp_path)
+    opened.context.close()
 
 
-def open_result(page: Page, category: str, name: str) -> str:
-    """Click ``category`` in the report's menu, then the eye of result ``name``; the id of the frame that
-    shows it."""
-    page.evaluate(
-        f"[...document.querySelectorAll('a')].find(a => a.textContent.trim() === {category!r}).click()"
-    )
-    row = f"[...document.querySelectorAll('tr')].find(r => r.cells[0]?.textContent.trim().endsWith({name!r}))"
-    page.evaluate(f"{row}.querySelector('a[iconname=eye]').click()")
-    for _ in range(100):
-        frames = [f for f in page.frames() if f"filename={name}" in f["url"]]
-        if frames and page.evaluate("document.readyState", frame=frames[0]["id"]) == "complete":
-            return frames[0]["id"]
-        time.sleep(0.1)
-    raise AssertionError(f"{name} is not shown in a frame")
+def open_result(page, category: str, name: str):
+    """Click ``category`` in the report's menu, then the eye of result ``name``; the frame that shows it,
+    once loaded."""
+    from playwright.sync_api import expect
 
-
-def visible_rows(page: Page, frame: str) -> list[list[str]]:
-    """The body rows of every table in the frame that the browser lays out (a box of non-zero size),
-    as the text it renders."""
-    script = """[...document.querySelectorAll('tbody tr')]
-        .filter(r => r.getBoundingClientRect().height > 0 && r.checkVisibility())
-        .map(r => [...r.cells].map(c => c.innerText.trim()))"""
-    return page.evaluate(script, frame=frame)
+    page.locator("a").filter(has_text=re.compile(rf"^\s*{re.escape(category)}\s*$")).first.click()
+    first_cell = page.locator("td").first.filter(has_text=re.compile(rf"{re.escape(name)}\s*$"))
+    row = page.locator("tr").filter(has=first_cell)
+    with page.expect_event(
+        "framenavigated", predicate=lambda frame: f"filename={name}" in frame.url
+    ) as shown:
+        row.locator("a[iconname=eye]").click()
+    frame = shown.value
+    frame.wait_for_load_state()
+    expect(frame.locator("h1")).to_be_visible()
+    return frame
 
 
 @needs_chromium
 @pytest.mark.slow
 def test_every_table_of_the_report_is_a_page_it_shows_with_its_caption(page):
-    results = page.evaluate("Object.values(results).map(r => [r.filename, r.mime_type, r.caption])")
+    results = page.evaluate("() => Object.values(results).map(r => [r.filename, r.mime_type, r.caption])")
     by_name = {Path(name).name: (mime, caption) for name, mime, caption in results}
     tables = {Path(name).stem for name in by_name if name.endswith(".csv")}
     assert {"summary", "table_s2", "table_s3", "table_1", "claims", "official_comparison"} <= tables
@@ -91,20 +97,23 @@ def test_every_table_of_the_report_is_a_page_it_shows_with_its_caption(page):
 @needs_chromium
 @pytest.mark.slow
 def test_table_s2_rows_are_visible_and_sort_by_a_clicked_column(page, report):
+    from playwright.sync_api import expect
+
     frame = open_result(page, "Tables", "table_s2.html")
-    heading = page.evaluate("document.querySelector('h1').innerText", frame=frame)
-    assert heading.startswith("Table S2")
-    rows = visible_rows(page, frame)
+    assert frame.locator("h1").inner_text().startswith("Table S2")
+    rows = frame.evaluate(VISIBLE_ROWS)
     summary = pd.read_csv(report / "results" / "tables" / "summary.csv")
     displays = set(summary["display"])
     assert {row[0] for row in rows} == displays and len(displays) == 3  # the control and both runs
-    trained = "[...document.querySelectorAll('table')].at(-1)"  # the block of the runs trained here
-    order = f"[...{trained}.tBodies[0].rows].map(r => r.cells[3].innerText)"
-    median = f"[...{trained}.tHead.rows[0].cells].find(c => c.innerText.startsWith('Median'))"
-    page.evaluate(f"{median}.click()", frame=frame)
-    ascending = page.evaluate(order, frame=frame)
-    page.evaluate(f"{median}.click()", frame=frame)
-    descending = page.evaluate(order, frame=frame)
+    trained = frame.locator("table").last  # the block of the runs trained here
+    median = trained.locator("thead th").filter(has_text=re.compile(r"^Median")).first
+    order = trained.locator("tbody tr td:nth-child(4)")
+    median.click()
+    expect(median).to_have_attribute("aria-sort", "ascending")
+    ascending = order.all_inner_texts()
+    median.click()
+    expect(median).to_have_attribute("aria-sort", "descending")
+    descending = order.all_inner_texts()
     assert ascending == sorted(ascending, key=float) and descending == ascending[::-1]
     assert len(set(ascending)) == 2  # random and symmetric init differ after 4 steps: the sort is seen
 
@@ -113,8 +122,8 @@ def test_table_s2_rows_are_visible_and_sort_by_a_clicked_column(page, report):
 @pytest.mark.slow
 def test_table_1_rows_are_visible_in_the_report(page, report):
     frame = open_result(page, "Training", "table_1.html")
-    assert page.evaluate("document.querySelector('h1').innerText", frame=frame).startswith("Table 1")
-    rows = visible_rows(page, frame)
+    assert frame.locator("h1").inner_text().startswith("Table 1")
+    rows = frame.evaluate(VISIBLE_ROWS)
     table = pd.read_csv(report / "results" / "training" / "tables" / "table_1.csv")
     assert len(rows) == len(table) == 2
     assert sorted(row[2] for row in rows) == sorted(table["init"]) == ["random", "symmetric"]
@@ -130,22 +139,37 @@ def test_an_html_table_escapes_its_cells_keeps_its_notes_and_says_why_it_is_empt
     assert "<table" not in (tmp_path / "empty.html").read_text()
 
 
+@pytest.fixture
+def open_file(browser, request, tmp_path):
+    """Opens a local file in a page of its own; each page is kept as a screenshot if the test fails."""
+    pages = []
+
+    def opened(path: Path):
+        pages.append(new_page(browser, path.as_uri()))
+        return pages[-1]
+
+    yield opened
+    for page in pages:
+        keep_screenshot(request, page, tmp_path)
+        page.context.close()
+
+
 @needs_chromium
-def test_a_column_sorts_by_its_leading_number_with_empty_cells_last(tmp_path):
+def test_a_column_sorts_by_its_leading_number_with_empty_cells_last(tmp_path, open_file):
+    from playwright.sync_api import expect
+
     cells = ["1.24B", "22.7M", "", "> 300", "−0.5 ± [0.1, 0.2]", "not scored", "360k"]
     table = pd.DataFrame({"Name": [f"r{i}" for i in range(len(cells))], "Value": cells})
     (tmp_path / "t.html").write_text(to_html(table, "T"))
-    page = Page((tmp_path / "t.html").as_uri(), tmp_path / "profile")
-    try:
-        header = "document.querySelectorAll('th')[1]"
-        order = "[...document.querySelectorAll('tbody tr')].map(r => r.cells[1].textContent)"
-        page.evaluate(f"{header}.click()")
-        ascending = page.evaluate(order)
-        page.evaluate(f"{header}.click()")
-        descending = page.evaluate(order)
-        state = page.evaluate(f"{header}.getAttribute('aria-sort')")
-    finally:
-        page.close()
+    page = open_file(tmp_path / "t.html")
+    header = page.locator("th").nth(1)
+    order = page.locator("tbody tr td:nth-child(2)")
+    header.click()
+    expect(header).to_have_attribute("aria-sort", "ascending")
+    ascending = [cell.text_content() for cell in order.all()]
+    header.click()
+    expect(header).to_have_attribute("aria-sort", "descending")
+    descending = [cell.text_content() for cell in order.all()]
     numbers = ["−0.5 ± [0.1, 0.2]", "> 300", "360k", "22.7M", "1.24B"]
     assert ascending == [*numbers, "not scored", ""]
-    assert descending == [*numbers[::-1], "not scored", ""] and state == "descending"
+    assert descending == [*numbers[::-1], "not scored", ""]

@@ -28,8 +28,8 @@ from attngeom.training.runs import RunFolder
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 SCRIPTS = sorted((ROOT / "scripts").glob("*.py"))
-TO_THE_LOG = {"to_rule_log(snakemake.log[0])", "to_model_logs(snakemake.log)"}
-"""attngeom.pipeline.job_log's calls: the job's output to its rule's log (to each model's log in a batch)."""
+TO_THE_LOG = {"to_rule_log(snakemake.log[0])"}
+"""attngeom.pipeline.job_log's call: the job's output to its rule's log."""
 LINE = re.compile(r"^step (\d+)/(\d+)  loss \d+\.\d{4}  [\d,]+ tokens/s  ETA \d+:\d\d:\d\d$")
 
 
@@ -41,10 +41,7 @@ def test_every_script_sends_its_output_to_its_rule_log_before_anything_else():
     for script in SCRIPTS:
         body = ast.parse(script.read_text()).body
         body = body[1:] if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else body
-        assert ast.unparse(body[0]) in {
-            "from attngeom.pipeline.job_log import to_rule_log",
-            "from attngeom.pipeline.job_log import to_model_logs",
-        }, script.name
+        assert ast.unparse(body[0]) == "from attngeom.pipeline.job_log import to_rule_log", script.name
         assert ast.unparse(body[1]) in TO_THE_LOG, script.name
 
 

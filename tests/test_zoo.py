@@ -23,6 +23,7 @@ from attngeom.errors import InputError, reason_kind
 from attngeom.pipeline import batches, outcome, zoo
 from attngeom.pipeline.registry import build_registry, score_resources
 from attngeom.records import read_scores
+from attngeom.report.summary import collect, model_records
 
 N = 60
 
@@ -267,6 +268,46 @@ def test_a_batch_records_every_model_as_its_kind_says(emulated, hub, tmp_path):
         else:
             assert frame.empty and kind.reason in status["reason"], status
             assert "\n" not in status["reason"] and str(tmp_path) not in status["reason"]
+
+
+def test_a_batch_records_its_models_in_two_files_and_one_log(emulated, hub, tmp_path):
+    kinds = ("bert", "gated", "mamba", "gpt2-bin")
+    repos = [next(r for r, k in emulated.outcomes.items() if k.name == kind) for kind in kinds]
+    jobs = jobs_for(emulated, repos, tmp_path)
+    files = batches.BatchFiles(
+        *(str(tmp_path / f"batch.{kind}") for kind in ("parquet", "status.json", "log"))
+    )
+    models = [(job.model, job.location, job.revision) for job in jobs]
+    statuses = batches.score_into(models, files, ["--device", "cpu"], threads=1)
+    assert json.loads(Path(files.status).read_text()) == statuses
+    assert [s["status"] for s in statuses] == ["ok", "failed", "failed", "ok"]
+    frame = read_scores(files.scores)
+    assert list(dict.fromkeys(frame["model_id"])) == [repos[0], repos[3]]
+    log = Path(files.log).read_text()
+    assert [line for line in log.splitlines() if line.startswith("== ")] == [
+        f"== {repo}: {status['status']}" for repo, status in zip(repos, statuses, strict=True)
+    ]
+    assert "gated" in log.split(f"== {repos[1]}")[1].split("== ")[0]  # each model's own log under its line
+    rows = [{"model": repo} for repo in repos]
+    _, table = collect(rows, [files.scores], [files.status])
+    assert list(table["status"]) == ["ok", "failed", "failed", "ok"]
+    status, scores = model_records(repos[3], files.scores, files.status)
+    assert status == statuses[3] and set(scores["model_id"]) == {repos[3]} and len(scores)
+    status, scores = model_records(repos[2], files.scores, files.status)
+    assert status["status"] == "failed" and scores.empty
+    with pytest.raises(ValueError, match="holds no status of model 'org/none'"):
+        model_records("org/none", files.scores, files.status)
+
+
+def test_a_batch_with_no_model_scored_still_has_the_records_schema(emulated, hub, tmp_path):
+    repo = next(r for r, k in emulated.outcomes.items() if k.name == "no-weights")
+    files = batches.BatchFiles(*(str(tmp_path / f"b.{kind}") for kind in ("parquet", "status.json", "log")))
+    (status,) = batches.score_into(
+        [(repo, repo, emulated.commits[repo])], files, ["--device", "cpu"], threads=1
+    )
+    assert status["status"] == "failed"
+    frame = read_scores(files.scores)
+    assert frame.empty and "symmetry" in frame.columns
 
 
 def test_the_pinned_commit_is_scored_after_the_repository_moved_on(emulated, hub, tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import math
 import os
 import re
@@ -106,11 +107,18 @@ def test_scores_are_those_of_the_pinned_files_read_from_disk(zoo_run):
 
 
 def test_a_zoo_is_scored_in_batches_not_a_job_per_model(zoo_run):
-    _, _, log, _ = zoo_run
+    emulated, work, log, _ = zoo_run
     rules = re.findall(r"^(?:local)?rule (\w+):$", log, flags=re.M)
-    assert sorted(r for r in rules if r.startswith("score")) == [
-        f"score_zoo_cpu{i:03d}" for i in range(math.ceil(N / BATCH))
-    ]
+    assert sorted(r for r in rules if r.startswith("score")) == ["score_zoo"] * math.ceil(N / BATCH)
+    batches = [f"cpu{i:03d}" for i in range(math.ceil(N / BATCH))]
+    folder = work / "results" / "scores"
+    assert sorted(p.name for p in folder.iterdir()) == ["zoo"]  # no file of its own for a zoo model
+    statuses = [s for b in batches for s in json.loads((folder / "zoo" / f"{b}.status.json").read_text())]
+    assert sorted(s["model"] for s in statuses) == sorted(emulated.repos)
+    rows = pd.concat([pd.read_parquet(folder / "zoo" / f"{b}.parquet") for b in batches])
+    assert set(rows["model_id"]) == {s["model"] for s in statuses if s["status"] == "ok"}
+    first = (work / "results" / "logs" / "score_zoo" / "cpu000.log").read_text()
+    assert first.count("\n== ") + first.startswith("== ") == BATCH  # each model's log, in turn
 
 
 def test_a_rerun_reads_the_pinned_list_offline_and_has_nothing_to_do(zoo_run):
@@ -145,15 +153,27 @@ def pinned_config(folder: Path, n: int, **entry) -> Path:
 def test_a_thousand_pinned_models_are_twenty_scoring_jobs_and_one_of_each_aggregate(tmp_path):
     pinned_config(tmp_path, 1000)
     dry = run_snakemake("all", "-n", "--configfile", "zoo.yaml", cwd=tmp_path)
-    counts = pd.Series([rule for rule, _, _ in planned_jobs(dry.stdout)]).value_counts()
-    assert counts.filter(like="score_zoo_cpu").size == 20 and counts.filter(like="score_zoo").sum() == 20
-    assert "score" not in counts and "figure_heads" not in counts
+    jobs = planned_jobs(dry.stdout)
+    counts = pd.Series([rule for rule, _, _ in jobs]).value_counts()
+    assert counts["score_zoo"] == 20 and "score" not in counts and "figure_heads" not in counts
+    assert {wildcards for rule, wildcards, _ in jobs if rule == "score_zoo"} == {
+        f"batch=cpu{i:03d}" for i in range(20)
+    }
     assert counts["aggregate"] == counts["tables"] == counts["figure_2"] == 1
     one = run_snakemake(
-        f"results/scores/{slug('org-07/model-00007')}.parquet", "-n", "--configfile", "zoo.yaml", cwd=tmp_path
+        "results/scores/zoo/cpu007.status.json", "-n", "--configfile", "zoo.yaml", cwd=tmp_path
     )
-    (job,) = planned_jobs(one.stdout)  # only the batch that holds it
-    assert job[0].startswith("score_zoo_cpu")
+    assert [(rule, wildcards) for rule, wildcards, _ in planned_jobs(one.stdout)] == [
+        ("score_zoo", "batch=cpu007")
+    ]
+
+
+def test_a_zoo_models_per_head_figure_reads_its_batchs_records(tmp_path):
+    pinned_config(tmp_path, 120, heads_figures=True)
+    model = slug("org-07/model-00007")
+    dry = run_snakemake(f"results/figures/heads/{model}.png", "-n", "--configfile", "zoo.yaml", cwd=tmp_path)
+    rules = sorted(rule for rule, _, _ in planned_jobs(dry.stdout))
+    assert rules == ["figure_heads", "score_zoo"]  # the batch that holds it, then its figure
 
 
 @pytest.mark.parametrize(

@@ -216,6 +216,8 @@ def unslug(text: str) -> str:
 
 
 def _slug_part(part: str) -> str:
+    if SLUG_SAFE.issuperset(part) and part[0] not in ".-" and part[-1] != "-" and "--" not in part:
+        return part  # nothing to escape (most ids): the loop below would give it back unchanged
     out = []
     for i, ch in enumerate(part):
         dash_ok = ch != "-" or (0 < i < len(part) - 1 and part[i - 1] != "-")

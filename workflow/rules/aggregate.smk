@@ -3,8 +3,8 @@
 
 rule aggregate:
     input:
-        scores=expand(rules.score.output.scores, slug=list(MODELS)),
-        status=expand(rules.score.output.status, slug=list(MODELS)),
+        scores=score_files(MODELS, "scores"),
+        status=score_files(MODELS, "status"),
     output:
         scores=f"{R}/aggregate/scores.parquet",
         models=f"{R}/aggregate/models.csv",

@@ -91,12 +91,15 @@ HEATMAPS = heatmaps(config["figures"], MODELS)
 AGGREGATE_MEM_MB = 2048 + 4 * len(MODELS)
 HEADS_FIGURES = [s for s, model in MODELS.items() if model.id not in ZOO_IDS or ZOO.heads_figures]
 # The models scored on a GPU, each by a job of its own (rule score_gpu, which a cluster profile sends to its
-# GPU partition): a zoo batches only its CPU models.
+# GPU partition): a zoo batches only its CPU models (rule score_zoo, a batch's records in two files).
 ON_GPU = {s for s, model in MODELS.items() if score_resources(model, SCORING).gpu}
-ZOO_CPU = [MODELS[slug(i)] for i in ZOO_IDS if slug(i) not in ON_GPU]
-ZOO_BATCHES = plan_batches(ZOO_CPU, SCORING, ZOO.batch_size) if ZOO else []
-BATCHED = {s for batch in ZOO_BATCHES for s in batch.slugs}
-SOURCED = [s for s, model in MODELS.items() if model.kind in ("hub", "path") and s not in BATCHED]
+_ZOO_CPU = [s for s in map(slug, ZOO_IDS) if s not in ON_GPU]
+ZOO_BATCHES = {
+    batch.name: batch
+    for batch in (plan_batches([MODELS[s] for s in _ZOO_CPU], SCORING, ZOO.batch_size) if ZOO else [])
+}
+BATCH_OF = {s: name for name, batch in ZOO_BATCHES.items() for s in batch.slugs}
+SOURCED = [s for s, model in MODELS.items() if model.kind in ("hub", "path") and s not in BATCH_OF]
 """The models whose weights no job of the workflow makes: rule model_source records where they come from."""
 
 # What this run can show, for the report's captions (workflow/report/*.rst read them as params.scope).
@@ -135,6 +138,25 @@ def group_finals(group):
     in the figure); none for a figure of pretrained models, so it never waits for training."""
     trained = {MODELS[s].id for s in group_slugs(group) if MODELS[s].role == "trained"}
     return run_finals(lambda run: trained_model_id(run.name) in trained) if trained else []
+
+
+def score_files(slugs, kind):
+    """The ``kind`` files ("scores" or "status") holding the records of the models ``slugs``: a model's own,
+    or once each, those of the zoo batches that hold the others (rule score_zoo)."""
+    own = [s for s in slugs if s not in BATCH_OF]
+    batches = list(dict.fromkeys(BATCH_OF[s] for s in slugs if s in BATCH_OF))
+    return expand(getattr(rules.score.output, kind), slug=own) + expand(
+        getattr(rules.score_zoo.output, kind), batch=batches
+    )
+
+
+def zoo_batch(wildcards):
+    return ZOO_BATCHES[wildcards.batch]
+
+
+def batch_models(field):
+    """A zoo batch's models' ``field`` (id, location or revision), in the batch's order."""
+    return lambda wildcards: [getattr(MODELS[s], field) or "" for s in zoo_batch(wildcards).slugs]
 
 
 def model_of(wildcards):

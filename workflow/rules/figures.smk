@@ -6,8 +6,8 @@
 rule heatmap_matrix:
     input:
         weights=lambda wildcards: weights_input(HEATMAPS[wildcards.role][0]),
-        scores=lambda wildcards: expand(rules.score.output.scores, slug=HEATMAPS[wildcards.role][0].slug)[0],
-        status=lambda wildcards: expand(rules.score.output.status, slug=HEATMAPS[wildcards.role][0].slug)[0],
+        scores=lambda wildcards: score_files([HEATMAPS[wildcards.role][0].slug], "scores")[0],
+        status=lambda wildcards: score_files([HEATMAPS[wildcards.role][0].slug], "status")[0],
     output:
         f"{R}/heatmaps/{{role}}.npz",
     log:
@@ -58,8 +58,8 @@ rule figure_2:
 
 use rule figure_2 as figure_s1 with:
     input:
-        scores=expand(rules.score.output.scores, slug=group_slugs("figure_s1")),
-        status=expand(rules.score.output.status, slug=group_slugs("figure_s1")),
+        scores=score_files(group_slugs("figure_s1"), "scores"),
+        status=score_files(group_slugs("figure_s1"), "status"),
         runs=group_finals("figure_s1"),
     output:
         pdf=f"{R}/figures/figure_s1.pdf",
@@ -73,8 +73,8 @@ use rule figure_2 as figure_s1 with:
 
 use rule figure_2 as figure_s2 with:
     input:
-        scores=expand(rules.score.output.scores, slug=group_slugs("figure_s2")),
-        status=expand(rules.score.output.status, slug=group_slugs("figure_s2")),
+        scores=score_files(group_slugs("figure_s2"), "scores"),
+        status=score_files(group_slugs("figure_s2"), "status"),
         runs=group_finals("figure_s2"),
     output:
         pdf=f"{R}/figures/figure_s2.pdf",
@@ -88,8 +88,8 @@ use rule figure_2 as figure_s2 with:
 
 rule figure_heads:
     input:
-        scores=rules.score.output.scores,
-        status=rules.score.output.status,
+        scores=lambda wildcards: score_files([wildcards.slug], "scores")[0],
+        status=lambda wildcards: score_files([wildcards.slug], "status")[0],
     output:
         pdf=f"{R}/figures/heads/{{slug}}.pdf",
         png=report(
@@ -107,6 +107,7 @@ rule figure_heads:
         mem_mb=2048,
         runtime=10,
     params:
+        model=lambda wildcards: model_of(wildcards).id,
         title=lambda wildcards: f"{model_of(wildcards).display}: per-head scores by layer",
         code=code_of("figure_heads.py"),
     script:

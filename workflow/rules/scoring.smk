@@ -1,8 +1,8 @@
 # Score one model: results/scores/<slug>.parquet and a status file (ok, failed or crashed, and why).
 # Rule score on a CPU, rule score_gpu on a GPU (`scoring: device`, `gpu_min_params`): the same job, in a
 # rule of its own so that a cluster profile can send it to a GPU partition (profiles/slurm). A zoo's CPU
-# models are scored in batches instead (rules score_zoo_*, attngeom.pipeline.batches): one job and one
-# process for up to `zoo: batch_size` models, each model's files as rule score writes them.
+# models are scored in batches instead (rule score_zoo, attngeom.pipeline.batches): one job and one process
+# for up to `zoo: batch_size` models, whose records are the batch's two files (scores/zoo/<batch>.*).
 
 
 rule score:
@@ -16,7 +16,7 @@ rule score:
     benchmark:
         f"{R}/benchmarks/score/{{slug}}.tsv"
     wildcard_constraints:
-        slug=slugs_pattern(s for s in MODELS if s not in BATCHED and s not in ON_GPU),
+        slug=slugs_pattern(s for s in MODELS if s not in BATCH_OF and s not in ON_GPU),
     group:
         score_group
     conda:
@@ -46,34 +46,32 @@ use rule score as score_gpu with:
         slug=slugs_pattern(ON_GPU),
 
 
-for _batch in ZOO_BATCHES:
-
-    rule:
-        name:
-            f"score_zoo_{_batch.name}"
-        output:
-            scores=expand(rules.score.output.scores, slug=_batch.slugs),
-            status=expand(rules.score.output.status, slug=_batch.slugs),
-        log:
-            expand(f"{R}/logs/score/{{slug}}.log", slug=_batch.slugs),
-        benchmark:
-            f"{R}/benchmarks/score_zoo/{_batch.name}.tsv"
-        conda:
-            ENV
-        threads: _batch.resources.threads
-        resources:
-            mem_mb=_batch.resources.mem_mb,
-            runtime=_batch.resources.runtime,
-            disk_mb=_batch.resources.disk_mb,
-            gpu=_batch.resources.gpu,
-        params:
-            models=[MODELS[s].id for s in _batch.slugs],
-            locations=[MODELS[s].location for s in _batch.slugs],
-            revisions=[MODELS[s].revision or "" for s in _batch.slugs],
-            device="cuda" if _batch.resources.gpu else "cpu",
-            dtype=SCORING["dtype"],
-            variant=SCORING["variant"],
-            full_download=SCORING["full_download"],
-            code=code_of("score_batch.py"),
-        script:
-            "../../scripts/score_batch.py"
+rule score_zoo:
+    output:
+        scores=f"{R}/scores/zoo/{{batch}}.parquet",
+        status=f"{R}/scores/zoo/{{batch}}.status.json",
+    log:
+        f"{R}/logs/score_zoo/{{batch}}.log",
+    benchmark:
+        f"{R}/benchmarks/score_zoo/{{batch}}.tsv"
+    wildcard_constraints:
+        batch="|".join(ZOO_BATCHES) or "(?!)",
+    conda:
+        ENV
+    threads: lambda wildcards: zoo_batch(wildcards).resources.threads
+    resources:
+        mem_mb=lambda wildcards: zoo_batch(wildcards).resources.mem_mb,
+        runtime=lambda wildcards: zoo_batch(wildcards).resources.runtime,
+        disk_mb=lambda wildcards: zoo_batch(wildcards).resources.disk_mb,
+        gpu=lambda wildcards: zoo_batch(wildcards).resources.gpu,
+    params:
+        models=batch_models("id"),
+        locations=batch_models("location"),
+        revisions=batch_models("revision"),
+        device=lambda wildcards: "cuda" if zoo_batch(wildcards).resources.gpu else "cpu",
+        dtype=SCORING["dtype"],
+        variant=SCORING["variant"],
+        full_download=SCORING["full_download"],
+        code=code_of("score_batch.py"),
+    script:
+        "../../scripts/score_batch.py"

@@ -8,16 +8,24 @@ the batch goes on with the next one, so every model of the batch gets its Parque
 
 Batches hold models of one device, sorted by size, so a batch asks for the memory of its largest model
 and the time of all of them.
+
+A batch's records are two files, not two a model (``score_into``): its models' scores in one Parquet file
+(each row names its model, as in any records file) and their statuses in one JSON list, with one log. A
+workflow's DAG holds its files, and Snakemake spends about a millisecond of CPU on each file of a job; two
+files a model were 200,000 files at 100,000 models and minutes of planning (benchmarks/README.md, the zoo).
 """
 
 from __future__ import annotations
 
 import json
 import multiprocessing
+import shutil
 import signal
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import interrupts
 from .outcome import ScoreJob, record_lost, score_and_record
 from .registry import Model, Resources, score_resources, weight_bytes
 
@@ -54,10 +62,60 @@ def plan_batches(models: list[Model], scoring: dict, size: int) -> list[Batch]:
     return batches
 
 
-def score_batch(jobs: list[ScoreJob], options: list[str], threads: int, gpus: int = 0) -> list[dict]:
+@dataclass(frozen=True)
+class BatchFiles:
+    """Where a batch's records go: every model's scores, the statuses (a JSON list), the log."""
+
+    scores: str
+    status: str
+    log: str
+
+
+def score_into(
+    models: list[tuple[str, str, str]], files: BatchFiles, options: list[str], threads: int, gpus: int = 0
+) -> list[dict]:
+    """``models`` (id, location, revision) scored by ``score_batch`` into the batch's ``files``: each model's
+    log appended to the batch log as it ends, then the scores of those scored in one Parquet file (with the
+    records' schema, no row when none was) and, last, every model's status. Returns the statuses."""
+    import pyarrow as pa  # here, not above: the DAG imports this module to plan batches
+    import pyarrow.parquet as pq
+
+    from ..files import write_text
+    from ..records import to_table, write_scores
+
+    scratch = Path(tempfile.mkdtemp(prefix="attngeom-batch."))
+    interrupts.track(scratch)
+    try:
+        jobs = [
+            ScoreJob(
+                model,
+                location,
+                revision,
+                *(str(scratch / f"{i}.{kind}") for kind in ("parquet", "json", "log")),
+            )
+            for i, (model, location, revision) in enumerate(models)
+        ]
+        Path(files.log).write_text("")
+        statuses = score_batch(jobs, options, threads, gpus, batch_log=files.log)
+        scored = [
+            pq.read_table(job.scores)
+            for job, status in zip(jobs, statuses, strict=True)
+            if status["status"] == "ok"
+        ]
+        write_scores(pa.concat_tables(scored) if scored else to_table([]), files.scores)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        interrupts.untrack(scratch)
+    write_text(files.status, json.dumps(statuses, indent=1) + "\n")
+    return statuses
+
+
+def score_batch(
+    jobs: list[ScoreJob], options: list[str], threads: int, gpus: int = 0, batch_log: str | None = None
+) -> list[dict]:
     """Every job scored in a child forked from this process (which imports everything once first), each
     child holding ``gpus`` of a local pipeline's GPUs; returns each job's status, a dead child's written
-    here."""
+    here. ``batch_log``: each job's log is appended to it once the job has ended."""
     _import_once()
     context = multiprocessing.get_context("fork")
     statuses = []
@@ -72,6 +130,10 @@ def score_batch(jobs: list[ScoreJob], options: list[str], threads: int, gpus: in
             with open(job.log, "a") as log:
                 log.write(f"\n{_death(child.exitcode)}\n")
             statuses.append(record_lost(job, _death(child.exitcode)))
+        if batch_log is not None:
+            with open(batch_log, "a") as log:
+                log.write(f"== {job.model}: {statuses[-1]['status']}\n")
+                log.write(Path(job.log).read_text(errors="replace") if Path(job.log).is_file() else "")
     return statuses
 
 

@@ -6,17 +6,13 @@ failed job's error would be found nowhere else. Every script under ``scripts/`` 
 ``to_rule_log`` first: the process's file descriptors 1 and 2 become the log, so Python's prints and
 warnings, C libraries' messages, child processes (torchrun) and the traceback of an uncaught exception all
 land there, as a shell rule's ``2> {log}`` would have them, and ``snakemake --show-failed-logs`` prints it.
-A rule with one log per model (a zoo's batch) keeps each model's messages in that model's log and gets a
-traceback that ends the whole job appended to all of them (``to_model_logs``).
+A zoo's batch job (one log a batch) appends each model's scoring log to it in turn as the model ends.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import traceback
-from collections.abc import Sequence
-from types import TracebackType
 
 
 def to_rule_log(path: str) -> None:
@@ -29,21 +25,3 @@ def to_rule_log(path: str) -> None:
     os.dup2(log, 2)
     os.close(log)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # in order beside stderr's lines
-
-
-def to_model_logs(paths: Sequence[str]) -> None:
-    """A job with a log per model (emptied first; each model's messages are written there by its own
-    scoring): an uncaught exception that ends the whole job has its traceback appended to every one of
-    them, and printed as usual."""
-    for path in paths:
-        open(path, "w").close()
-    printed = sys.excepthook
-
-    def hook(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
-        text = "".join(traceback.format_exception(kind, error, trace))
-        for path in paths:
-            with open(path, "a") as log:
-                log.write(text)
-        printed(kind, error, trace)
-
-    sys.excepthook = hook

@@ -6,6 +6,7 @@ scripts and the tests all read the registry through this module.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ class Model:
     random: dict = field(default_factory=dict)
     seed: int = 0
 
-    @property
+    @functools.cached_property
     def slug(self) -> str:
         return slug(self.id)
 

@@ -22,7 +22,7 @@ import yaml
 from ..errors import InputError
 from ..files import write_text
 from .paper_config import GROUPS, paper_groups
-from .pinned import SHA, check_target, read_list
+from .pinned import SHA, check_target, list_text, read_list
 
 SORTS = ("downloads", "likes", "created_at", "last_modified", "trending_score")
 QUERY_DEFAULTS = {"sort": "downloads"}
@@ -224,16 +224,15 @@ def pinned_text(zoo: Zoo, models: list[dict], endpoint: str, now: datetime.datet
 
     from ..version import __version__
 
-    document = {
+    head = {
         "name": zoo.name,
         "query": zoo.query,
         "resolved_at": now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "endpoint": endpoint,
         "huggingface_hub": hub_version,
         "attngeom": __version__,
-        "models": models,
     }
-    return HEADER + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=1000)
+    return HEADER + list_text(head, models)
 
 
 def read_pinned(zoo: Zoo) -> list[dict]:

@@ -81,19 +81,23 @@ def in_group(table: pd.DataFrame, group: str) -> pd.DataFrame:
 
 
 def collect(models: list[dict], scores: Iterable[str], statuses: Iterable[str]) -> tuple:
-    """All per-model Parquet files as one frame and the model table, joined on the model id.
+    """The scores of ``models`` as one frame and the model table, joined on the model id.
 
-    ``models`` are registry rows (``Model.table_row()``, in config order); each status JSON names its
-    model and says ``ok``, ``failed`` (bad input) or ``crashed`` (a defect), with the reason. The model
-    table gets ``status``, ``reason`` and, where the config gave none, ``n_params`` from the scores (and
-    ``modality``/``objective`` where the registry says "unknown").
+    ``models`` are registry rows (``Model.table_row()``, in config order). ``scores`` are records files
+    (one model's, or a zoo batch's: each row names its model); ``statuses`` are JSON files, each holding a
+    model's status or a list of them (a zoo batch's): it names its model and says ``ok``, ``failed`` (bad
+    input) or ``crashed`` (a defect), with the reason. Models of the files that ``models`` does not list
+    are left out. The model table gets ``status``, ``reason`` and, where the config gave none,
+    ``n_params`` from the scores (and ``modality``/``objective`` where the registry says "unknown").
     """
     status_of = {}
     for path in statuses:
-        status = json.loads(Path(path).read_text())
-        if status.get("status") not in STATUSES:
-            raise ValueError(f"{path}: status {status.get('status')!r} is not one of {', '.join(STATUSES)}")
-        status_of[status["model"]] = status
+        for status in statuses_in(path):
+            if status.get("status") not in STATUSES:
+                raise ValueError(
+                    f"{path}: status {status.get('status')!r} is not one of {', '.join(STATUSES)}"
+                )
+            status_of[status["model"]] = status
     frames = {}
     for path in scores:
         frame = read_scores(path)
@@ -141,6 +145,23 @@ def _check_score_rows(frame: pd.DataFrame) -> None:
                 f"summarize: column {column!r} holds {dtype}, not numbers; pass score rows as "
                 "attngeom.score or attngeom.records.read_scores give them"
             )
+
+
+def statuses_in(path: str) -> list[dict]:
+    """The statuses a status file holds: one model's, or a zoo batch's list of them."""
+    held = json.loads(Path(path).read_text())
+    return held if isinstance(held, list) else [held]
+
+
+def model_records(model: str, scores: str, status: str) -> tuple[dict, pd.DataFrame]:
+    """One model's status and scores (no rows unless it is ok), from its own files or its zoo batch's."""
+    mine = [held for held in statuses_in(status) if held["model"] == model]
+    if not mine:
+        raise ValueError(f"{status} holds no status of model {model!r}")
+    if mine[0]["status"] != "ok":
+        return mine[0], pd.DataFrame()
+    frame = read_scores(scores)
+    return mine[0], frame[frame["model_id"] == model].reset_index(drop=True)
 
 
 def layer_statistics(scores: pd.DataFrame, by: list[str]) -> pd.DataFrame:

@@ -40,10 +40,11 @@ class Block:
 
 
 def _markdown_grid(table: pd.DataFrame) -> list[str]:
+    """The table as GitHub Markdown (pandas' ``to_markdown``, through tabulate), every cell as the text it
+    holds (no number re-formatted) and its ``|`` escaped."""
     cells = table.astype(str).apply(lambda col: col.str.replace("|", "\\|", regex=False))
-    header = [str(c).replace("|", "\\|") for c in table.columns]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in table.columns) + "|"]
-    return lines + ["| " + " | ".join(row) + " |" for row in cells.itertuples(index=False)]
+    cells.columns = [str(c).replace("|", "\\|") for c in table.columns]
+    return cells.to_markdown(index=False, tablefmt="github", disable_numparse=True).splitlines()
 
 
 def to_markdown(table: pd.DataFrame | list[Block], title: str, caption: str = "") -> str:
@@ -65,21 +66,17 @@ _LATEX_SPECIALS = {c: "\\" + c for c in "&%$#_{}"} | {
 
 
 def _latex_escape(text: str) -> str:
+    """``text`` for a caption, heading or note (the grid's cells are escaped by pandas' Styler)."""
     return "".join(_LATEX_SPECIALS.get(c, c) for c in text).replace("±", r"$\pm$")
 
 
 def _latex_grid(table: pd.DataFrame) -> list[str]:
-    header = " & ".join(_latex_escape(str(c)) for c in table.columns) + r" \\"
-    body = [" & ".join(_latex_escape(str(v)) for v in row) + r" \\" for row in table.itertuples(index=False)]
-    return [
-        r"\begin{tabular}{" + "l" * len(table.columns) + "}",
-        r"\toprule",
-        header,
-        r"\midrule",
-        *body,
-        r"\bottomrule",
-        r"\end{tabular}",
-    ]
+    """The table as a booktabs ``tabular`` (pandas' ``Styler.to_latex``), every cell as the text it holds,
+    escaped for LaTeX, its ``±`` in math mode."""
+    plus_minus = {"formatter": lambda text: str(text).replace("±", r"$\pm$"), "escape": "latex"}
+    styled = table.astype(str).style.hide(axis="index").format(**plus_minus)
+    styled = styled.format_index(axis=1, **plus_minus)
+    return styled.to_latex(column_format="l" * len(table.columns), hrules=True).splitlines()
 
 
 def to_latex(table: pd.DataFrame | list[Block], title: str, caption: str = "") -> str:

