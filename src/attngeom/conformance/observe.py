@@ -114,9 +114,20 @@ def _unscaled(record: dict) -> bool:
         return False
     return all(
         f"{r}_attn" not in record  # the scores were fitted to the projections' outputs themselves
-        or torch.isclose(record[f"{r}_attn"].double().norm(), record[r].double().norm(), rtol=1e-9, atol=0)
+        or torch.isclose(
+            record[f"{r}_attn"].double().norm(),
+            record[r].double().norm(),
+            rtol=_rounding(record[f"{r}_attn"]),
+            atol=0,
+        )
         for r in ("q", "k")
     )
+
+
+def _rounding(tensor: torch.Tensor) -> float:
+    """The relative difference a cast to ``tensor``'s precision can make to a norm (GPT-Neo's attention
+    casts q and k to float32 before q·kᵀ; the model itself runs in float64 here)."""
+    return max(1e-9, 16 * torch.finfo(tensor.dtype).eps) if tensor.is_floating_point() else 1e-9
 
 
 def observed(
