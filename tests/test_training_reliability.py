@@ -59,7 +59,11 @@ def test_run_folder_records_the_tokenizer_and_token_stream(tmp_path, text_file):
     recorded = json.loads((run / "corpus.json").read_text())
     hashes = {"tokenizer_sha256": corpus.tokenizer_sha256, "tokens_sha256": corpus.tokens_sha256}
     assert {k: recorded[k] for k in hashes} == hashes
-    assert set(recorded) - set(hashes) == {"documents", "tokens_per_update", "passes_per_update"}  # the data's size
+    assert set(recorded) - set(hashes) == {
+        "documents",
+        "tokens_per_update",
+        "passes_per_update",
+    }  # the data's size
 
 
 def test_resume_after_the_token_cache_is_rebuilt_continues_exactly(tmp_path, text_file):
