@@ -105,9 +105,9 @@ def tiny_bert(folder: Path) -> Path:
 
 SCORE_AND_LIST = """
 import json, sys
-from attngeom.pipeline.outcome import ScoreJob, score_and_record, score_options
+from attngeom.pipeline.outcome import ScoreJob, score_and_record
 job = ScoreJob("local/tiny", sys.argv[1], "", sys.argv[2], sys.argv[3], sys.argv[4])
-score_and_record(job, score_options("cpu", "float64", "excess", False))
+score_and_record(job)
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "attngeom")))
 """
 
