@@ -60,7 +60,7 @@ def test_the_hashes_follow_the_modules_code_not_their_bytes_or_timestamps(tmp_pa
     def hashes(package: Path) -> tuple[str, str, str, str]:
         """The scoring part's, the training part's, and the score and train rules' code params."""
         rules = [script_hash(ROOT / "scripts" / name, package) for name in ("score_model.py", "train_run.py")]
-        return code_hash("scores", package), code_hash("training", package), *rules
+        return code_hash("scoring", package), code_hash("training", package), *rules
 
     base = hashes(PACKAGE)
 
@@ -122,7 +122,7 @@ def test_the_scoring_part_holds_every_module_a_scoring_job_runs_and_the_records_
     assert json.loads(Path(files[1]).read_text())["status"] == "ok"
     assert {"attngeom.engine", "attngeom.scores"} <= loaded
     assert sorted(loaded - set(part_modules("scores"))) == []
-    assert set(pd.read_parquet(files[0])["code_hash"]) == {code_hash("scores")}
+    assert set(pd.read_parquet(files[0])["code_hash"]) == {code_hash("scoring")}
 
 
 def workflow_copy(tmp_path: Path, config: dict, targets: list[str]) -> Callable[..., str]:
@@ -154,7 +154,7 @@ def test_a_changed_scoring_module_reruns_the_scoring_job_and_a_touched_file_reru
 
     snakemake("--cores", "1")
     recorded = set(pd.read_parquet(work / target)["code_hash"])
-    assert recorded == {code_hash("scores", repo / "src" / "attngeom")}
+    assert recorded == {code_hash("scoring", repo / "src" / "attngeom")}
     assert "Nothing to be done" in snakemake("-n")
 
     later = time.time() + 100  # identical content, a new timestamp: the script and a module
@@ -194,7 +194,7 @@ def test_a_scoring_change_rescores_the_trained_model_names_its_older_evolution_a
     evolution = work / "results" / "training" / "enc" / "scores.parquet"
 
     snakemake("--cores", "1")
-    before = code_hash("scores", package)
+    before = code_hash("scoring", package)
     assert set(pd.read_parquet(evolution)["code_hash"]) == {before}
     assert "other scoring code" not in (work / claims).read_text()
 

@@ -196,7 +196,7 @@ def score_source(
         "n_params": source.n_params,
         "variant": settings.variant,
         "attngeom_version": __version__,
-        "code_hash": code_hash("scores"),
+        "code_hash": code_hash("scoring"),
     }
     rows: list[dict] = []
     for item in pending:

@@ -26,7 +26,7 @@ from attngeom.pipeline.training_runs import (
     training_runs,
 )
 from attngeom.pipeline.zoo import Zoo, with_zoo
-from attngeom.provenance import code_hash, script_hash
+from attngeom.provenance import code_hash, rule_hash
 from attngeom.runstats.official import published_settings
 
 R = results_folder(config["results"])
@@ -117,15 +117,30 @@ wildcard_constraints:
 
 # The scoring code of this checkout: the rules that draw the runs' evolution take it as a param, so a change
 # to it reruns them (not the training) to name the runs whose recorded scores other code computed.
-SCORING_CODE = code_hash("scores")
+SCORING_CODE = code_hash("scoring")
+# The wings of the package (attngeom.provenance.WINGS) each rule's script runs: what reruns its jobs.
+SCRIPT_WINGS = {
+    "score_model.py": ("scoring",),
+    "score_batch.py": ("scoring",),
+    "train_run.py": ("training",),
+    "random_model.py": ("random controls",),
+    "aggregate.py": ("report",),
+    "tables.py": ("report",),
+    "compare_reference.py": ("report",),
+    "figure_heads.py": ("report",),
+    "extract_wqk.py": ("scoring", "report"),  # reads weights through the architecture maps
+    "figures.py": ("report", "training"),  # reads the training runs' folders
+    "training_tables.py": ("report", "training"),
+    "training_figures.py": ("report", "training"),
+}
 
 
 def code_of(script):
-    """The `code` param of every rule: its script and the package modules the script can run, by
-    content (attngeom.provenance.script_hash). workflow/profiles/default leaves Snakemake's `code` rerun
-    trigger out, which compares a script's timestamp; so a changed module reruns the jobs, a touched
-    file does not."""
-    return script_hash(SCRIPTS / script)
+    """The `code` param of every rule: its script and the wings of the package it runs, by meaning
+    (attngeom.provenance.rule_hash). workflow/profiles/default leaves Snakemake's `code` rerun trigger
+    out, which compares a script's timestamp; so a changed statement or data file of a rule's wings reruns
+    its jobs, a touched file or a change outside them does not."""
+    return rule_hash(SCRIPTS / script, SCRIPT_WINGS[script])
 
 
 def group_slugs(group):
