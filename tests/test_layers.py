@@ -29,7 +29,9 @@ def floor_of() -> dict[str, int]:
     found: dict[str, int] = {}
     for number, (_, names) in enumerate(floors()):
         for name in names:
-            matched = [m for m, p in paths.items() if p == name or (name.endswith("/") and p.startswith(name))]
+            matched = [
+                m for m, p in paths.items() if p == name or (name.endswith("/") and p.startswith(name))
+            ]
             assert matched, f"docs/architecture.md names {name}, which src/attngeom lacks"
             for module in matched:
                 assert module not in found, f"{module} is on two floors of docs/architecture.md"
@@ -54,7 +56,10 @@ def test_no_import_climbs_to_a_higher_floor():
 
 @pytest.mark.parametrize(
     ("importers", "imported"),
-    [(("attngeom.runstats", "attngeom.pipeline"), "attngeom.report"), (("attngeom.pipeline",), "attngeom.cli")],
+    [
+        (("attngeom.runstats", "attngeom.pipeline"), "attngeom.report"),
+        (("attngeom.pipeline",), "attngeom.cli"),
+    ],
 )
 def test_the_named_rules_hold(importers, imported):
     """The page's named rules, and its floors put them so (a reordered table cannot drop them)."""
