@@ -1,9 +1,49 @@
-# The registry and the helpers every rule uses. Nothing here reads weights; the network only to pin a Hub
-# model to the commit of its main branch the first time (attngeom.pipeline.hub_pins).
+# The config, found and checked, and the registry and the helpers every rule uses. Nothing here reads
+# weights; the network only to pin a Hub model to the commit of its main branch the first time
+# (attngeom.pipeline.hub_pins).
 import json
+import os
 import re
 import sys
+from importlib.util import find_spec
 from pathlib import Path
+
+from snakemake.utils import validate
+
+# The workflow's folder (workflow/, above this file's): the workflow's own files are found from it, whether
+# Snakemake started from workflow/Snakefile or from another workflow that uses it as a module (a local
+# checkout: the files are read when the DAG is built).
+WORKFLOW_DIR = Path(workflow.current_basedir).parent
+
+# Building the DAG needs only attngeom's light modules (no torch, pandas or pyarrow): where Snakemake runs
+# without attngeom installed (the jobs in their conda environment), this checkout's own copy is used.
+if find_spec("attngeom") is None:
+    sys.path.insert(0, str(WORKFLOW_DIR.parent / "src"))
+
+# Where the conda environment (--software-deployment-method conda) installs attngeom from: Snakemake runs
+# envs/attngeom.post-deploy.sh in its working directory (--directory .test, another workflow's folder when
+# this is a module), which is not this checkout; the script reads this variable instead.
+os.environ.update(ATTNGEOM_CHECKOUT=str(WORKFLOW_DIR.parent))
+
+from attngeom.pipeline.config_keys import misspelt_key
+
+# Without --configfile: config/config.yaml of the working directory, as the Snakemake workflow catalog
+# expects (`snakemake --directory .test` reads .test/config/config.yaml; from the repository's root, the
+# embedded default), else this checkout's embedded default. Given --configfile, only that config, not
+# merged into either. (As a module, the importing workflow's `config:` is used instead.)
+if not workflow.overwrite_configfiles:
+    HERE_CONFIG = Path("config", "config.yaml")
+
+    configfile: HERE_CONFIG if HERE_CONFIG.is_file() else WORKFLOW_DIR.parent / "config" / "config.yaml"
+
+
+# A misspelt key is one line naming it and the nearest valid key, before the schema's long report.
+if problem := misspelt_key(config, WORKFLOW_DIR / "schemas" / "config.schema.yaml"):
+    print(f"attngeom: error: {problem}", file=sys.stderr)
+    sys.exit(2)
+
+
+validate(config, "../schemas/config.schema.yaml")
 
 from attngeom.files import slug, write_text
 from attngeom.pipeline.batches import plan_batches
