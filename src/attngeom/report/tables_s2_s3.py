@@ -32,7 +32,6 @@ KINDS = {
 SIDE_BY_SIDE = "Pretrained language models: encoder-only (left) and decoder-only (right), as in the paper"
 CONTROLS = "Random-initialised controls (random matrices: the paper expects scores about 0)"
 TRAINED = "Trained here (attngeom train)"
-CELLS = ["Parameters", "Median", "Interquartile range"]
 VARIANTS = {
     "excess": f"the excess of each row (column) norm over μ + {GAMMA:g}σ, as in the paper's published tables",
     "eq17": f"the row (column) norms above μ + {GAMMA:g}σ, as the paper's Eq. 17 reads",
