@@ -150,7 +150,7 @@ def test_a_scoring_job_runs_the_engine_not_the_cli_or_the_report_and_its_records
     )
     loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
     assert json.loads(Path(files[1]).read_text())["status"] == "ok"
-    assert {"attngeom.engine", "attngeom.scores", "attngeom.architectures.validated"} <= loaded
+    assert {"attngeom.engine", "attngeom.scores", "attngeom.architectures.discovery.validated"} <= loaded
     parts = ("attngeom.cli", "attngeom.report", "attngeom.runstats", "attngeom.training")
     assert sorted(m for m in loaded if m.startswith(parts)) == []
     assert set(pd.read_parquet(files[0])["code_hash"]) == {code_hash("scoring")}
