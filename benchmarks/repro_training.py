@@ -46,7 +46,6 @@ import pandas as pd
 
 from attngeom.files import atomic_path, write_bytes, write_text
 from attngeom.report.scoring_code import other_code_note
-from attngeom.report.table_formats import to_markdown
 from attngeom.report.training_figures import (
     evolution_figure,
     horizon_figure,
@@ -59,6 +58,7 @@ from attngeom.runstats.claims import write_claims
 from attngeom.runstats.horizon import authors_by_horizon, speedup_by_horizon
 from attngeom.runstats.table1 import pair_speedups, table1
 from attngeom.runstats.table1_display import write_table1
+from attngeom.tables.formats import to_markdown
 from attngeom.training.bookkeeping import read_loss_log
 from attngeom.training.config import CHOICES, make_config, parse_overrides
 from attngeom.training.corpus import load_corpus

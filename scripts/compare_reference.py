@@ -12,8 +12,8 @@ import pandas as pd
 from attngeom.pipeline.captions import nearest_published
 from attngeom.records import read_scores
 from attngeom.report import reference_comparison
-from attngeom.report.summary import read_table, write_csv
-from attngeom.report.table_formats import write_table
+from attngeom.report.summary import read_table
+from attngeom.tables.formats import write_csv, write_table
 
 models = read_table(snakemake.input.models)
 reference = pd.read_csv(snakemake.input.reference)

@@ -9,12 +9,12 @@ to_rule_log(snakemake.log[0])
 
 from attngeom import interrupts
 from attngeom.pipeline.batches import BatchFiles, score_into
-from attngeom.pipeline.outcome import score_options
+from attngeom.pipeline.outcome import ScoreOptions
 
 interrupts.install()  # SIGTERM (a cancelled job): one line, no half-written file
 
 p = snakemake.params
 files = BatchFiles(snakemake.output.scores, snakemake.output.status, snakemake.log[0])
-options = score_options(p.device, p.dtype, p.variant, p.full_download)
+options = ScoreOptions(p.device, p.dtype, p.variant, p.full_download)
 models = list(zip(p.models, p.locations, p.revisions, strict=True))
 score_into(models, files, options, snakemake.threads, int(snakemake.resources.get("gpu", 0)))

@@ -1,4 +1,5 @@
-"""Rule score: ``attngeom score`` of one model, in this process, with the config's id as its ``model_id``.
+"""Rule score: one model scored in this process as ``attngeom score`` scores it (``engine.score_to_file``),
+with the config's id as its ``model_id``.
 
 Run locally, the job holds GPUs of its own while it scores (attngeom.pipeline.gpus: none for a CPU job).
 Whatever happens the job writes its status (ok, failed or crashed, and why; attngeom.pipeline.outcome)
@@ -12,7 +13,7 @@ to_rule_log(snakemake.log[0])
 import torch
 
 from attngeom import interrupts
-from attngeom.pipeline.outcome import ScoreJob, score_and_record, score_options
+from attngeom.pipeline.outcome import ScoreJob, ScoreOptions, score_and_record
 
 interrupts.install()  # SIGTERM (a cancelled job): one line, no half-written file
 
@@ -20,5 +21,5 @@ p = snakemake.params
 out = snakemake.output
 torch.set_num_threads(snakemake.threads)
 job = ScoreJob(p.model, p.location, p.revision, out.scores, out.status, snakemake.log[0], p.local)
-options = score_options(p.device, p.dtype, p.variant, p.full_download)
+options = ScoreOptions(p.device, p.dtype, p.variant, p.full_download)
 score_and_record(job, options, gpus=int(snakemake.resources.get("gpu", 0)))

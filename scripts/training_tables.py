@@ -12,13 +12,13 @@ from pathlib import Path
 import pandas as pd
 
 from attngeom.report.scoring_code import other_code_note
-from attngeom.report.table_formats import write_table
 from attngeom.report.training_figures import load_runs
 from attngeom.runstats.authors import read_logs
 from attngeom.runstats.claims import write_claims
 from attngeom.runstats.official import compare_official, official_note, ours_medians
 from attngeom.runstats.table1 import table1
 from attngeom.runstats.table1_display import write_table1
+from attngeom.tables.formats import write_table
 
 runs = [Path(final).parent for final in snakemake.input.finals]
 table = table1(runs, pd.read_csv(snakemake.input.paper), read_logs(Path(snakemake.input.authors).parent))

@@ -112,3 +112,12 @@ def test_import_attngeom_stays_light():
     code = "import sys, attngeom; attngeom.summarize; print(sorted({'torch', 'transformers', 'matplotlib'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_form_is_exported_lazily_as_the_scores_module_defines_it():
+    code = (
+        "import sys, attngeom; print('torch' in sys.modules); from attngeom.scores import Form; "
+        "print(attngeom.Form is Form, 'Form' in attngeom.__all__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "True", "True"], out.stderr

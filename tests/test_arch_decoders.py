@@ -23,7 +23,7 @@ from conformance import (
 
 import attngeom
 from attngeom.architectures import architecture_for
-from attngeom.architectures.decoders import llama_layers
+from attngeom.architectures.tables.decoders import llama_layers
 from attngeom.errors import InputError
 from attngeom.sources import open_source
 

@@ -23,7 +23,7 @@ from transformers import Gemma3ForConditionalGeneration, Llama4ForConditionalGen
 from transformers.models.llama4.modeling_llama4 import Llama4VisionAttention
 
 import attngeom
-from attngeom.architectures.normalised_decoders import QK_L2NORM, QK_NORM_PER_HEAD
+from attngeom.architectures.tables.normalised_decoders import QK_L2NORM, QK_NORM_PER_HEAD
 
 TEXT = {
     "hidden_size": 32,

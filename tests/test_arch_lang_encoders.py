@@ -203,14 +203,14 @@ def test_funnel_is_built_and_discovered_without_crashing():
     config's architectures), and discovery's reason for it is about its attention, not its config."""
     from transformers import FunnelConfig
 
-    from attngeom.architectures.discovery import meta_model
-    from attngeom.architectures.table_reasons import WHY
+    from attngeom.architectures import REGISTRY
+    from attngeom.architectures.discovery.attention import meta_model
     from attngeom.conformance.run import check_discovery
 
     assert type(meta_model(FunnelConfig())).__name__ == "FunnelModel"
     entry = check_discovery("funnel")[0]
     assert entry["status"] == "refused" and "layout not discovered" in entry["reason"], entry
-    assert "does not build" not in WHY["funnel"]
+    assert "does not build" not in REGISTRY["funnel"].why
 
 
 def test_funnel_and_xlnet_need_the_content_bias(tmp_path):

@@ -14,10 +14,10 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel, PvtV2Config
 
 import attngeom.architectures.registry as registry
-from attngeom.architectures.discovery import Found, find_attention, meta_model
-from attngeom.architectures.observed import Observed
-from attngeom.architectures.stacks import place
-from attngeom.architectures.validated import conformance
+from attngeom.architectures.discovery.attention import Found, find_attention, meta_model
+from attngeom.architectures.discovery.observed import Observed
+from attngeom.architectures.discovery.stacks import place
+from attngeom.architectures.discovery.validated import conformance
 from attngeom.conformance.observe import MERGED, OTHER, SELF, causal, reading
 from attngeom.conformance.run import check_type
 from attngeom.conformance.tiny import tiny_config
@@ -135,7 +135,7 @@ def test_no_record_key_repeats_over_the_committed_conformance_run():
 
 def test_a_repeated_record_key_is_refused(monkeypatch):
     """The run's guard can fail: layer indices that all read 0 repeat a key."""
-    import attngeom.architectures.stacks as stacks
+    import attngeom.architectures.discovery.stacks as stacks
 
     monkeypatch.setattr(stacks, "_indices", lambda paths: [0] * len(paths))
     entry = check_type("apertus")

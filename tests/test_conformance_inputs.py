@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from attngeom.architectures.discovery import Found, find_attention, model_class
+from attngeom.architectures.discovery.attention import Found, find_attention, model_class
 from attngeom.conformance.check import capture, randomized
 from attngeom.conformance.inputs import input_sets
 from attngeom.conformance.tiny import tiny_config

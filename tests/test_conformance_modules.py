@@ -11,12 +11,12 @@ import pytest
 import torch
 from transformers import PretrainedConfig
 
-import attngeom.architectures.discovered as discovered
-import attngeom.architectures.discovery as discovery
+import attngeom.architectures.discovery.attention as discovery
+import attngeom.architectures.discovery.discovered as discovered
 from attngeom.architectures import REGISTRY, support
-from attngeom.architectures.discovery import Found
-from attngeom.architectures.stacks import LONE
-from attngeom.architectures.validated import conformance
+from attngeom.architectures.discovery.attention import Found
+from attngeom.architectures.discovery.stacks import LONE
+from attngeom.architectures.discovery.validated import conformance
 from attngeom.conformance.entries import OWN_FORWARD
 from attngeom.conformance.modules import drive
 from attngeom.conformance.run import check_type

@@ -152,7 +152,7 @@ def test_q_k_projections_behind_a_multihead_attention_are_scored_with_the_compos
     """nn.MultiheadAttention maps q_proj's and k_proj's outputs again before q·kᵀ: the form is the
     composition, checked against the q and k of that function's product; read as q_proj and k_proj alone
     (what the check compared with itself before) it is refused."""
-    import attngeom.architectures.discovery as discovery
+    import attngeom.architectures.discovery.attention as discovery
 
     entry = checked(monkeypatch, tiny_type, multihead=True)
     assert entry["status"] == "validated", entry

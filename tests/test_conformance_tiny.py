@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from attngeom.architectures import ArchitectureError
-from attngeom.architectures.discovery import meta_model, model_class
+from attngeom.architectures.discovery.attention import meta_model, model_class
 from attngeom.conformance.refusals import build_refusal
 from attngeom.conformance.tiny import _repaired, candidates, shrink, tiny_config
 
@@ -172,7 +172,7 @@ def test_a_width_that_is_the_sum_of_its_parts_stays_their_sum():
 def test_only_a_config_without_a_model_is_traced_to_the_config_it_extends():
     """LayoutXLM's modular config extends LayoutLMv2's and transformers defines no model for it; a type
     with its own model (LayoutLMv3, whose config stands alone) is never traced so."""
-    from attngeom.architectures.model_classes import config_base_of
+    from attngeom.architectures.discovery.model_classes import config_base_of
 
     assert config_base_of("layoutxlm") == "layoutlmv2"
     assert config_base_of("layoutlmv3") is None and config_base_of("llama") is None

@@ -14,10 +14,10 @@ import torch
 from transformers import AutoConfig
 
 from attngeom.architectures import ArchitectureError, architecture_for
-from attngeom.architectures.discovered import discover
-from attngeom.architectures.discovery import Found, Skipped, find_attention, meta_model
+from attngeom.architectures.discovery.attention import Found, Skipped, find_attention, meta_model
+from attngeom.architectures.discovery.discovered import discover
+from attngeom.architectures.discovery.validated import conformance
 from attngeom.architectures.support import counts
-from attngeom.architectures.validated import conformance
 from attngeom.conformance.check import randomized
 from attngeom.conformance.run import all_model_types
 from attngeom.conformance.tiny import tiny_config
@@ -178,8 +178,8 @@ def test_a_latent_attention_whose_query_reads_more_than_its_latent_is_refused():
 def test_a_query_temperature_is_left_out_and_neutralised_and_a_wrong_discovery_still_fails(monkeypatch):
     """Mistral Large 4 rescales each head's q by its position (a learned ``log(pos + 1)`` temperature):
     left out of the form and neutralised in the check as rotary is; a discovery that misses it fails."""
-    import attngeom.architectures.discovered as discovered_module
-    import attngeom.architectures.discovery as discovery_module
+    import attngeom.architectures.discovery.attention as discovery_module
+    import attngeom.architectures.discovery.discovered as discovered_module
     from attngeom.conformance.run import check_type
 
     config = tiny_config("mistral_large4_text")
@@ -203,7 +203,7 @@ def test_a_query_temperature_is_left_out_and_neutralised_and_a_wrong_discovery_s
 def test_a_gated_recurrence_with_q_and_k_is_no_dot_product_attention():
     """xLSTM's mLSTM forms q·k but weights it by exponential gates and normalises by their sum (no
     softmax): skipped by discovery and refused as no dot-product attention; a softmax model is not."""
-    from attngeom.architectures.recurrence import recurrence_reason
+    from attngeom.architectures.discovery.recurrence import recurrence_reason
     from attngeom.conformance.run import _no_attention_reason
 
     config = tiny_config("xlstm")
@@ -242,8 +242,8 @@ def test_scores_summing_a_second_q_k_form_are_refused_but_position_terms_are_not
 def test_a_module_without_a_head_width_is_unscored_beside_scored_attention(monkeypatch):
     """GroupViT's token assignment (q/k projections, no head count or width) is an unscored layer beside
     the scored towers and named in the notes; a model whose only q/k module has none is still refused."""
-    import attngeom.architectures.discovery as discovery_module
-    from attngeom.architectures.discovery import HEADLESS
+    import attngeom.architectures.discovery.attention as discovery_module
+    from attngeom.architectures.discovery.attention import HEADLESS
 
     config = tiny_config("groupvit")
     items = find_attention(meta_model(config), config)
@@ -262,7 +262,7 @@ def test_a_module_without_a_head_width_is_unscored_beside_scored_attention(monke
 def test_a_module_that_outputs_its_scores_is_an_unscored_pairwise_scorer():
     """PP-DocLayout's reading-order pointers (q and k projections, no value or output projection: their
     q·k scores, one of them antisymmetrised, are the output) are unscored beside the model's attention."""
-    from attngeom.architectures.discovery import SCORER
+    from attngeom.architectures.discovery.attention import SCORER
 
     config = tiny_config("pp_doclayout_v4")
     items = find_attention(meta_model(config), config)
@@ -287,7 +287,7 @@ def test_a_norm_with_a_gain_per_head_is_read_only_when_it_normalises_each_head()
 def test_a_base_model_built_from_a_sub_config_gives_way_to_the_whole_models_class():
     import transformers
 
-    from attngeom.architectures.discovery import model_class
+    from attngeom.architectures.discovery.attention import model_class
 
     assert model_class("musicgen_melody") is transformers.MusicgenMelodyForConditionalGeneration
     assert model_class("llama") is transformers.AutoModel
@@ -300,7 +300,7 @@ def test_a_base_model_built_from_a_sub_config_gives_way_to_the_whole_models_clas
 def test_a_latent_attentions_rotary_key_norm_is_folded_and_needed(monkeypatch):
     """Dots 3 normalises its shared rotary key on its own: validated with the norm's gain folded into the
     rotary key projection, refused without it."""
-    from attngeom.architectures import discovery
+    from attngeom.architectures.discovery import attention as discovery
     from attngeom.conformance.run import check_type
 
     assert check_type("dots3_note_text")["status"] == "validated"

@@ -14,8 +14,8 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from attngeom.architectures.discovered import discover
-from attngeom.architectures.discovery import Found, Skipped, find_attention, meta_model
+from attngeom.architectures.discovery.attention import Found, Skipped, find_attention, meta_model
+from attngeom.architectures.discovery.discovered import discover
 from attngeom.conformance.check import UNSEEN, capture, compare, randomized
 from attngeom.conformance.run import open_source_for
 from attngeom.conformance.tiny import tiny_config
@@ -129,7 +129,7 @@ def test_grouped_pointwise_projections_are_read_block_diagonal(tmp_path):
     own q and k; read as one dense block (the groups ignored) they do not."""
     from dataclasses import replace
 
-    from attngeom.architectures.discovered import discovered_layers
+    from attngeom.architectures.discovery.discovered import discovered_layers
 
     config = tiny_config("squeezebert")
     model = randomized(AutoModel.from_config(config))
@@ -149,7 +149,7 @@ def test_grouped_pointwise_projections_are_read_block_diagonal(tmp_path):
 
 
 def test_a_wrapped_linear_is_a_projection_only_while_it_holds_nothing_else():
-    from attngeom.architectures.projections import projection
+    from attngeom.architectures.discovery.projections import projection
 
     attention, wrapper = torch.nn.Module(), torch.nn.Module()
     wrapper.linear = torch.nn.Linear(4, 4)
@@ -189,7 +189,7 @@ def test_codegen_groups_its_fused_rows_by_model_parallel_part():
 def test_the_content_bias_u_is_the_query_bias_and_v_is_not(monkeypatch):
     """Parakeet's attention adds ``bias_u`` to q before q·k, ``bias_v`` only before the position term:
     the form validates with u folded into the query bias, and fails without it or with v in its place."""
-    from attngeom.architectures import discovered
+    from attngeom.architectures.discovery import discovered
 
     config = tiny_config("parakeet_encoder")
     model = randomized(AutoModel.from_config(config))
@@ -219,7 +219,7 @@ def test_a_folded_query_scale_is_checked_at_the_score_product():
     of its score product; without the scale it fails there."""
     from dataclasses import replace
 
-    from attngeom.architectures import discovered
+    from attngeom.architectures.discovery import discovered
 
     config = tiny_config("gemma3n_audio")
     model = randomized(AutoModel.from_config(config))
@@ -314,7 +314,7 @@ def test_scores_match_up_to_per_token_scalars_and_no_more():
 
 @pytest.mark.parametrize("model_type", ["gte", "hrm_text"])
 def test_fused_checkpoints_are_read_by_the_models_own_names(model_type, tmp_path):
-    from attngeom.architectures.converted import Converted
+    from attngeom.architectures.discovery.converted import Converted
 
     config = tiny_config(model_type)
     model = randomized(AutoModel.from_config(config))

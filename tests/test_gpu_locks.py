@@ -138,7 +138,7 @@ def test_a_scoring_job_whose_lock_cannot_be_taken_records_one_failed_line(tmp_pa
     job = ScoreJob(
         "tiny", str(model), "", str(tmp_path / "s.parquet"), str(tmp_path / "s.json"), str(tmp_path / "s.log")
     )
-    assert within(60, lambda: score_and_record(job, [], gpus=1)) is None
+    assert within(60, lambda: score_and_record(job, gpus=1)) is None
     recorded = json.loads(Path(job.status).read_text())
     assert recorded["status"] == "failed" and "not a regular file" in recorded["reason"]
     log = Path(job.log).read_text()

@@ -52,7 +52,7 @@ RAISED_WITH_THE_PIPELINE = {
 
 
 def floors(requirements: list[Requirement]) -> dict[str, Version]:
-    """name → stated lower bound, for the requirements that have one (torch: see ci/min-versions.txt)."""
+    """name → stated lower bound, for the requirements that have one (torch: see .ci/min-versions.txt)."""
     return {
         canonicalize_name(r.name): lower_bound(r)
         for r in requirements
@@ -61,8 +61,8 @@ def floors(requirements: list[Requirement]) -> dict[str, Version]:
 
 
 def test_the_minimum_versions_ci_installs_are_the_stated_lower_bounds():
-    assert pins(ROOT / "ci" / "min-versions.txt") == floors(CORE + TEST + INTERP)
-    pipeline = pins(ROOT / "ci" / "min-versions-pipeline.txt")
+    assert pins(ROOT / ".ci" / "min-versions.txt") == floors(CORE + TEST + INTERP)
+    pipeline = pins(ROOT / ".ci" / "min-versions-pipeline.txt")
     assert pipeline == floors(CORE + PIPELINE) | RAISED_WITH_THE_PIPELINE
     assert all(RAISED_WITH_THE_PIPELINE[name] > floors(CORE)[name] for name in RAISED_WITH_THE_PIPELINE)
 

@@ -353,7 +353,7 @@ def test_a_missing_local_path_is_that_models_failure_not_a_hub_download(tmp_path
         [{"id": "my/model", "path": "org/name", "objective": "bidirectional"}], "r"
     )
     assert registry.weights_input(model["my--model"]) == []  # no input: Snakemake does not stop the DAG
-    status = outcome.score_and_record(job_in(tmp_path, "org/name"), [])
+    status = outcome.score_and_record(job_in(tmp_path, "org/name"))
     assert status["status"] == "failed"
     assert status["reason"] == "local weights org/name not found; fix the model's `path:` in the config"
     assert pd.read_parquet(tmp_path / "s.parquet").empty
@@ -384,7 +384,7 @@ def test_a_random_control_transformers_cannot_build_is_recorded_as_failed(tmp_pa
     logged = random_models.build_or_note("bert", settings_, 0, folder)
     assert "cannot be built" in logged and "30" in logged
     assert [p.name for p in folder.iterdir()] == [random_models.FAILED_NOTE]
-    status = outcome.score_and_record(job_in(tmp_path, str(folder)), [])
+    status = outcome.score_and_record(job_in(tmp_path, str(folder)))
     assert status["status"] == "failed" and status["reason"].startswith("random control bert")
     assert "not a multiple of the number of attention heads" in status["reason"]
     assert json.loads((tmp_path / "s.status.json").read_text()) == status

@@ -17,10 +17,12 @@ import yaml
 from pipeline_support import BROKEN_MODELS, ROOT, TINY_MODELS, planned_jobs, run_snakemake, write_config
 from transformers import BertConfig, BertModel
 
+from attngeom import engine
+from attngeom.cli import main
 from attngeom.errors import InputError
 from attngeom.files import atomic_dir, slug
 from attngeom.pipeline import random_models, registry, training_runs
-from attngeom.pipeline.outcome import portable, run_cli
+from attngeom.pipeline.outcome import ScoreJob, portable, score_and_record
 
 SCHEMAS = ROOT / "workflow" / "schemas"
 SETTINGS = {"steps": 3, "n_layers": 2, "hidden_size": 8, "n_heads": 2, "intermediate_size": 8}
@@ -171,45 +173,56 @@ def tiny_bert(tmp_path) -> Path:
     return tmp_path / "bert"
 
 
-@pytest.fixture
-def exploding_command(tmp_path, monkeypatch):
-    """An `attngeom explode MESSAGE KIND` subcommand (a real plug-in module) raising what it is told."""
-    (tmp_path / "explode_plugin.py").write_text(
-        '"""Raise what it is told."""\nfrom attngeom.errors import InputError\n'
-        "def configure_parser(p):\n    p.add_argument('message')\n    p.add_argument('kind')\n"
-        "def run(args):\n    raise {'input': InputError, 'defect': RuntimeError}[args.kind](args.message)\n"
+def job_in(folder: Path, location: str) -> ScoreJob:
+    return ScoreJob(
+        "org/m", location, "", *(str(folder / f"s.{kind}") for kind in ("parquet", "json", "log"))
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    from attngeom import cli
-
-    monkeypatch.setitem(cli.PLUGINS, "explode", "explode_plugin")
 
 
 def test_scored_model_is_ok(tiny_bert, tmp_path):
-    log = tmp_path / "log"
-    with log.open("w") as handle:
-        outcome = run_cli(["score", str(tiny_bert), "-o", str(tmp_path / "s.parquet"), "--quiet"], handle)
-    assert outcome == {"status": "ok"}
+    status = score_and_record(job_in(tmp_path, str(tiny_bert)))
+    assert status["status"] == "ok" and "reason" not in status
+    assert set(pd.read_parquet(tmp_path / "s.parquet")["model_id"]) == {"org/m"}
 
 
-def test_bad_input_is_failed_with_its_reason_on_one_line(tmp_path, exploding_command):
-    with (tmp_path / "log").open("w") as log:
-        missing = run_cli(["score", str(tmp_path / "nowhere")], log)
-        several_lines = run_cli(["explode", "first line\nsecond line", "input"], log)
-    assert missing["status"] == "failed" and "nowhere" in missing["reason"], missing
-    assert several_lines == {"status": "failed", "reason": "first line second line"}
+def test_bad_input_is_failed_with_the_reason_the_command_prints(tmp_path, capsys):
+    """The job and `attngeom score` call the same function (engine.score_to_file): the job's reason is
+    the command's error line."""
+    missing = tmp_path / "nowhere"
+    assert main(["score", str(missing), "-o", str(tmp_path / "c.parquet")]) == 2
+    printed = capsys.readouterr().err.strip().removeprefix("attngeom: error: ")
+    status = score_and_record(job_in(tmp_path, str(missing)))
+    assert status["status"] == "failed" and printed.startswith(str(missing)), printed
+    assert status["reason"] == portable(printed, {str(missing): "org/m"})
+    assert pd.read_parquet(tmp_path / "s.parquet").empty
+    assert "attngeom: error: " in (tmp_path / "s.log").read_text()
 
 
-def test_a_defect_of_ours_is_crashed_with_a_one_line_summary_and_the_traceback_in_the_log(
-    tmp_path, exploding_command
+def raising(error: Exception):
+    """An ``open_source`` that raises ``error``, as a source of that kind would."""
+
+    def open_source(*args, **kwargs):
+        raise error
+
+    return open_source
+
+
+def test_an_input_error_is_failed_on_one_line_and_any_other_error_crashed_with_its_traceback(
+    tiny_bert, tmp_path, monkeypatch
 ):
-    with (tmp_path / "log").open("w") as log:
-        crash = run_cli(["explode", "broken invariant\ndetails", "defect"], log)
-        bad_arguments = run_cli(["score", "--no-such-flag"], log)
-    assert crash == {"status": "crashed", "reason": "RuntimeError: broken invariant"}
-    assert bad_arguments["status"] == "crashed" and "exit code 2" in bad_arguments["reason"]
-    text = (tmp_path / "log").read_text()
+    monkeypatch.setattr(engine, "open_source", raising(InputError("first line\nsecond line")))
+    assert score_and_record(job_in(tmp_path, str(tiny_bert))) == {
+        "model": "org/m",
+        "seconds": pytest.approx(0, abs=60),
+        "status": "failed",
+        "reason": "first line second line",
+    }
+    monkeypatch.setattr(engine, "open_source", raising(RuntimeError("broken invariant\ndetails")))
+    crash = score_and_record(job_in(tmp_path, str(tiny_bert)))
+    assert (crash["status"], crash["reason"]) == ("crashed", "RuntimeError: broken invariant")
+    text = (tmp_path / "s.log").read_text()
     assert "Traceback (most recent call last)" in text and "RuntimeError: broken invariant" in text
+    assert pd.read_parquet(tmp_path / "s.parquet").empty
 
 
 def test_portable_text_holds_no_path_of_this_machine(tmp_path, monkeypatch):

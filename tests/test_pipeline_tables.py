@@ -9,8 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attngeom.report import reference_comparison, table_formats, tables_s2_s3
-from attngeom.report.summary import collect, in_group, read_table, summarise, write_csv
+from attngeom.report import reference_comparison, tables_s2_s3
+from attngeom.report.summary import collect, in_group, read_table, summarise
+from attngeom.tables import formats
+from attngeom.tables.formats import write_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,14 +83,14 @@ def test_summary_is_median_and_interquartile_distances_of_layer_rows_only():
 
 def test_markdown_and_latex_escape_their_special_characters():
     table = pd.DataFrame({"Max |Δ|": ["a|b"], "Model": ["gpt_2 & co ± 1%"]})
-    _, _, header, rule, row = table_formats.to_markdown(table, "T").splitlines()
+    _, _, header, rule, row = formats.to_markdown(table, "T").splitlines()
 
     def cells(line: str) -> list[str]:  # split at the pipes that are not escaped
         return [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
 
     assert cells(header) == ["Max \\|Δ\\|", "Model"] and cells(row) == ["a\\|b", "gpt_2 & co ± 1%"]
     assert set(rule) <= set("|-: ")
-    latex = table_formats.to_latex(table, "T")
+    latex = formats.to_latex(table, "T")
     assert r"gpt\_2 \& co $\pm$ 1\%" in latex and r"\toprule" in latex
 
 
@@ -197,7 +199,7 @@ def test_an_empty_comparison_is_a_csv_with_its_header_and_says_why(tmp_path):
     reference = pd.read_csv(ROOT / "config" / "reference" / "official_per_layer_scores.csv")
     per_layer, per_model = reference_comparison.compare_with_reference(scores, models, reference, [])
     assert per_model.empty and per_layer.empty
-    table_formats.write_table(
+    formats.write_table(
         reference_comparison.comparison_display(per_model),
         tmp_path / "cmp",
         "T",

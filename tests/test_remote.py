@@ -26,7 +26,7 @@ import attngeom
 from attngeom import cli, network
 from attngeom.errors import InputError
 from attngeom.packaged import packaged_model_path
-from attngeom.sources import ranged
+from attngeom.sources import open_source, ranged
 
 SHARDED, SINGLE, BIN, GGUF = "org/sharded-llama", "org/single-qwen2", "org/bin-llama", "org/tiny-gguf"
 GGUF_FILE = "tiny-Q8_0.gguf"
@@ -154,6 +154,17 @@ def test_sharded_moves_only_headers_and_qk_bytes(hub, repos, tmp_path):
     assert not hub.bytes_sent.get("config.json") and not [
         k for k in hub.bytes_sent if k.endswith(".safetensors")
     ]
+
+
+def test_a_source_closed_by_its_with_block_holds_no_reader_thread_and_reads_nothing(hub, repos):
+    """``WeightSource`` as a context manager: a range reader's threads end with the block."""
+    with open_source(SHARDED) as source:
+        names = sorted(n for n in source.names if n.endswith("q_proj.weight"))
+        assert all(source.get(name).numel() > 0 for name in names[:2])  # the second plans the rest
+        assert any(t.name.startswith("attngeom-range") for t in threading.enumerate())
+    assert not any(t.name.startswith("attngeom-range") for t in threading.enumerate())
+    with pytest.raises(ValueError, match="after the source was closed"):
+        source.get(names[0])
 
 
 def test_the_ranged_table_is_what_huggingface_hub_reads_in_fewer_bytes(hub, repos):

@@ -1,6 +1,6 @@
 """Every table of the pipeline's report shown inline, sortable, with its caption: Snakemake's report opens an
 HTML result in a frame and offers any other file only as a download, so each table is also written as a
-page of its own (attngeom.report.table_formats.to_html). Checked in headless Chromium (Playwright, browser.py)
+page of its own (attngeom.tables.formats.to_html). Checked in headless Chromium (Playwright, browser.py)
 on a real report: a tiny run of the workflow (one random control, two 4-step training runs) built up to
 Table S2 and Table 1, then ``--report``."""
 
@@ -16,7 +16,7 @@ from browser import CHROMIUM, chromium, keep_screenshot, new_page
 from pipeline_support import TINY_MODELS, run_snakemake, write_config
 from training_fixtures import write_corpus
 
-from attngeom.report.table_formats import Block, to_html, write_table
+from attngeom.tables.formats import Block, to_html, write_table
 
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium; CI installs it in .ci/run)"

@@ -19,7 +19,7 @@ from attngeom.report.training_figures import evolution_figure, load_runs, offici
 from attngeom.training.loop import train
 
 ROOT = Path(__file__).resolve().parents[1]
-CURRENT = code_hash("scores")
+CURRENT = code_hash("scoring")
 
 
 def as_if_older(run: Path, steps: int | None = None) -> None:

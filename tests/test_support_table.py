@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from attngeom.architectures import REGISTRY
+from attngeom.architectures.discovery.validated import conformance
 from attngeom.architectures.support import END, START, counts, support_table, with_support_table
-from attngeom.architectures.validated import conformance
 from attngeom.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,7 +25,7 @@ from training_fixtures import TINY, sentences
 from attngeom.cli import main
 from attngeom.errors import InputError
 from attngeom.pipeline.registry import build_registry
-from attngeom.report.table_formats import to_markdown
+from attngeom.tables.formats import to_markdown
 from attngeom.training.cli import distinct_values
 from attngeom.training.config import ConfigError
 

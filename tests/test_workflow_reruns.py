@@ -1,8 +1,10 @@
-"""Reruns that follow the code: the records carry a hash of the modules that computed them
-(attngeom.provenance), every rule takes the hash of its script and the modules it runs as a param, and
-the workflow's profile reruns on params, not on the script's timestamp. Changing code on the scoring
-path reruns the scoring jobs and trains nothing; changing the training code trains again; a comment, a
-docstring, or a file touched with identical content reruns nothing."""
+"""Reruns that follow the code by wing: the records carry the hash of the scoring wing (attngeom.provenance:
+a declared set of folders and data files), every rule takes the hash of its script and of the wings it runs
+as a param, and the workflow's profile reruns on params, not on the script's timestamp. Changing a file of
+the scoring wing (a module of the engine, the architecture maps' support.json) reruns the scoring jobs and
+trains nothing; changing the training code trains again; changing the mathematics the regulariser
+differentiates does both; a change outside every wing (the console summary, GPU locks, the CLI), a comment,
+a docstring, or a file touched with identical content reruns nothing."""
 
 from __future__ import annotations
 
@@ -22,14 +24,16 @@ from pipeline_support import planned_jobs
 from training_fixtures import TINY, write_corpus
 from transformers import BertConfig, BertModel
 
-from attngeom.provenance import code_hash, normalised, part_modules, script_hash
+from attngeom import provenance
+from attngeom.provenance import WINGS, code_hash, normalised, rule_hash, wing_files
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attngeom"
+SUPPORT = "architectures/support.json"
 
 
 def package_copy(folder: Path, change: dict[str, str] | None = None) -> Path:
-    """A copy of the package, each file of ``change`` (path inside the package → text) appended to."""
+    """A copy of the package, each file of ``change`` (path inside the package → text) appended to (made)."""
     copy = shutil.copytree(PACKAGE, folder / "attngeom", ignore=shutil.ignore_patterns("__pycache__"))
     for name, text in (change or {}).items():
         with open(copy / name, "a") as file:
@@ -37,8 +41,16 @@ def package_copy(folder: Path, change: dict[str, str] | None = None) -> Path:
     return copy
 
 
-def test_the_hashes_follow_the_modules_code_not_their_bytes_or_timestamps(tmp_path):
-    same = package_copy(tmp_path / "same")
+def regenerate_support(package: Path) -> Path:
+    """``package`` with its support.json saying another reason for one type (as a conformance run might)."""
+    support = json.loads((package / SUPPORT).read_text())
+    next(iter(support["types"].values()))["reason"] += " (regenerated)"
+    (package / SUPPORT).write_text(json.dumps(support, indent=1) + "\n")
+    return package
+
+
+def test_the_hashes_follow_the_wings_files_not_their_bytes_or_timestamps(tmp_path):
+    same = package_copy(tmp_path / "same", {"architectures/.table.py.swp": "x"})  # an editor's file
     later = time.time() + 100
     for path in same.rglob("*.py"):
         os.utime(path, (later, later))
@@ -52,15 +64,22 @@ def test_the_hashes_follow_the_modules_code_not_their_bytes_or_timestamps(tmp_pa
         '"""Another module docstring."""\n'
         + (reworded / "scores.py").read_text().replace("GAMMA = 2.0\n", "GAMMA = (\n    2.0\n)\n")
     )
-    scores = package_copy(tmp_path / "scores", {"scores.py": "\nCHANGED = 1\n"})
-    regulariser = package_copy(tmp_path / "traces", {"form_traces.py": "\nCHANGED = 1\n"})
-    training = package_copy(tmp_path / "training", {"training/loop.py": "\nCHANGED = 1\n"})
-    figures = package_copy(tmp_path / "figures", {"report/score_figures.py": "\nCHANGED = 1\n"})
+    statement = "\nCHANGED = 1\n"
+    math = package_copy(tmp_path / "math", {"scores.py": statement})
+    engine = package_copy(tmp_path / "engine", {"engine.py": statement})
+    new_map = package_copy(tmp_path / "new_map", {"architectures/new_family.py": statement})
+    support = regenerate_support(package_copy(tmp_path / "support"))
+    training = package_copy(tmp_path / "training", {"training/loop.py": statement})
+    outside = {
+        name: package_copy(tmp_path / name.replace("/", "_"), {name: statement})
+        for name in ("report/summary.py", "report/score_figures.py", "cli.py", "pipeline/gpus.py", "files.py")
+    }
 
     def hashes(package: Path) -> tuple[str, str, str, str]:
-        """The scoring part's, the training part's, and the score and train rules' code params."""
-        rules = [script_hash(ROOT / "scripts" / name, package) for name in ("score_model.py", "train_run.py")]
-        return code_hash("scores", package), code_hash("training", package), *rules
+        """The scoring wing's, the training wing's, and the score and train rules' code params."""
+        score_rule = rule_hash(ROOT / "scripts" / "score_model.py", ("scoring",), package)
+        train_rule = rule_hash(ROOT / "scripts" / "train_run.py", ("training",), package)
+        return code_hash("scoring", package), code_hash("training", package), score_rule, train_rule
 
     base = hashes(PACKAGE)
 
@@ -68,18 +87,27 @@ def test_the_hashes_follow_the_modules_code_not_their_bytes_or_timestamps(tmp_pa
         return [new != old for new, old in zip(hashes(package), base, strict=True)]
 
     assert changed(same) == changed(reworded) == [False] * 4
-    assert changed(scores) == [True, False, True, False]  # scoring code: rescore, do not retrain
-    assert changed(regulariser) == [True] * 4  # the symmetry formula: the regulariser trains with it
+    assert changed(math) == [True] * 4  # the symmetry formula: the regulariser trains with it
+    for scoring in (engine, new_map, support):  # rescore, do not retrain
+        assert changed(scoring) == [True, False, True, False]
     assert changed(training) == [False, True, False, True]
-    assert changed(figures) == [False] * 4  # not on the scoring or training path
+    assert {name: changed(package) for name, package in outside.items()} == dict.fromkeys(
+        outside, [False] * 4
+    )
 
 
-def test_the_training_code_runs_no_scoring_module():
-    """The scores a run records as it trains carry their own hash (attngeom.provenance): the scoring
-    modules are outside the training part and the train rule's code, the regulariser's math inside."""
-    modules = set(part_modules("training"))
-    assert "attngeom.form_traces" in modules and "attngeom.training.loop" in modules
-    assert modules.isdisjoint({"attngeom.scores", "attngeom.engine", "attngeom.records"})
+def test_each_wing_is_its_declared_files_and_a_stale_declaration_is_an_error(tmp_path):
+    files = {wing: {p.relative_to(PACKAGE).as_posix() for p in wing_files(wing)} for wing in WINGS}
+    assert SUPPORT in files["scoring"] and "engine.py" in files["scoring"]
+    assert "scores.py" in files["training"] and "training/loop.py" in files["training"]
+    assert files["training"].isdisjoint(
+        {"engine.py", "records.py", SUPPORT}
+    )  # the runs' scores carry their own
+    assert not any(name.startswith(("cli", "report/", "pipeline/")) for name in files["scoring"])
+    package = package_copy(tmp_path / "p")
+    (package / "engine.py").unlink()
+    with pytest.raises(FileNotFoundError, match="'scoring' names engine.py"):
+        provenance.wing_files("scoring", package)
 
 
 def test_a_string_that_is_a_value_is_code(tmp_path):
@@ -105,14 +133,16 @@ def tiny_bert(folder: Path) -> Path:
 
 SCORE_AND_LIST = """
 import json, sys
-from attngeom.pipeline.outcome import ScoreJob, score_and_record, score_options
+from attngeom.pipeline.outcome import ScoreJob, score_and_record
 job = ScoreJob("local/tiny", sys.argv[1], "", sys.argv[2], sys.argv[3], sys.argv[4])
-score_and_record(job, score_options("cpu", "float64", "excess", False))
+score_and_record(job)
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "attngeom")))
 """
 
 
-def test_the_scoring_part_holds_every_module_a_scoring_job_runs_and_the_records_carry_its_hash(tmp_path):
+def test_a_scoring_job_runs_the_engine_not_the_cli_or_the_report_and_its_records_carry_the_wings_hash(
+    tmp_path,
+):
     model = tiny_bert(tmp_path / "model")
     files = [str(tmp_path / name) for name in ("s.parquet", "s.status.json", "s.log")]
     done = subprocess.run(
@@ -120,9 +150,10 @@ def test_the_scoring_part_holds_every_module_a_scoring_job_runs_and_the_records_
     )
     loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
     assert json.loads(Path(files[1]).read_text())["status"] == "ok"
-    assert {"attngeom.engine", "attngeom.scores"} <= loaded
-    assert sorted(loaded - set(part_modules("scores"))) == []
-    assert set(pd.read_parquet(files[0])["code_hash"]) == {code_hash("scores")}
+    assert {"attngeom.engine", "attngeom.scores", "attngeom.architectures.discovery.validated"} <= loaded
+    parts = ("attngeom.cli", "attngeom.report", "attngeom.runstats", "attngeom.training")
+    assert sorted(m for m in loaded if m.startswith(parts)) == []
+    assert set(pd.read_parquet(files[0])["code_hash"]) == {code_hash("scoring")}
 
 
 def workflow_copy(tmp_path: Path, config: dict, targets: list[str]) -> Callable[..., str]:
@@ -146,28 +177,32 @@ def workflow_copy(tmp_path: Path, config: dict, targets: list[str]) -> Callable[
     return snakemake
 
 
-def test_a_changed_scoring_module_reruns_the_scoring_job_and_a_touched_file_reruns_nothing(tmp_path):
+def test_a_change_in_the_scoring_wing_reruns_the_scoring_job_and_nothing_outside_it_does(tmp_path):
     model = {"id": "local/tiny", "path": str(tiny_bert(tmp_path / "model")), "objective": "bidirectional"}
     target = "results/scores/local--tiny.parquet"
     snakemake = workflow_copy(tmp_path, {"models": [model]}, [target])
     repo, work = tmp_path / "repo", tmp_path / "work"
+    package = repo / "src" / "attngeom"
 
     snakemake("--cores", "1")
     recorded = set(pd.read_parquet(work / target)["code_hash"])
-    assert recorded == {code_hash("scores", repo / "src" / "attngeom")}
+    assert recorded == {code_hash("scoring", package)}
     assert "Nothing to be done" in snakemake("-n")
 
     later = time.time() + 100  # identical content, a new timestamp: the script and a module
-    for path in (repo / "scripts" / "score_model.py", repo / "src" / "attngeom" / "scores.py"):
+    for path in (repo / "scripts" / "score_model.py", package / "scores.py"):
         os.utime(path, (later, later))
     assert "Nothing to be done" in snakemake("-n")
 
-    with open(repo / "src" / "attngeom" / "scores.py", "a") as file:
+    with open(package / "scores.py", "a") as file:
         file.write('\n# a comment\n"""and a string statement: no code"""\n')
     assert "Nothing to be done" in snakemake("-n")
 
-    with open(repo / "src" / "attngeom" / "scores.py", "a") as file:
-        file.write("\nCHANGED = 1\n")
+    summary = package / "report" / "summary.py"  # what `attngeom score` prints: outside the wing
+    summary.write_text('"""Another docstring."""\n' + summary.read_text() + "\nCHANGED = 1\n")
+    assert "Nothing to be done" in snakemake("-n")
+
+    regenerate_support(package)
     output = snakemake("-n")
     assert [rule for rule, _, _ in planned_jobs(output)] == ["score"]
     assert "Params have changed" in output
@@ -194,11 +229,11 @@ def test_a_scoring_change_rescores_the_trained_model_names_its_older_evolution_a
     evolution = work / "results" / "training" / "enc" / "scores.parquet"
 
     snakemake("--cores", "1")
-    before = code_hash("scores", package)
+    before = code_hash("scoring", package)
     assert set(pd.read_parquet(evolution)["code_hash"]) == {before}
     assert "other scoring code" not in (work / claims).read_text()
 
-    with open(package / "scores.py", "a") as file:
+    with open(package / "engine.py", "a") as file:
         file.write("\nCHANGED = 1\n")
     planned = [rule for rule, _, _ in planned_jobs(snakemake("-n"))]
     assert sorted(planned) == ["score", "training_tables"]

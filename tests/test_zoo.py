@@ -257,7 +257,7 @@ def jobs_for(emulated, repos: list[str], folder: Path) -> list[outcome.ScoreJob]
 def test_a_batch_records_every_model_as_its_kind_says(emulated, hub, tmp_path):
     repos = [next(r for r, k in emulated.outcomes.items() if k.name == kind.name) for kind in KINDS]
     jobs = jobs_for(emulated, repos, tmp_path)
-    statuses = batches.score_batch(jobs, outcome.score_options("cpu", "float64", "excess", False), threads=1)
+    statuses = batches.score_batch(jobs, outcome.ScoreOptions(), threads=1)
     for repo, job, status in zip(repos, jobs, statuses, strict=True):
         kind = emulated.outcomes[repo]
         assert status["status"] == kind.outcome, (repo, status)
@@ -278,7 +278,7 @@ def test_a_batch_records_its_models_in_two_files_and_one_log(emulated, hub, tmp_
         *(str(tmp_path / f"batch.{kind}") for kind in ("parquet", "status.json", "log"))
     )
     models = [(job.model, job.location, job.revision) for job in jobs]
-    statuses = batches.score_into(models, files, ["--device", "cpu"], threads=1)
+    statuses = batches.score_into(models, files, outcome.ScoreOptions(), threads=1)
     assert json.loads(Path(files.status).read_text()) == statuses
     assert [s["status"] for s in statuses] == ["ok", "failed", "failed", "ok"]
     frame = read_scores(files.scores)
@@ -303,7 +303,7 @@ def test_a_batch_with_no_model_scored_still_has_the_records_schema(emulated, hub
     repo = next(r for r, k in emulated.outcomes.items() if k.name == "no-weights")
     files = batches.BatchFiles(*(str(tmp_path / f"b.{kind}") for kind in ("parquet", "status.json", "log")))
     (status,) = batches.score_into(
-        [(repo, repo, emulated.commits[repo])], files, ["--device", "cpu"], threads=1
+        [(repo, repo, emulated.commits[repo])], files, outcome.ScoreOptions(), threads=1
     )
     assert status["status"] == "failed"
     frame = read_scores(files.scores)
@@ -316,7 +316,7 @@ def test_the_pinned_commit_is_scored_after_the_repository_moved_on(emulated, hub
     pinned = emulated.commits[repo]
     newer = hub.add_revision(repo, emulated.repos[other])
     (job,) = jobs_for(emulated, [repo], tmp_path)
-    assert batches.score_batch([job], ["--device", "cpu"], threads=1)[0]["status"] == "ok"
+    assert batches.score_batch([job], outcome.ScoreOptions(), threads=1)[0]["status"] == "ok"
     frame = read_scores(job.scores)
     direct = tmp_path / "direct.parquet"
     subprocess.run(
@@ -353,7 +353,7 @@ def test_a_model_that_kills_its_process_is_recorded_and_the_batch_goes_on(
         return real(job, options, gpus)
 
     monkeypatch.setattr(batches, "score_and_record", killed_on_the_second)
-    statuses = batches.score_batch(jobs, ["--device", "cpu"], threads=1)
+    statuses = batches.score_batch(jobs, outcome.ScoreOptions(), threads=1)
     assert [s["status"] for s in statuses] == ["ok", "crashed", "ok"]
     assert "killed by SIGKILL (out of memory?)" in statuses[1]["reason"]
     assert pd.read_parquet(jobs[1].scores).empty

@@ -2,9 +2,10 @@
 
 from .version import __version__
 
-__all__ = ["Results", "__version__", "load_results", "plots", "score", "summarize"]
+__all__ = ["Form", "Results", "__version__", "load_results", "plots", "score", "summarize"]
 
 LAZY = {
+    "Form": "scores",
     "score": "engine",
     "summarize": "report.summary",
     "load_results": "report.results_folder",

@@ -11,11 +11,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import InputError
+from .errors import InputError, machine_refusal
 
 if TYPE_CHECKING:
     import pandas as pd
-    import pyarrow as pa
 
     from .engine import Settings
 
@@ -69,12 +68,6 @@ def _configure_score(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
 
 
-def _local(model: str) -> list[Path]:
-    """The model's files to protect from the output, when ``model`` is a local path."""
-    path = Path(model).expanduser()
-    return [path] if path.exists() else []
-
-
 MATH_THREADS = 8
 """Most threads the math of ``score`` uses unless ``OMP_NUM_THREADS`` says otherwise. A layer is a few
 products of about a GFLOP and many small ones and element-wise passes of a few MB: split over dozens of
@@ -85,7 +78,7 @@ model that takes 5 on one core, ``benchmarks/README.md``)."""
 def _run_score(args: argparse.Namespace) -> int:
     import torch
 
-    from .engine import DTYPES, Settings
+    from .engine import DTYPES, Settings, local_files
     from .files import check_folder, check_output, slug
     from .scores import GAMMA
 
@@ -96,16 +89,14 @@ def _run_score(args: argparse.Namespace) -> int:
         raise InputError("--model-id is empty; give the name the records should carry")
     into_folder = args.output is not None and args.output.endswith(("/", os.sep))
     if len(args.models) == 1 and not into_folder:
-        model = args.models[0]
-        output = check_output(args.output or "scores.parquet", protect=_local(model))
-        _score_one(model, args, settings, lambda _: output)
+        _score_one(args.models[0], args, settings, args.output or "scores.parquet")
         return 0
     if args.model_id is not None and len(args.models) > 1:
         raise InputError("--model-id names one model; with several MODELs each is named by its own id")
     if args.output is None:
         raise InputError("several MODELs need -o FOLDER (one Parquet file per model)")
     folder = check_folder(args.output)
-    models = [path for model in args.models for path in _local(model)]
+    models = [path for model in args.models for path in local_files(model)]
     _outside_models(folder, models)
     written: set[Path] = set()
 
@@ -144,17 +135,21 @@ def _outside_models(folder: Path, models: list[Path]) -> None:
 
 
 def _score_one(
-    model: str, args: argparse.Namespace, settings: Settings, output_for: Callable[[str], Path]
+    model: str, args: argparse.Namespace, settings: Settings, output: str | Callable[[str], Path]
 ) -> None:
-    """Score ``model`` into the file ``output_for(model id)`` names; print a summary unless quiet."""
-    from .engine import score_source
-    from .sources import open_source
+    """Score ``model`` into ``output`` (a file, or a function of the model id naming it:
+    ``engine.score_to_file``); print a summary unless quiet."""
+    from .engine import score_to_file
 
-    source = open_source(model, revision=args.revision, full_download=args.full_download)
-    model_id = args.model_id or source.model_id
-    output = output_for(model_id)
-    table = score_source(source, settings, progress=not args.quiet, model_id=model_id)
-    _write(table, output)
+    table, written = score_to_file(
+        model,
+        output,
+        settings,
+        model_id=args.model_id,
+        revision=args.revision,
+        full_download=args.full_download,
+        progress=not args.quiet,
+    )
     if not args.quiet:
         import pandas as pd
 
@@ -162,24 +157,12 @@ def _score_one(
 
         with pd.option_context("display.float_format", "{:.3f}".format, "display.width", 120):
             print(summary(to_frame(table)).to_string())
-        print(f"wrote {table.num_rows} rows to {output}")
-
-
-def _write(table: pa.Table, output: Path) -> None:
-    from .records import write_scores
-
-    try:
-        write_scores(table, output)
-    except OSError as err:
-        raise InputError(f"cannot write {output}: {err.strerror or err}; choose a writable output") from err
+        print(f"wrote {table.num_rows} rows to {written}")
 
 
 def _error_line(err: InputError | OSError) -> str:
     """The one line a user sees; an OSError is the machine's answer (disk, permissions), not a defect."""
-    if isinstance(err, InputError):
-        return f"attngeom: error: {err}"
-    where = f"{err.filename}: " if err.filename else ""
-    return f"attngeom: error: {where}{err.strerror or err}"
+    return f"attngeom: error: {err if isinstance(err, InputError) else machine_refusal(err)}"
 
 
 def _naming(line: str, model: str) -> str:

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import torch
 
 from .architectures import Architecture, AttentionLayer, UnscoredLayer, architecture_for
-from .errors import InputError
+from .errors import InputError, machine_refusal
+from .files import check_output
 from .provenance import code_hash
-from .records import to_frame, to_table
+from .records import to_frame, to_table, write_scores
 from .scores import DIRECTIONALITY_VARIANTS, GAMMA, score_layer
 from .sources import WeightSource, open_source
 from .version import __version__
@@ -100,8 +103,47 @@ def score(
     in the records (default: the hub id, or the file or folder name of a local model).
     """
     settings = Settings.checked(device, dtype, variant, gamma)
-    source = open_source(model, revision=revision, token=token, full_download=full_download)
-    return to_frame(score_source(source, settings, progress=progress, model_id=model_id))
+    with open_source(model, revision=revision, token=token, full_download=full_download) as source:
+        return to_frame(score_source(source, settings, progress=progress, model_id=model_id))
+
+
+def local_files(model: str) -> list[Path]:
+    """The model's files to protect from an output, when ``model`` is a local path."""
+    path = Path(model).expanduser()
+    return [path] if path.exists() else []
+
+
+def score_to_file(
+    model: str,
+    output: str | os.PathLike | Callable[[str], Path],
+    settings: Settings,
+    *,
+    model_id: str | None = None,
+    revision: str | None = None,
+    full_download: bool = False,
+    progress: bool = False,
+) -> tuple[pa.Table, Path]:
+    """Score ``model`` (a Hub id, a local folder or a ``.gguf`` file) into a Parquet file; returns the
+    records and the file: what ``attngeom score`` and a pipeline's scoring job both run.
+
+    ``output`` is the file, checked before anything is read (never one of the model's own files), or a
+    function of the model's id that gives it (several models into one folder). Input that cannot be
+    scored, and the machine's refusals (a disk, a permission), raise ``InputError`` and write nothing; any
+    other exception is a defect of ours.
+    """
+    fixed = None if callable(output) else check_output(output, protect=local_files(model))
+    try:
+        with open_source(model, revision=revision, full_download=full_download) as source:
+            model_id = model_id or source.model_id
+            path = fixed or output(model_id)
+            table = score_source(source, settings, progress=progress, model_id=model_id)
+    except OSError as err:
+        raise InputError(machine_refusal(err)) from err
+    try:
+        write_scores(table, path)
+    except OSError as err:
+        raise InputError(f"cannot write {path}: {err.strerror or err}; choose a writable output") from err
+    return table, path
 
 
 def score_source(
@@ -154,7 +196,7 @@ def score_source(
         "n_params": source.n_params,
         "variant": settings.variant,
         "attngeom_version": __version__,
-        "code_hash": code_hash("scores"),
+        "code_hash": code_hash("scoring"),
     }
     rows: list[dict] = []
     for item in pending:

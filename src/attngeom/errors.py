@@ -7,6 +7,12 @@ class InputError(Exception):
     """Bad input: a path, id, file or model that cannot be scored as given."""
 
 
+def machine_refusal(err: OSError) -> str:
+    """An ``OSError`` as one line: the machine's answer (a disk, a permission), not a defect of ours."""
+    where = f"{err.filename}: " if err.filename else ""
+    return f"{where}{err.strerror or err}"
+
+
 def reason_kind(reason: str) -> str:
     """What a failure reason says without the model, file or address it names, so the reasons of many
     models can be counted (``gated repository (HTTP 401)``, ``unsupported model_type 'mamba'``)."""

@@ -1,17 +1,17 @@
-"""Which code made a result: a hash of the package modules a part of attngeom can run (a leaf module).
+"""Which code made a result: the hash of a wing of the package, a declared set of folders and files (a leaf
+module).
 
-A part (``scores``, ``training``) is its entry modules and every package module they import, found by
-reading the sources with ``ast`` (nothing is imported, so building the workflow's DAG stays light). The
-hash covers what those files mean, not their bytes or timestamps: each file's syntax tree without its
-docstrings and other bare string statements (comments, blank lines and layout never reach the tree). The
-records carry it, and the workflow's rules take it as a parameter, so a changed statement reruns the jobs
-it can affect, while a comment, a docstring, a reformatting or a touched file reruns nothing.
-
-A name the package resolves when it is first used (``attngeom.score``, ``attngeom.__init__``'s ``LAZY``)
-is not followed. The training part relies on it: the scores a run records as it trains come through
-``attngeom.score`` and carry the scoring part's hash in their rows, so the training hash covers what makes
-the weights and the loss log (the loop, the model, the data, the regulariser's ``form_traces``), and a
-change to the scoring code rescores trained models without training them again.
+A wing is what decides a kind of result: ``scoring`` (where weights come from, the architecture maps with
+the conformance run's ``support.json``, the score mathematics, the engine, the records), ``training`` (the
+training package and the mathematics its regulariser differentiates), ``report`` (what turns records and
+run logs into tables and figures) and ``random controls`` (how a random-initialised model is built). Every
+file inside a wing's folders is hashed, whatever imports it; nothing outside reruns a job (the console
+summary, GPU locks, the job's status file, the CLI). The hash covers what files mean, not their bytes or
+timestamps: a Python file's syntax tree without its docstrings and other bare string statements
+(comments, blank lines and layout never reach the tree), a data file's content. The records carry the
+scoring wing's hash, a training run's folder the training wing's, and each rule of the workflow the hash
+of its script and of its wings (``rule_hash``), so a changed statement or data file reruns the jobs of
+its wing, while a comment, a docstring, a reformatting or a touched file reruns nothing.
 """
 
 from __future__ import annotations
@@ -22,54 +22,35 @@ import hashlib
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-PARTS = {
-    "scores": ("attngeom.cli", "attngeom.pipeline.outcome", "attngeom.pipeline.batches"),
-    "training": ("attngeom.training.cli", "attngeom.training.loop", "attngeom.training.launch"),
+WINGS: dict[str, tuple[str, ...]] = {
+    "scoring": ("sources/", "architectures/", "scores.py", "form_traces.py", "engine.py", "records.py"),
+    "training": ("training/", "scores.py", "form_traces.py"),
+    "report": ("report/", "runstats/", "tables/", "records.py", "pipeline/captions.py"),
+    "random controls": ("pipeline/random_models.py",),
 }
-"""Each part's entry modules: what rule score/score_zoo_* and rule train run."""
+"""Each wing's folders (ending in ``/``: every file below them) and files, relative to the package."""
 
 
-@functools.cache
-def _modules(package_dir: Path) -> dict[str, Path]:
-    names = {}
-    for path in sorted(package_dir.rglob("*.py")):
-        parts = ["attngeom", *path.relative_to(package_dir).with_suffix("").parts]
-        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return names
+def wing_files(wing: str, package_dir: Path = PACKAGE_DIR) -> list[Path]:
+    """The files of ``wing``, sorted: its files, and every file below its folders but caches and hidden
+    files (an editor's swap file). A declared path that is not there is an error: the declaration is
+    stale."""
+    files: set[Path] = set()
+    for entry in WINGS[wing]:
+        path = package_dir / entry
+        if entry.endswith("/") and path.is_dir():
+            files.update(p for p in path.rglob("*") if p.is_file() and _kept(p.relative_to(path)))
+        elif not entry.endswith("/") and path.is_file():
+            files.add(path)
+        else:
+            raise FileNotFoundError(f"provenance wing {wing!r} names {entry}, which {package_dir} lacks")
+    return sorted(files)
 
 
-def _imports(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The package modules ``module`` imports anywhere in its code, and the packages above them."""
-    return _imports_cached(module, path, frozenset(modules))
-
-
-@functools.cache
-def _imports_cached(module: str, path: Path, modules: frozenset[str]) -> set[str]:
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    with_parents = {".".join(name.split(".")[:i]) for name in found for i in range(1, name.count(".") + 2)}
-    return {name for name in with_parents if name in modules}
-
-
-def _closure(entries: set[str], modules: dict[str, Path]) -> list[str]:
-    seen: set[str] = set()
-    todo = list(entries)
-    while todo:
-        name = todo.pop()
-        if name not in seen:
-            seen.add(name)
-            todo += _imports(name, modules[name], modules) - seen
-    return sorted(seen)
+def _kept(relative: Path) -> bool:
+    return not any(part == "__pycache__" or part.startswith(".") for part in relative.parts) and (
+        relative.suffix != ".pyc"
+    )
 
 
 @functools.cache
@@ -93,29 +74,26 @@ def _is_bare_string(statement: ast.stmt) -> bool:
     )
 
 
-def _digest(names: list[str], modules: dict[str, Path], head: bytes = b"") -> str:
-    digest = hashlib.sha256(head)
-    for name in names:
-        digest.update(f"{name}\0".encode() + normalised(modules[name]) + b"\0")
+def _meaning(path: Path) -> bytes:
+    """A Python file's normalised code; any other file's bytes."""
+    return normalised(path) if path.suffix == ".py" else path.read_bytes()
+
+
+@functools.cache
+def code_hash(wing: str, package_dir: Path = PACKAGE_DIR) -> str:
+    """SHA-256 (16 hex digits) of the paths and meaning of the files of ``wing`` ("scoring", "training",
+    ...): what the records and a run's folder carry."""
+    digest = hashlib.sha256()
+    for path in wing_files(wing, package_dir):
+        digest.update(f"{path.relative_to(package_dir).as_posix()}\0".encode() + _meaning(path) + b"\0")
     return digest.hexdigest()[:16]
 
 
-def part_modules(part: str, package_dir: Path = PACKAGE_DIR) -> list[str]:
-    """The modules of ``part``: its entry modules and everything they import, sorted."""
-    return _closure(set(PARTS[part]), _modules(package_dir))
-
-
 @functools.cache
-def code_hash(part: str, package_dir: Path = PACKAGE_DIR) -> str:
-    """SHA-256 (16 hex digits) of the names and normalised code of the modules of ``part`` ("scores",
-    "training"): what the records carry."""
-    return _digest(part_modules(part, package_dir), _modules(package_dir))
-
-
-@functools.cache
-def script_hash(script: Path, package_dir: Path = PACKAGE_DIR) -> str:
-    """SHA-256 (16 hex digits) of a rule's script and of the package modules it can run (those it
-    imports, and theirs): a rule's ``code`` parameter, so the rule reruns when any of them changes."""
-    modules = _modules(package_dir)
-    entries = _imports("", script, modules)
-    return _digest(_closure(entries, modules), modules, head=normalised(script) + b"\0")
+def rule_hash(script: Path, wings: tuple[str, ...], package_dir: Path = PACKAGE_DIR) -> str:
+    """SHA-256 (16 hex digits) of a rule's script and of the wings it runs: the rule's ``code``
+    parameter, so the rule reruns when the script or a file of those wings changes, and only then."""
+    digest = hashlib.sha256(normalised(script) + b"\0")
+    for wing in sorted(set(wings)):
+        digest.update(f"{wing}\0{code_hash(wing, package_dir)}\0".encode())
+    return digest.hexdigest()[:16]

@@ -53,7 +53,7 @@ SCHEMA = pa.schema(
         pa.field("not_scored", pa.string()),  # null when scored, else why the layer has no scores
         pa.field("variant", pa.string(), nullable=False),  # directionality variant: excess | eq17
         pa.field("attngeom_version", pa.string(), nullable=False),
-        pa.field("code_hash", pa.string()),  # attngeom.provenance.code_hash("scores") of the code that scored
+        pa.field("code_hash", pa.string()),  # provenance.code_hash("scoring") of the code that scored
     ]
 )
 

@@ -1,9 +1,49 @@
-# The registry and the helpers every rule uses. Nothing here reads weights; the network only to pin a Hub
-# model to the commit of its main branch the first time (attngeom.pipeline.hub_pins).
+# The config, found and checked, and the registry and the helpers every rule uses. Nothing here reads
+# weights; the network only to pin a Hub model to the commit of its main branch the first time
+# (attngeom.pipeline.hub_pins).
 import json
+import os
 import re
 import sys
+from importlib.util import find_spec
 from pathlib import Path
+
+from snakemake.utils import validate
+
+# The workflow's folder (workflow/, above this file's): the workflow's own files are found from it, whether
+# Snakemake started from workflow/Snakefile or from another workflow that uses it as a module (a local
+# checkout: the files are read when the DAG is built).
+WORKFLOW_DIR = Path(workflow.current_basedir).parent
+
+# Building the DAG needs only attngeom's light modules (no torch, pandas or pyarrow): where Snakemake runs
+# without attngeom installed (the jobs in their conda environment), this checkout's own copy is used.
+if find_spec("attngeom") is None:
+    sys.path.insert(0, str(WORKFLOW_DIR.parent / "src"))
+
+# Where the conda environment (--software-deployment-method conda) installs attngeom from: Snakemake runs
+# envs/attngeom.post-deploy.sh in its working directory (--directory .test, another workflow's folder when
+# this is a module), which is not this checkout; the script reads this variable instead.
+os.environ.update(ATTNGEOM_CHECKOUT=str(WORKFLOW_DIR.parent))
+
+from attngeom.pipeline.config_keys import misspelt_key
+
+# Without --configfile: config/config.yaml of the working directory, as the Snakemake workflow catalog
+# expects (`snakemake --directory .test` reads .test/config/config.yaml; from the repository's root, the
+# embedded default), else this checkout's embedded default. Given --configfile, only that config, not
+# merged into either. (As a module, the importing workflow's `config:` is used instead.)
+if not workflow.overwrite_configfiles:
+    HERE_CONFIG = Path("config", "config.yaml")
+
+    configfile: HERE_CONFIG if HERE_CONFIG.is_file() else WORKFLOW_DIR.parent / "config" / "config.yaml"
+
+
+# A misspelt key is one line naming it and the nearest valid key, before the schema's long report.
+if problem := misspelt_key(config, WORKFLOW_DIR / "schemas" / "config.schema.yaml"):
+    print(f"attngeom: error: {problem}", file=sys.stderr)
+    sys.exit(2)
+
+
+validate(config, "../schemas/config.schema.yaml")
 
 from attngeom.files import slug, write_text
 from attngeom.pipeline.batches import plan_batches
@@ -26,7 +66,7 @@ from attngeom.pipeline.training_runs import (
     training_runs,
 )
 from attngeom.pipeline.zoo import Zoo, with_zoo
-from attngeom.provenance import code_hash, script_hash
+from attngeom.provenance import code_hash, rule_hash
 from attngeom.runstats.official import published_settings
 
 R = results_folder(config["results"])
@@ -117,15 +157,30 @@ wildcard_constraints:
 
 # The scoring code of this checkout: the rules that draw the runs' evolution take it as a param, so a change
 # to it reruns them (not the training) to name the runs whose recorded scores other code computed.
-SCORING_CODE = code_hash("scores")
+SCORING_CODE = code_hash("scoring")
+# The wings of the package (attngeom.provenance.WINGS) each rule's script runs: what reruns its jobs.
+SCRIPT_WINGS = {
+    "score_model.py": ("scoring",),
+    "score_batch.py": ("scoring",),
+    "train_run.py": ("training",),
+    "random_model.py": ("random controls",),
+    "aggregate.py": ("report",),
+    "tables.py": ("report",),
+    "compare_reference.py": ("report",),
+    "figure_heads.py": ("report",),
+    "extract_wqk.py": ("scoring", "report"),  # reads weights through the architecture maps
+    "figures.py": ("report", "training"),  # reads the training runs' folders
+    "training_tables.py": ("report", "training"),
+    "training_figures.py": ("report", "training"),
+}
 
 
 def code_of(script):
-    """The `code` param of every rule: its script and the package modules the script can run, by
-    content (attngeom.provenance.script_hash). workflow/profiles/default leaves Snakemake's `code` rerun
-    trigger out, which compares a script's timestamp; so a changed module reruns the jobs, a touched
-    file does not."""
-    return script_hash(SCRIPTS / script)
+    """The `code` param of every rule: its script and the wings of the package it runs, by meaning
+    (attngeom.provenance.rule_hash). workflow/profiles/default leaves Snakemake's `code` rerun trigger
+    out, which compares a script's timestamp; so a changed statement or data file of a rule's wings reruns
+    its jobs, a touched file or a change outside them does not."""
+    return rule_hash(SCRIPTS / script, SCRIPT_WINGS[script])
 
 
 def group_slugs(group):

@@ -26,7 +26,8 @@
 #
 # A killed job resumes from its checkpoint when re-run (checkpoint/ is not a declared output, so
 # Snakemake never deletes it); a run whose settings or training code changed is trained again from scratch.
-# A change to the scoring code rescores the final models (rule score) and trains nothing: the tables and
+# A change to the scoring wing rescores the final models (rule score) and trains nothing (but for the math the
+# regulariser trains with, in the training wing too): the tables and
 # figures of the evolution name the runs whose recorded scores older code computed, and
 # `snakemake --profile profiles/local all --forcerun train` trains those again (docs/pipeline.md, "Reruns follow the code").
 

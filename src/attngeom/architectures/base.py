@@ -105,6 +105,9 @@ class Architecture:
     stacks: tuple[str, ...] = field(default=("self",))
     stack_modality: Mapping[str, str] = field(default_factory=dict)
     """Per-stack modality where it differs from ``modality`` (e.g. CLIP's text and vision towers)."""
+    why: str = ""
+    """A hand-written table's reason to exist, in one line: what discovery cannot see for its types (empty
+    for a layout discovery found)."""
 
     def modality_of(self, stack: str) -> str:
         return self.stack_modality.get(stack, self.modality)

@@ -1,36 +1,115 @@
-"""The registry of architecture maps by ``model_type``, filled by the package when it is imported.
+"""The architecture maps by ``model_type``: a hand-written table where one is kept, else the layout
+discovery reads, where the generated conformance run validated it.
 
-A leaf module (it imports only ``base``, ``table_reasons`` and ``validated``; ``discovered`` and
-``observed`` only when it is asked), so a composite map can look up the map of each of its towers
-without importing the families that import it.
+A leaf module (it imports only ``base`` and ``discovery.validated``; a table's module, and ``discovery``'s,
+only when a type is asked for), so a composite table can look up the map of each of its towers without
+importing every family, and ``import attngeom.architectures`` imports no table.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import importlib
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING
 
 from .base import Architecture, ArchitectureError
-from .table_reasons import WHY
-from .validated import conformance
+from .discovery.validated import conformance
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-REGISTRY: dict[str, Architecture] = {}
+TABLES: dict[str, str] = {
+    "mobilebert": "encoders",
+    "deberta": "encoders",
+    "llama": "decoders",
+    "mistral": "decoders",
+    "mixtral": "decoders",
+    "gemma": "decoders",
+    "mobilellm": "decoders",
+    "cohere2": "decoders",
+    "bloom": "gpt_lineage",
+    "falcon": "gpt_lineage",
+    "gpt_bigcode": "gpt_lineage",
+    "mpt": "gpt_lineage",
+    "dbrx": "gpt_lineage",
+    "longt5": "seq2seq",
+    "speecht5": "seq2seq",
+    "musicgen": "seq2seq",
+    "musicgen_decoder": "seq2seq",
+    "detr": "seq2seq",
+    "led": "seq2seq",
+    "vit_mae": "vision",
+    "dpt": "vision",
+    "imagegpt": "vision",
+    "wav2vec2-bert": "audio",
+    "wavlm": "audio",
+    "deepseek_v2": "latent",
+    "longformer": "longformer",
+    "exaone4": "normalised_decoders",
+    "stablelm": "normalised_decoders",
+    "llama4_text": "normalised_decoders",
+    "funnel": "relative_encoders",
+    "xlnet": "relative_encoders",
+    "llama4": "composite_decoders",
+    "seamless_m4t": "seamless",
+    "llava": "multimodal",
+    "llava_next": "multimodal",
+    "blip": "multimodal",
+    "blip-2": "multimodal",
+    "git": "multimodal",
+    "mllama": "multimodal",
+    "sam": "segmentation",
+    "mask2former": "segmentation",
+    "blip_vision_model": "towers",
+    "blip_2_vision_model": "towers",
+    "blip_text_model": "towers",
+    "blip_2_qformer": "towers",
+    "qwen2_vl_vision": "towers",
+    "clap_audio_model": "towers",
+    "clap": "towers",
+    "swinv2": "vision_stages",
+    "hooked_transformer": "lens",
+}
+"""``model_type`` → the module of ``architectures.tables`` that holds its table (an ``Architecture`` of its
+``ARCHITECTURES`` naming the type, with the reason it is kept, ``why``), imported when the type is first
+asked for. ``tests/test_architecture_tables.py`` checks the map against the modules."""
 
 
-def register(architectures: Iterable[Architecture]) -> None:
-    """Map every ``model_type`` of ``architectures``; a type mapped twice, or a table without its reason
-    (``table_reasons.WHY``), is a defect of the package."""
-    for architecture in architectures:
-        for model_type in architecture.model_types:
-            if model_type in REGISTRY:
-                raise RuntimeError(f"model_type {model_type!r} is mapped twice")
-            if model_type not in WHY:
-                raise RuntimeError(f"model_type {model_type!r} has a table but no reason in table_reasons")
-            REGISTRY[model_type] = architecture
+class Tables(MutableMapping[str, Architecture]):
+    """The hand-written tables by ``model_type``, a table's module imported when one of its types is first
+    asked for; a table set here (a test's hybrid model) stands until it is deleted."""
+
+    def __init__(self, modules: Mapping[str, str]) -> None:
+        self._modules = dict(modules)
+        self._loaded: dict[str, Architecture] = {}
+
+    def __getitem__(self, model_type: str) -> Architecture:
+        if model_type not in self._loaded:
+            module = importlib.import_module(f"{__package__}.tables.{self._modules[model_type]}")
+            self._loaded[model_type] = next(a for a in module.ARCHITECTURES if model_type in a.model_types)
+        return self._loaded[model_type]
+
+    def __setitem__(self, model_type: str, architecture: Architecture) -> None:
+        self._loaded[model_type] = architecture
+
+    def __delitem__(self, model_type: str) -> None:
+        if model_type not in self:
+            raise KeyError(model_type)
+        self._modules.pop(model_type, None)
+        self._loaded.pop(model_type, None)
+
+    def __contains__(self, model_type: object) -> bool:  # without importing the table's module
+        return model_type in self._modules or model_type in self._loaded
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**dict.fromkeys(self._modules), **dict.fromkeys(self._loaded)})
+
+    def __len__(self) -> int:
+        return len(set(self._modules) | set(self._loaded))
+
+
+REGISTRY = Tables(TABLES)
 
 
 def supported_model_types() -> list[str]:
@@ -56,8 +135,8 @@ def architecture_for(config: PretrainedConfig) -> Architecture:
         return REGISTRY[model_type]
     entry = conformance().get(model_type)
     if entry is not None and entry["status"] == "validated":
-        from .discovered import discover
-        from .observed import Observed
+        from .discovery.discovered import discover
+        from .discovery.observed import Observed
 
         return discover(config, entry.get("layout", ""), Observed.of(entry))
     refused = entry is not None and entry["status"] == "refused"

@@ -11,9 +11,8 @@ run or reach them: the weaker check) or ``refused`` with its reason; model types
 from __future__ import annotations
 
 from .base import Architecture
+from .discovery.validated import conformance
 from .registry import REGISTRY
-from .table_reasons import WHY
-from .validated import conformance
 
 START = "<!-- support-table:start -->"
 END = "<!-- support-table:end -->"
@@ -36,7 +35,7 @@ def _cell(text: str) -> str:
 def _row(model_type: str, entry: dict | None) -> str:
     if model_type in REGISTRY:
         arch = REGISTRY[model_type]
-        notes = f"{WHY[model_type]}" + (f" ({arch.notes})" if arch.notes else "")
+        notes = arch.why + (f" ({arch.notes})" if arch.notes else "")
         return (
             f"| `{model_type}` | table | {arch.modality} | {arch.objective} | {_stacks(arch)} "
             f"| {_cell(notes)} |"

@@ -16,9 +16,9 @@ def attempt(model, config, source, layout: str, name: str = "") -> dict:
     (``name``: the checkpoint class ``model`` is, where it is not the base model)."""
     from dataclasses import replace
 
-    from ..architectures.discovered import discover
-    from ..architectures.discovery import Found, find_attention
-    from ..architectures.observed import Observed
+    from ..architectures.discovery.attention import Found, find_attention
+    from ..architectures.discovery.discovered import discover
+    from ..architectures.discovery.observed import Observed
     from .check import capture, compare, compare_latent
     from .mechanisms import no_attention_reason
     from .modules import drive

@@ -20,7 +20,7 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 
-from ..architectures.discovery import Found
+from ..architectures.discovery.attention import Found
 from .faults import ObservationError, observing
 from .inputs import input_sets
 from .interface import calls, capturing

@@ -14,7 +14,7 @@ import re
 
 import torch
 
-from ..architectures.projections import token_convolution
+from ..architectures.discovery.projections import token_convolution
 
 FUSED = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv", "W_pack", "qkv_linear", "to_qkv", "att_proj")
 FUSED += ("queries_keys_values",)
@@ -77,7 +77,7 @@ def no_attention_reason(model) -> str:
     another mechanism than q·k (``mechanisms``), or none."""
     import torch
 
-    from ..architectures.recurrence import recurrence_reason
+    from ..architectures.discovery.recurrence import recurrence_reason
     from .refusals import queries_only_attention
 
     if recurrent := recurrence_reason(model):

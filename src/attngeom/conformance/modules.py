@@ -23,8 +23,8 @@ from itertools import islice, product
 
 import torch
 
-from ..architectures.discovery import Found
-from ..architectures.projections import inputs
+from ..architectures.discovery.attention import Found
+from ..architectures.discovery.projections import inputs
 from .faults import ObservationError, observing
 from .interface import calls, capturing
 from .masks import softmax_masks

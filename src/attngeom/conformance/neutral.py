@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import torch
 
-from ..architectures.discovery import Found
+from ..architectures.discovery.attention import Found
 
 POSITIONS = ("position_mask",)
 """Arguments of an attention module that hand it token positions to rotate q and k by itself."""

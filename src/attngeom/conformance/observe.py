@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from ..architectures.discovery import Found
-from ..architectures.observed import Observed, kind
-from ..architectures.stacks import NUMBER, template
+from ..architectures.discovery.attention import Found
+from ..architectures.discovery.observed import Observed, kind
+from ..architectures.discovery.stacks import NUMBER, template
 
 BLOCKED = -1e4
 """An additive mask entry at or below this blocks its key (transformers uses the dtype's minimum or -inf;
@@ -177,7 +177,7 @@ def observed(
 def model_objective(model: torch.nn.Module, observed: str) -> str:
     """The model's objective: ``observed`` (``objective``) where its documented tasks agree
     (``documented.objective``: a dual encoder with a causal text tower is ``bidirectional``)."""
-    from ..architectures import documented
+    from ..architectures.discovery import documented
 
     model_type = model.config.model_type
     return documented.objective(model_type, observed, documented.parent_of(model_type))

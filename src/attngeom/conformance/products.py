@@ -23,7 +23,7 @@ from contextlib import ExitStack, contextmanager
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..architectures.discovery import Found
+from ..architectures.discovery.attention import Found
 from .faults import observing
 from .running import track_running
 

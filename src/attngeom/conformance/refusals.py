@@ -41,7 +41,7 @@ def correlation_of(skeleton, config) -> str | None:
     import inspect
 
     from ..architectures.base import ArchitectureError
-    from ..architectures.discovery import Found, find_attention
+    from ..architectures.discovery.attention import Found, find_attention
 
     try:
         found = find_attention(skeleton, config)
@@ -87,7 +87,7 @@ def undefined_base(model_type: str) -> bool:
 def sub_config_class(model_type: str) -> str | None:
     """The refusal of a config with no model whose modular source extends another type's config
     (``config_base_of``): its checkpoints are that type's models."""
-    from ..architectures.model_classes import config_base_of
+    from ..architectures.discovery.model_classes import config_base_of
 
     base = config_base_of(model_type)
     return base and (

@@ -18,9 +18,9 @@ import tempfile
 from multiprocessing import get_context
 from pathlib import Path
 
-from ..architectures.discovery import LAYOUTS
-from ..architectures.documented import parent_of
-from ..architectures.validated import SUPPORT_FILE
+from ..architectures.discovery.attention import LAYOUTS
+from ..architectures.discovery.documented import parent_of
+from ..architectures.discovery.validated import SUPPORT_FILE
 from .entries import refused as _refused
 from .entries import short as _short
 from .faults import ObservationError
@@ -33,10 +33,10 @@ TIMEOUT_S = 120
 def check_type(model_type: str) -> dict:
     """The conformance entry of one ``model_type``: ``table`` where the registry has one, else discovery's."""
     from ..architectures.registry import REGISTRY
-    from ..architectures.table_reasons import WHY
 
     if model_type in REGISTRY:
-        return {"status": "table", "reason": WHY[model_type], "stacks": list(REGISTRY[model_type].stacks)}
+        table = REGISTRY[model_type]
+        return {"status": "table", "reason": table.why, "stacks": list(table.stacks)}
     return check_discovery(model_type)[0]
 
 
@@ -62,7 +62,7 @@ def check_discovery(model_type: str) -> tuple[dict, object, str]:
 def _alone(model_type: str) -> tuple[dict, object, str] | None:
     """A sub-config's entry where transformers gives it a model class of its own and discovery validates
     that model (a checkpoint of the tower alone: CLIP's text model, SigLIP's); else None."""
-    from ..architectures.model_classes import own_model_class
+    from ..architectures.discovery.model_classes import own_model_class
 
     try:
         if own_model_class(model_type) is None:
@@ -80,7 +80,7 @@ def _discovered(model_type: str) -> tuple[dict, object, str]:
     from .tiny import optional_towers, tiny_config
 
     try:
-        from ..architectures.discovery import meta_model
+        from ..architectures.discovery.attention import meta_model
 
         config = tiny_config(model_type)
         skeleton = meta_model(config)
@@ -159,8 +159,8 @@ def merged(entry: dict, tower: dict) -> dict:
 
 def _stacks(config, entry: dict) -> list[str]:
     """The stacks discovery gives ``config`` with what ``entry`` observed."""
-    from ..architectures.discovered import discover
-    from ..architectures.observed import Observed
+    from ..architectures.discovery.discovered import discover
+    from ..architectures.discovery.observed import Observed
 
     return list(discover(config, entry.get("layout", ""), Observed.of(entry)).stacks)
 
@@ -169,8 +169,8 @@ def _checkpoint_with_attention(model_type: str, config):
     """Where the base model has no attention, the first checkpoint class (``...For...``) whose model has
     (PP-OCRv5's text recognisers: a convolutional backbone, attention blocks in the head), by name, with
     its meta-device model; else None."""
-    from ..architectures.discovery import meta_model
-    from ..architectures.model_classes import checkpoint_classes
+    from ..architectures.discovery.attention import meta_model
+    from ..architectures.discovery.model_classes import checkpoint_classes
 
     for cls in checkpoint_classes(model_type):
         try:
@@ -188,7 +188,7 @@ def tiny_model(model_type: str, config, name: str = ""):
     from transformers import AutoModel
     from transformers.initialization import no_init_weights
 
-    from ..architectures.discovery import model_class
+    from ..architectures.discovery.attention import model_class
     from .check import randomized
 
     with no_init_weights():
@@ -232,7 +232,7 @@ def _check(model_type: str, config, name: str = "") -> dict:
 def _fused(model, config) -> bool:
     """Whether ``model`` has fused q/k/v projections, which only a layout reads (else trying the layouts
     repeats the attempt without one)."""
-    from ..architectures.discovery import Found, find_attention
+    from ..architectures.discovery.attention import Found, find_attention
 
     try:
         return any(isinstance(i, Found) and i.fused for i in find_attention(model, config, LAYOUTS[0]))
@@ -244,7 +244,7 @@ def _default_reason(model_type: str) -> str | None:
     """The no-attention reason of the default-size model on the meta device, where that builds and has none."""
     from transformers import CONFIG_MAPPING
 
-    from ..architectures.discovery import meta_model
+    from ..architectures.discovery.attention import meta_model
 
     try:
         config = CONFIG_MAPPING[model_type]()
@@ -281,7 +281,7 @@ def _default_failure(model_type: str) -> str | None:
     the model needs), the refusal saying so; else None."""
     from transformers import CONFIG_MAPPING
 
-    from ..architectures.discovery import meta_model
+    from ..architectures.discovery.attention import meta_model
 
     try:
         meta_model(CONFIG_MAPPING[model_type]())
@@ -296,7 +296,7 @@ def _deepened(config, skeleton):
     block; SAM 3 Lite's text encoder has RepMixers first and last); else ``config`` as it was."""
     import copy
 
-    from ..architectures.discovery import meta_model
+    from ..architectures.discovery.attention import meta_model
 
     layers = getattr(config, "num_hidden_layers", None)
     for more in range(layers + 1, 7) if isinstance(layers, int) else ():
@@ -313,7 +313,7 @@ def _deepened(config, skeleton):
 
 def _has_attention(skeleton, config) -> bool:
     """Whether discovery sees any attention in the meta-device model (an unreadable one counts)."""
-    from ..architectures.discovery import Found, find_attention
+    from ..architectures.discovery.attention import Found, find_attention
 
     try:
         return any(

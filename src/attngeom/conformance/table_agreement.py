@@ -5,7 +5,7 @@ discovery validated against its forward pass) is saved once and scored twice, by
 discovered layout, and the records are compared: their keys (stack, layer, head), their labels (modality,
 objective, form, left-out terms, shapes) and their numbers (to float64 rounding). A type whose scores
 discovery reproduces loses its table unless a label discovery would give is wrong for the checkpoints
-people score (``architectures.table_reasons`` says which and why).
+people score (each table's ``why`` says why it is kept).
 ``python -m attngeom.conformance.table_agreement [OUT.json] [--types a,b] [--jobs N]``.
 """
 
@@ -29,8 +29,8 @@ def records(model_type: str):
     """(the table's records, discovery's records) of ``model_type``'s tiny model, or why discovery has none."""
     import torch
 
-    from ..architectures.discovered import discover
-    from ..architectures.observed import Observed
+    from ..architectures.discovery.discovered import discover
+    from ..architectures.discovery.observed import Observed
     from ..architectures.registry import REGISTRY
     from ..engine import Settings, score_source
     from ..records import to_frame

@@ -396,7 +396,7 @@ def _repaired(config, max_params: int | None = None, tries: int = 8):
     the model reads that the config (or a sub-config) lacks gets the tiny value its name implies, else the
     value another of its configs has (Qwen3-Omni-MoE's talker reads the vision tower's
     ``spatial_merge_size``); a kv-head count gets the config's head count."""
-    from ..architectures.discovery import meta_model
+    from ..architectures.discovery.attention import meta_model
 
     for _ in range(tries):
         try:

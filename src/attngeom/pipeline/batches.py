@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import interrupts
-from .outcome import ScoreJob, record_lost, score_and_record
+from .outcome import ScoreJob, ScoreOptions, record_lost, score_and_record
 from .registry import Model, Resources, score_resources, weight_bytes
 
 PARENT_MB = 512
@@ -72,7 +72,7 @@ class BatchFiles:
 
 
 def score_into(
-    models: list[tuple[str, str, str]], files: BatchFiles, options: list[str], threads: int, gpus: int = 0
+    models: list[tuple[str, str, str]], files: BatchFiles, options: ScoreOptions, threads: int, gpus: int = 0
 ) -> list[dict]:
     """``models`` (id, location, revision) scored by ``score_batch`` into the batch's ``files``: each model's
     log appended to the batch log as it ends, then the scores of those scored in one Parquet file (with the
@@ -111,7 +111,7 @@ def score_into(
 
 
 def score_batch(
-    jobs: list[ScoreJob], options: list[str], threads: int, gpus: int = 0, batch_log: str | None = None
+    jobs: list[ScoreJob], options: ScoreOptions, threads: int, gpus: int = 0, batch_log: str | None = None
 ) -> list[dict]:
     """Every job scored in a child forked from this process (which imports everything once first), each
     child holding ``gpus`` of a local pipeline's GPUs; returns each job's status, a dead child's written
@@ -141,12 +141,10 @@ def _import_once() -> None:
     """What every child needs, imported before the first fork (no torch thread pool started yet)."""
     import pandas  # noqa: F401
 
-    from .. import architectures, cli, engine, records, sources  # noqa: F401
-
-    cli.build_parser()  # imports the subcommands' modules too
+    from .. import architectures, engine, records, sources  # noqa: F401
 
 
-def _score_in_child(job: ScoreJob, options: list[str], threads: int, gpus: int) -> None:
+def _score_in_child(job: ScoreJob, options: ScoreOptions, threads: int, gpus: int) -> None:
     import torch
 
     torch.set_num_threads(threads)

@@ -130,7 +130,7 @@ def nearest_published(models: pd.DataFrame, reference: pd.DataFrame) -> str:
     medians: a sentence that says what the comparison could have been, for orientation only."""
     import pandas as pd
 
-    from ..report import table_formats
+    from ..tables.formats import parameters
     from .paper_config import model_entry
 
     published = pd.DataFrame(
@@ -157,8 +157,8 @@ def nearest_published(models: pd.DataFrame, reference: pd.DataFrame) -> str:
         gap = (same["n_params"].astype(float).map(math.log) - math.log(float(model.n_params))).abs()
         near = same.loc[gap.idxmin()]
         parts.append(
-            f"{model.display} ({table_formats.parameters(model.n_params)}): {near['id']} "
-            f"({table_formats.parameters(near['n_params'])}; published median symmetry {near['symmetry']:.2f}, "
+            f"{model.display} ({parameters(model.n_params)}): {near['id']} "
+            f"({parameters(near['n_params'])}; published median symmetry {near['symmetry']:.2f}, "
             f"directionality {near['dir']:.2f})"
         )
     if not parts:

@@ -1,5 +1,5 @@
-"""What became of a scoring job: ``ok``, ``failed`` (input we cannot score, with the CLI's reason) or
-``crashed`` (a defect of ours, with the exception's one-line summary). Either way the job ends well and
+"""What became of a scoring job: ``ok``, ``failed`` (input we cannot score: an ``InputError``, with its
+reason) or ``crashed`` (a defect of ours, with the exception's one-line summary). Either way the job ends well and
 writes its status, so one bad model never stops the tables of the others; the log keeps the traceback.
 
 A status and a reason are results a colleague reads on another machine: ``portable`` rewrites the
@@ -9,16 +9,15 @@ machine's own paths (the model's folder, the working directory, the virtual envi
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
-import shlex
 import sys
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+
+from ..errors import InputError
 
 PREFIX = "attngeom: error: "
 
@@ -43,35 +42,6 @@ def one_line(text: str) -> str:
     return " ".join(line.strip() for line in text.strip().splitlines() if line.strip())
 
 
-def run_cli(argv: list[str], log: TextIO) -> dict:
-    """``attngeom <argv>`` in this process, its output and any traceback written to ``log``; returns
-    ``{"status": ..., "reason": ...}`` (no reason when ok)."""
-    from ..cli import main
-
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(stderr):
-            code = main(argv)
-    except SystemExit as exit_:  # argparse refused the arguments the rule built: our defect
-        code = exit_.code if isinstance(exit_.code, int) else 1
-    except Exception as err:  # a defect of ours; the traceback goes to the log
-        log.write(stderr.getvalue())
-        traceback.print_exc(file=log)
-        first = str(err).strip().splitlines()
-        return {
-            "status": "crashed",
-            "reason": f"{type(err).__name__}: {first[0] if first else ''}".rstrip(": "),
-        }
-    text = stderr.getvalue()
-    log.write(text)
-    if code == 0:
-        return {"status": "ok"}
-    if code == 2 and PREFIX in text:
-        return {"status": "failed", "reason": one_line(text[text.rindex(PREFIX) + len(PREFIX) :])}
-    lines = text.strip().splitlines()
-    return {"status": "crashed", "reason": f"exit code {code}" + (f": {lines[-1].strip()}" if lines else "")}
-
-
 @dataclass(frozen=True)
 class ScoreJob:
     """One model to score and the three files its job writes (Parquet, status JSON, log)."""
@@ -85,33 +55,63 @@ class ScoreJob:
     local: bool = False  # a local path or a folder a rule built, never a hub id
 
 
-def score_options(device: str, dtype: str, variant: str, full_download: bool) -> list[str]:
-    """The `attngeom score` options of the workflow's scoring settings."""
-    return ["--device", device, "--dtype", dtype, "--variant", variant] + ["--full-download"] * full_download
+@dataclass(frozen=True)
+class ScoreOptions:
+    """How the workflow scores (its config's ``scoring:``), as plain values: the DAG imports this module,
+    and torch is for the job (``engine.Settings`` checks them there)."""
+
+    device: str = "cpu"
+    dtype: str = "float64"
+    variant: str = "excess"
+    full_download: bool = False
 
 
-def score_and_record(job: ScoreJob, options: list[str], gpus: int = 0) -> dict:
-    """``attngeom score`` of ``job`` in this process with ``options`` (--device, --dtype, ...), holding
+def score_and_record(job: ScoreJob, options: ScoreOptions = ScoreOptions(), gpus: int = 0) -> dict:
+    """``job`` scored in this process (``engine.score_to_file``, as ``attngeom score`` does), holding
     ``gpus`` GPUs of a local pipeline's (attngeom.pipeline.gpus): its Parquet file (empty when not scored),
-    its status with the seconds taken, its log. Returns the status."""
-    from ..errors import InputError
+    its status with the seconds taken, its log. An ``InputError`` is the model's failure, any other
+    exception a crash of ours (its traceback in the log). Returns the status."""
     from .gpus import job_gpus
 
-    argv = ["score", job.location, "--model-id", job.model, "-o", job.scores, *options, "--quiet"]
-    argv += ["--revision", job.revision] if job.revision else []
     start = time.monotonic()
     # appended: the job emptied its log when it started, and its own output goes there too (job_log)
     with open(job.log, "a") as log, contextlib.ExitStack() as holding:
-        log.write(f"attngeom {shlex.join(argv)}\n")
+        revision = f" at revision {job.revision}" if job.revision else ""
+        log.write(f"scoring {job.location}{revision} as {job.model}: {options}\n")
         try:
-            holding.enter_context(job_gpus(gpus, log))
+            holding.enter_context(job_gpus(gpus, log))  # the GPU locks cannot be taken: this model fails
             problem = local_problem(job.location) if job.local else None
-        except InputError as err:  # the GPU locks cannot be taken: this model is not scored, the rest are
-            problem = str(err)
-        if problem:
-            log.write(f"{PREFIX}{problem}\n")
-        outcome = {"status": "failed", "reason": problem} if problem else run_cli(argv, log)
+            if problem:
+                raise InputError(problem)
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                _score(job, options)
+            outcome = {"status": "ok"}
+        except InputError as err:
+            log.write(f"{PREFIX}{err}\n")
+            outcome = {"status": "failed", "reason": one_line(str(err))}
+        except Exception as err:  # a defect of ours; the traceback goes to the log
+            traceback.print_exc(file=log)
+            first = str(err).strip().splitlines()
+            reason = f"{type(err).__name__}: {first[0] if first else ''}".rstrip(": ")
+            outcome = {"status": "crashed", "reason": reason}
     return _record(job, {"seconds": round(time.monotonic() - start, 3), **outcome})
+
+
+def _score(job: ScoreJob, options: ScoreOptions) -> None:
+    from ..engine import DTYPES, Settings, score_to_file
+    from ..scores import GAMMA
+
+    if options.dtype not in DTYPES:
+        raise InputError(f"scoring dtype {options.dtype!r}: choose one of {', '.join(DTYPES)}")
+    settings = Settings.checked(options.device, DTYPES[options.dtype], options.variant, GAMMA)
+    score_to_file(
+        job.location,
+        job.scores,
+        settings,
+        model_id=job.model,
+        revision=job.revision or None,
+        full_download=options.full_download,
+    )
 
 
 def local_problem(location: str) -> str | None:

@@ -8,8 +8,8 @@ import re
 
 import pandas as pd
 
+from ..tables.formats import number
 from .summary import METRICS, layer_rows
-from .table_formats import number
 
 
 def known_defects(path: str | os.PathLike) -> list[tuple[re.Pattern, str]]:

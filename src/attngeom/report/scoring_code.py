@@ -25,14 +25,14 @@ NAMED = 4
 def other_code_runs(scores: pd.DataFrame, current: str | None = None) -> list[str]:
     """The runs (``run`` column) with a score row that other scoring code computed than ``current``
     (default: this attngeom's), sorted."""
-    other = other_scoring_code(scores, current or code_hash("scores"))
+    other = other_scoring_code(scores, current or code_hash("scoring"))
     return sorted(scores.loc[other, "run"].unique())
 
 
 def other_code_note(scores: pd.DataFrame, current: str | None = None) -> str:
     """One sentence naming the runs of ``scores`` whose evolution other scoring code computed, and how to
     refresh it; empty when every row is the current code's."""
-    current = current or code_hash("scores")
+    current = current or code_hash("scoring")
     runs = other_code_runs(scores, current)
     if not runs:
         return ""

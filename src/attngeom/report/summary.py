@@ -16,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import InputError
-from ..files import write_text
 from ..record_files import check_text_digest, write_text_digested
 from ..records import read_scores, to_frame, to_table
+from ..tables.formats import LIST_SEPARATOR, csv_text
 
 METRICS = ("symmetry", "directionality")
 CROSS = "cross"  # stacks whose name contains this (cross-attention) stay out of the medians
@@ -37,29 +37,18 @@ TEXT_COLUMNS = [
 ]
 STATUSES = ("ok", "failed", "crashed")
 """What a model's scoring came to (``attngeom.pipeline.outcome``): scored, bad input, a defect."""
-GROUP_SEPARATOR = ","
+GROUP_SEPARATOR = LIST_SEPARATOR
 """``groups`` is a list in memory and a comma-joined cell in a CSV (readable by a person)."""
 
 
-def write_csv(table: pd.DataFrame, path: str | os.PathLike) -> None:
-    """``table`` as a CSV, a ``groups`` list column written comma-joined."""
-    write_text(path, _csv_text(table))
-
-
 def write_record_csv(table: pd.DataFrame, path: str | os.PathLike) -> None:
-    """A table the pipeline reads back (``models.csv``, ``summary.csv``) as ``write_csv`` writes it, with
-    its SHA-256 beside it (``attngeom.record_files``), which ``read_table`` checks."""
-    write_text_digested(path, _csv_text(table))
-
-
-def _csv_text(table: pd.DataFrame) -> str:
-    if "groups" in table.columns:
-        table = table.assign(groups=table["groups"].map(GROUP_SEPARATOR.join))
-    return table.to_csv(index=False)
+    """A table the pipeline reads back (``models.csv``, ``summary.csv``) as ``tables.formats.write_csv``
+    writes it, with its SHA-256 beside it (``attngeom.record_files``), which ``read_table`` checks."""
+    write_text_digested(path, csv_text(table))
 
 
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """A models or summary CSV written by ``write_record_csv`` (or ``write_csv``), checked against the
+    """A models or summary CSV written by ``write_record_csv`` (or ``tables.formats.write_csv``), checked against the
     SHA-256 beside it if there is one: text columns as strings ('' when empty), ``groups`` as a list."""
     check_text_digest(path)
     table = pd.read_csv(

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..tables.formats import number, parameters, to_html
 from .summary import METRICS
-from .table_formats import number, parameters, to_html
 
 TITLE = "Summary of every model"
 CAPTION = (

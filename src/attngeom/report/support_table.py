@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         from ..conformance.run import main as conformance_main
 
         conformance_main(["--jobs", str(args.jobs)])
-        from ..architectures.validated import conformance
+        from ..architectures.discovery.validated import conformance
 
         conformance.cache_clear()
     updated = with_support_table(current)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from ..scores import GAMMA
-from . import table_formats
+from ..tables import formats
 from .summary import in_group
 
 TABLES = {
@@ -32,7 +32,6 @@ KINDS = {
 SIDE_BY_SIDE = "Pretrained language models: encoder-only (left) and decoder-only (right), as in the paper"
 CONTROLS = "Random-initialised controls (random matrices: the paper expects scores about 0)"
 TRAINED = "Trained here (attngeom train)"
-CELLS = ["Parameters", "Median", "Interquartile range"]
 VARIANTS = {
     "excess": f"the excess of each row (column) norm over μ + {GAMMA:g}σ, as in the paper's published tables",
     "eq17": f"the row (column) norms above μ + {GAMMA:g}σ, as the paper's Eq. 17 reads",
@@ -86,9 +85,9 @@ def _cells(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "Model": [_label(row) for _, row in rows.iterrows()],
-            "Parameters": rows["n_params"].map(table_formats.parameters).to_list(),
+            "Parameters": rows["n_params"].map(formats.parameters).to_list(),
             "Median": [
-                table_formats.number(m) if status == "ok" else "not scored"
+                formats.number(m) if status == "ok" else "not scored"
                 for m, status in zip(rows[f"{metric}_median"], rows["status"], strict=True)
             ],
             "Interquartile range": [
@@ -116,7 +115,7 @@ def _side_by_side(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
     return pd.concat([side.reindex(range(length)).astype(object).fillna("") for side in sides], axis=1)
 
 
-def blocks(long: pd.DataFrame, metric: str) -> list[table_formats.Block]:
+def blocks(long: pd.DataFrame, metric: str) -> list[formats.Block]:
     """The blocks of the table (``block_order``); a block's unscored models listed under it with the
     reason."""
     found = []
@@ -127,7 +126,7 @@ def blocks(long: pd.DataFrame, metric: str) -> list[table_formats.Block]:
         else:
             cells = _cells(rows, metric)
             grid = cells.iloc[:, :1].assign(Kind=rows["kind"].to_list()).join(cells.iloc[:, 1:])
-        found.append(table_formats.Block(grid, name, _notes(rows)))
+        found.append(formats.Block(grid, name, _notes(rows)))
     return found
 
 
@@ -183,4 +182,4 @@ def write(summary: pd.DataFrame, metric: str, variants: Iterable[str], stem: str
     long = long_table(summary, metric)
     empty = f"No model of this run is in {group} (the `groups` of each model in the config)."
     text = " ".join(filter(None, [caption(metric, variants), contrast_note(long, metric)]))
-    table_formats.write_table(blocks(long, metric), stem, title, csv=long, empty=empty, caption=text)
+    formats.write_table(blocks(long, metric), stem, title, csv=long, empty=empty, caption=text)

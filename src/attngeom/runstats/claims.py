@@ -17,7 +17,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from ..report.table_formats import write_table
+from ..tables.formats import write_table
 from ..training.model import SYMMETRIC_INITS
 from .authors import AUTHORS_INIT, DATASETS
 from .pairing import REFERENCE_INIT

@@ -7,7 +7,7 @@ import os
 
 import pandas as pd
 
-from ..report import table_formats
+from ..tables import formats
 from .authors import DATASETS
 from .intervals import Interval
 from .significance import ALPHA, least_exact_p
@@ -219,13 +219,13 @@ def write_table1(table: pd.DataFrame, stem: str | os.PathLike) -> None:
     shapes it (``paper_table1``), then every comparison with its tests and the null (``table1_display``,
     a block per depth), with the caption of each."""
     shown = table1_display(table)
-    paper = table_formats.Block(paper_table1(table), "Table 1")
+    paper = formats.Block(paper_table1(table), "Table 1")
     blocks = [
-        table_formats.Block(rows.drop(columns="depth"), f"Supplementary: every comparison, {depth} models")
+        formats.Block(rows.drop(columns="depth"), f"Supplementary: every comparison, {depth} models")
         for depth, rows in shown.groupby("depth", sort=False)
     ]
     if blocks:
-        blocks[-1] = table_formats.Block(blocks[-1].table, blocks[-1].heading, (CAPTION,))
-    table_formats.write_table(
+        blocks[-1] = formats.Block(blocks[-1].table, blocks[-1].heading, (CAPTION,))
+    formats.write_table(
         [paper, *blocks], stem, TITLE, csv=table, caption=PAPER_CAPTION, empty="No training run."
     )

@@ -41,6 +41,9 @@ class ModelConfig(Protocol):
 class WeightSource:
     """A model's config, identity and lazily loaded tensors; implements the architecture ``TensorReader``.
 
+    A context manager: leaving the ``with`` block (or ``close()``) releases what reading holds (a range
+    reader's threads, a loaded state dict), and the source reads nothing after.
+
     ``model_id`` is what results are labelled with (a Hub id, or a local file or folder name, never an
     absolute path); ``description`` is what errors name (the full path). ``file_hash`` is a SHA-256 over
     the config's ``to_dict()`` (less its path and transformers version; a config.json read as written
@@ -63,6 +66,7 @@ class WeightSource:
         revision: str | None = None,
         n_params: int | None = None,
         stored_as: Callable[[str], str] | None = None,
+        close: Callable[[], None] | None = None,
     ) -> None:
         self.model_id = model_id
         self.description = description
@@ -73,6 +77,7 @@ class WeightSource:
         self.loaded: list[str] = []
         self._load = load
         self._stored_as = stored_as
+        self._close = close
         self._scheme = scheme_of(config, description)
         self._dtypes: set[str] = set()
         settings = {k: v for k, v in config.to_dict().items() if k not in _NOT_IDENTITY}
@@ -82,6 +87,22 @@ class WeightSource:
         self._modules: dict[str, list[str]] = {}
         for name in self.names:
             self._modules.setdefault(name.rpartition(".")[0], []).append(name)
+
+    def __enter__(self) -> WeightSource:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the loader and what it holds; a tensor asked for afterwards is an error."""
+        if self._close is not None:
+            self._close()
+        self._close = None
+        self._load = self._closed
+
+    def _closed(self, name: str) -> torch.Tensor:
+        raise ValueError(f"{self.description}: tensor {name} asked for after the source was closed")
 
     def _resolve(self, name: str) -> str | None:
         if name in self._names:

@@ -317,8 +317,10 @@ def gguf_weights(
     model_id: str,
     description: str,
     revision: str | None = None,
+    close: Callable[[], None] | None = None,
 ) -> WeightSource:
-    """A source over a parsed header; ``read(info)`` gives a tensor's raw bytes (from disk or by range)."""
+    """A source over a parsed header; ``read(info)`` gives a tensor's raw bytes (from disk or by range),
+    ``close`` releases what reading holds."""
     config = config_of(header, description, model_id)
     tensors = qk_tensors(header, config)
 
@@ -343,6 +345,7 @@ def gguf_weights(
         revision=revision,
         n_params=sum(math.prod(info.dims) for info in header.tensors.values()),
         stored_as=lambda name: ",".join(sorted({info.kind.name for info in tensors[name][1]})),
+        close=close,
     )
 
 

@@ -80,6 +80,10 @@ class Prefetcher:
             self._stop()
             raise
 
+    def close(self) -> None:
+        """Nothing further fetched; the requests in flight end first."""
+        self._stop()
+
     def _stop(self) -> None:
         with self._lock:
             self._queued.clear()
@@ -200,6 +204,7 @@ def safetensors_source(
         load=prefetch.tensor,
         revision=revision,
         n_params=n_params,
+        close=prefetch.close,
     )
 
 
@@ -211,4 +216,6 @@ def gguf_source(file: RemoteFile, *, model_id: str, revision: str) -> WeightSour
     def read(info: gguf.TensorInfo) -> np.ndarray:
         return prefetch.tensor(info.name).numpy()
 
-    return gguf.gguf_weights(header, read, model_id=model_id, description=model_id, revision=revision)
+    return gguf.gguf_weights(
+        header, read, model_id=model_id, description=model_id, revision=revision, close=prefetch.close
+    )

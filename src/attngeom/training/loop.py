@@ -25,6 +25,7 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
+from ..engine import score
 from ..files import atomic_dir
 from .batch import Update
 from .bookkeeping import LossLog, ParquetLog, Schedule, StepRecord, progress_since
@@ -126,10 +127,7 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.de
 def score_live(model: torch.nn.Module, name: str, step: int) -> pd.DataFrame:
     """attngeom's scores of the live model, tagged with the step (what the run trains is in config.yaml),
     computed where its weights are (in float64 there): on a GPU, no copy to the host and no CPU products.
-    Each row carries the scoring code's hash (``code_hash``); ``attngeom.score`` is looked up by name when
-    called, so the training code's hash (``attngeom.provenance``) leaves the scoring code out."""
-    from attngeom import score
-
+    Each row carries the scoring wing's hash (``code_hash``, ``attngeom.provenance``)."""
     device = next(model.parameters()).device
     return score(model, device=device, progress=False, model_id=name).assign(step=step)
 

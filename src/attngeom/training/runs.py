@@ -335,7 +335,7 @@ class RunFolder:
             return False
         rows = read_log(self.scores)
         finished = len(rows) > 0 and rows["step"].max() >= steps
-        return finished and bool(other_scoring_code(rows, code_hash("scores")).any())
+        return finished and bool(other_scoring_code(rows, code_hash("scoring")).any())
 
     def _difference(self, config: TrainConfig) -> str:
         recorded = self.recorded_config()

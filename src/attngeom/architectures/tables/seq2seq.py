@@ -18,11 +18,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .base import Architecture, AttentionLayer, TensorReader, separate_qk
-from .longformer import GLOBAL_STACK, longformer_stacks
+from ..base import Architecture, AttentionLayer, TensorReader, separate_qk
+from .longformer import GLOBAL_STACK, TWO_FORMS, longformer_stacks
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
+
+POSITIONS_IN_INPUT = (
+    "q and k read x + p (position embeddings added to the q/k inputs, not to v): a form of the "
+    "position-augmented input, which discovery would call standard"
+)
+
 
 CROSS_FORM = "cross: decoder x W_q W_kᵀ encoder xᵀ (two spaces)"
 POSITION_FORM = "position_augmented: (x + p) W_q W_kᵀ (x + p)ᵀ, p the position embedding added to q/k inputs"
@@ -117,6 +123,8 @@ def _seq2seq(
     stacks: StacksFn,
     notes: str = "",
     names: tuple[str, ...] = ("encoder", "decoder", "cross"),
+    *,
+    why: str,
 ) -> Architecture:
     """An encoder-decoder family whose layers are its stacks, in order, as far as the checkpoint holds them."""
 
@@ -133,6 +141,7 @@ def _seq2seq(
         n_layers=lambda config: _declared_count(config, stacks(config)),
         notes=notes,
         stacks=names,
+        why=why,
     )
 
 
@@ -270,18 +279,42 @@ def _led_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Atte
 
 
 LONGT5 = _seq2seq(
-    ("longt5",), "language", _longt5_stacks, notes="T5 layout; local or transient-global encoder attention"
+    ("longt5",),
+    "language",
+    _longt5_stacks,
+    notes="T5 layout; local or transient-global encoder attention",
+    why=(
+        "its local blocks' masks read as causal in the tiny model: discovery's objective would be "
+        "autoregressive"
+    ),
 )
-SPEECHT5 = _seq2seq(("speecht5",), "audio", _speecht5_stacks)
-MUSICGEN = _seq2seq(("musicgen",), "audio", _musicgen_stacks)
+SPEECHT5 = _seq2seq(
+    ("speecht5",),
+    "audio",
+    _speecht5_stacks,
+    why=(
+        "its prenets keep the whole forward pass from running: its roles are not observed; the paper's "
+        "reference names its stacks encoder and decoder"
+    ),
+)
+MUSICGEN = _seq2seq(
+    ("musicgen",),
+    "audio",
+    _musicgen_stacks,
+    why=(
+        "its decoder reads audio codes, not text (modality audio); the paper's reference names its stacks"
+        " encoder and decoder"
+    ),
+)
 MUSICGEN_DECODER = _seq2seq(
     ("musicgen_decoder",),
     "audio",
     lambda c: _musicgen_decoder_stacks(c, prefix=""),
     notes="MusicgenForCausalLM: MusicGen's decoder and its cross-attention",
     names=("decoder", "cross"),
+    why="MusicGen's decoder alone: as musicgen",
 )
-DETR = _seq2seq(("detr",), "vision", _detr_stacks)
+DETR = _seq2seq(("detr",), "vision", _detr_stacks, why=POSITIONS_IN_INPUT)
 LED = Architecture(
     model_types=("led",),
     modality="language",
@@ -290,6 +323,7 @@ LED = Architecture(
     n_layers=lambda c: 2 * c.encoder_layers + 2 * c.decoder_layers,
     notes="Longformer encoder (local and global stacks) and BART decoder",
     stacks=("encoder", GLOBAL_STACK, "decoder", "cross"),
+    why=TWO_FORMS,
 )
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .base import (
+from ..base import (
     Architecture,
     AttentionLayer,
     LayersFn,
@@ -34,10 +34,19 @@ from .base import (
     head_dim_of,
     separate_layers,
 )
-from .positions import rotary_terms, window
+from ..positions import rotary_terms, window
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
+
+READ_AS_WRITTEN = (
+    "config.json read as written, without importing transformers (sources.config.READ_AS_WRITTEN): "
+    "discovery needs transformers' model classes"
+)
+NOPE_BY_CODE = (
+    "its global layers are NoPE by its modeling code, not by its config: discovery would list rotary there"
+)
+
 
 LLAMA_LAYOUT_REMOTE_CODE = ("mobilellm",)
 """Remote-code model types whose config.json is read as a LlamaConfig (trust_remote_code stays off)."""
@@ -92,6 +101,8 @@ def decoder_architecture(
     layers: LayersFn,
     notes: str = "",
     n_layers: Callable[[PretrainedConfig], int] = lambda c: c.num_hidden_layers,
+    *,
+    why: str,
 ) -> Architecture:
     """A decoder-only language model: one ``decoder`` stack of ``n_layers`` layers."""
     return Architecture(
@@ -102,17 +113,26 @@ def decoder_architecture(
         n_layers=n_layers,
         notes=notes,
         stacks=("decoder",),
+        why=why,
     )
 
 
+LLAMA_NOTES = "q_proj/k_proj; GQA; head_dim from the config (Gemma MQA)"
 LLAMA = decoder_architecture(
-    ("llama", "mistral", "mixtral", "gemma") + LLAMA_LAYOUT_REMOTE_CODE,
+    ("llama", "mistral", "mixtral", "gemma"), llama_layers, LLAMA_NOTES, why=READ_AS_WRITTEN
+)
+MOBILELLM = decoder_architecture(
+    LLAMA_LAYOUT_REMOTE_CODE,
     llama_layers,
-    "q_proj/k_proj; GQA; head_dim from the config (Gemma MQA)",
+    LLAMA_NOTES,
+    why="remote code: its config.json is read as Llama's without transformers or its code",
 )
 COHERE2 = decoder_architecture(
-    ("cohere2",), _cohere2_layers, "Llama layout; global layers are NoPE, local layers rotary"
+    ("cohere2",),
+    _cohere2_layers,
+    "Llama layout; global layers are NoPE, local layers rotary",
+    why=NOPE_BY_CODE,
 )
 
 
-ARCHITECTURES: list[Architecture] = [LLAMA, COHERE2]
+ARCHITECTURES: list[Architecture] = [LLAMA, MOBILELLM, COHERE2]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .base import Architecture, AttentionLayer, TensorReader, linear
+from ..base import Architecture, AttentionLayer, TensorReader, linear
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -101,6 +101,11 @@ ARCHITECTURES: list[Architecture] = [
         notes="content term (q + r_w_bias)·k; pooled blocks (a block's first call: pooled queries, unpooled "
         "keys, encoder_cross); decoder = the upsampling layers of FunnelModel",
         stacks=("encoder", "encoder_cross", "decoder"),
+        why=(
+            "discovery finds no attention in it (q_head/k_head projections, the head width in its config "
+            "only); with block_repeats above 1 one module is applied with pooled, then unpooled queries (two "
+            "forms)"
+        ),
     ),
     Architecture(
         model_types=("xlnet",),
@@ -110,5 +115,6 @@ ARCHITECTURES: list[Architecture] = [
         n_layers=lambda c: c.n_layer,
         notes="permutation LM; content stream (q + r_w_bias)·k; position and segment terms left out",
         stacks=("encoder",),
+        why="q and k are einsum parameters, not projection modules: nothing for discovery to find",
     ),
 ]

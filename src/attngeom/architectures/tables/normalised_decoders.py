@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import Architecture, AttentionLayer, TensorReader
-from .decoders import decoder_architecture, llama_layers
-from .positions import rotary_terms, uses_rope, window
-from .qk_norms import QK_L2NORM, QK_LAYERNORM, QK_NORM_PER_HEAD, QK_NORM_WHOLE, normalised
+from ..base import Architecture, AttentionLayer, TensorReader
+from ..positions import rotary_terms, uses_rope, window
+from ..qk_norms import QK_L2NORM, QK_LAYERNORM, QK_NORM_PER_HEAD, QK_NORM_WHOLE, normalised
+from .decoders import NOPE_BY_CODE, decoder_architecture, llama_layers
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -80,14 +80,21 @@ def llama4_text_layers(
 
 ARCHITECTURES: list[Architecture] = [
     decoder_architecture(
-        ("exaone4",), _exaone4_layers, "per-head q/k RMSNorm folded; global layers NoPE when windowed"
+        ("exaone4",),
+        _exaone4_layers,
+        "per-head q/k RMSNorm folded; global layers NoPE when windowed",
+        why=NOPE_BY_CODE,
     ),
     decoder_architecture(
-        ("stablelm",), _stablelm_layers, "partial rotary; per-head q/k LayerNorm folded (qk_layernorm)"
+        ("stablelm",),
+        _stablelm_layers,
+        "partial rotary; per-head q/k LayerNorm folded (qk_layernorm)",
+        why="its qk_layernorm is a list of LayerNorms, one per head: no norm kind discovery folds",
     ),
     decoder_architecture(
         ("llama4_text",),
         llama4_text_layers,
         "rotary layers: chunked, q/k L2-normalised per head; NoPE layers: temperature-scaled q",
+        why="q and k L2-normalised per head by a function, no norm module: discovery refuses it",
     ),
 ]

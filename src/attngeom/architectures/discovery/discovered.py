@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer, linear
+from ..base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer, linear
+from .attention import HEADLESS, SCORER, Found, Skipped, find_attention, meta_model
 from .converted import Converted
-from .discovery import HEADLESS, SCORER, Found, Skipped, find_attention, meta_model
 from .model_classes import declared_class, main_input
 from .observed import Observed
 from .stacks import template
@@ -43,7 +43,7 @@ def layer_terms(
     scale, a score bias and a soft cap as the forward pass showed them (``Observed.terms``)."""
     from transformers import PretrainedConfig
 
-    from .positions import rotary_terms, window
+    from ..positions import rotary_terms, window
 
     rotaries = [p.rpartition(".")[0] for p, m in model.named_modules() if "Rotary" in type(m).__name__]
     terms = {}
@@ -89,7 +89,7 @@ def discovered_layers(
 ) -> Iterator[AttentionLayer | UnscoredLayer]:
     """The layers of ``items`` read from ``reader`` (by the model's own parameter names); ``terms``: what
     each form leaves out (``layer_terms``); ``biases``: the content biases of ``content_biases``."""
-    from .qk_norms import QK_LAYERNORM, QK_NORM_PER_HEAD, QK_NORM_WHOLE, normalised
+    from ..qk_norms import QK_LAYERNORM, QK_NORM_PER_HEAD, QK_NORM_WHOLE, normalised
 
     def get(name: str) -> torch.Tensor:
         tensor = reader.get(name)
@@ -131,7 +131,7 @@ def discovered_layers(
             yield UnscoredLayer(item.stack, item.layer, f"{item.mixer}: {item.why}")
             continue
         if item.latent:
-            from .latent import mla_layer
+            from ..mla import mla_layer
 
             text = config.get_text_config()
             for layer in mla_layer(text, reader, item.path, item.layer, item.stack, item.rope_norm):

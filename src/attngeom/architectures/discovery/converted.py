@@ -11,12 +11,12 @@ from __future__ import annotations
 from copy import deepcopy
 from typing import TYPE_CHECKING
 
-from .base import ArchitectureError
+from ..base import ArchitectureError
 
 if TYPE_CHECKING:
     import torch
 
-    from .base import TensorReader
+    from ..base import TensorReader
 
 
 class Converted:

@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer
-from .registry import architecture_for
+from ..base import Architecture, ArchitectureError, AttentionLayer, TensorReader, UnscoredLayer
+from ..registry import architecture_for
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -123,6 +123,7 @@ def composite(
     objective_from: str | None = None,
     notes: str = "",
     cross_modality: Mapping[str, str] | None = None,
+    why: str,
 ) -> Composite:
     """A multimodal composite of ``towers``; ``cross_modality`` names stacks whose modality is not their
     tower's (a text tower's cross-attention to the image is multimodal)."""
@@ -150,4 +151,5 @@ def composite(
         stack_modality={**{t.name: t.modality for t in towers}, **cross_modality},
         towers=towers,
         objective_from=objective_from,
+        why=why,
     )

@@ -12,7 +12,24 @@ import pandas as pd
 
 from ..files import write_text
 from . import html_page
-from .summary import write_csv
+
+LIST_SEPARATOR = ","
+"""A cell holding a list (a model's ``groups``) is written comma-joined in a CSV: readable by a person."""
+
+
+def csv_text(table: pd.DataFrame) -> str:
+    """``table`` as CSV text, without the index, every list cell comma-joined."""
+    listed = [c for c in table.columns if table[c].map(lambda v: isinstance(v, list | tuple)).any()]
+    joined = {
+        c: table[c].map(lambda v: LIST_SEPARATOR.join(v) if isinstance(v, list | tuple) else v)
+        for c in listed
+    }
+    return table.assign(**joined).to_csv(index=False)
+
+
+def write_csv(table: pd.DataFrame, path: str | os.PathLike) -> None:
+    """``table`` as a CSV file (``csv_text``)."""
+    write_text(path, csv_text(table))
 
 
 def number(value: float, digits: int = 2) -> str:

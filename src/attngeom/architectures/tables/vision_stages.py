@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from .base import AttentionLayer, TensorReader
+from ..base import AttentionLayer, TensorReader
 from .vision import qk_block, vision_architecture
 
 if TYPE_CHECKING:
@@ -74,6 +74,13 @@ def swin_layers(
 
 ARCHITECTURES = [
     vision_architecture(
-        ("swinv2",), swin_layers, n_layers=lambda c: sum(c.depths), notes="scaled cosine attention"
+        ("swinv2",),
+        swin_layers,
+        n_layers=lambda c: sum(c.depths),
+        notes="scaled cosine attention",
+        why=(
+            "scaled cosine attention (q, k L2-normalised per head in the forward): discovery would call the "
+            "form standard"
+        ),
     ),
 ]

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .base import Architecture, AttentionLayer, TensorReader
+from ..base import Architecture, AttentionLayer, TensorReader
 from .seq2seq import CROSS_FORM, Projections, Stack, stack_layer
 
 if TYPE_CHECKING:
@@ -126,5 +126,9 @@ ARCHITECTURES: list[Architecture] = [
             "t2u_encoder": "language",
             "t2u_decoder": "audio",
         },
+        why=(
+            "speech and text towers and a text-to-unit model whose audio or language roles its module paths "
+            "do not say"
+        ),
     ),
 ]

@@ -13,12 +13,18 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import Architecture, AttentionLayer, TensorReader, linear
+from ..base import Architecture, AttentionLayer, TensorReader, linear
 from .composite import Tower, composite
 from .vision import qk_block
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
+
+_TOWER_UNSEEN = (
+    "a checkpoint's tower may be another model_type than the tiny model's (a Pixtral vision tower, an"
+    " OPT or T5 language model): discovery validates only the tiny model's towers"
+)
+
 
 LANGUAGE_MODEL = ("language_model.model.", "language_model.")
 """On disk transformers saves ``language_model.model.layers``; in memory ``model.language_model.layers``."""
@@ -129,6 +135,7 @@ ARCHITECTURES: list[Architecture] = [
         objective="autoregressive",
         objective_from="text",
         notes="vision tower (CLIP, SigLIP, Pixtral) + any mapped language model",
+        why=_TOWER_UNSEEN,
     ),
     composite(
         ("blip",),
@@ -141,6 +148,10 @@ ARCHITECTURES: list[Architecture] = [
         },
         notes="text towers as the checkpoint holds them (text_model, text_encoder, text_decoder); "
         "captioning's text_decoder is causal",
+        why=(
+            "its checkpoint classes hold their text towers under other names (text_encoder, "
+            "text_decoder.bert) than the tiny base model: discovery misses them or fails"
+        ),
     ),
     composite(
         ("blip-2",),
@@ -149,6 +160,7 @@ ARCHITECTURES: list[Architecture] = [
         objective_from="text",
         cross_modality={"qformer_cross": "multimodal"},
         notes="OPT or T5 language model (T5: text is its encoder, text_decoder, text_cross)",
+        why=_TOWER_UNSEEN,
     ),
     Architecture(
         model_types=("git",),
@@ -158,6 +170,10 @@ ARCHITECTURES: list[Architecture] = [
         n_layers=lambda c: c.num_hidden_layers + c.vision_config.num_hidden_layers,
         stacks=("vision", "decoder"),
         stack_modality={"vision": "vision"},
+        why=(
+            "its decoder attends to the image tokens both ways and to the text causally: discovery reads the "
+            "tiny model's mask as bidirectional and its modality as vision"
+        ),
     ),
     Architecture(
         model_types=("mllama",),
@@ -172,5 +188,9 @@ ARCHITECTURES: list[Architecture] = [
         stacks=("vision", "decoder", "cross"),
         stack_modality={"vision": "vision", "decoder": "language"},
         notes="Llama 3.2 Vision; cross-attention q/k RMS-normalised per head (gains folded into W_q)",
+        why=(
+            "its vision encoder's local and global layers are one stack (the paper's Llama-3.2-11B-Vision): "
+            "discovery names a stack per module path and splits them"
+        ),
     ),
 ]

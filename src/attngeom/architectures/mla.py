@@ -1,4 +1,5 @@
-"""Multi-head latent attention (DeepSeek-V2/V3): q and k through low-rank, RMS-normalised latents.
+"""Multi-head latent attention (DeepSeek-V2/V3, and the types discovery finds with it): q and k through
+low-rank, RMS-normalised latents. Read by the DeepSeek-V2 table (``tables.latent``) and by discovery alike.
 
 Per head h the score is a content part plus a rotary part, each a bilinear form of x up to per-token
 scalars (the RMS norms' 1/rms factors s_q(x), s_kv(x)):
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import Architecture, ArchitectureError, AttentionLayer, TensorReader, linear
+from .base import ArchitectureError, AttentionLayer, TensorReader, linear
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -52,11 +53,6 @@ def _query(
     if q_a is None:
         return w, None
     return q_a @ w, (b_latent @ w if b_latent is not None else None)
-
-
-def _mla_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[AttentionLayer]:
-    for i in range(config.num_hidden_layers):
-        yield from mla_layer(config, reader, f"layers.{i}.self_attn", i)
 
 
 def latent_query(module: torch.nn.Module, q: str) -> None:
@@ -142,16 +138,3 @@ def mla_layer(
         left_out=left_out + ("rotary",),
         form=ROPE_NORM_FORM if rope_norm else ROPE_FORM,
     )
-
-
-MLA = Architecture(
-    model_types=("deepseek_v2",),
-    modality="language",
-    objective="autoregressive",
-    layers=_mla_layers,
-    n_layers=lambda c: 2 * c.num_hidden_layers,
-    notes="multi-head latent attention: content and rotary parts as separate stacks",
-    stacks=("decoder", "decoder_rope"),
-)
-
-ARCHITECTURES: list[Architecture] = [MLA]

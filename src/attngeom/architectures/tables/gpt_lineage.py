@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import (
+from ..base import (
     Architecture,
     ArchitectureError,
     AttentionLayer,
@@ -31,6 +31,12 @@ from .decoders import decoder_architecture
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
+
+_FUSED_OUTSIDE = (
+    "fused q/k/v rows split outside transformers' attention interface: the conformance cannot confirm"
+    " discovery's split (refused)"
+)
+
 
 STACK = "decoder"
 
@@ -167,17 +173,36 @@ def _dbrx_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[Att
 
 
 ARCHITECTURES: list[Architecture] = [
-    decoder_architecture(("bloom",), _bloom_layers, "BLOOM: fused rows per head [q_h k_h v_h]; ALiBi"),
     decoder_architecture(
-        ("falcon",), _falcon_layers, "Falcon: per-head, per-kv-group (new arch) or multi-query fused rows"
+        ("bloom",), _bloom_layers, "BLOOM: fused rows per head [q_h k_h v_h]; ALiBi", why=_FUSED_OUTSIDE
+    ),
+    decoder_architecture(
+        ("falcon",),
+        _falcon_layers,
+        "Falcon: per-head, per-kv-group (new arch) or multi-query fused rows",
+        why=_FUSED_OUTSIDE + "; three fused layouts set by its config",
     ),
     decoder_architecture(
         ("gpt_bigcode",),
         _gpt_bigcode_layers,
         "SantaCoder, StarCoder 1: nn.Linear c_attn, multi-query rows [q | k | v] or per head",
+        why=(
+            "its fused c_attn layout is set by the config (multi_query: [q | k | v], else per head): "
+            "discovery reads the one layout of the tiny model"
+        ),
     ),
-    decoder_architecture(("mpt",), _mpt_layers, "MPT: Wqkv rows [q | k | v]; ALiBi", lambda c: c.n_layers),
     decoder_architecture(
-        ("dbrx",), _dbrx_layers, "DBRX: Wqkv rows [q | k | v] with GQA; clip_qkv", lambda c: c.n_layers
+        ("mpt",),
+        _mpt_layers,
+        "MPT: Wqkv rows [q | k | v]; ALiBi",
+        lambda c: c.n_layers,
+        why="attn_config.qk_ln checkpoints hold q/k LayerNorms that transformers' MPT never runs: refused",
+    ),
+    decoder_architecture(
+        ("dbrx",),
+        _dbrx_layers,
+        "DBRX: Wqkv rows [q | k | v] with GQA; clip_qkv",
+        lambda c: c.n_layers,
+        why="transformers' default config does not build its model: discovery has no tiny model",
     ),
 ]

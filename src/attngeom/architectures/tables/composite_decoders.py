@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import Architecture, AttentionLayer, TensorReader, separate_layers
+from ..base import Architecture, AttentionLayer, TensorReader, separate_layers
 from .normalised_decoders import llama4_text_layers
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def _llama4_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[A
     yield from llama4_text_layers(config.text_config, Within(reader, TEXT_PREFIXES))
 
 
-def _composite(model_types: tuple[str, ...], layers, notes: str) -> Architecture:
+def _composite(model_types: tuple[str, ...], layers, notes: str, *, why: str) -> Architecture:
     return Architecture(
         model_types=model_types,
         modality="multimodal",
@@ -72,11 +72,15 @@ def _composite(model_types: tuple[str, ...], layers, notes: str) -> Architecture
         notes=notes,
         stacks=("vision", "decoder"),
         stack_modality={"vision": "vision", "decoder": "language"},
+        why=why,
     )
 
 
 ARCHITECTURES: list[Architecture] = [
     _composite(
-        ("llama4",), _llama4_layers, "vision encoder (2-D rotary) and Llama 4 text decoder (see llama4_text)"
+        ("llama4",),
+        _llama4_layers,
+        "vision encoder (2-D rotary) and Llama 4 text decoder (see llama4_text)",
+        why="its vision encoder does not run in the tiny model (discovery refuses it); text as llama4_text",
     ),
 ]

@@ -11,7 +11,8 @@ import json
 from functools import cache
 from pathlib import Path
 
-SUPPORT_FILE = Path(__file__).with_name("support.json")
+SUPPORT_FILE = Path(__file__).parents[1] / "support.json"
+"""Beside the architecture package's modules, where the package data puts it (pyproject.toml)."""
 
 
 @cache

@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .base import Architecture, AttentionLayer, TensorReader, separate_qk
+from ..base import Architecture, AttentionLayer, TensorReader, separate_qk
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
+
+TWO_FORMS = "two forms per module (query/key and query_global/key_global): discovery reads one"
+
 
 GLOBAL_STACK = "encoder_global"
 
@@ -60,5 +63,6 @@ ARCHITECTURES: list[Architecture] = [
         n_layers=lambda c: 2 * c.num_hidden_layers,
         notes="local (windowed) and global projections as two stacks",
         stacks=("encoder", GLOBAL_STACK),
+        why=TWO_FORMS,
     ),
 ]

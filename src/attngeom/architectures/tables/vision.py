@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import Architecture, AttentionLayer, TensorReader, fused_qkv, linear
+from ..base import Architecture, AttentionLayer, TensorReader, fused_qkv, linear
+from ..registry import REGISTRY
 from .composite import Scoped, Tower, tower_layers
-from .registry import REGISTRY
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -167,6 +167,10 @@ ARCHITECTURES: list[Architecture] = [
         n_layers=lambda c: c.num_hidden_layers + c.decoder_num_hidden_layers,
         stacks=("encoder", "decoder"),
         notes="decoder only in pre-training checkpoints",
+        why=(
+            "its pre-training checkpoints add a decoder the tiny base model lacks: discovery leaves it "
+            "unscored"
+        ),
     ),
     vision_architecture(
         ("dpt",),
@@ -174,6 +178,10 @@ ARCHITECTURES: list[Architecture] = [
         n_layers=_dpt_count,
         stacks=("encoder", "backbone"),
         notes="ViT encoder, or a BEiT / Swin v2 / DINOv2 backbone scored by its own map (stack backbone)",
+        why=(
+            "a backbone_config (DINOv2, BEiT, Swin v2) replaces its ViT encoder, saved under the backbone's "
+            "old names: discovery validated the tiny model's ViT only"
+        ),
     ),
     Architecture(
         model_types=("imagegpt",),
@@ -182,5 +190,6 @@ ARCHITECTURES: list[Architecture] = [
         layers=_imagegpt_layers,
         n_layers=_layers,
         stacks=("decoder",),
+        why="its input_ids are colour clusters of pixels: discovery's modality would be language",
     ),
 ]

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import ArchitectureError, objective_in
+from ..base import ArchitectureError, objective_in
+from ..mla import latent_query
+from ..qk_norms import Norm, qk_norms, query_scale, rope_key_norm
 from .form_checks import single_form
-from .latent import latent_query
 from .model_classes import (
     WORD,
     checkpoint_classes,
@@ -39,7 +40,6 @@ from .projections import inputs, projection
 from .projections import is_conv1d as _conv1d
 from .projections import is_linear as _linear
 from .projections import rows as _rows
-from .qk_norms import Norm, qk_norms, query_scale, rope_key_norm
 from .recurrence import gated_recurrence as recurrent
 from .stacks import Placed, place, template
 from .temperature import query_temperature
@@ -105,7 +105,7 @@ class Found:
     blocks: int = 1
     """A grouped pointwise convolution's groups: its weight is the diagonal blocks of the linear map."""
     latent: bool = False
-    """Multi-head latent attention (``latent.mla_layer``): a content and a rotary form."""
+    """Multi-head latent attention (``mla.mla_layer``): a content and a rotary form."""
     rope: bool = True
     """A latent attention's decoupled rotary part exists (GLM-5-Next's has none: ``qk_rope_head_dim`` 0)."""
     q_scale: str = ""

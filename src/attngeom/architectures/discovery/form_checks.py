@@ -13,7 +13,7 @@ import re
 
 import torch
 
-from .base import ArchitectureError
+from ..base import ArchitectureError
 
 TOKEN_MIXING = re.compile(r"^(q|k|query|key)_s?conv$")
 """A child of an attention convolving its q or k over neighbouring tokens (Inkling's ``k_sconv``)."""

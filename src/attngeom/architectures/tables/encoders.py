@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .base import (
+from ..base import (
     Architecture,
     ArchitectureError,
     AttentionLayer,
@@ -70,7 +70,9 @@ def _deberta_layers(config: PretrainedConfig, reader: TensorReader) -> Iterator[
         )
 
 
-def _encoder_family(model_types: tuple[str, ...], layers, notes: str = "", n_layers=None) -> Architecture:
+def _encoder_family(
+    model_types: tuple[str, ...], layers, notes: str = "", n_layers=None, *, why: str
+) -> Architecture:
     return Architecture(
         model_types=model_types,
         modality="language",
@@ -79,14 +81,21 @@ def _encoder_family(model_types: tuple[str, ...], layers, notes: str = "", n_lay
         n_layers=n_layers or (lambda c: c.num_hidden_layers),
         notes=notes,
         stacks=("encoder",),
+        why=why,
     )
 
 
 MOBILEBERT = _encoder_family(
-    ("mobilebert",), _mobilebert_layers, notes="q/k act on the true_hidden_size bottleneck, not the residual"
+    ("mobilebert",),
+    _mobilebert_layers,
+    notes="q/k act on the true_hidden_size bottleneck, not the residual",
+    why="its tiny model does not run (discovery refuses it); q/k read the true_hidden_size bottleneck",
 )
 DEBERTA = _encoder_family(
-    ("deberta",), _deberta_layers, notes="content-to-content term; c2p/p2c terms are left out"
+    ("deberta",),
+    _deberta_layers,
+    notes="content-to-content term; c2p/p2c terms are left out",
+    why="q and k fused in in_proj rows per head with a separate q_bias: no q/k projections to discover",
 )
 
 

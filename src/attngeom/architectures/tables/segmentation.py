@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .base import (
+from ..base import (
     Architecture,
     ArchitectureError,
     AttentionLayer,
@@ -18,6 +18,7 @@ from .base import (
     fused_qkv,
     linear,
 )
+from .seq2seq import POSITIONS_IN_INPUT
 from .vision import qk_block, vision_architecture
 from .vision_stages import swin_layers
 
@@ -144,6 +145,7 @@ ARCHITECTURES: list[Architecture] = [
         stacks=("encoder", "decoder", "cross_token_to_image", "cross_image_to_token"),
         objective="encoder-decoder",
         notes="mask decoder: position-augmented q/k inputs; token↔image attentions are cross stacks",
+        why=POSITIONS_IN_INPUT,
     ),
     vision_architecture(
         ("mask2former",),
@@ -152,5 +154,6 @@ ARCHITECTURES: list[Architecture] = [
         stacks=("backbone", "decoder", "cross"),
         objective="encoder-decoder",
         notes="pixel decoder's deformable attention is not a bilinear form: not scored",
+        why=POSITIONS_IN_INPUT + "; discovery misses its masked cross-attention stack",
     ),
 ]

@@ -13,13 +13,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .base import Architecture, AttentionLayer, TensorReader, fused_layers
+from ..base import Architecture, AttentionLayer, TensorReader, fused_layers
 from .composite import Tower, composite
 from .vision import VIT_LEFT_OUT, qk_block, vision_architecture
 from .vision_stages import swin_stages
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
+
+_AUDIO_TOWER = "its HTS-AT (Swin) audio tower does not run in the tiny model: discovery refuses it"
+_BLIP_TOWER = "a tower of BLIP or BLIP-2, whose tables read it by this map"
+
 
 CROSS_IMAGE_FORM = "cross: x W_q W_kᵀ yᵀ, y the image features (two spaces)"
 
@@ -127,7 +131,7 @@ def _tower(
 
 ARCHITECTURES: list[Architecture] = [
     vision_architecture(
-        ("blip_vision_model", "blip_2_vision_model"), _blip_vision_layers, stacks=("vision",)
+        ("blip_vision_model", "blip_2_vision_model"), _blip_vision_layers, stacks=("vision",), why=_BLIP_TOWER
     ),
     _tower(
         ("blip_text_model",),
@@ -137,6 +141,7 @@ ARCHITECTURES: list[Architecture] = [
         lambda c: c.num_hidden_layers * (2 if c.is_decoder else 1),
         notes="cross-attention to the image in a decoder config (text_cross)",
         stack_modality={"text_cross": "multimodal"},
+        why=_BLIP_TOWER,
     ),
     _tower(
         ("blip_2_qformer",),
@@ -145,6 +150,7 @@ ARCHITECTURES: list[Architecture] = [
         ("qformer", "qformer_cross"),
         lambda c: c.num_hidden_layers + len(range(0, c.num_hidden_layers, c.cross_attention_frequency)),
         notes="learned queries' self-attention, and their cross-attention to the image (qformer_cross)",
+        why=_BLIP_TOWER,
     ),
     vision_architecture(
         ("qwen2_vl_vision",),
@@ -152,8 +158,16 @@ ARCHITECTURES: list[Architecture] = [
         n_layers=lambda c: c.depth,
         stacks=("vision",),
         notes="2-D rotary",
+        why="transformers defines no model class for the tower alone: nothing for discovery to build",
     ),
-    _tower(("clap_audio_model",), "audio", _clap_audio_layers, ("audio",), lambda c: sum(c.depths)),
+    _tower(
+        ("clap_audio_model",),
+        "audio",
+        _clap_audio_layers,
+        ("audio",),
+        lambda c: sum(c.depths),
+        why=_AUDIO_TOWER,
+    ),
     composite(
         ("clap",),
         (
@@ -162,5 +176,6 @@ ARCHITECTURES: list[Architecture] = [
         ),
         objective="bidirectional",
         notes="RoBERTa text tower + HTS-AT (Swin) audio tower",
+        why=_AUDIO_TOWER,
     ),
 ]

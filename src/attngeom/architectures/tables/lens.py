@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import torch
 
-from .base import Architecture, AttentionLayer, TensorReader
-from .qk_norms import QK_LAYERNORM, QK_NORM_PER_HEAD, normalised
+from ..base import Architecture, AttentionLayer, TensorReader
+from ..qk_norms import QK_LAYERNORM, QK_NORM_PER_HEAD, normalised
 
 MODEL_TYPES = ("hooked_transformer",)
 LEFT_OUT = {
@@ -62,5 +62,6 @@ ARCHITECTURES = [
         n_layers=lambda config: config.n_layers,
         notes="TransformerLens HookedTransformer (in memory): W_Q/W_K [heads, d_model, d_head], _W_K under GQA",
         stacks=("decoder", "encoder"),
+        why="TransformerLens' layout (blocks.{i}.attn.W_Q), not a transformers model",
     )
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .base import Architecture, AttentionLayer, TensorReader, separate_layers, separate_qk
+from ..base import Architecture, AttentionLayer, TensorReader, separate_layers, separate_qk
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -81,6 +81,10 @@ W2V_BERT = Architecture(
     n_layers=_conformer_count,
     notes="w2v-BERT 2.0: Conformer; relative_key positions left out; adapter layers as stack adapter",
     stacks=("encoder", "adapter"),
+    why=(
+        "its adapter layers (add_adapter, on in the released checkpoints) are off in the tiny model: "
+        "discovery leaves them unscored"
+    ),
 )
 
 
@@ -93,5 +97,6 @@ ARCHITECTURES: list[Architecture] = [
         layers=_wavlm_layers,
         n_layers=lambda c: c.num_hidden_layers,
         stacks=("encoder",),
+        why="its attention runs neither in the tiny model's forward pass nor on its own: discovery refuses it",
     ),
 ]
