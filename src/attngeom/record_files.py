@@ -31,6 +31,25 @@ class DamagedRecord(InputError):
     """A record file whose bytes are not those written: page checksums or content digest disagree."""
 
 
+NUMPY_NAMES = {"double": "float64", "float": "float32", "halffloat": "float16"}
+"""pyarrow's names of its float types whose NumPy names differ (its integer names are NumPy's)."""
+
+
+def _values(array: pa.Array) -> np.ndarray:
+    """A primitive array as NumPy holds it, read from its buffer (a null's slot as the writer left it):
+    pyarrow's own conversions (``to_numpy``, ``pa.scalar``) import pandas, which scoring does not
+    otherwise import."""
+    dtype = np.dtype(NUMPY_NAMES.get(str(array.type), str(array.type)))
+    return np.frombuffer(
+        array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize
+    )
+
+
+def _bytes(flags: pa.Array) -> np.ndarray:
+    """A boolean array as one byte per value (0 or 1, what NumPy's bool array holds)."""
+    return _values(pc.cast(flags, pa.uint8()))
+
+
 def content_digest(table: pa.Table) -> str:
     """SHA-256 of a table's metadata (pandas' note of its dtypes, say), column names and types, nulls and
     values; not of its encoding: the same rows written again, or read back, give the same digest."""
@@ -40,11 +59,13 @@ def content_digest(table: pa.Table) -> str:
     for name, column in zip(table.column_names, table.columns, strict=True):
         array = column.combine_chunks()
         digest.update(json.dumps([name, str(array.type), len(array)]).encode())
-        digest.update(np.packbits(array.is_null().to_numpy(zero_copy_only=False)).tobytes())
+        nulls = _bytes(array.is_null()).astype(bool)
+        digest.update(np.packbits(nulls).tobytes())
         kind = array.type
         if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
-            values = pc.fill_null(array, pa.scalar(False if pa.types.is_boolean(kind) else 0, kind))
-            digest.update(np.ascontiguousarray(values.to_numpy(zero_copy_only=False)).tobytes())
+            values = _values(pc.cast(array, pa.uint8()) if pa.types.is_boolean(kind) else array).copy()
+            values[nulls] = 0  # a null's slot holds whatever the writer left there
+            digest.update(values.tobytes())
         else:
             digest.update(json.dumps(array.to_pylist(), default=str).encode())
     return digest.hexdigest()
