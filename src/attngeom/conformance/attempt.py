@@ -48,6 +48,8 @@ def attempt(model, config, source, layout: str, name: str = "") -> dict:
     records |= driven
     seen, reads = _observed(model, items, records, set(driven))
     seen = replace(seen, model_class=name)
+    items = [i for i in find_attention(model, config, layout, seen) if isinstance(i, Found)]
+    seen = replace(seen, causal_stacks=frozenset(causal_stacks(items, records, reads)))  # names what they do
     architecture = discover(config, layout, seen)
     items = [i for i in find_attention(model, config, layout, seen) if isinstance(i, Found)]
     read = _read_back(architecture, source, items)

@@ -135,15 +135,14 @@ def record_lost(job: ScoreJob, reason: str) -> dict:
 
 
 def _record(job: ScoreJob, outcome: dict) -> dict:
-    import pyarrow as pa
-
     from ..files import write_text
     from ..record_files import write_parquet
+    from ..records import SCHEMA
 
     record = {"model": job.model, **outcome}
     if "reason" in record:
         record["reason"] = portable(record["reason"], {job.location: job.model})
     if record["status"] != "ok":
-        write_parquet(pa.table({}), job.scores)
+        write_parquet(SCHEMA.empty_table(), job.scores)  # no rows, the records' columns
     write_text(job.status, json.dumps(record, indent=1) + "\n")
     return record

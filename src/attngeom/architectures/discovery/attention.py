@@ -208,7 +208,7 @@ def find_attention(
         for path, q, k, module in raw
     ]
     objective = objective_in(observed.objective, config)
-    placed, gaps, order = place(model, [path for path, *_ in raw], cross, objective)
+    placed, gaps, order = place(model, [path for path, *_ in raw], cross, objective, observed.causal_stacks)
     found: list[Found | Skipped] = []
     unscorable: list[ArchitectureError] = []
     for (path, q, k, module), where, is_cross in zip(raw, placed, cross, strict=True):

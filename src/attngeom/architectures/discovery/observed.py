@@ -44,6 +44,8 @@ class Observed:
     """Templates whose attention soft-caps the scores: ``attn_logit_softcapping``."""
     templates: frozenset[str] = frozenset()
     """Every template whose modules the run validated (empty: not recorded, nothing is checked)."""
+    causal_stacks: frozenset[str] = frozenset()
+    """The stacks whose every module's attention the run saw causal (what each stack does)."""
 
     @classmethod
     def of(cls, entry: dict) -> Observed:
@@ -54,6 +56,7 @@ class Observed:
             entry.get("objective", ""),
             entry.get("model_class", ""),
             *(frozenset(entry.get(n, ())) for n in ("unscaled", "score_bias", "softcap", "templates")),
+            frozenset(entry.get("causal_stacks", ())),
         )
 
     def terms(self, template: str, scale: tuple[str, ...], module: torch.nn.Module) -> tuple[str, ...]:

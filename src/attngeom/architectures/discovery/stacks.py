@@ -52,13 +52,21 @@ tables name it; of an encoder-decoder type, one template is its encoder's (a ``T
 
 
 def place(
-    model: torch.nn.Module, paths: list[str], cross: list[bool], objective: str = ""
+    model: torch.nn.Module,
+    paths: list[str],
+    cross: list[bool],
+    objective: str = "",
+    causal: frozenset[str] = frozenset(),
 ) -> tuple[list[Placed], list[Gap], list[str]]:
     """The stack and layer of each path (``cross``: whether its keys read another input), the unscored
-    items of their layer lists, and the stacks in the order of their first module."""
+    items of their layer lists, and the stacks in the order of their first module. A lone stack that the
+    run saw causal (``causal``: the stacks it recorded so) is a ``decoder`` whatever the model's objective
+    (CLIP's text tower alone: a causal stack of a bidirectional dual encoder)."""
     templates = list(dict.fromkeys(template(p) for p in paths))
     groups = list(dict.fromkeys(zip((template(p) for p in paths), cross, strict=True)))
-    names = dict(zip(groups, _names(templates, groups, LONE.get(objective, "self")), strict=True))
+    lone = LONE.get(objective, "self")
+    lone = "decoder" if causal & {lone, "decoder"} else lone
+    names = dict(zip(groups, _names(templates, groups, lone), strict=True))
     layers: dict[str, int] = {}
     for t in templates:
         members = [p for p in paths if template(p) == t]
