@@ -248,8 +248,8 @@ def _train(
         scores.append(score_live(model, folder.path.name, start))
 
     # micro-batches, built ahead on a background thread and copied to the device without blocking
-    updates = _updates(batches, config, range(start, end), rt)
-    clock = _stopwatch(elapsed)
+    updates = updates_ahead(batches, config, range(start, end), rt)
+    clock = stopwatch(elapsed)
     bar = tqdm(
         range(start, end),
         initial=start,
@@ -298,7 +298,7 @@ def _train(
         save_final(model, corpus, folder.final)
 
 
-def _updates(
+def updates_ahead(
     batches: PackedBatches | DocumentBatches, config: TrainConfig, steps: range, rt: Runtime
 ) -> Iterator[Update]:
     """The updates of ``steps``, built ahead on a background thread and copied to the device without
@@ -322,7 +322,7 @@ def _load_corpus_rank0_first(config: TrainConfig, rt: Runtime, progress: bool) -
     return corpus or load_corpus(config, progress=False)
 
 
-def _stopwatch(offset: float) -> Callable[[], float]:
+def stopwatch(offset: float) -> Callable[[], float]:
     """Seconds of training so far: ``offset`` (from the checkpoint) plus the time since this call."""
     begin = time.perf_counter()
     return lambda: offset + time.perf_counter() - begin
