@@ -27,7 +27,6 @@ import pandas as pd
 
 from ..training.bookkeeping import read_loss_log
 from ..training.config import TrainConfig
-from ..training.documents import SUBSTITUTES, split_revision
 from ..training.runs import RunInfo
 from . import authors
 from .intervals import Interval, mean_interval, prediction_interval
@@ -216,7 +215,8 @@ def summarise(
     """Table 1 from loss logs and configs by run name: per comparison group and init, the final loss over
     seeds, and per comparison the speed-ups, the tests and the null (``pair_speedups``); beside rows that
     compare a symmetric init with random, the paper's numbers and the authors' at the row's horizon.
-    ``infos`` (read from the run folders) adds what data the runs saw to their ``differs_from_paper``."""
+    ``infos`` (read from the run folders) adds what data the runs saw to their ``differs_from_paper`` and
+    what they read instead of the paper's corpus (``corpus_note``, from their corpus.json)."""
     pairs = pair_speedups(losses, configs)
     keys = {name: comparison_key(config) for name, config in configs.items()}
     pairs["key"] = pairs["reference"].map(keys)
@@ -231,14 +231,15 @@ def summarise(
         null = pairs[(pairs["comparison"] == NULL) & (pairs["key"] == key)]
         for init, names in by_init.items():
             first = configs[names[0]]
-            labels = (infos[names[0]] if infos else RunInfo(names[0], first)).labels()
+            info = infos[names[0]] if infos else RunInfo(names[0], first)
+            labels = info.labels()
             del labels["seed"]
             row = {
                 **labels,
                 "run": ", ".join(names),
                 "seeds": len(names),
                 "steps": min(int(losses[n]["step"].max()) for n in names),
-                "corpus_note": SUBSTITUTES.get(split_revision(first.dataset)[0], ""),
+                "corpus_note": info.substitute,
                 **_interval_columns("final_loss", mean_interval(final_loss(losses[n]) for n in names)),
                 **_plateau_columns(level, [exit_of[n] for n in names]),
                 **NO_SPEEDUP,

@@ -158,6 +158,8 @@ TEMPORARY = re.compile(
 )
 """The temporaries ``attngeom.files`` writes a run folder's files through (``.<stem>.<random>.tmp<suffix>``)."""
 LOCK = ".lock"
+SUBSTITUTE_KEY = "instead_of_the_papers_corpus"
+"""corpus.json's line saying what was read instead of the paper's snapshot (``documents.SUBSTITUTES``)."""
 
 logger = logging.getLogger(__name__)
 
@@ -312,9 +314,7 @@ class RunFolder:
             return
         substitute = SUBSTITUTES.get(split_revision(config.dataset)[0])
         facts = corpus_facts(corpus, config)
-        recorded = (
-            data | facts.record() | ({"instead_of_the_papers_corpus": substitute} if substitute else {})
-        )
+        recorded = data | facts.record() | ({SUBSTITUTE_KEY: substitute} if substitute else {})
         write_text(self.corpus, json.dumps(recorded, indent=1) + "\n")
         code = {"code_hash": code_hash("training"), "attngeom_version": __version__}
         write_text(self.code, json.dumps(code, indent=1) + "\n")
@@ -360,13 +360,17 @@ class RunFolder:
 
 @dataclass(frozen=True)
 class RunInfo:
-    """Who a run is: its folder's name, the settings in its config.yaml and, read from the folder, how much
-    data its updates saw and which tokenizer it used."""
+    """Who a run is: its folder's name, the settings in its config.yaml and, read from the folder's
+    corpus.json, how much data its updates saw, which tokenizer it used and what it read in place of the
+    paper's corpus."""
 
     name: str
     config: TrainConfig
     data: DataFacts | None = None
     tokenizer_sha256: str | None = None
+    substitute: str = ""
+    """What the run streamed instead of the paper's snapshot of its corpus (``instead_of_the_papers_corpus``
+    in corpus.json), "" where it read the corpus it names."""
 
     @classmethod
     def read(cls, folder: str | Path) -> RunInfo:
@@ -375,7 +379,13 @@ class RunInfo:
         if config is None:
             raise ConfigError(f"{folder.config} is missing or is not a training config")
         corpus = _json_or_empty(folder.corpus)
-        return cls(folder.path.name, config, _data_facts(folder, corpus), corpus.get("tokenizer_sha256"))
+        return cls(
+            folder.path.name,
+            config,
+            _data_facts(folder, corpus),
+            corpus.get("tokenizer_sha256"),
+            str(corpus.get(SUBSTITUTE_KEY) or ""),
+        )
 
     def labels(self) -> dict[str, object]:
         """The columns that tag a run's rows in tables and figures."""
