@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..runstats.official import Setting, counterpart_note, counterparts
 from ..runstats.plateau import GPU_ENCODER_EXITS, SMOKE_TEST_STEPS
+from ..training.inits import REFERENCE
 from .registry import Model
 from .training_runs import TrainingRun
 
@@ -116,7 +117,7 @@ def official_scope(runs: dict[str, TrainingRun], published: set[Setting]) -> str
     """Which of our random-init runs the authors published an evolution for (``published``: their runs'
     settings, ``runstats.official.published_settings``), and what is drawn if none."""
     ours = [
-        (r.layers, r.objective, r.dataset) for r in runs.values() if r.init == "random" and not r.regularised
+        (r.layers, r.objective, r.dataset) for r in runs.values() if r.init == REFERENCE and not r.regularised
     ]
     if not ours:
         return "This run has no unregularised random-init run to compare with the authors' evolution."

@@ -15,6 +15,7 @@ import yaml
 
 from ..errors import InputError
 from ..files import write_text
+from ..training.inits import PAPER_GRID
 
 if TYPE_CHECKING:  # pandas is imported where a CSV is read: the workflow's DAG imports this module
     import pandas as pd
@@ -98,12 +99,12 @@ TRAINING = {
         ],
         "n_layers": [4, 12],
         "objective": ["encoder", "decoder"],
-        "init": ["random", "torch_default_symmetric", "symmetric", "torch_default"],
+        "init": list(PAPER_GRID),
     },
 }
 """The paper's training grid as the authors' code ran it (``recipe: authors_code``; Wikipedia and RedPajama
-spaced out character by character): 3 corpora × 4 and 12 layers × encoder and decoder × 4 init arms (the
-authors' two, random and ``torch_default_symmetric``, and the two that separate init scale from symmetry)
+spaced out character by character): 3 corpora × 4 and 12 layers × encoder and decoder × 4 init arms (``inits.PAPER_GRID``: the
+authors' two, random and their symmetric init, and the two that separate init scale from symmetry)
 × 3 seeds (the paper ran one) = 144 runs, each on one GPU for up to 48 hours."""
 
 

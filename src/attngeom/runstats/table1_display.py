@@ -8,11 +8,16 @@ import os
 import pandas as pd
 
 from ..report import table_formats
+from ..training.inits import EFFECTS
 from .authors import DATASETS
 from .intervals import Interval
 from .significance import ALPHA, least_exact_p
 from .speedup import CLAIM_RULE, GAP_UPDATES
 
+EFFECT_LEGEND = "; ".join(
+    f"{candidate} vs {reference} = {effect}" for (candidate, reference), effect in EFFECTS.items()
+)
+"""What each comparison measures, as the caption says it (``training.inits``)."""
 TITLE = "Table 1: final loss and speed-up of each init over its reference, over seeds"
 PAPER_CAPTION = (
     "As the paper prints it: per depth, kind of text and init, the final loss (smoothed: trailing mean over "
@@ -30,10 +35,8 @@ PAPER_CAPTION = (
 CAPTION = (
     "Final loss (smoothed: trailing mean over 2% of the log) per init, and per comparison of two inits "
     "(the candidate 'init' vs the reference 'vs', the same seed: 'effect' says what their difference "
-    "measures: symmetric vs random = symmetry alone at BERT's init scale; torch_default vs random = init "
-    "scale alone; torch_default_symmetric vs random = both, the authors' symmetric init; "
-    "torch_default_symmetric vs torch_default = symmetry at the authors' scale) the speed-up of the "
-    "candidate over the reference, per depth, dataset and objective, over seeds. "
+    f"measures: {EFFECT_LEGEND}) the speed-up "
+    "of the candidate over the reference, per depth, dataset and objective, over seeds. "
     "'paper' = the paper's formula, (T − t_candidate) / T with t_candidate the first step at which the "
     "candidate's smoothed loss reaches the reference run's final loss (it also gives a run against itself a "
     "positive value on a noisy plateau); 'robust' = (t_reference − t_candidate) / T with t the first step "

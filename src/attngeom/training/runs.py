@@ -42,6 +42,7 @@ from .config import (
 )
 from .corpus import Corpus, DataFacts, corpus_facts
 from .documents import SUBSTITUTES, split_revision
+from .inits import ARM, ARMS
 from .recipes import AUTHORS_CODE, NOT_OFFERED, PAPER, PAPER_CORPORA
 from .tokenizer import BERT_UNCASED_SHA256
 
@@ -76,11 +77,9 @@ def paper_differences(
     if tokenizer_sha256 == BERT_UNCASED_SHA256:
         code.pop("tokenizer")  # a file holding BERT's uncased vocabulary is the authors' tokenizer
     out += [f"{k}={settings[k]} (authors' code: {v})" for k, v in code.items() if settings[k] != v]
-    if config.init not in ("random", "torch_default_symmetric"):
-        out.append(
-            f"init={config.init} (authors' code: random = BERT's N(0, 0.02); symmetric = "
-            "torch_default_symmetric, fresh nn.Linear q/k/v then W_q = W_k)"
-        )
+    if ARM[config.init].papers_name is None:
+        theirs = "; ".join(f"{a.papers_name} = {a.name}, {a.how}" for a in ARMS if a.papers_name)
+        out.append(f"init={config.init} (authors' code: {theirs})")
     named = config.dataset.split("@")[0]
     if named in PAPER_CORPORA and config.character_spacing != PAPER_CORPORA[named]:
         out.append(
