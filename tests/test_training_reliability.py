@@ -28,8 +28,10 @@ def text_file(tmp_path):
 TOKENIZE = """
 import json, sys
 from attngeom.training.config import make_config
+from attngeom.training.documents import DocumentSource
 from attngeom.training.tokenizer import build_tokenizer, tokenizer_sha256
-tok = build_tokenizer(make_config({"dataset": sys.argv[1], "vocab_size": 120}))
+config = make_config({"dataset": sys.argv[1], "vocab_size": 120})
+tok = build_tokenizer(config, DocumentSource.of(config).texts)
 print(json.dumps({"sha256": tokenizer_sha256(tok), "vocab": tok.get_vocab(),
                   "ids": tok.encode(open(sys.argv[1]).read()).ids}))
 """
@@ -59,7 +61,11 @@ def test_run_folder_records_the_tokenizer_and_token_stream(tmp_path, text_file):
     recorded = json.loads((run / "corpus.json").read_text())
     hashes = {"tokenizer_sha256": corpus.tokenizer_sha256, "tokens_sha256": corpus.tokens_sha256}
     assert {k: recorded[k] for k in hashes} == hashes
-    assert set(recorded) - set(hashes) == {"documents", "tokens_per_update", "passes_per_update"}  # the data's size
+    assert set(recorded) - set(hashes) == {
+        "documents",
+        "tokens_per_update",
+        "passes_per_update",
+    }  # the data's size
 
 
 def test_resume_after_the_token_cache_is_rebuilt_continues_exactly(tmp_path, text_file):

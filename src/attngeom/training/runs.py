@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Literal
 
+import numpy as np
 import yaml
 
 from ..files import write_text
@@ -40,11 +41,47 @@ from .config import (
     make_config,
     read_config_file,
 )
-from .corpus import Corpus, DataFacts, corpus_facts
-from .documents import SUBSTITUTES, split_revision
+from .corpus import Corpus
 from .inits import ARM, ARMS
 from .recipes import AUTHORS_CODE, NOT_OFFERED, PAPER, PAPER_CORPORA
 from .tokenizer import BERT_UNCASED_SHA256
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """How much data a run sees: its corpus' documents, the tokens of an update ([CLS] and [SEP] counted,
+    padding not; each document cut to ``seq_len``) and the passes over the corpus an update makes; with
+    ``updates``, the updates the run made (its loss log's last step), so that totals are the run's own,
+    not those of the configured schedule."""
+
+    documents: int
+    tokens_per_update: float
+    passes_per_update: float
+    updates: int | None = None
+
+    @property
+    def passes(self) -> float | None:
+        return None if self.updates is None else self.updates * self.passes_per_update
+
+    def record(self) -> dict[str, float]:
+        """What ``corpus.json`` keeps (the updates made are the loss log's)."""
+        return {
+            "documents": self.documents,
+            "tokens_per_update": self.tokens_per_update,
+            "passes_per_update": self.passes_per_update,
+        }
+
+
+def corpus_facts(corpus: Corpus, config: TrainConfig) -> DataFacts:
+    """The ``DataFacts`` of ``config``'s updates over ``corpus`` (before any update is made)."""
+    _, lengths = corpus.document_spans()
+    if config.batch_documents:
+        per_update = config.batch_documents * float(np.minimum(lengths + 2, config.seq_len).mean())
+        passes = config.batch_documents / len(lengths)
+    else:
+        per_update = config.micro_batch_rows * config.grad_accum * config.seq_len
+        passes = per_update / len(corpus.tokens)
+    return DataFacts(len(lengths), per_update, passes)
 
 
 def paper_differences(
@@ -158,7 +195,7 @@ TEMPORARY = re.compile(
 """The temporaries ``attngeom.files`` writes a run folder's files through (``.<stem>.<random>.tmp<suffix>``)."""
 LOCK = ".lock"
 SUBSTITUTE_KEY = "instead_of_the_papers_corpus"
-"""corpus.json's line saying what was read instead of the paper's snapshot (``documents.SUBSTITUTES``)."""
+"""corpus.json's line saying what was read instead of the paper's snapshot (``DocumentSource.substitute``)."""
 
 logger = logging.getLogger(__name__)
 
@@ -311,7 +348,7 @@ class RunFolder:
                     "changed); pass --restart to move the run aside and train afresh"
                 )
             return
-        substitute = SUBSTITUTES.get(split_revision(config.dataset)[0])
+        substitute = corpus.source.substitute
         facts = corpus_facts(corpus, config)
         recorded = data | facts.record() | ({SUBSTITUTE_KEY: substitute} if substitute else {})
         write_text(self.corpus, json.dumps(recorded, indent=1) + "\n")
