@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from attngeom.report.artifacts import ARTIFACT
 from attngeom.report.training_figures import (
     COLOURS,
     evolution_figure,
@@ -243,7 +244,7 @@ def test_table1_groups_by_depth_then_dataset_and_keeps_random_vs_random_out_of_t
     notes = dict(zip(table["dataset"], table["corpus_note"], strict=False))
     assert notes["wikipedia"] == RECORDED_SUBSTITUTE and notes["sotu"] == ""
     assert notes["jigsaw"] == ""  # its corpus.json (an older run's) names no substitute: none is made up
-    write_table1(table, tmp_path / "table_1")
+    write_table1(table, tmp_path / "table_1", ARTIFACT["table_1"].title)
     markdown = (tmp_path / "table_1.md").read_text()
     assert RECORDED_SUBSTITUTE in markdown
     assert markdown.index("## Table 1") < markdown.index("## Supplementary: every comparison, 4-layer models")

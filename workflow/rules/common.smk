@@ -27,6 +27,7 @@ from attngeom.pipeline.training_runs import (
 )
 from attngeom.pipeline.zoo import Zoo, with_zoo
 from attngeom.provenance import code_hash, script_hash
+from attngeom.report.artifacts import ARTIFACT, MODEL_GROUPS
 from attngeom.runstats.official import published_settings
 
 R = results_folder(config["results"])
@@ -102,9 +103,9 @@ BATCH_OF = {s: name for name, batch in ZOO_BATCHES.items() for s in batch.slugs}
 SOURCED = [s for s, model in MODELS.items() if model.kind in ("hub", "path") and s not in BATCH_OF]
 """The models whose weights no job of the workflow makes: rule model_source records where they come from."""
 
-# What this run can show, for the report's captions (workflow/report/*.rst read them as params.scope).
-GROUPS = ("table_s2", "table_s3", "figure_2", "figure_s1", "figure_s2")
-SCOPE = {group: models_scope(MODELS.values(), group) for group in GROUPS}
+# What this run can show, for the report's captions (workflow/report/*.rst read them as params.scope), of
+# each table and figure of scored models (attngeom.report.artifacts).
+SCOPE = {group: models_scope(MODELS.values(), group) for group in MODEL_GROUPS}
 TRAINING_SCOPE = training_scope(TRAINING_RUNS)
 OFFICIAL_SCOPE = official_scope(
     TRAINING_RUNS, published_settings(REFERENCE / "official_training_evolution.csv")
@@ -126,6 +127,25 @@ def code_of(script):
     trigger out, which compares a script's timestamp; so a changed module reruns the jobs, a touched
     file does not."""
     return script_hash(SCRIPTS / script)
+
+
+def shown(name):
+    """Where the report shows the table or figure ``name`` and its caption (attngeom.report.artifacts), as
+    report()'s arguments in a rule file."""
+    artifact = ARTIFACT[name]
+    return {"category": artifact.category, "caption": f"../report/{artifact.caption}.rst"}
+
+
+def artifact_targets():
+    """Every table and figure of attngeom.report.artifacts, for `rule all`: the outputs of the rules that
+    make them (the per-head view of each model it draws; the training part's, when there are runs)."""
+    targets = []
+    for rule in dict.fromkeys(a.rule for a in ARTIFACT.values() if a.category != "Training"):
+        if rule == "figure_heads":
+            targets += expand(rules.figure_heads.output, slug=HEADS_FIGURES)
+        else:
+            targets += getattr(rules, rule).output
+    return targets + training_targets()
 
 
 def group_slugs(group):

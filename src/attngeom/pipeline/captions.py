@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from ..report.artifacts import ARTIFACT
 from ..runstats.official import Setting, counterpart_note, counterparts
 from ..runstats.plateau import GPU_ENCODER_EXITS, SMOKE_TEST_STEPS
 from ..training.inits import REFERENCE
@@ -54,7 +55,7 @@ def models_scope(models: Iterable[Model], group: str) -> str:
         )
     if not pretrained:
         return text + " It cannot show what the paper shows here (config/paper.yaml has the paper's models)."
-    if group in ("table_s2", "table_s3", "figure_2"):
+    if ARTIFACT[group].holds == "language":
         both = pretrained["encoder-only"] and pretrained["decoder-only"]
         if not both:
             text += " Without both a pretrained encoder-only and a decoder-only model it cannot show the contrast."

@@ -15,6 +15,7 @@ import yaml
 
 from ..errors import InputError
 from ..files import write_text
+from ..report.artifacts import groups_holding
 from ..training.inits import PAPER_GRID
 
 if TYPE_CHECKING:  # pandas is imported where a CSV is read: the workflow's DAG imports this module
@@ -78,8 +79,6 @@ HEADER = """\
 """
 
 
-GROUPS = ("table_s2", "table_s3", "figure_2", "figure_s1", "figure_s2")
-
 TRAINING = {
     "defaults": {
         "recipe": "authors_code",  # what the authors' train.py computes (training/recipes.py)
@@ -109,13 +108,11 @@ authors' two, random and their symmetric init, and the two that separate init sc
 
 
 def paper_groups(modality: str, objective: str) -> tuple[str, ...]:
-    """The paper's tables and figures a model of this kind belongs to: encoder-decoder models in Figure
-    S2, other language models in Tables S2/S3 and Figure 2, the rest (vision, audio) in Figure S1."""
+    """The paper's tables and figures a model of this kind belongs to (``report.artifacts``, what each
+    ``holds``): encoder-decoder models, other language models, the rest (vision, audio)."""
     if objective == "encoder-decoder":
-        return ("figure_s2",)
-    if modality == "language":
-        return ("table_s2", "table_s3", "figure_2")
-    return ("figure_s1",)
+        return tuple(groups_holding("encoder-decoder"))
+    return tuple(groups_holding("language" if modality == "language" else "vision and audio"))
 
 
 def model_entry(model_id: str, rows: pd.DataFrame) -> dict:

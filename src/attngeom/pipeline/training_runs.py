@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..report.artifacts import groups_holding
 from ..runstats.plateau import SMOKE_TEST_STEPS
 from ..training.config import RESOURCE_KEYS, dataset_label, make_config
 from ..training.inits import REFERENCE
@@ -273,7 +274,7 @@ def training_models(runs: dict[str, TrainingRun], results: str) -> list[dict]:
             "objective": "bidirectional" if run.objective == "encoder" else "autoregressive",
             "family": "BERT",
             "role": "trained",
-            "groups": ["table_s2", "table_s3", "figure_2"],
+            "groups": groups_holding("language"),
         }
         for run in runs.values()
     ]

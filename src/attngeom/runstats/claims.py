@@ -24,7 +24,6 @@ from .significance import ALPHA, least_exact_p, sign_flip_test, t_test
 from .speedup import CLAIM_RULE
 from .table1 import FASTER, SLOWER
 
-TITLE = "The paper's training claims, measured here"
 CAPTION = (
     "Each claim of the paper (Section 4, Figures 3 and S5, Table 1) against these runs, per dataset and "
     "depth: the measured values per seed at the last scored step (layer form Σ_h M_h: median over layers, "
@@ -210,12 +209,15 @@ def claims(scores: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def write_claims(scores: pd.DataFrame, table: pd.DataFrame, stem: str | os.PathLike, note: str = "") -> None:
-    """The claims of these runs as ``stem``.csv, .md, .tex and .html; ``note``: a sentence added to the
-    caption (which runs' evolution other scoring code computed)."""
+def write_claims(
+    scores: pd.DataFrame, table: pd.DataFrame, stem: str | os.PathLike, title: str, note: str = ""
+) -> None:
+    """The claims of these runs as ``stem``.csv, .md, .tex and .html under ``title`` (the pipeline's:
+    ``report.artifacts``); ``note``: a sentence added to the caption (which runs' evolution other scoring
+    code computed)."""
     found = claims(scores, table)
     caption = " ".join(filter(None, [CAPTION, note]))
-    write_table(found, stem, TITLE, csv=found, caption=caption, empty="No run.")
+    write_table(found, stem, title, csv=found, caption=caption, empty="No run.")
 
 
 def _authors_values(row: pd.Series, kind: str) -> dict[str, float]:

@@ -18,7 +18,6 @@ EFFECT_LEGEND = "; ".join(
     f"{candidate} vs {reference} = {effect}" for (candidate, reference), effect in EFFECTS.items()
 )
 """What each comparison measures, as the caption says it (``training.inits``)."""
-TITLE = "Table 1: final loss and speed-up of each init over its reference, over seeds"
 PAPER_CAPTION = (
     "As the paper prints it: per depth, kind of text and init, the final loss (smoothed: trailing mean over "
     "2% of the log) and, for an init compared with random over the same seeds, how much sooner it reaches "
@@ -217,10 +216,11 @@ def paper_table1(table: pd.DataFrame) -> pd.DataFrame:
     return shown.loc[:, (shown != "").any()]
 
 
-def write_table1(table: pd.DataFrame, stem: str | os.PathLike) -> None:
-    """Table 1 (``table1.summarise``) as ``stem``.csv (every number), .md, .tex and .html: first as the paper
-    shapes it (``paper_table1``), then every comparison with its tests and the null (``table1_display``,
-    a block per depth), with the caption of each."""
+def write_table1(table: pd.DataFrame, stem: str | os.PathLike, title: str) -> None:
+    """Table 1 (``table1.summarise``) as ``stem``.csv (every number), .md, .tex and .html under ``title`` (the
+    pipeline's: ``report.artifacts``): first as the paper shapes it (``paper_table1``), then every
+    comparison with its tests and the null (``table1_display``, a block per depth), with the caption of
+    each."""
     shown = table1_display(table)
     paper = table_formats.Block(paper_table1(table), "Table 1")
     blocks = [
@@ -230,5 +230,5 @@ def write_table1(table: pd.DataFrame, stem: str | os.PathLike) -> None:
     if blocks:
         blocks[-1] = table_formats.Block(blocks[-1].table, blocks[-1].heading, (CAPTION,))
     table_formats.write_table(
-        [paper, *blocks], stem, TITLE, csv=table, caption=PAPER_CAPTION, empty="No training run."
+        [paper, *blocks], stem, title, csv=table, caption=PAPER_CAPTION, empty="No training run."
     )
