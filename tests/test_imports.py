@@ -27,18 +27,24 @@ def module_names(src: Path = SRC) -> dict[str, Path]:
     return names
 
 
+def imported_from(node: ast.ImportFrom, module: str, path: Path) -> str:
+    """The absolute name of the module a ``from ... import`` statement of ``module`` (at ``path``) reads."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    base = node.module or ""
+    if not node.level:
+        return base
+    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(anchor + ([base] if base else []))
+
+
 def imports_of(module: str, path: Path, modules: set[str]) -> set[str]:
     """The modules of the package that ``module`` imports, anywhere in its code."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     targets: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
+            base = imported_from(node, module, path)
             for alias in node.names:
                 targets.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
     return {t for t in targets if t in modules and t != module}
@@ -47,7 +53,6 @@ def imports_of(module: str, path: Path, modules: set[str]) -> set[str]:
 def private_imports(module: str, path: Path, modules: set[str]) -> list[str]:
     """``module``'s uses of another package module's private names: ``from X import _name`` and
     ``X._name`` on a module it imported, as "line: X._name"."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text(), str(path))
     found, imported = [], {}
     for node in ast.walk(tree):
@@ -56,10 +61,7 @@ def private_imports(module: str, path: Path, modules: set[str]) -> list[str]:
                 alias.asname or alias.name: alias.name for alias in node.names if alias.name in modules
             }
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
+            base = imported_from(node, module, path)
             for alias in node.names:
                 if f"{base}.{alias.name}" in modules:
                     imported[alias.asname or alias.name] = f"{base}.{alias.name}"
