@@ -27,7 +27,7 @@ from attngeom.pipeline.training_runs import (
 )
 from attngeom.pipeline.zoo import Zoo, with_zoo
 from attngeom.provenance import code_hash, script_hash
-from attngeom.report.artifacts import ARTIFACT, MODEL_GROUPS
+from attngeom.report.artifacts import ARTIFACT, MODEL_GROUPS, RULES, TRAINING_RULES
 from attngeom.runstats.official import published_settings
 
 R = results_folder(config["results"])
@@ -137,14 +137,15 @@ def shown(name):
 
 
 def artifact_targets():
-    """Every table and figure of attngeom.report.artifacts, for `rule all`: the outputs of the rules that
-    make them (the per-head view of each model it draws; the training part's, when there are runs)."""
+    """Every table and figure of attngeom.report.artifacts, the targets of the workflow's `all`: the outputs
+    of the rules that make them (the per-head view of each model it draws; the training part's, when there
+    are runs)."""
     targets = []
-    for rule in dict.fromkeys(a.rule for a in ARTIFACT.values() if a.category != "Training"):
-        if rule == "figure_heads":
+    for maker in (name for name in RULES if name not in TRAINING_RULES):
+        if maker == "figure_heads":
             targets += expand(rules.figure_heads.output, slug=HEADS_FIGURES)
         else:
-            targets += getattr(rules, rule).output
+            targets += getattr(rules, maker).output
     return targets + training_targets()
 
 

@@ -166,6 +166,8 @@ MODEL_GROUPS: tuple[str, ...] = tuple(a.name for a in ARTIFACTS if a.holds)
 """The tables and figures of scored models: what a model's ``groups:`` may name."""
 RULES: tuple[str, ...] = tuple(dict.fromkeys(a.rule for a in ARTIFACTS))
 """The rules that make them, once each, in order."""
+TRAINING_RULES: tuple[str, ...] = tuple(dict.fromkeys(a.rule for a in ARTIFACTS if a.category == "Training"))
+"""The rules of the training part (defined, and targets, only where the config has runs)."""
 
 
 def groups_holding(*kinds: str, figures_only: bool = False) -> list[str]:
