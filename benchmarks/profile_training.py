@@ -33,7 +33,7 @@ from attngeom.training.batch import Update
 from attngeom.training.config import TrainConfig, make_config, parse_overrides
 from attngeom.training.corpus import load_corpus
 from attngeom.training.document_batches import DocumentBatches
-from attngeom.training.loop import Runtime, _updates, learning_rate, make_optimizer, runtime_for
+from attngeom.training.loop import Runtime, learning_rate, make_optimizer, runtime_for, updates_ahead
 from attngeom.training.memory import rows_per_pass
 from attngeom.training.model import build_model
 from attngeom.training.step import TrainStep
@@ -83,7 +83,7 @@ def updates(config: TrainConfig, rt: Runtime, vocab_size: int, corpus) -> Iterat
         batches: DocumentBatches | PackedBatches = DocumentBatches(corpus, config, rows)
     else:
         batches = PackedBatches(corpus, config)
-    return _updates(batches, config, range(config.steps), rt)
+    return updates_ahead(batches, config, range(config.steps), rt)
 
 
 def synchronize(device: torch.device) -> None:

@@ -45,6 +45,7 @@ from pathlib import Path
 import pandas as pd
 
 from attngeom.files import atomic_path, write_bytes, write_text
+from attngeom.report.artifacts import ARTIFACT
 from attngeom.report.scoring_code import other_code_note
 from attngeom.report.training_figures import (
     evolution_figure,
@@ -187,9 +188,9 @@ def render(runs: list[Path], out: Path, staging: Path) -> list[Path]:
     and tokens (word pieces or characters) among the runs; returns the figure stems."""
     logs = authors.read_logs(AUTHORS_LOGS)
     table = table1(runs, pd.read_csv(PAPER), logs)
-    write_table1(table, out / "table_1")
+    write_table1(table, out / "table_1", ARTIFACT["table_1"].title)
     scores, losses = load_runs(runs)
-    write_claims(scores, table, out / "claims", other_code_note(scores))
+    write_claims(scores, table, out / "claims", ARTIFACT["claims"].title, other_code_note(scores))
     groups = sorted(set(zip(scores["dataset"], scores["layers"], scores["characters"], strict=True)))
     stems = []
     for dataset, layers, characters in groups:

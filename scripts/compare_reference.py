@@ -12,6 +12,7 @@ import pandas as pd
 from attngeom.pipeline.captions import nearest_published
 from attngeom.records import read_scores
 from attngeom.report import reference_comparison
+from attngeom.report.artifacts import ARTIFACT
 from attngeom.report.summary import read_table
 from attngeom.tables.formats import write_csv, write_table
 
@@ -27,7 +28,7 @@ write_csv(per_layer, snakemake.output.layers)
 write_table(
     reference_comparison.comparison_display(per_model),
     Path(snakemake.output.table[0]).with_suffix(""),
-    "This run vs the paper's published per-layer scores (medians over layers, largest layer difference)",
+    ARTIFACT["reference_comparison"].title,
     csv=per_model,
     empty=" ".join(
         filter(None, [reference_comparison.NOTHING_TO_COMPARE, nearest_published(models, reference)])

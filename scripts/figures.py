@@ -13,6 +13,7 @@ import numpy as np
 
 from attngeom.pipeline.training_runs import trained_model_id
 from attngeom.report import score_figures
+from attngeom.report.artifacts import ARTIFACT
 from attngeom.report.summary import collect, in_group, read_table, summarise
 from attngeom.training.runs import RunInfo
 
@@ -31,13 +32,10 @@ else:
 runs = [RunInfo.read(Path(final).parent) for final in snakemake.input.runs]
 inits = {trained_model_id(run.name): run.config.init for run in runs}
 stem = Path(snakemake.output[0]).with_suffix("")
-group = snakemake.rule
-members = in_group(summary, group)["model"].nunique()
-print(f"{group}: {members} model(s)" + ("" if members else ": drawn as a figure that says it is empty"))
-if group == "figure_2":
+figure = ARTIFACT[snakemake.rule]
+members = in_group(summary, figure.name)["model"].nunique()
+print(f"{figure.name}: {members} model(s)" + ("" if members else ": drawn as a figure that says it is empty"))
+if figure.hue is None:  # Figure 2
     score_figures.figure_2(summary, [heatmap_panel(path) for path in snakemake.input.heatmaps], stem, inits)
-elif group == "figure_s1":
-    score_figures.figure_groups(summary, "figure_s1", "objective", "Vision and audio models", stem, inits)
 else:
-    title = "Encoder-decoder models: encoder vs decoder stack"
-    score_figures.figure_groups(summary, "figure_s2", "stack", title, stem, inits)
+    score_figures.figure_groups(summary, figure.name, figure.hue, figure.title, stem, inits)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from attngeom.report.artifacts import ARTIFACT
 from attngeom.report.scoring_code import other_code_note
 from attngeom.report.training_figures import load_runs
 from attngeom.runstats.authors import read_logs
@@ -22,16 +23,17 @@ from attngeom.tables.formats import write_table
 
 runs = [Path(final).parent for final in snakemake.input.finals]
 table = table1(runs, pd.read_csv(snakemake.input.paper), read_logs(Path(snakemake.input.authors).parent))
-write_table1(table, Path(snakemake.output.table_1[0]).with_suffix(""))
+write_table1(table, Path(snakemake.output.table_1[0]).with_suffix(""), ARTIFACT["table_1"].title)
 scores, _ = load_runs(runs)
 other_code = other_code_note(scores)  # runs whose evolution other scoring code computed
-write_claims(scores, table, Path(snakemake.output.claims[0]).with_suffix(""), other_code)
+claims = ARTIFACT["claims"].title
+write_claims(scores, table, Path(snakemake.output.claims[0]).with_suffix(""), claims, other_code)
 official = pd.read_csv(snakemake.input.official)
 comparison = compare_official(scores, official)
 write_table(
     comparison.round(3),
     Path(snakemake.output.official[0]).with_suffix(""),
-    "Median symmetry / directionality over layers, ours vs. the authors' published evolution",
+    ARTIFACT["official_comparison"].title,
     csv=comparison,
     empty=(
         "No run here has the depth, objective and dataset of a run in the authors' published evolution "

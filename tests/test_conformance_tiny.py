@@ -207,8 +207,8 @@ def test_a_count_of_layers_that_is_all_of_them_stays_all_of_them():
 
 
 def test_multi_head_defaults_keep_as_many_kv_heads_as_heads_in_the_second_config():
-    from attngeom.conformance.kv_heads import equal_heads_config
     from attngeom.conformance.relations import equal_heads
+    from attngeom.conformance.tiny import equal_heads_config
 
     defaults = {"num_attention_heads": 8, "num_key_value_heads": 8, "sub": {"n_heads": 8, "n_kv_heads": 2}}
     tiny = {"num_attention_heads": 4, "num_key_value_heads": 2, "sub": {"n_heads": 4, "n_kv_heads": 2}}

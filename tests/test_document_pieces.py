@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from training_fixtures import TINY
 
-from attngeom.training import documents as documents_module
+from attngeom.training import tokenizer as tokenizer_module
 from attngeom.training.config import make_config
 from attngeom.training.corpus import load_corpus
-from attngeom.training.documents import CHARS_PER_TOKEN, cut, documents, piece_batches, pieces
-from attngeom.training.tokenizer import bert_uncased_tokenizer
+from attngeom.training.documents import CHARS_PER_TOKEN, DocumentSource, cut
+from attngeom.training.tokenizer import bert_uncased_tokenizer, piece_batches, pieces
 
 WORD = st.text(
     alphabet="abcdefghijklmnopqrstuvwxyzéüßçñ0123456789.,;!?'-()日本語中文", min_size=1, max_size=12
@@ -37,7 +37,7 @@ def ids(text: str) -> list[int]:
 @given(text=TEXT, size=st.integers(16, 80))
 def test_pieces_rejoin_to_the_text_and_tokenise_as_it_does(text, size):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(documents_module, "PIECE_CHARS", size)
+        patch.setattr(tokenizer_module, "PIECE_CHARS", size)
         parts = list(pieces(text))
     assert "".join(parts) == text
     assert all(len(part) <= size for part in parts)
@@ -48,8 +48,8 @@ def test_pieces_rejoin_to_the_text_and_tokenise_as_it_does(text, size):
 @given(docs=st.lists(TEXT, min_size=1, max_size=20), piece=st.integers(16, 60), batch=st.integers(20, 400))
 def test_batches_hold_about_batch_chars_and_rebuild_every_document(docs, piece, batch):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(documents_module, "PIECE_CHARS", piece)
-        patch.setattr(documents_module, "BATCH_CHARS", batch)
+        patch.setattr(tokenizer_module, "PIECE_CHARS", piece)
+        patch.setattr(tokenizer_module, "BATCH_CHARS", batch)
         batches = list(piece_batches(docs))
     assert all(sum(len(p) for p, _ in b) < batch + piece for b in batches)
     rebuilt, current = [], ""
@@ -73,18 +73,18 @@ def test_a_twenty_megabyte_document_is_cut_before_tokenising(tmp_path):
     corpus = tmp_path / "long.txt"
     corpus.write_text("short document\n" + "word " * (4 << 20) + "\n")
     config = make_config(TINY, {"dataset": str(corpus), "batch_documents": 2, "batch_size": 2})
-    lengths = [len(doc) for doc in documents(config)]
+    lengths = [len(doc) for doc in DocumentSource.of(config).documents()]
     assert lengths[0] == len("short document") and lengths[1] <= TINY["seq_len"] * CHARS_PER_TOKEN
     unbounded = make_config(TINY, {"dataset": str(corpus), "batch_size": 2})  # counted in tokens: all of it
-    assert [len(doc) for doc in documents(unbounded)][1] == len("word " * (4 << 20)) - 1
+    assert [len(doc) for doc in DocumentSource.of(unbounded).documents()][1] == len("word " * (4 << 20)) - 1
 
 
 def test_a_long_document_tokenised_in_pieces_gives_the_whole_documents_tokens(tmp_path, monkeypatch):
     corpus = tmp_path / "docs.txt"
     long = " ".join(f"word{i % 97} piece{i % 13}." for i in range(3000))
     corpus.write_text(f"a first document\n{long}\nthe last one\n")
-    monkeypatch.setattr(documents_module, "PIECE_CHARS", 500)
-    monkeypatch.setattr(documents_module, "BATCH_CHARS", 2000)
+    monkeypatch.setattr(tokenizer_module, "PIECE_CHARS", 500)
+    monkeypatch.setattr(tokenizer_module, "BATCH_CHARS", 2000)
     config = make_config(
         TINY, {"dataset": str(corpus), "tokenizer": "bert-uncased", "cache_dir": str(tmp_path / "cache")}
     )

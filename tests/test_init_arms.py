@@ -11,6 +11,7 @@ import pytest
 
 from attngeom.runstats import authors
 from attngeom.runstats.table1 import table1
+from attngeom.training.inits import AUTHORS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "init_arms.py"
@@ -44,9 +45,7 @@ def test_the_tiny_route_fills_the_authors_columns(tmp_path, bench_cache):
     subprocess.run(command, check=True, capture_output=True)
     runs = sorted(p for p in (tmp_path / "runs").iterdir() if (p / "loss.parquet").exists())
     assert [p.name for p in runs] == ["horizon-random-s0", "horizon-torch_default_symmetric-s0"]
-    row = (
-        table1(runs, authors_logs=authors.read_logs(AUTHORS_LOGS)).set_index("init").loc[authors.AUTHORS_INIT]
-    )
+    row = table1(runs, authors_logs=authors.read_logs(AUTHORS_LOGS)).set_index("init").loc[AUTHORS]
     assert (row["layers"], row["steps"]) == (4, 400)
     assert row["authors_jigsaw_robust"] == pytest.approx(0.0)  # their pair at 400 updates: not yet apart
     assert row["authors_jigsaw_end_robust"] == pytest.approx(20.5, abs=0.05)

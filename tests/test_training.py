@@ -15,7 +15,7 @@ from attngeom.training.batch import IGNORED
 from attngeom.training.bookkeeping import Schedule
 from attngeom.training.config import ConfigError, TrainConfig, make_config, parse_overrides
 from attngeom.training.corpus import load_corpus
-from attngeom.training.documents import documents
+from attngeom.training.documents import DocumentSource
 from attngeom.training.loop import train
 from attngeom.training.model import LanguageModelLoss, build_model, head_symmetry, symmetry_penalty
 from attngeom.training.stream_batches import PackedBatches
@@ -204,18 +204,40 @@ def test_local_loaders_read_txt_jsonl_parquet_and_folders(tmp_path):
     (folder / "b.jsonl").write_text("".join(json.dumps({"body": d}) + "\n" for d in docs[5:12]))
     pd.DataFrame({"body": docs[12:]}).to_parquet(folder / "c.parquet")
     config = TrainConfig(dataset=str(folder), text_column="body", **TINY)
-    assert list(documents(config)) == docs
+    assert list(DocumentSource.of(config).documents()) == docs
     capped = TrainConfig(dataset=str(folder / "b.jsonl"), text_column="body", max_documents=3, **TINY)
-    assert list(documents(capped)) == docs[5:8]
+    assert list(DocumentSource.of(capped).documents()) == docs[5:8]
 
 
 def test_local_loaders_name_bad_input(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine"}\nnot json\n')
     with pytest.raises(ConfigError, match="bad.jsonl:2"):
-        list(documents(TrainConfig(dataset=str(bad), **TINY)))
+        list(DocumentSource.of(TrainConfig(dataset=str(bad), **TINY)).documents())
     with pytest.raises(ConfigError, match="neither"):
-        list(documents(TrainConfig(dataset=str(tmp_path / "missing.txt"), **TINY)))
+        list(DocumentSource.of(TrainConfig(dataset=str(tmp_path / "missing.txt"), **TINY)).documents())
+
+
+def test_a_data_source_is_resolved_once_and_the_corpus_keeps_it(tmp_path, text_file):
+    """``DocumentSource.of`` resolves the dataset setting once (a local corpus with its files as they are
+    then: a bad name is an error before anything is read); the token cache is keyed by that source and the
+    corpus carries it to the run folder, which records what was read."""
+    config = tiny(tmp_path, text_file)
+    source = DocumentSource.of(config)
+    assert (source.kind, source.location, source.substitute) == ("local", str(text_file), "")
+    assert [name for name, _, _ in source.files] == [str(text_file.resolve())]
+    corpus = load_corpus(config, progress=False, source=source)
+    assert corpus.source is source and corpus.path == load_corpus(config, progress=False).path
+    text_file.write_text(text_file.read_text() + "one more document\n")
+    edited = DocumentSource.of(config)
+    assert edited != source and load_corpus(config, progress=False, source=edited).path != corpus.path
+    wikipedia = DocumentSource.of(make_config({"dataset": "wikipedia@" + "a" * 40, "text_column": "body"}))
+    assert (wikipedia.kind, wikipedia.location, wikipedia.revision) == (
+        "hub",
+        "wikimedia/wikipedia",
+        "a" * 40,
+    )
+    assert wikipedia.column == "body" and wikipedia.substitute.startswith("Wikipedia 20231101.en")
 
 
 def test_corpus_is_cached_and_batches_are_packed_and_reproducible(tmp_path, text_file):
@@ -262,4 +284,4 @@ def test_hub_style_loader_streams_a_local_parquet_dataset(tmp_path):
     docs = sentences(7)
     pd.DataFrame({"comment_text": docs}).to_parquet(tmp_path / "train.parquet")
     config = TrainConfig(dataset=f"hf:{tmp_path}", text_column="comment_text", max_documents=5, **TINY)
-    assert list(documents(config)) == docs[:5]
+    assert list(DocumentSource.of(config).documents()) == docs[:5]

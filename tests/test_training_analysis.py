@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -10,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from attngeom.report.artifacts import ARTIFACT
 from attngeom.report.training_figures import (
     COLOURS,
     evolution_figure,
@@ -27,7 +29,7 @@ from attngeom.runstats.table1 import pair_speedups, summarise, table1
 from attngeom.runstats.table1_display import table1_display, write_table1
 from attngeom.training.config import dataset_label, make_config
 from attngeom.training.loop import train
-from attngeom.training.runs import RunInfo
+from attngeom.training.runs import SUBSTITUTE_KEY, RunFolder, RunInfo, write_config
 
 
 def curve(values) -> pd.DataFrame:
@@ -201,6 +203,23 @@ def test_table1_with_one_seed_gives_no_interval_and_no_verdict():
     assert "±" not in " ".join(shown.astype(str).to_numpy().ravel())
 
 
+RECORDED_SUBSTITUTE = "Wikipedia 20231101.en (as this run's corpus.json records it)"
+
+
+def recorded(folder, configs) -> dict[str, RunInfo]:
+    """Each config as a run folder records it (config.yaml, corpus.json), read back: the wikipedia runs'
+    corpus.json names ``RECORDED_SUBSTITUTE`` instead of the paper's corpus, the others nothing."""
+    infos = {}
+    for name, settings in configs.items():
+        run = RunFolder(folder / name)
+        run.path.mkdir(parents=True)
+        write_config(settings, run.config)
+        substitute = {SUBSTITUTE_KEY: RECORDED_SUBSTITUTE} if settings.dataset == "wikipedia" else {}
+        run.corpus.write_text(json.dumps({"tokens_sha256": "0" * 64, **substitute}))
+        infos[name] = RunInfo.read(run.path)
+    return infos
+
+
 def test_table1_groups_by_depth_then_dataset_and_keeps_random_vs_random_out_of_the_speedups(tmp_path):
     losses, configs = seeded_logs(2, better=0.5, dataset="wikipedia")
     more, more_configs = seeded_logs(2, better=0.5, dataset="jigsaw")
@@ -208,7 +227,7 @@ def test_table1_groups_by_depth_then_dataset_and_keeps_random_vs_random_out_of_t
     configs |= {f"j-{k}": v for k, v in more_configs.items()}
     deep = config(n_layers=12, seed=0)
     losses["deep"], configs["deep"] = plateau(9), deep
-    table = summarise(losses, configs)
+    table = summarise(losses, configs, infos=recorded(tmp_path / "runs", configs))
     assert table[["layers", "dataset", "init"]].values.tolist() == [
         [4, "jigsaw", "random"],
         [4, "jigsaw", "symmetric"],
@@ -223,10 +242,11 @@ def test_table1_groups_by_depth_then_dataset_and_keeps_random_vs_random_out_of_t
     }  # fmt: skip
     assert (null["reference_seed"] != null["candidate_seed"]).all()
     notes = dict(zip(table["dataset"], table["corpus_note"], strict=False))
-    assert notes["wikipedia"].startswith("Wikipedia 20231101.en") and notes["sotu"] == ""
-    write_table1(table, tmp_path / "table_1")
+    assert notes["wikipedia"] == RECORDED_SUBSTITUTE and notes["sotu"] == ""
+    assert notes["jigsaw"] == ""  # its corpus.json (an older run's) names no substitute: none is made up
+    write_table1(table, tmp_path / "table_1", ARTIFACT["table_1"].title)
     markdown = (tmp_path / "table_1.md").read_text()
-    assert "for the paper's 20220301.en (script-only)" in markdown
+    assert RECORDED_SUBSTITUTE in markdown
     assert markdown.index("## Table 1") < markdown.index("## Supplementary: every comparison, 4-layer models")
     assert markdown.index("4-layer models") < markdown.index("12-layer models")  # as the paper prints it
     assert "95% Student-t interval over seeds" in markdown and "faster than seed noise (t-test)" in markdown

@@ -195,8 +195,7 @@ def test_a_run_records_how_it_differs_from_the_papers_text_and_the_authors_code(
 
 
 def test_records_count_passes_in_the_updates_made_and_name_a_tokenizer_by_its_content(tmp_path):
-    from attngeom.training.corpus import DataFacts
-    from attngeom.training.runs import RunInfo, paper_differences
+    from attngeom.training.runs import DataFacts, RunInfo, paper_differences
     from attngeom.training.tokenizer import BERT_UNCASED_SHA256, bert_uncased_tokenizer, tokenizer_sha256
 
     assert tokenizer_sha256(bert_uncased_tokenizer()) == BERT_UNCASED_SHA256

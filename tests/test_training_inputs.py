@@ -17,7 +17,7 @@ from training_fixtures import TINY, tiny, write_corpus
 
 from attngeom.errors import InputError
 from attngeom.training.config import ConfigError, make_config
-from attngeom.training.documents import documents
+from attngeom.training.documents import DocumentSource
 from attngeom.training.loop import train
 
 
@@ -98,7 +98,7 @@ def test_the_cli_prints_one_line_for_a_damaged_checkpoint(stopped_run, tmp_path)
 
 
 def _docs(tmp_path, dataset, **overrides):
-    return list(documents(make_config(dict(TINY, dataset=str(dataset)), overrides)))
+    return list(DocumentSource.of(make_config(dict(TINY, dataset=str(dataset)), overrides)).documents())
 
 
 def test_a_corpus_that_is_not_utf8_names_the_file_line_and_byte(tmp_path):

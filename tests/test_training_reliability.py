@@ -28,8 +28,10 @@ def text_file(tmp_path):
 TOKENIZE = """
 import json, sys
 from attngeom.training.config import make_config
+from attngeom.training.documents import DocumentSource
 from attngeom.training.tokenizer import build_tokenizer, tokenizer_sha256
-tok = build_tokenizer(make_config({"dataset": sys.argv[1], "vocab_size": 120}))
+config = make_config({"dataset": sys.argv[1], "vocab_size": 120})
+tok = build_tokenizer(config, DocumentSource.of(config).texts)
 print(json.dumps({"sha256": tokenizer_sha256(tok), "vocab": tok.get_vocab(),
                   "ids": tok.encode(open(sys.argv[1]).read()).ids}))
 """

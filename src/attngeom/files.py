@@ -178,6 +178,13 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     return Path(path)
 
 
+def file_state(path: Path) -> list[tuple[str, int, int]]:
+    """(resolved name, size, modification time) of a file, or of every file in a folder: what a cache
+    keyed by it sees change when the file is edited."""
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+
+
 def cache_dir(kind: str) -> Path:
     """The cache folder for ``kind`` (``hub`` byte ranges, ``training`` token streams):
     ``$ATTNGEOM_CACHE/<kind>``, else ``$XDG_CACHE_HOME/attngeom/<kind>`` (``~/.cache`` by default)."""

@@ -28,17 +28,15 @@ rule tables:
         scores=rules.aggregate.output.scores,
         models=rules.aggregate.output.models,
     output:
-        summary=report(f"{R}/tables/summary.csv", category="Tables", caption="../report/summary.rst"),
-        summary_page=report(f"{R}/tables/summary.html", category="Tables", caption="../report/summary.rst"),
+        summary=report(f"{R}/tables/summary.csv", **shown("summary")),
+        summary_page=report(f"{R}/tables/summary.html", **shown("summary")),
         s2=report(
             multiext(f"{R}/tables/table_s2", ".csv", ".md", ".tex", ".html"),
-            category="Tables",
-            caption="../report/table_s2.rst",
+            **shown("table_s2"),
         ),
         s3=report(
             multiext(f"{R}/tables/table_s3", ".csv", ".md", ".tex", ".html"),
-            category="Tables",
-            caption="../report/table_s3.rst",
+            **shown("table_s3"),
         ),
     log:
         f"{R}/logs/tables.log",
@@ -66,8 +64,7 @@ rule reference_comparison:
         layers=f"{R}/tables/reference_comparison_layers.csv",
         table=report(
             multiext(f"{R}/tables/reference_comparison", ".csv", ".md", ".tex", ".html"),
-            category="Tables",
-            caption="../report/reference_comparison.rst",
+            **shown("reference_comparison"),
         ),
     log:
         f"{R}/logs/reference_comparison.log",

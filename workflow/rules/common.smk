@@ -67,6 +67,7 @@ from attngeom.pipeline.training_runs import (
 )
 from attngeom.pipeline.zoo import Zoo, with_zoo
 from attngeom.provenance import code_hash, rule_hash
+from attngeom.report.artifacts import ARTIFACT, MODEL_GROUPS, RULES, TRAINING_RULES
 from attngeom.runstats.official import published_settings
 
 R = results_folder(config["results"])
@@ -142,9 +143,9 @@ BATCH_OF = {s: name for name, batch in ZOO_BATCHES.items() for s in batch.slugs}
 SOURCED = [s for s, model in MODELS.items() if model.kind in ("hub", "path") and s not in BATCH_OF]
 """The models whose weights no job of the workflow makes: rule model_source records where they come from."""
 
-# What this run can show, for the report's captions (workflow/report/*.rst read them as params.scope).
-GROUPS = ("table_s2", "table_s3", "figure_2", "figure_s1", "figure_s2")
-SCOPE = {group: models_scope(MODELS.values(), group) for group in GROUPS}
+# What this run can show, for the report's captions (workflow/report/*.rst read them as params.scope), of
+# each table and figure of scored models (attngeom.report.artifacts).
+SCOPE = {group: models_scope(MODELS.values(), group) for group in MODEL_GROUPS}
 TRAINING_SCOPE = training_scope(TRAINING_RUNS)
 OFFICIAL_SCOPE = official_scope(
     TRAINING_RUNS, published_settings(REFERENCE / "official_training_evolution.csv")
@@ -181,6 +182,26 @@ def code_of(script):
     out, which compares a script's timestamp; so a changed statement or data file of a rule's wings reruns
     its jobs, a touched file or a change outside them does not."""
     return rule_hash(SCRIPTS / script, SCRIPT_WINGS[script])
+
+
+def shown(name):
+    """Where the report shows the table or figure ``name`` and its caption (attngeom.report.artifacts), as
+    report()'s arguments in a rule file."""
+    artifact = ARTIFACT[name]
+    return {"category": artifact.category, "caption": f"../report/{artifact.caption}.rst"}
+
+
+def artifact_targets():
+    """Every table and figure of attngeom.report.artifacts, the targets of the workflow's `all`: the outputs
+    of the rules that make them (the per-head view of each model it draws; the training part's, when there
+    are runs)."""
+    targets = []
+    for maker in (name for name in RULES if name not in TRAINING_RULES):
+        if maker == "figure_heads":
+            targets += expand(rules.figure_heads.output, slug=HEADS_FIGURES)
+        else:
+            targets += getattr(rules, maker).output
+    return targets + training_targets()
 
 
 def group_slugs(group):

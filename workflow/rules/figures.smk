@@ -40,7 +40,7 @@ rule figure_2:
         runs=trained_finals(),
     output:
         pdf=f"{R}/figures/figure_2.pdf",
-        png=report(f"{R}/figures/figure_2.png", category="Figures", caption="../report/figure_2.rst"),
+        png=report(f"{R}/figures/figure_2.png", **shown("figure_2")),
     log:
         f"{R}/logs/figure_2.log",
     conda:
@@ -63,7 +63,7 @@ use rule figure_2 as figure_s1 with:
         runs=group_finals("figure_s1"),
     output:
         pdf=f"{R}/figures/figure_s1.pdf",
-        png=report(f"{R}/figures/figure_s1.png", category="Figures", caption="../report/figure_s1.rst"),
+        png=report(f"{R}/figures/figure_s1.png", **shown("figure_s1")),
     log:
         f"{R}/logs/figure_s1.log",
     params:
@@ -78,7 +78,7 @@ use rule figure_2 as figure_s2 with:
         runs=group_finals("figure_s2"),
     output:
         pdf=f"{R}/figures/figure_s2.pdf",
-        png=report(f"{R}/figures/figure_s2.png", category="Figures", caption="../report/figure_s2.rst"),
+        png=report(f"{R}/figures/figure_s2.png", **shown("figure_s2")),
     log:
         f"{R}/logs/figure_s2.log",
     params:
@@ -94,8 +94,7 @@ rule figure_heads:
         pdf=f"{R}/figures/heads/{{slug}}.pdf",
         png=report(
             f"{R}/figures/heads/{{slug}}.png",
-            category="Per-head view",
-            caption="../report/figure_heads.rst",
+            **shown("heads"),
             labels=heads_labels,
         ),
     log:

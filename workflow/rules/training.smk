@@ -80,18 +80,15 @@ if TRAINING_RUNS:
         output:
             table_1=report(
                 multiext(f"{TR}/tables/table_1", ".csv", ".md", ".tex", ".html"),
-                category="Training",
-                caption="../report/table_1.rst",
+                **shown("table_1"),
             ),
             claims=report(
                 multiext(f"{TR}/tables/claims", ".csv", ".md", ".tex", ".html"),
-                category="Training",
-                caption="../report/claims.rst",
+                **shown("claims"),
             ),
             official=report(
                 multiext(f"{TR}/tables/official_comparison", ".csv", ".md", ".tex", ".html"),
-                category="Training",
-                caption="../report/official_comparison.rst",
+                **shown("official_comparison"),
             ),
         log:
             f"{TR}/logs/training_tables.log",
@@ -121,8 +118,7 @@ if EVOLUTION_GROUPS:
             pdf=f"{TR}/figures/evolution_{{dataset}}_{{layers}}L.pdf",
             png=report(
                 f"{TR}/figures/evolution_{{dataset}}_{{layers}}L.png",
-                category="Training",
-                caption="../report/evolution.rst",
+                **shown("evolution"),
             ),
         log:
             f"{TR}/logs/evolution_figure/{{dataset}}_{{layers}}L.log",
@@ -155,8 +151,7 @@ if EVOLUTION_GROUPS:
             pdf=f"{TR}/figures/symmetric_init_{{dataset}}_{{layers}}L_{{objective}}.pdf",
             png=report(
                 f"{TR}/figures/symmetric_init_{{dataset}}_{{layers}}L_{{objective}}.png",
-                category="Training",
-                caption="../report/symmetric_init.rst",
+                **shown("symmetric_init"),
             ),
         log:
             f"{TR}/logs/symmetric_init_figure/{{dataset}}_{{layers}}L_{{objective}}.log",
@@ -169,8 +164,7 @@ if EVOLUTION_GROUPS:
             pdf=f"{TR}/figures/official_comparison.pdf",
             png=report(
                 f"{TR}/figures/official_comparison.png",
-                category="Training",
-                caption="../report/official_comparison.rst",
+                **shown("official_figure"),
             ),
         log:
             f"{TR}/logs/official_figure.log",

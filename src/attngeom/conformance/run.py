@@ -75,9 +75,8 @@ def _alone(model_type: str) -> tuple[dict, object, str] | None:
 
 def _discovered(model_type: str) -> tuple[dict, object, str]:
     """``check_discovery`` of a type whose model is checked (not one scored through its parent)."""
-    from .kv_heads import equal_heads_config
     from .refusals import build_refusal, correlation_of
-    from .tiny import optional_towers, tiny_config
+    from .tiny import equal_heads_config, optional_towers, tiny_config
 
     try:
         from ..architectures.discovery.attention import meta_model

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import validators
-from .relations import KV_PAIRS, related, sums, tiny_value, unset_sizes, variants
+from .relations import KV_PAIRS, equal_heads, related, sums, tiny_value, unset_sizes, variants
 from .sizes import COUNT_RULES, HEADS, KV_HEADS, LAYER_KEYS, LAYERS, RULES, WIDTH, all_layers
 from .unset import fill_unset
 
@@ -342,6 +342,24 @@ def tiny_config(model_type: str, towers: tuple[str, ...] = ()):
                     if variant is None:
                         break
     raise first
+
+
+def equal_heads_config(config):
+    """``config`` (a tiny one) with as many kv heads as heads wherever its defaults have as many (a model
+    may read one count where the other is meant: Moonshine Streaming's q, Granite Speech 5's grouping):
+    the second tiny config of a type refused with fewer kv heads than heads; None where that changes
+    nothing or does not build."""
+    from transformers import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[config.model_type]
+    entries = config.to_dict()
+    kept = equal_heads(entries, cls().to_dict())
+    if kept == entries:
+        return None
+    try:
+        return _repaired(cls.from_dict(kept))
+    except Exception:  # noqa: BLE001 — no second config: the first one's result stands
+        return None
 
 
 def defaults(cls) -> dict[str, Any]:

@@ -12,8 +12,10 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from ..report.artifacts import ARTIFACT
 from ..runstats.official import Setting, counterpart_note, counterparts
 from ..runstats.plateau import GPU_ENCODER_EXITS, SMOKE_TEST_STEPS
+from ..training.inits import REFERENCE
 from .registry import Model
 from .training_runs import TrainingRun
 
@@ -53,7 +55,7 @@ def models_scope(models: Iterable[Model], group: str) -> str:
         )
     if not pretrained:
         return text + " It cannot show what the paper shows here (config/paper.yaml has the paper's models)."
-    if group in ("table_s2", "table_s3", "figure_2"):
+    if ARTIFACT[group].holds == "language":
         both = pretrained["encoder-only"] and pretrained["decoder-only"]
         if not both:
             text += " Without both a pretrained encoder-only and a decoder-only model it cannot show the contrast."
@@ -116,7 +118,7 @@ def official_scope(runs: dict[str, TrainingRun], published: set[Setting]) -> str
     """Which of our random-init runs the authors published an evolution for (``published``: their runs'
     settings, ``runstats.official.published_settings``), and what is drawn if none."""
     ours = [
-        (r.layers, r.objective, r.dataset) for r in runs.values() if r.init == "random" and not r.regularised
+        (r.layers, r.objective, r.dataset) for r in runs.values() if r.init == REFERENCE and not r.regularised
     ]
     if not ours:
         return "This run has no unregularised random-init run to compare with the authors' evolution."

@@ -90,7 +90,7 @@ def share_gpus(
     environ[PER_GPU_VARIABLE] = str(slots_per_gpu)
 
 
-def _own_folder(folder: Path) -> Path:
+def own_folder(folder: Path) -> Path:
     """``folder`` made if missing, and checked to be a folder of this user's that takes new files."""
     fix = "set TMPDIR to a writable folder of yours"
     try:
@@ -145,7 +145,7 @@ def hold_gpus(count: int, gpus: Sequence[str], folder: Path, log: TextIO) -> Ite
             f"the job needs {count} GPUs and the pipeline has {len(gpus)} ({','.join(gpus) or 'none'}); "
             "run it on a machine with more, or lower its gpus"
         )
-    _own_folder(folder)
+    own_folder(folder)
     held: list[tuple[str, TextIO]] = []
     waiting = False
     try:
@@ -175,7 +175,7 @@ def hold_gpus(count: int, gpus: Sequence[str], folder: Path, log: TextIO) -> Ite
             handle.close()
 
 
-def _try_lock(path: Path, operation: int) -> TextIO | None:
+def try_lock(path: Path, operation: int) -> TextIO | None:
     """``path`` opened and locked (``fcntl.LOCK_SH`` or ``LOCK_EX``) without waiting; None if taken."""
     handle = _open_lock(path)  # held by the caller past this function
     try:
@@ -204,16 +204,16 @@ def hold_share(
             "the job needs a share of a GPU and the pipeline has none (CUDA_VISIBLE_DEVICES, nvidia-smi); "
             "run it on a machine with a GPU"
         )
-    _own_folder(folder)
+    own_folder(folder)
     waiting = False
     while True:
         best: list[TextIO] = []
         chosen = None
         for gpu in gpus:
             name = quote(gpu, safe="")
-            handles = [_try_lock(folder / f"{name}.lock", fcntl.LOCK_SH)]
+            handles = [try_lock(folder / f"{name}.lock", fcntl.LOCK_SH)]
             if handles[0] is not None:
-                handles += [_try_lock(folder / f"{name}.slot{i}.lock", fcntl.LOCK_EX) for i in range(per_gpu)]
+                handles += [try_lock(folder / f"{name}.slot{i}.lock", fcntl.LOCK_EX) for i in range(per_gpu)]
             held = [handle for handle in handles if handle is not None]
             if len(held) - 1 >= slots and len(held) > len(best):
                 best, held, chosen = held, best, gpu

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TextIO
 from urllib.parse import quote
 
-from .gpus import _own_folder, _try_lock, device_list, lock_folder
+from .gpus import device_list, lock_folder, own_folder, try_lock
 
 CONTROL = "nvidia-cuda-mps-control"
 PIPE_VARIABLE = "CUDA_MPS_PIPE_DIRECTORY"
@@ -164,7 +164,7 @@ def mps_share(log: TextIO, environ: dict[str, str] = os.environ) -> Iterator[str
     if problem is not None:
         yield _time_sliced(log, problem)
         return
-    _own_folder(lock_folder())
+    own_folder(lock_folder())
     folder.mkdir(mode=0o700, exist_ok=True)
     pipe, logs = folder / "pipe", folder / "log"
     with open(folder / "start.lock", "a") as mutex:
@@ -188,7 +188,7 @@ def mps_share(log: TextIO, environ: dict[str, str] = os.environ) -> Iterator[str
         with open(folder / "start.lock", "a") as mutex:
             fcntl.flock(mutex, fcntl.LOCK_EX)
             user.close()  # no new user can come while the mutex is held: the conversion is safe
-            last = _try_lock(folder / "users.lock", fcntl.LOCK_EX)
+            last = try_lock(folder / "users.lock", fcntl.LOCK_EX)
             if last is None:
                 print(f"{MODE}other jobs still use the MPS control daemon: left running", file=log)
             else:

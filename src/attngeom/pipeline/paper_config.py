@@ -15,6 +15,8 @@ import yaml
 
 from ..errors import InputError
 from ..files import write_text
+from ..report.artifacts import groups_holding
+from ..training.inits import PAPER_GRID
 
 if TYPE_CHECKING:  # pandas is imported where a CSV is read: the workflow's DAG imports this module
     import pandas as pd
@@ -77,8 +79,6 @@ HEADER = """\
 """
 
 
-GROUPS = ("table_s2", "table_s3", "figure_2", "figure_s1", "figure_s2")
-
 TRAINING = {
     "defaults": {
         "recipe": "authors_code",  # what the authors' train.py computes (training/recipes.py)
@@ -98,23 +98,21 @@ TRAINING = {
         ],
         "n_layers": [4, 12],
         "objective": ["encoder", "decoder"],
-        "init": ["random", "torch_default_symmetric", "symmetric", "torch_default"],
+        "init": list(PAPER_GRID),
     },
 }
 """The paper's training grid as the authors' code ran it (``recipe: authors_code``; Wikipedia and RedPajama
-spaced out character by character): 3 corpora × 4 and 12 layers × encoder and decoder × 4 init arms (the
-authors' two, random and ``torch_default_symmetric``, and the two that separate init scale from symmetry)
+spaced out character by character): 3 corpora × 4 and 12 layers × encoder and decoder × 4 init arms (``inits.PAPER_GRID``: the
+authors' two, random and their symmetric init, and the two that separate init scale from symmetry)
 × 3 seeds (the paper ran one) = 144 runs, each on one GPU for up to 48 hours."""
 
 
 def paper_groups(modality: str, objective: str) -> tuple[str, ...]:
-    """The paper's tables and figures a model of this kind belongs to: encoder-decoder models in Figure
-    S2, other language models in Tables S2/S3 and Figure 2, the rest (vision, audio) in Figure S1."""
+    """The paper's tables and figures a model of this kind belongs to (``report.artifacts``, what each
+    ``holds``): encoder-decoder models, other language models, the rest (vision, audio)."""
     if objective == "encoder-decoder":
-        return ("figure_s2",)
-    if modality == "language":
-        return ("table_s2", "table_s3", "figure_2")
-    return ("figure_s1",)
+        return tuple(groups_holding("encoder-decoder"))
+    return tuple(groups_holding("language" if modality == "language" else "vision and audio"))
 
 
 def model_entry(model_id: str, rows: pd.DataFrame) -> dict:

@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..report.artifacts import groups_holding
 from ..runstats.plateau import SMOKE_TEST_STEPS
 from ..training.config import RESOURCE_KEYS, dataset_label, make_config
+from ..training.inits import REFERENCE
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 """A run name is a folder name under results/training: no '/', no leading '.' (so never '..')."""
@@ -237,16 +239,16 @@ def share_problem(
 
 def evolution_groups(runs: dict[str, TrainingRun]) -> list[tuple[str, int]]:
     """(dataset, layers) with a random-init run: one evolution figure each (Figures 3, S3, S4)."""
-    return sorted({(r.dataset, r.layers) for r in runs.values() if not r.regularised and r.init == "random"})
+    return sorted({(r.dataset, r.layers) for r in runs.values() if not r.regularised and r.init == REFERENCE})
 
 
 def symmetric_groups(runs: dict[str, TrainingRun]) -> list[tuple[str, int, str]]:
-    """(dataset, layers, objective) with both a random run and a run of another init arm (symmetric,
-    torch_default, torch_default_symmetric, skew): Figure S5 each, every arm in it."""
+    """(dataset, layers, objective) with both a random run and a run of another init arm
+    (``training.inits``): Figure S5 each, every arm in it."""
     plain = [r for r in runs.values() if not r.regularised]
     return sorted(
-        {(r.dataset, r.layers, r.objective) for r in plain if r.init != "random"}
-        & {(r.dataset, r.layers, r.objective) for r in plain if r.init == "random"}
+        {(r.dataset, r.layers, r.objective) for r in plain if r.init != REFERENCE}
+        & {(r.dataset, r.layers, r.objective) for r in plain if r.init == REFERENCE}
     )
 
 
@@ -272,7 +274,7 @@ def training_models(runs: dict[str, TrainingRun], results: str) -> list[dict]:
             "objective": "bidirectional" if run.objective == "encoder" else "autoregressive",
             "family": "BERT",
             "role": "trained",
-            "groups": ["table_s2", "table_s3", "figure_2"],
+            "groups": groups_holding("language"),
         }
         for run in runs.values()
     ]

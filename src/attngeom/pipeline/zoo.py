@@ -21,7 +21,8 @@ import yaml
 
 from ..errors import InputError
 from ..files import write_text
-from .paper_config import GROUPS, paper_groups
+from ..report.artifacts import MODEL_GROUPS, groups_holding
+from .paper_config import paper_groups
 from .pinned import SHA, check_target, list_text, read_list
 
 SORTS = ("downloads", "likes", "created_at", "last_modified", "trending_score")
@@ -40,7 +41,13 @@ QUERY_KEYS = (
 )
 """What selects the models; the other keys of ``zoo:`` say where the list lives and how it is shown."""
 ENTRY_KEYS = ("name", "pinned", "groups", "heads_figures", "batch_size")
-ENTRY_DEFAULTS = {"groups": ["figure_2", "figure_s1", "figure_s2"], "heads_figures": False, "batch_size": 50}
+ENTRY_DEFAULTS = {
+    "groups": groups_holding("language", "vision and audio", "encoder-decoder", figures_only=True),
+    "heads_figures": False,
+    "batch_size": 50,
+}
+"""A zoo entry's defaults: its models join the figures of their kind (not Tables S2/S3, which list every
+model by name)."""
 EXPAND = [
     "sha",
     "downloads",
@@ -91,8 +98,8 @@ class Zoo:
                 "pinned list config/zoo/<name>.yaml)"
             )
         groups = entry.get("groups", ENTRY_DEFAULTS["groups"])
-        if not isinstance(groups, list) or not set(groups) <= set(GROUPS):
-            raise InputError(f"config: zoo: groups: {groups!r} must be a list of {', '.join(GROUPS)}")
+        if not isinstance(groups, list) or not set(groups) <= set(MODEL_GROUPS):
+            raise InputError(f"config: zoo: groups: {groups!r} must be a list of {', '.join(MODEL_GROUPS)}")
         batch_size = entry.get("batch_size", ENTRY_DEFAULTS["batch_size"])
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"config: zoo: batch_size: {batch_size!r} must be an integer ≥ 1")

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 
 from ..errors import InputError
 from . import score_figures, training_figures
+from .artifacts import ARTIFACT, Artifact
 from .results_folder import Results
 
 
@@ -37,15 +38,18 @@ def figure_2(data: Results | pd.DataFrame) -> Figure:
 
 def figure_s1(data: Results | pd.DataFrame) -> Figure:
     """Figure S1: vision and audio models (``figure_s1`` group)."""
-    return score_figures.figure_groups(
-        _summary(data), "figure_s1", "objective", "Vision and audio models", None, _inits(data)
-    )
+    return _groups_figure(data, ARTIFACT["figure_s1"])
 
 
 def figure_s2(data: Results | pd.DataFrame) -> Figure:
     """Figure S2: encoder vs decoder stacks of encoder-decoder models (``figure_s2`` group)."""
-    title = "Encoder-decoder models: encoder vs decoder stack"
-    return score_figures.figure_groups(_summary(data), "figure_s2", "stack", title, None, _inits(data))
+    return _groups_figure(data, ARTIFACT["figure_s2"])
+
+
+def _groups_figure(data: Results | pd.DataFrame, figure: Artifact) -> Figure:
+    return score_figures.figure_groups(
+        _summary(data), figure.name, figure.hue, figure.title, None, _inits(data)
+    )
 
 
 def evolution(data: Results | pd.DataFrame, dataset: str | None = None, layers: int | None = None) -> Figure:

@@ -26,6 +26,7 @@ from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from ..errors import InputError  # noqa: E402
 from ..files import atomic_path  # noqa: E402
+from ..training.inits import ARMS  # noqa: E402
 from . import crowded_panels  # noqa: E402
 from .summary import in_group, layer_rows  # noqa: E402
 
@@ -43,8 +44,8 @@ LABELS = {
 }
 MARKERS = {"language": "o", "vision": "s", "audio": "^", "multimodal": "D"}
 CONTROL_ROLES = ("random", "trained")
-TRAINED_MARKERS = {"random": "^", "symmetric": "*", "skew": "X"}
-"""Marker of a model trained here, by its initialisation."""
+TRAINED_MARKERS = {arm.name: arm.marker for arm in ARMS}
+"""Marker of a model trained here, by its initialisation (``training.inits``)."""
 HEATMAP_CLIP_PERCENTILE = 99.0
 """The heatmaps' colour scale ends at this percentile of |value|, so a few large entries do not wash
 out the structure."""

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pandas as pd
 
 from ..tables.formats import number, parameters, to_html
+from .artifacts import ARTIFACT
 from .summary import METRICS
 
-TITLE = "Summary of every model"
 CAPTION = (
     "One row per model and stack: the median over layers of each score of the layer form, and − / + the "
     "interquartile distances (median − 25th percentile, 75th percentile − median). A model that could not "
@@ -37,4 +37,4 @@ def summary_display(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_html(summary: pd.DataFrame) -> str:
-    return to_html(summary_display(summary), TITLE, CAPTION, "No model in this run.")
+    return to_html(summary_display(summary), ARTIFACT["summary"].title, CAPTION, "No model in this run.")

@@ -16,13 +16,11 @@ import pandas as pd
 
 from ..scores import GAMMA
 from ..tables import formats
+from .artifacts import ARTIFACT
 from .summary import in_group
 
-TABLES = {
-    "symmetry": ("table_s2", "Table S2: symmetry score"),
-    "directionality": ("table_s3", "Table S3: directionality score"),
-}
-"""Metric → (the ``groups`` entry of its models, title)."""
+TABLES = {"symmetry": ARTIFACT["table_s2"], "directionality": ARTIFACT["table_s3"]}
+"""Metric → its table (``artifacts``: the ``groups`` entry of its models, its title)."""
 ROLES = {"pretrained": "pretrained", "random": "random control", "trained": "trained here"}
 KINDS = {
     "bidirectional": "encoder-only",
@@ -51,7 +49,7 @@ def block_of(row: pd.Series) -> str:
 
 def long_table(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The table's rows at full precision, one per (model, stack), with their block, role and kind: the CSV."""
-    members = in_group(summary, TABLES[metric][0])
+    members = in_group(summary, TABLES[metric].name)
     numbers = [f"{metric}_{what}" for what in ("median", "minus", "plus")]
     long = pd.DataFrame(
         {
@@ -178,7 +176,7 @@ def contrast_note(long: pd.DataFrame, metric: str) -> str:
 
 def write(summary: pd.DataFrame, metric: str, variants: Iterable[str], stem: str | os.PathLike) -> None:
     """Table S2 or S3 as ``stem``.csv (every row, full precision), .md and .tex (the blocks)."""
-    group, title = TABLES[metric]
+    group, title = TABLES[metric].name, TABLES[metric].title
     long = long_table(summary, metric)
     empty = f"No model of this run is in {group} (the `groups` of each model in the config)."
     text = " ".join(filter(None, [caption(metric, variants), contrast_note(long, metric)]))

@@ -6,9 +6,8 @@ step is possible): the **layer form** M = Σ_h M_h (what the paper's tables scor
 median over layers, and the **heads** M_h of one layer, summarised by their median over heads (what the
 paper's per-layer panels and Figure S5 show). The per-layer panels draw the layer form over the head
 median. Bands are interquartile ranges pooled over every seed; with more than one seed each seed's median
-is also drawn as a thin line. Random init is light blue and dashed, symmetric init dark blue and solid,
-torch_default orange and dash-dotted, torch_default_symmetric (the authors' symmetric init) dark red and
-solid, in our panels and the authors' alike.
+is also drawn as a thin line. Each init arm has its colour, line style and marker (declared with the arm,
+``training.inits``), in our panels and the authors' alike.
 What each run trained comes from its folder's config.yaml (``runs.RunInfo``), never from the logs. Runs
 whose evolution other scoring code computed are named in a footnote (``scoring_code``).
 Each figure function saves its figure and returns it (closed), so what it drew can be inspected.
@@ -27,38 +26,28 @@ from matplotlib.lines import Line2D
 
 from ..runstats import authors
 from ..runstats.official import METRICS, nearest_official, official_medians, official_note, ours_medians
-from ..runstats.pairing import REFERENCE_INIT, twins
+from ..runstats.pairing import twins
 from ..runstats.significance import least_exact_p
 from ..runstats.smoothing import smoothed
 from ..runstats.speedup import CLAIM_RULE
-from ..runstats.table1 import INIT_ORDER
 from ..training.bookkeeping import read_loss_log, read_score_log
+from ..training.inits import ARM, ARMS, AUTHORS, INITS, REFERENCE
 from ..training.runs import RunInfo
 from .score_figures import save
 from .scoring_code import other_code_note
 
-COLOURS = {
-    "encoder": "tab:blue",
-    "decoder": "tab:purple",
-    "random": "lightskyblue",
-    "symmetric": "navy",
-    "torch_default": "darkorange",
-    "torch_default_symmetric": "darkred",
-    "skew": "tab:green",
-}
-STYLES = {
-    "random": "--",
-    "symmetric": "-",
-    "torch_default": "-.",
-    "torch_default_symmetric": "-",
-    "skew": ":",
-}
+COLOURS = {"encoder": "tab:blue", "decoder": "tab:purple", **{arm.name: arm.colour for arm in ARMS}}
+STYLES = {arm.name: arm.line for arm in ARMS}
 LINE_MARKS = {
-    "random": {"marker": "o", "markersize": 3, "markevery": 0.08, "zorder": 3},
-    **{init: {"alpha": 0.75, "zorder": 2} for init in INIT_ORDER if init != "random"},
+    arm.name: (
+        {"marker": arm.marker, "markersize": 3, "markevery": 0.08, "zorder": 3}
+        if arm.name == REFERENCE
+        else {"alpha": 0.75, "zorder": 2}
+    )
+    for arm in ARMS
 }
-"""Figure S5's loss lines: the other arms first and translucent, the random ones on top with markers, so
-that where the curves coincide all stay visible."""
+"""Figure S5's loss lines: the other arms first and translucent, the reference arm's on top with its
+markers, so that where the curves coincide all stay visible."""
 LAYER_FORM = "layer form Σ_h M_h"
 LAYER_FORM_STYLE = ":"
 
@@ -142,7 +131,7 @@ def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path
     runs = scores[
         (scores["dataset"] == dataset)
         & (scores["layers"] == layers)
-        & (scores["init"] == "random")
+        & (scores["init"] == REFERENCE)
         & (scores["reg_weight"] == 0)
     ]
     fig, axes = plt.subplots(3, 2, figsize=(11, 13), constrained_layout=True)
@@ -212,7 +201,7 @@ def _mde_text(mde: float) -> str:
 def _our_losses(ax, losses: pd.DataFrame, inits: list[str], letter: str) -> None:
     """Panel ``letter``: each run's smoothed loss, one line per seed, per init (random last, on top, with markers:
     it hides under nothing)."""
-    for init in sorted(inits, key=lambda i: i == REFERENCE_INIT):
+    for init in sorted(inits, key=lambda i: i == REFERENCE):
         group = losses[losses["init"] == init]
         for i, (_, run) in enumerate(group.groupby("run")):
             label = f"{init} init ({_seeds(group)} seed(s))" if i == 0 else None
@@ -237,11 +226,11 @@ def _authors_losses(
     ax, logs: pd.DataFrame, layers: int, datasets: tuple[str, ...], horizon: int, letter: str
 ) -> None:
     """Panel ``letter``: the authors' runs (their logged 200-update means, one seed) of the counterpart datasets, up
-    to our horizon: their random init and their symmetric init (our ``torch_default_symmetric``)."""
+    to our horizon: their random init and their symmetric init (our ``inits.AUTHORS``)."""
     for dataset, marker in zip(datasets, ("o", "s"), strict=False):
-        for init in (REFERENCE_INIT, authors.AUTHORS_INIT):
+        for init in (REFERENCE, AUTHORS):
             run = authors.run_log(logs, layers, dataset, init, horizon)
-            name = "random" if init == REFERENCE_INIT else "symmetric init (= torch_default_symmetric)"
+            name = init if init == REFERENCE else f"{ARM[init].papers_name} init (= {init})"
             ax.plot(
                 run["step"], run["loss"], STYLES[init], color=COLOURS[init], marker=marker, markersize=3,
                 markevery=0.1, linewidth=1, label=f"authors, {dataset}: {name}",
@@ -277,7 +266,7 @@ def symmetric_init_figure(
         return frame[group & frame["twin"].notna()]
 
     sc, lo = select(scores), select(losses)
-    inits = [init for init in INIT_ORDER if init in set(lo["init"])]
+    inits = [init for init in INITS if init in set(lo["init"])]
     characters = bool(len(lo)) and bool(lo["characters"].all())
     theirs = authors.counterparts(layers, objective, dataset, characters) if authors_logs is not None else ()
     drawn = theirs if len(lo) else ()
@@ -290,7 +279,7 @@ def symmetric_init_figure(
         horizon = int(lo.groupby("run")["step"].max().min())  # the last step every run reached, as Table 1
         _authors_losses(next(top), authors_logs, layers, drawn, horizon, next(letters))
     ax = next(top)
-    for init in sorted(inits, key=lambda i: i == REFERENCE_INIT):
+    for init in sorted(inits, key=lambda i: i == REFERENCE):
         group = sc[sc["init"] == init]
         if len(group):
             _layer_median(ax, group, "symmetry", f"{init} init", COLOURS[init], STYLES[init])
@@ -324,7 +313,7 @@ def horizon_figure(
     mean, the authors' runs of the same depth and kind of text (one seed each) to 200,000 updates."""
     text = "characters" if characters else "word pieces"
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
-    colour = COLOURS[authors.AUTHORS_INIT]
+    colour = COLOURS[AUTHORS]
     for ax, column, label in zip(
         axes,
         ("speedup", "loss_gap"),

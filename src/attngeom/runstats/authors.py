@@ -8,7 +8,7 @@ or not), one row per logged point: the HF Trainer's mean training loss over the 
 
 **Their init and ours.** Their random arm is BERT's init (our ``random``); their ``--symmetric-init``
 replaces q, k, v by fresh ``nn.Linear`` layers (PyTorch's default init) and ties W_q = W_k (our
-``torch_default_symmetric``): scale and symmetry at once. Their Wikipedia and RedPajama runs are trained
+``inits.AUTHORS``): scale and symmetry at once. Their Wikipedia and RedPajama runs are trained
 on character-spaced text, Jigsaw on word pieces, so a run of ours is set beside theirs by its tokens
 (``counterparts``).
 
@@ -26,6 +26,7 @@ import re
 
 import pandas as pd
 
+from ..training.inits import ARM, AUTHORS, REFERENCE
 from .speedup import CLAIM_RULE, loss_gap, paper_speedup, signed_speedup, speedup
 
 LOSS_FILE = "symmetric-initialization-loss.csv"
@@ -36,8 +37,6 @@ MODELS = {"bert_small": 4, "bert": 12}
 COLUMN = re.compile(
     r"^(bert_small|bert)--(encoder|decoder)--(jigsaw|wikipedia|red_pajama)(--symmetric-init)?$"
 )
-AUTHORS_INIT = "torch_default_symmetric"
-"""Their ``--symmetric-init`` in our terms."""
 CHARACTER_DATASETS = ("wikipedia", "red_pajama")
 WORD_PIECE_DATASETS = ("jigsaw",)
 DATASETS = (*WORD_PIECE_DATASETS, *CHARACTER_DATASETS)
@@ -48,8 +47,8 @@ class AuthorsLogsError(ValueError):
 
 
 def read_logs(folder: str | os.PathLike) -> pd.DataFrame:
-    """Their loss file as a long frame: layers, objective, dataset, init (``random`` or
-    ``AUTHORS_INIT``), step, loss."""
+    """Their loss file as a long frame: layers, objective, dataset, init (ours: ``inits.REFERENCE`` or
+    ``inits.AUTHORS``), step, loss."""
     path = os.path.join(folder, LOSS_FILE)
     wide = pd.read_csv(path)
     frames = []
@@ -65,7 +64,7 @@ def read_logs(folder: str | os.PathLike) -> pd.DataFrame:
                     "layers": MODELS[model],
                     "objective": objective,
                     "dataset": dataset,
-                    "init": AUTHORS_INIT if symmetric else "random",
+                    "init": AUTHORS if symmetric else REFERENCE,
                     "step": LOG_EVERY * (1 + wide.index.to_numpy()),
                     "loss": loss,
                 }
@@ -101,8 +100,8 @@ def compare(logs: pd.DataFrame, layers: int, dataset: str, horizon: int | None =
     """Their random and symmetric encoder runs of one depth and dataset, cut at ``horizon``: the final
     logged losses, the notebook's speed-up, ours (the paper's formula smoothed, ``first``, the claim rule,
     the signed one), whether theirs is censored by the claim rule, and the loss gap at the horizon."""
-    random = run_log(logs, layers, dataset, "random", horizon)
-    symmetric = run_log(logs, layers, dataset, AUTHORS_INIT, horizon)
+    random = run_log(logs, layers, dataset, REFERENCE, horizon)
+    symmetric = run_log(logs, layers, dataset, AUTHORS, horizon)
     if random.empty or symmetric.empty:
         raise AuthorsLogsError(f"the authors published no {layers}-layer encoder pair on {dataset}")
     return {
@@ -129,7 +128,7 @@ def table1(logs: pd.DataFrame, paper: pd.DataFrame | None = None, horizon: int |
     ]
     table = pd.DataFrame(rows)
     if paper is not None:
-        printed = paper[paper["init"] == "symmetric"][["layers", "dataset", "speedup_percent"]]
+        printed = paper[paper["init"] == ARM[AUTHORS].papers_name][["layers", "dataset", "speedup_percent"]]
         table = table.merge(printed.rename(columns={"speedup_percent": "speedup_printed"}), how="left")
     return table.sort_values(["layers", "dataset"], key=_paper_order).reset_index(drop=True)
 

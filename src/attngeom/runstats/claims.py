@@ -8,7 +8,7 @@ no true difference all n seeds point one way with probability 2/2ⁿ). Claims re
 t-test at alpha 0.05 and by size: "agrees" only where the test finds the effect and the authors' run of the
 same init at the row's horizon (their own runs cut there, ``authors.at_horizon``; one seed) lies in our 95%
 prediction interval for one new seed; an effect found but of another size says how it differs, and an init
-the authors never ran (``symmetric`` at BERT's scale, ``torch_default``) is judged by its direction only."""
+the authors never ran (one without a ``papers_name``, ``training.inits``) is judged by its direction only."""
 
 from __future__ import annotations
 
@@ -18,14 +18,12 @@ import numpy as np
 import pandas as pd
 
 from ..tables.formats import write_table
-from ..training.model import SYMMETRIC_INITS
-from .authors import AUTHORS_INIT, DATASETS
-from .pairing import REFERENCE_INIT
+from ..training.inits import AUTHORS, REFERENCE, SYMMETRIC
+from .authors import DATASETS
 from .significance import ALPHA, least_exact_p, sign_flip_test, t_test
 from .speedup import CLAIM_RULE
 from .table1 import FASTER, SLOWER
 
-TITLE = "The paper's training claims, measured here"
 CAPTION = (
     "Each claim of the paper (Section 4, Figures 3 and S5, Table 1) against these runs, per dataset and "
     "depth: the measured values per seed at the last scored step (layer form Σ_h M_h: median over layers, "
@@ -190,7 +188,7 @@ def claims(scores: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     final, first = _final(scores), _first(scores)
     rows = []
     for group, runs in final.groupby(["dataset", "layers", "characters"]):
-        random = runs[runs["init"] == REFERENCE_INIT]
+        random = runs[runs["init"] == REFERENCE]
         enc, dec = (random[random["objective"] == o] for o in ("encoder", "decoder"))
         losses = dec["decoder_loss"] if "decoder_loss" in dec else pd.Series("", index=dec.index)
         for _, one in dec.groupby(losses):
@@ -201,7 +199,7 @@ def claims(scores: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
             claim = "encoders: later layers more symmetric (slope of symmetry over layer index)"
             found = _verdict([v > 0 for v in slope.values()])
             rows.append(_row(group, claim, _numbers(slope), _sign_test(len(slope)), found))
-        for init in SYMMETRIC_INITS:
+        for init in SYMMETRIC:
             symmetric = runs[(runs["init"] == init) & (runs["objective"] == "encoder")]
             if len(enc) and len(symmetric):
                 claim = f"{init} init ends more symmetric than random init (encoders, Figure S5b)"
@@ -211,12 +209,15 @@ def claims(scores: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def write_claims(scores: pd.DataFrame, table: pd.DataFrame, stem: str | os.PathLike, note: str = "") -> None:
-    """The claims of these runs as ``stem``.csv, .md, .tex and .html; ``note``: a sentence added to the
-    caption (which runs' evolution other scoring code computed)."""
+def write_claims(
+    scores: pd.DataFrame, table: pd.DataFrame, stem: str | os.PathLike, title: str, note: str = ""
+) -> None:
+    """The claims of these runs as ``stem``.csv, .md, .tex and .html under ``title`` (the pipeline's:
+    ``report.artifacts``); ``note``: a sentence added to the caption (which runs' evolution other scoring
+    code computed)."""
     found = claims(scores, table)
     caption = " ".join(filter(None, [CAPTION, note]))
-    write_table(found, stem, TITLE, csv=found, caption=caption, empty="No run.")
+    write_table(found, stem, title, csv=found, caption=caption, empty="No run.")
 
 
 def _authors_values(row: pd.Series, kind: str) -> dict[str, float]:
@@ -232,8 +233,8 @@ def _sized(found: bool, row: pd.Series, name: str, kind: str, unit: str) -> str:
     interval of ``name``: theirs is one seed, so our mean's confidence interval is the wrong yardstick)."""
     if not found:
         return ""
-    if row["init"] != AUTHORS_INIT:
-        return f"direction only: the authors ran no {row['init']} init to size it against (theirs: {AUTHORS_INIT})"
+    if row["init"] != AUTHORS:
+        return f"direction only: the authors ran no {row['init']} init to size it against (theirs: {AUTHORS})"
     theirs = _authors_values(row, kind)
     if not theirs:
         return "direction only: no authors' run of this depth and objective to size it against"
@@ -293,8 +294,8 @@ def _table_rows(table: pd.DataFrame) -> list[dict[str, object]]:
     """Table 1's rows of a symmetric init against random (unregularised encoders): the speed-up claim and
     the lower-final-loss claim."""
     compared = table[
-        table["init"].isin(SYMMETRIC_INITS)
-        & (table["reference"] == REFERENCE_INIT)
+        table["init"].isin(SYMMETRIC)
+        & (table["reference"] == REFERENCE)
         & (table["reg_weight"] == 0)
         & (table["objective"] == "encoder")
     ]

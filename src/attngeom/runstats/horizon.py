@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..training.config import TrainConfig
+from ..training.inits import AUTHORS, REFERENCE
 from . import authors
 from .pairing import twins
 from .speedup import CLAIM_RULE, GAP_UPDATES, loss_gap, speedup
@@ -35,13 +36,13 @@ def _cut(log: pd.DataFrame, horizon: int) -> pd.DataFrame:
 
 
 def speedup_by_horizon(
-    losses: Mapping[str, pd.DataFrame], configs: Mapping[str, TrainConfig], init: str = authors.AUTHORS_INIT
+    losses: Mapping[str, pd.DataFrame], configs: Mapping[str, TrainConfig], init: str = AUTHORS
 ) -> pd.DataFrame:
     """Every seed pair of ``init`` against random, cut at ``horizons`` up to the pair's common horizon: one
     row per pair and horizon, with the claim rule's speed-up (percent of the horizon) and the loss gap."""
     rows = []
     for twin in twins(configs):
-        if twin.candidate_init != init or twin.reference_init != "random":
+        if twin.candidate_init != init or twin.reference_init != REFERENCE:
             continue
         reference, candidate = losses[twin.reference], losses[twin.candidate]
         last = min(int(reference["step"].max()), int(candidate["step"].max()))

@@ -10,6 +10,8 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from ..training.inits import REFERENCE
+
 if TYPE_CHECKING:  # pandas is imported where a frame is built: the workflow's DAG imports this module
     import pandas as pd
 
@@ -30,7 +32,7 @@ def official_medians(official: pd.DataFrame) -> pd.DataFrame:
 
 def ours_medians(scores: pd.DataFrame) -> pd.DataFrame:
     """Our random-init, unregularised runs → median over layers per (run, layers, objective, dataset, step)."""
-    rows = scores[scores["head"].isna() & (scores["init"] == "random") & (scores["reg_weight"] == 0)]
+    rows = scores[scores["head"].isna() & (scores["init"] == REFERENCE) & (scores["reg_weight"] == 0)]
     keys = ["run", "layers", "objective", "dataset", "step"]
     return rows.groupby(keys)[list(METRICS)].median().reset_index()
 

@@ -1,6 +1,7 @@
 """Which runs are compared with which (Table 1, Figure S5): runs that differ only in ``init`` and ``seed``
-form one comparison group; within it a run of another init is paired with the random-init run of its seed
-(``twins``), and random-init runs of different seeds form the null's disjoint pairs (``seed_pairs``).
+form one comparison group; within it a run of another init is paired with the run of its seed of each
+init it is compared with (``twins``; the comparisons are declared with the arms, ``training.inits``:
+every arm against random, the authors' symmetric init also against its scale control), and random-init runs of different seeds form the null's disjoint pairs (``seed_pairs``).
 Works on configs alone, so the pipeline can call it before any run exists."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..training.config import TrainConfig, dataset_label
+from ..training.inits import EFFECTS, REFERENCE
 
 BOOKKEEPING = frozenset(
     (
@@ -33,21 +35,6 @@ def learnt(config: TrainConfig, apart_from: tuple[str, ...] = ("init",)) -> dict
 def comparison_key(config: TrainConfig) -> tuple:
     """Runs with the same key differ only in ``init``, ``seed`` and bookkeeping: one row of Table 1."""
     return tuple(sorted(learnt(config, ("init", "seed")).items()))
-
-
-REFERENCE_INIT = "random"
-"""The init every other arm is compared with (BERT's: N(0, 0.02) weights, zero biases)."""
-
-EFFECTS: dict[tuple[str, str], str] = {
-    ("symmetric", "random"): "symmetry alone (W_k = W_q at BERT's init)",
-    ("torch_default", "random"): "init scale alone (PyTorch's default q/k/v)",
-    ("torch_default_symmetric", "random"): "scale and symmetry (the authors' symmetric init)",
-    ("torch_default_symmetric", "torch_default"): "symmetry at the authors' scale",
-    ("skew", "random"): "skew-symmetry (W_k = W_q Sᵀ at BERT's init)",
-}
-"""(candidate init, reference init) → what the comparison of the two measures: the decomposition of the
-authors' speed-up into init scale and symmetry. Every non-random arm is compared with the random run of its
-seed; the authors' symmetric init also with the scale control of its seed."""
 
 
 def _plain(config: TrainConfig, init: str) -> bool:
@@ -120,7 +107,7 @@ def seed_pairs(configs: Mapping[str, TrainConfig]) -> list[SeedPair]:
     pair); with one seed there is no pair."""
     groups: dict[tuple, dict[int, str]] = {}
     for name, config in sorted(configs.items()):
-        if _plain(config, REFERENCE_INIT):
+        if _plain(config, REFERENCE):
             groups.setdefault(comparison_key(config), {}).setdefault(config.seed, name)
     pairs = []
     for by_seed in groups.values():

@@ -2,8 +2,7 @@
 
 **Rows.** Per comparison group (runs that differ only in init and seed: ``pairing.comparison_key``), one
 row per init with its final loss over seeds, and, for an init compared with another
-(``pairing.EFFECTS``: every arm with ``random``, the authors' symmetric init also with its scale control
-``torch_default``), one row per such comparison: the speed-ups over the seed pairs (seed s vs seed s,
+(``training.inits``: every arm with ``random``, the authors' symmetric init also with its scale control), one row per such comparison: the speed-ups over the seed pairs (seed s vs seed s,
 ``pairing.twins``) with a 95% t-interval (``intervals``), what the comparison measures (``effect``), the
 loss gap at the horizon, and the tests of ``significance`` on the signed speed-up (candidate over reference
 minus reference over candidate, 0 in expectation when init does not matter): the t-test with its minimum
@@ -11,10 +10,10 @@ detectable effect at 80% power, the exact sign-flip test and Wilcoxon's signed-r
 an exact test can give with that many seeds. For scale, the null: the signed speed-up of random-vs-random
 pairs of different seeds, disjoint pairs so that they are independent (``pairing.seed_pairs``).
 
-**Beside them**: where a row compares the authors' own init (``torch_default_symmetric``, their
-``--symmetric-init``) with ``random``, the paper's printed numbers (same depth and dataset) and the authors'
-own runs cut at the row's horizon and at the end of their schedule (``authors.at_horizon``). Other inits
-(``symmetric`` at BERT's scale, ``torch_default``) have no run of the authors' to be set beside.
+**Beside them**: where a row compares the authors' own init (``inits.AUTHORS``, their ``--symmetric-init``)
+with ``random``, the paper's printed numbers (same depth and dataset) and the authors' own runs cut at the
+row's horizon and at the end of their schedule (``authors.at_horizon``). Other inits (those without a
+``papers_name``) have no run of the authors' to be set beside.
 """
 
 from __future__ import annotations
@@ -27,11 +26,11 @@ import pandas as pd
 
 from ..training.bookkeeping import read_loss_log
 from ..training.config import TrainConfig
-from ..training.documents import SUBSTITUTES, split_revision
+from ..training.inits import ARM, AUTHORS, EFFECTS, INITS, REFERENCE
 from ..training.runs import RunInfo
 from . import authors
 from .intervals import Interval, mean_interval, prediction_interval
-from .pairing import EFFECTS, REFERENCE_INIT, comparison_key, seed_pairs, twins
+from .pairing import comparison_key, seed_pairs, twins
 from .plateau import plateau_exits
 from .significance import (
     ALPHA,
@@ -60,7 +59,6 @@ NOISE, FASTER, SLOWER = (
     "faster than seed noise",
     "slower than seed noise",
 )
-INIT_ORDER = ("random", "symmetric", "torch_default", "torch_default_symmetric", "skew")
 
 PAIR_COLUMNS = [
     "comparison", "effect", "reference", "candidate", "reference_init", "candidate_init", "reference_seed",
@@ -198,7 +196,7 @@ def _plateau_columns(level: float | None, exits: list[int | None]) -> dict[str, 
 
 
 def _order(table: pd.DataFrame) -> pd.DataFrame:
-    rank = {init: i for i, init in enumerate(INIT_ORDER)}
+    rank = {init: i for i, init in enumerate(INITS)}
     keys = {"init": table["init"].map(rank), "reference": table["reference"].map(lambda r: rank.get(r, -1))}
     return table.sort_values(
         ["layers", "characters", "dataset", "objective", "reg_weight", "init", "reference"],
@@ -216,7 +214,8 @@ def summarise(
     """Table 1 from loss logs and configs by run name: per comparison group and init, the final loss over
     seeds, and per comparison the speed-ups, the tests and the null (``pair_speedups``); beside rows that
     compare a symmetric init with random, the paper's numbers and the authors' at the row's horizon.
-    ``infos`` (read from the run folders) adds what data the runs saw to their ``differs_from_paper``."""
+    ``infos`` (read from the run folders) adds what data the runs saw to their ``differs_from_paper`` and
+    what they read instead of the paper's corpus (``corpus_note``, from their corpus.json)."""
     pairs = pair_speedups(losses, configs)
     keys = {name: comparison_key(config) for name, config in configs.items()}
     pairs["key"] = pairs["reference"].map(keys)
@@ -231,14 +230,15 @@ def summarise(
         null = pairs[(pairs["comparison"] == NULL) & (pairs["key"] == key)]
         for init, names in by_init.items():
             first = configs[names[0]]
-            labels = (infos[names[0]] if infos else RunInfo(names[0], first)).labels()
+            info = infos[names[0]] if infos else RunInfo(names[0], first)
+            labels = info.labels()
             del labels["seed"]
             row = {
                 **labels,
                 "run": ", ".join(names),
                 "seeds": len(names),
                 "steps": min(int(losses[n]["step"].max()) for n in names),
-                "corpus_note": SUBSTITUTES.get(split_revision(first.dataset)[0], ""),
+                "corpus_note": info.substitute,
                 **_interval_columns("final_loss", mean_interval(final_loss(losses[n]) for n in names)),
                 **_plateau_columns(level, [exit_of[n] for n in names]),
                 **NO_SPEEDUP,
@@ -250,7 +250,7 @@ def summarise(
                     continue
                 found = row | {"reference": reference, "effect": EFFECTS[init, reference]}
                 found |= _speedup_columns(twinned, null)
-                if authors_logs is not None and init == authors.AUTHORS_INIT and reference == REFERENCE_INIT:
+                if authors_logs is not None and init == AUTHORS and reference == REFERENCE:
                     horizon = int(twinned["steps"].min())
                     found |= authors.at_horizon(
                         authors_logs,
@@ -269,16 +269,16 @@ def summarise(
 
 
 def _with_paper(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
-    """The paper's Table 1 numbers (one run each; its "symmetric" is the authors' init) beside our
+    """The paper's Table 1 numbers (one run each; its rows by ``InitArm.papers_name``) beside our
     unregularised encoder rows of the same depth, dataset and tokens (its Wikipedia and RedPajama rows were
     trained on characters, Jigsaw on word pieces): its random row beside our random init, its symmetric row
     (the authors' init) beside our rows of that init compared with random."""
     published = paper.rename(columns={"final_loss": "paper_loss", "speedup_percent": "paper_speedup_percent"})
     published = published.rename(columns={"init": "paper_init"})
     paper_init = np.where(
-        (table["init"] == authors.AUTHORS_INIT) & (table["reference"] == REFERENCE_INIT),
-        "symmetric",
-        np.where(table["init"] == REFERENCE_INIT, "random", ""),
+        (table["init"] == AUTHORS) & (table["reference"] == REFERENCE),
+        ARM[AUTHORS].papers_name,
+        np.where(table["init"] == REFERENCE, ARM[REFERENCE].papers_name, ""),
     )
     same_tokens = table["dataset"].isin(authors.CHARACTER_DATASETS) == table["characters"]
     comparable = (

@@ -8,12 +8,16 @@ import os
 import pandas as pd
 
 from ..tables import formats
+from ..training.inits import EFFECTS
 from .authors import DATASETS
 from .intervals import Interval
 from .significance import ALPHA, least_exact_p
 from .speedup import CLAIM_RULE, GAP_UPDATES
 
-TITLE = "Table 1: final loss and speed-up of each init over its reference, over seeds"
+EFFECT_LEGEND = "; ".join(
+    f"{candidate} vs {reference} = {effect}" for (candidate, reference), effect in EFFECTS.items()
+)
+"""What each comparison measures, as the caption says it (``training.inits``)."""
 PAPER_CAPTION = (
     "As the paper prints it: per depth, kind of text and init, the final loss (smoothed: trailing mean over "
     "2% of the log) and, for an init compared with random over the same seeds, how much sooner it reaches "
@@ -30,10 +34,8 @@ PAPER_CAPTION = (
 CAPTION = (
     "Final loss (smoothed: trailing mean over 2% of the log) per init, and per comparison of two inits "
     "(the candidate 'init' vs the reference 'vs', the same seed: 'effect' says what their difference "
-    "measures: symmetric vs random = symmetry alone at BERT's init scale; torch_default vs random = init "
-    "scale alone; torch_default_symmetric vs random = both, the authors' symmetric init; "
-    "torch_default_symmetric vs torch_default = symmetry at the authors' scale) the speed-up of the "
-    "candidate over the reference, per depth, dataset and objective, over seeds. "
+    f"measures: {EFFECT_LEGEND}) the speed-up "
+    "of the candidate over the reference, per depth, dataset and objective, over seeds. "
     "'paper' = the paper's formula, (T − t_candidate) / T with t_candidate the first step at which the "
     "candidate's smoothed loss reaches the reference run's final loss (it also gives a run against itself a "
     "positive value on a noisy plateau); 'robust' = (t_reference − t_candidate) / T with t the first step "
@@ -214,10 +216,11 @@ def paper_table1(table: pd.DataFrame) -> pd.DataFrame:
     return shown.loc[:, (shown != "").any()]
 
 
-def write_table1(table: pd.DataFrame, stem: str | os.PathLike) -> None:
-    """Table 1 (``table1.summarise``) as ``stem``.csv (every number), .md, .tex and .html: first as the paper
-    shapes it (``paper_table1``), then every comparison with its tests and the null (``table1_display``,
-    a block per depth), with the caption of each."""
+def write_table1(table: pd.DataFrame, stem: str | os.PathLike, title: str) -> None:
+    """Table 1 (``table1.summarise``) as ``stem``.csv (every number), .md, .tex and .html under ``title`` (the
+    pipeline's: ``report.artifacts``): first as the paper shapes it (``paper_table1``), then every
+    comparison with its tests and the null (``table1_display``, a block per depth), with the caption of
+    each."""
     shown = table1_display(table)
     paper = formats.Block(paper_table1(table), "Table 1")
     blocks = [
@@ -227,5 +230,5 @@ def write_table1(table: pd.DataFrame, stem: str | os.PathLike) -> None:
     if blocks:
         blocks[-1] = formats.Block(blocks[-1].table, blocks[-1].heading, (CAPTION,))
     formats.write_table(
-        [paper, *blocks], stem, TITLE, csv=table, caption=PAPER_CAPTION, empty="No training run."
+        [paper, *blocks], stem, title, csv=table, caption=PAPER_CAPTION, empty="No training run."
     )

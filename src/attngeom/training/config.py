@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from ..errors import InputError
+from .inits import INITS, REFERENCE
 from .recipes import RECIPES
 
 PRESETS: dict[int, tuple[int, int, int]] = {
@@ -33,7 +34,6 @@ PRESETS: dict[int, tuple[int, int, int]] = {
 }
 """Depth → (hidden size, attention heads, intermediate size), as in the paper's Table S1."""
 
-INITS = ("random", "symmetric", "skew", "torch_default", "torch_default_symmetric")
 INT_MAX = 2**63 - 1
 """The largest count or seed (a signed 64-bit integer, as torch and NumPy hold them)."""
 FLOAT_MAX = sys.float_info.max
@@ -173,12 +173,9 @@ class TrainConfig:
     with probability ``mlm_probability``, as transformers' ``DataCollatorForLanguageModeling`` (the
     authors' code) does, decided per document so that packing does not change it. Both then replace 80%
     by [MASK], 10% by a random word and keep 10%."""
-    init: str = setting("random", choices=INITS)
-    """The attention init: ``random`` (BERT's, N(0, 0.02) weights and zero biases); ``symmetric`` (W_k = W_q
-    at BERT's init); ``skew`` (W_k = W_q Sᵀ, S skew-symmetric); ``torch_default`` (q, k, v re-drawn as
-    fresh ``nn.Linear`` layers: PyTorch's default kaiming-uniform weights U(±1/√d), std 1/√(3d), and
-    uniform biases U(±1/√d)); ``torch_default_symmetric`` (that, then W_q = W_k: what the authors' code
-    calls ``--init symmetric-init``, ``BertSelfAttentionSymmetricInit``)."""
+    init: str = setting(REFERENCE, choices=INITS)
+    """The attention init: one of the arms of ``inits.ARMS``, each declared there with how it initialises
+    (the default is BERT's own init, N(0, 0.02) weights and zero biases)."""
     reg_weight: float = setting(0.0, Range(0, FLOAT_MAX, note="0: no regulariser"))
     """γ of Eq. S146; 0 disables the regulariser."""
     reg_target: str = setting("symmetric", choices=("symmetric", "skew"))

@@ -21,23 +21,25 @@ from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
 from ..cache_layout import mark
-from ..files import atomic_dir, cache_dir
+from ..files import atomic_dir, cache_dir, file_state
 from .config import ConfigError, TrainConfig
-from .documents import local_path, piece_batches, usable_chars
-from .tokenizer import build_tokenizer, texts, tokenizer_sha256
+from .documents import DocumentSource
+from .tokenizer import build_tokenizer, document_ids, tokenizer_sha256
 
 CACHE_VERSION = 2
 
 
 @dataclass(frozen=True)
 class Corpus:
-    """A tokenised corpus: one flat token stream, documents separated by [SEP]."""
+    """A tokenised corpus: one flat token stream, documents separated by [SEP], and where its documents
+    came from."""
 
     tokens: np.ndarray
     tokenizer: Tokenizer
     path: Path
     tokens_sha256: str
     """SHA-256 of the token stream's bytes, as written to the cache."""
+    source: DocumentSource
 
     def token_id(self, token: str) -> int:
         index = self.tokenizer.token_to_id(token)
@@ -62,64 +64,20 @@ class Corpus:
         return starts[keep], (ends - starts)[keep]
 
 
-@dataclass(frozen=True)
-class DataFacts:
-    """How much data a run sees: its corpus' documents, the tokens of an update ([CLS] and [SEP] counted,
-    padding not; each document cut to ``seq_len``) and the passes over the corpus an update makes; with
-    ``updates``, the updates the run made (its loss log's last step), so that totals are the run's own,
-    not those of the configured schedule."""
-
-    documents: int
-    tokens_per_update: float
-    passes_per_update: float
-    updates: int | None = None
-
-    @property
-    def passes(self) -> float | None:
-        return None if self.updates is None else self.updates * self.passes_per_update
-
-    def record(self) -> dict[str, float]:
-        """What ``corpus.json`` keeps (the updates made are the loss log's)."""
-        return {
-            "documents": self.documents,
-            "tokens_per_update": self.tokens_per_update,
-            "passes_per_update": self.passes_per_update,
-        }
-
-
-def corpus_facts(corpus: Corpus, config: TrainConfig) -> DataFacts:
-    """The ``DataFacts`` of ``config``'s updates over ``corpus`` (before any update is made)."""
-    _, lengths = corpus.document_spans()
-    if config.batch_documents:
-        per_update = config.batch_documents * float(np.minimum(lengths + 2, config.seq_len).mean())
-        passes = config.batch_documents / len(lengths)
-    else:
-        per_update = config.micro_batch_rows * config.grad_accum * config.seq_len
-        passes = per_update / len(corpus.tokens)
-    return DataFacts(len(lengths), per_update, passes)
-
-
-def _file_state(path: Path) -> list[tuple[str, int, int]]:
-    """(name, size, modification time) of a local file or of every file in a folder: an edited corpus
-    gets a new cache entry instead of the stale one."""
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    return [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-
-
-def cache_key(config: TrainConfig) -> str:
-    """Hash of everything that changes the token stream."""
-    dataset, tokenizer = local_path(config.dataset), Path(config.tokenizer)
+def cache_key(config: TrainConfig, source: DocumentSource) -> str:
+    """Hash of everything that changes the token stream: the documents' source and the tokenizer."""
+    tokenizer = Path(config.tokenizer)
     parts = {
         "version": CACHE_VERSION,
-        "dataset": _file_state(dataset) if dataset else config.dataset,
+        "dataset": [list(f) for f in source.files] if source.files else source.dataset,
         "text_column": config.text_column,
-        "max_documents": config.max_documents,
-        "character_spacing": config.character_spacing,
-        "tokenizer": _file_state(tokenizer) if tokenizer.is_file() else config.tokenizer,
+        "max_documents": source.max_documents,
+        "character_spacing": source.character_spacing,
+        "tokenizer": file_state(tokenizer) if tokenizer.is_file() else config.tokenizer,
         "vocab_size": config.vocab_size if config.tokenizer == "wordpiece" else None,
     }
-    if (chars := usable_chars(config)) is not None:  # documents cut before tokenising
-        parts["cut_to_chars"] = chars
+    if source.max_chars is not None:  # documents cut before tokenising
+        parts["cut_to_chars"] = source.max_chars
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -127,24 +85,27 @@ def cache_root(config: TrainConfig) -> Path:
     return Path(config.cache_dir) if config.cache_dir else cache_dir("training")
 
 
-def load_corpus(config: TrainConfig, progress: bool = True) -> Corpus:
-    """The cached token stream for this config, tokenising the corpus first if it is not cached.
+def load_corpus(config: TrainConfig, progress: bool = True, source: DocumentSource | None = None) -> Corpus:
+    """The cached token stream of ``source`` (the one ``config`` names unless given), tokenising the
+    corpus first if it is not cached.
 
     Runs that share a cache (the pipeline's runs on one corpus) take turns: the first tokenises, the
     others wait for it and read its result.
     """
-    folder = cache_root(config) / cache_key(config)
+    source = source or DocumentSource.of(config)
+    folder = cache_root(config) / cache_key(config, source)
     with _exclusive(folder.with_name(folder.name + ".lock")):
         if not (folder / "meta.json").is_file():
             with atomic_dir(folder) as temporary:
                 mark(temporary)
-                _tokenise_into(temporary, config, progress)
+                _tokenise_into(temporary, config, source, progress)
     meta = json.loads((folder / "meta.json").read_text())
     return Corpus(
         tokens=np.memmap(folder / "tokens.bin", dtype=meta["dtype"], mode="r"),
         tokenizer=Tokenizer.from_file(str(folder / "tokenizer.json")),
         path=folder,
         tokens_sha256=meta["tokens_sha256"],
+        source=source,
     )
 
 
@@ -160,25 +121,22 @@ def _exclusive(lock: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _tokenise_into(folder: Path, config: TrainConfig, progress: bool) -> None:
+def _tokenise_into(folder: Path, config: TrainConfig, source: DocumentSource, progress: bool) -> None:
     """tokenizer.json, tokens.bin and meta.json (with the SHA-256 of the token stream) into ``folder``."""
-    tok = build_tokenizer(config, progress)
+    tok = build_tokenizer(config, source.texts, progress)
     sep = tok.token_to_id("[SEP]")
     dtype = np.uint16 if tok.get_vocab_size() <= np.iinfo(np.uint16).max else np.uint32
     digest = hashlib.sha256()
     n_docs = n_tokens = 0
     bar = tqdm(desc=f"tokenising {config.dataset}", unit=" docs", disable=not progress)
     with (folder / "tokens.bin").open("wb") as out:
-        for batch in piece_batches(texts(config)):  # a long document in pieces: memory follows the batch
-            encodings = tok.encode_batch([piece for piece, _ in batch], add_special_tokens=False)
-            for (_, ends), enc in zip(batch, encodings, strict=True):
-                ids = np.asarray([*enc.ids, sep] if ends else enc.ids, dtype=dtype).tobytes()
-                out.write(ids)
-                digest.update(ids)
-                n_tokens += len(enc.ids) + ends
-            ended = sum(ends for _, ends in batch)
-            n_docs += ended
-            bar.update(ended)
+        for ids, ends in document_ids(tok, source.texts()):
+            data = np.asarray([*ids, sep] if ends else ids, dtype=dtype).tobytes()
+            out.write(data)
+            digest.update(data)
+            n_tokens += len(ids) + ends
+            n_docs += ends
+            bar.update(ends)
     bar.close()
     if n_docs == 0:
         raise ConfigError(f"dataset {config.dataset!r} yielded no documents")

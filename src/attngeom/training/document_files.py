@@ -18,6 +18,7 @@ import lzma
 import sys
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import BinaryIO
 
 from .config import ConfigError
@@ -67,6 +68,26 @@ def read_documents(
     stream = _decompressed(label, opened, compression)
     lines = _lines(label, stream)
     yield from _text(label, lines) if kind == "text" else _json_lines(label, lines, column)
+
+
+LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
+"""The files of a local corpus (a file, or a folder of them)."""
+
+
+def local_documents(path: Path, column: str) -> Iterator[str]:
+    """The documents of a local corpus: one per non-empty line (.txt), per JSON object (.jsonl) or per row
+    (.parquet), file after file of a folder in name order."""
+    files = sorted(p for p in path.rglob("*") if p.suffix in LOCAL_SUFFIXES) if path.is_dir() else [path]
+    bad = [p for p in files if p.suffix not in LOCAL_SUFFIXES]
+    if not files or bad:
+        raise ConfigError(f"dataset {path}: expected .txt, .jsonl or .parquet files, found {bad or 'none'}")
+    for file in files:
+        try:
+            opened = file.open("rb")
+        except OSError as err:
+            raise ConfigError(f"dataset {file}: cannot be read ({err.strerror}); check the file") from None
+        with opened:
+            yield from read_documents(f"dataset {file}", file.name, opened, column)
 
 
 def _decompression_errors() -> tuple[type[BaseException], ...]:

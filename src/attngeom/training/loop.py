@@ -33,6 +33,7 @@ from .checkpoint import CheckpointWriter, held_checkpoints, load_checkpoint
 from .config import ConfigError, TrainConfig
 from .corpus import Corpus, load_corpus
 from .document_batches import DocumentBatches
+from .documents import DocumentSource
 from .memory import check_fits, rows_per_pass
 from .model import build_model
 from .runs import Restart, RunFolder
@@ -204,8 +205,10 @@ def _train(
 ) -> None:
     """``train`` on this rank, its folder claimed: every object that holds the process group (the
     DDP-wrapped step) is a local of this function, gone when it returns."""
-    # data: rank 0 tokenises the corpus (once, cached); micro-batch i is a pure function of (seed, i)
-    corpus = _load_corpus_rank0_first(config, rt, progress is True)
+    # data: its source resolved once; rank 0 tokenises it (once, cached); micro-batch i is a pure
+    # function of (seed, i)
+    source = DocumentSource.of(config)
+    corpus = _load_corpus_rank0_first(config, source, rt, progress is True)
     if config.batch_documents is not None and rt.world > 1:
         raise ConfigError("batch_documents trains on one GPU per run: launch without torchrun")
 
@@ -246,8 +249,8 @@ def _train(
         scores.append(score_live(model, folder.path.name, start))
 
     # micro-batches, built ahead on a background thread and copied to the device without blocking
-    updates = _updates(batches, config, range(start, end), rt)
-    clock = _stopwatch(elapsed)
+    updates = updates_ahead(batches, config, range(start, end), rt)
+    clock = stopwatch(elapsed)
     bar = tqdm(
         range(start, end),
         initial=start,
@@ -296,7 +299,7 @@ def _train(
         save_final(model, corpus, folder.final)
 
 
-def _updates(
+def updates_ahead(
     batches: PackedBatches | DocumentBatches, config: TrainConfig, steps: range, rt: Runtime
 ) -> Iterator[Update]:
     """The updates of ``steps``, built ahead on a background thread and copied to the device without
@@ -312,15 +315,17 @@ def _updates(
         yield Update(list(group), documents=None, tokens=tokens)
 
 
-def _load_corpus_rank0_first(config: TrainConfig, rt: Runtime, progress: bool) -> Corpus:
+def _load_corpus_rank0_first(
+    config: TrainConfig, source: DocumentSource, rt: Runtime, progress: bool
+) -> Corpus:
     """Rank 0 tokenises (or finds the cache) while the other ranks wait, then they read its cache."""
-    corpus = load_corpus(config, progress=progress) if rt.main else None
+    corpus = load_corpus(config, progress, source) if rt.main else None
     if rt.world > 1:
         dist.barrier()
-    return corpus or load_corpus(config, progress=False)
+    return corpus or load_corpus(config, False, source)
 
 
-def _stopwatch(offset: float) -> Callable[[], float]:
+def stopwatch(offset: float) -> Callable[[], float]:
     """Seconds of training so far: ``offset`` (from the checkpoint) plus the time since this call."""
     begin = time.perf_counter()
     return lambda: offset + time.perf_counter() - begin

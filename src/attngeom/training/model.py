@@ -17,6 +17,7 @@ from ..form_traces import form_symmetry
 from .config import TrainConfig
 from .document_attention import VARLEN
 from .document_mask import document_attention_mask, document_positions
+from .inits import init_arm
 
 
 def build_model(config: TrainConfig, vocab_size: int) -> PreTrainedModel:
@@ -45,32 +46,28 @@ def attention_modules(model: PreTrainedModel) -> list[nn.Module]:
     return [layer.attention.self for layer in model.bert.encoder.layer]
 
 
-SYMMETRIC_INITS = ("symmetric", "torch_default_symmetric")
-"""Inits whose every head starts with a symmetric W_qk."""
-
-
 @torch.no_grad()
 def init_attention(model: PreTrainedModel, init: str, seed: int = 0) -> None:
-    """The attention init of ``TrainConfig.init``, applied to a model that has BERT's init.
+    """The attention init of ``TrainConfig.init`` (its ``inits.InitArm``), applied to a model that has
+    BERT's init.
 
-    ``torch_default*`` re-draws q, k and v (weights and biases) as a fresh ``nn.Linear`` would, as the
-    authors' ``BertSelfAttentionSymmetricInit`` does. ``*symmetric`` then makes every head's
-    W_qk = W_q W_kᵀ symmetric (W_k = W_q); ``skew`` makes it skew-symmetric (W_k = W_q Sᵀ, S = A − Aᵀ). W_q
-    keeps its init. In nn.Linear terms a head's W_q is ``query.weight[rows].T`` (d × d_h), so
-    W_k = W_q Sᵀ becomes ``key.weight[rows] = S @ query.weight[rows]``. A has entries of variance
-    1/(2 d_h), so S's rows have about unit norm and W_k the scale of W_q.
+    ``fresh_linear`` re-draws q, k and v (weights and biases) as a fresh ``nn.Linear`` would, as the
+    authors' ``BertSelfAttentionSymmetricInit`` does. ``key`` then makes every head's W_qk = W_q W_kᵀ
+    symmetric (``query``: W_k = W_q) or skew-symmetric (``skew``: W_k = W_q Sᵀ, S = A − Aᵀ). W_q keeps
+    its init. In nn.Linear terms a head's W_q is ``query.weight[rows].T`` (d × d_h), so W_k = W_q Sᵀ becomes
+    ``key.weight[rows] = S @ query.weight[rows]``. A has entries of variance 1/(2 d_h), so S's rows have
+    about unit norm and W_k the scale of W_q.
     """
-    if init not in ("random", "skew", "torch_default", *SYMMETRIC_INITS):
-        raise ValueError(f"unknown init {init!r}")
+    arm = init_arm(init)
     gen = torch.Generator().manual_seed(seed + 7919)
     for attn in attention_modules(model):
-        if init.startswith("torch_default"):
+        if arm.fresh_linear:
             for linear in (attn.query, attn.key, attn.value):
                 _torch_default(linear, gen)
         q, k = attn.query.weight, attn.key.weight
-        if init in SYMMETRIC_INITS:
+        if arm.key == "query":
             k.copy_(q)
-        elif init == "skew":
+        elif arm.key == "skew":
             d_h = attn.attention_head_size
             for h in range(attn.num_attention_heads):
                 rows = slice(h * d_h, (h + 1) * d_h)

@@ -35,7 +35,7 @@ AUTHORS_CODE: dict[str, Any] = {
 """What the authors' ``custom-models-training/train.py`` computes beyond the text: transformers'
 ``DataCollatorForLanguageModeling`` (each token masked with p = 0.15), the ``Trainer``'s mean of 8
 accumulation steps of 32 documents, decoders (``BertLMHeadModel``) fed through that collator, BERT's
-uncased vocabulary. Their symmetric arm is ``init=torch_default_symmetric``."""
+uncased vocabulary. Their symmetric arm is the init arm ``inits.AUTHORS``."""
 
 RECIPES: dict[str, dict[str, Any]] = {
     "paper_text": PAPER,

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Literal
 
+import numpy as np
 import yaml
 
 from ..files import write_text
@@ -40,10 +41,47 @@ from .config import (
     make_config,
     read_config_file,
 )
-from .corpus import Corpus, DataFacts, corpus_facts
-from .documents import SUBSTITUTES, split_revision
+from .corpus import Corpus
+from .inits import ARM, ARMS
 from .recipes import AUTHORS_CODE, NOT_OFFERED, PAPER, PAPER_CORPORA
 from .tokenizer import BERT_UNCASED_SHA256
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """How much data a run sees: its corpus' documents, the tokens of an update ([CLS] and [SEP] counted,
+    padding not; each document cut to ``seq_len``) and the passes over the corpus an update makes; with
+    ``updates``, the updates the run made (its loss log's last step), so that totals are the run's own,
+    not those of the configured schedule."""
+
+    documents: int
+    tokens_per_update: float
+    passes_per_update: float
+    updates: int | None = None
+
+    @property
+    def passes(self) -> float | None:
+        return None if self.updates is None else self.updates * self.passes_per_update
+
+    def record(self) -> dict[str, float]:
+        """What ``corpus.json`` keeps (the updates made are the loss log's)."""
+        return {
+            "documents": self.documents,
+            "tokens_per_update": self.tokens_per_update,
+            "passes_per_update": self.passes_per_update,
+        }
+
+
+def corpus_facts(corpus: Corpus, config: TrainConfig) -> DataFacts:
+    """The ``DataFacts`` of ``config``'s updates over ``corpus`` (before any update is made)."""
+    _, lengths = corpus.document_spans()
+    if config.batch_documents:
+        per_update = config.batch_documents * float(np.minimum(lengths + 2, config.seq_len).mean())
+        passes = config.batch_documents / len(lengths)
+    else:
+        per_update = config.micro_batch_rows * config.grad_accum * config.seq_len
+        passes = per_update / len(corpus.tokens)
+    return DataFacts(len(lengths), per_update, passes)
 
 
 def paper_differences(
@@ -76,11 +114,9 @@ def paper_differences(
     if tokenizer_sha256 == BERT_UNCASED_SHA256:
         code.pop("tokenizer")  # a file holding BERT's uncased vocabulary is the authors' tokenizer
     out += [f"{k}={settings[k]} (authors' code: {v})" for k, v in code.items() if settings[k] != v]
-    if config.init not in ("random", "torch_default_symmetric"):
-        out.append(
-            f"init={config.init} (authors' code: random = BERT's N(0, 0.02); symmetric = "
-            "torch_default_symmetric, fresh nn.Linear q/k/v then W_q = W_k)"
-        )
+    if ARM[config.init].papers_name is None:
+        theirs = "; ".join(f"{a.papers_name} = {a.name}, {a.how}" for a in ARMS if a.papers_name)
+        out.append(f"init={config.init} (authors' code: {theirs})")
     named = config.dataset.split("@")[0]
     if named in PAPER_CORPORA and config.character_spacing != PAPER_CORPORA[named]:
         out.append(
@@ -158,6 +194,8 @@ TEMPORARY = re.compile(
 )
 """The temporaries ``attngeom.files`` writes a run folder's files through (``.<stem>.<random>.tmp<suffix>``)."""
 LOCK = ".lock"
+SUBSTITUTE_KEY = "instead_of_the_papers_corpus"
+"""corpus.json's line saying what was read instead of the paper's snapshot (``DocumentSource.substitute``)."""
 
 logger = logging.getLogger(__name__)
 
@@ -310,11 +348,9 @@ class RunFolder:
                     "changed); pass --restart to move the run aside and train afresh"
                 )
             return
-        substitute = SUBSTITUTES.get(split_revision(config.dataset)[0])
+        substitute = corpus.source.substitute
         facts = corpus_facts(corpus, config)
-        recorded = (
-            data | facts.record() | ({"instead_of_the_papers_corpus": substitute} if substitute else {})
-        )
+        recorded = data | facts.record() | ({SUBSTITUTE_KEY: substitute} if substitute else {})
         write_text(self.corpus, json.dumps(recorded, indent=1) + "\n")
         code = {"code_hash": code_hash("training"), "attngeom_version": __version__}
         write_text(self.code, json.dumps(code, indent=1) + "\n")
@@ -360,13 +396,17 @@ class RunFolder:
 
 @dataclass(frozen=True)
 class RunInfo:
-    """Who a run is: its folder's name, the settings in its config.yaml and, read from the folder, how much
-    data its updates saw and which tokenizer it used."""
+    """Who a run is: its folder's name, the settings in its config.yaml and, read from the folder's
+    corpus.json, how much data its updates saw, which tokenizer it used and what it read in place of the
+    paper's corpus."""
 
     name: str
     config: TrainConfig
     data: DataFacts | None = None
     tokenizer_sha256: str | None = None
+    substitute: str = ""
+    """What the run streamed instead of the paper's snapshot of its corpus (``instead_of_the_papers_corpus``
+    in corpus.json), "" where it read the corpus it names."""
 
     @classmethod
     def read(cls, folder: str | Path) -> RunInfo:
@@ -375,7 +415,13 @@ class RunInfo:
         if config is None:
             raise ConfigError(f"{folder.config} is missing or is not a training config")
         corpus = _json_or_empty(folder.corpus)
-        return cls(folder.path.name, config, _data_facts(folder, corpus), corpus.get("tokenizer_sha256"))
+        return cls(
+            folder.path.name,
+            config,
+            _data_facts(folder, corpus),
+            corpus.get("tokenizer_sha256"),
+            str(corpus.get(SUBSTITUTE_KEY) or ""),
+        )
 
     def labels(self) -> dict[str, object]:
         """The columns that tag a run's rows in tables and figures."""

@@ -30,20 +30,20 @@ from .document_batches import DocumentBatches
 from .document_mask import row_segments, stacked_segments
 from .loop import (
     Runtime,
-    _stopwatch,
-    _updates,
     decays,
     learning_rate,
     make_optimizer,
     runtime_for,
     save_final,
     score_live,
+    stopwatch,
+    updates_ahead,
 )
 from .memory import check_fits, rows_per_pass
 from .model import build_model
 from .runs import Restart, RunFolder
 from .stacked_model import StackedLoss
-from .step import StepLosses, _Accumulator, compile_loss, compile_mode, let_shapes_vary
+from .step import GradientSum, StepLosses, compile_loss, compile_mode, let_shapes_vary
 from .stream_batches import PackedBatches
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class StackedStep:
         count = max(len(u.micro_batches) for u in updates)
         rows = max(b.input_ids.shape[0] for u in updates for b in u.micro_batches)
         slots = max(b.positions.shape[1] for u in updates for b in u.micro_batches)
-        gradients = _Accumulator() if self.graphs and count > 1 else None
+        gradients = GradientSum() if self.graphs and count > 1 else None
         for micro in range(count):
             shares = [_share(u.micro_batches, micro) for u in updates]
             batches = [replace(b, segments=None).padded(rows, slots) for b in shares]
@@ -218,8 +218,8 @@ def _train_stacked(
     if when.score(start):
         for model, folder, log in zip(models, folders, scores, strict=True):
             log.append(score_live(model, folder.path.name, start))
-    feeds = [_updates(b, c, range(start, end), rt) for b, c in zip(batches, configs, strict=True)]
-    clocks = [_stopwatch(e) for e in elapsed]
+    feeds = [updates_ahead(b, c, range(start, end), rt) for b, c in zip(batches, configs, strict=True)]
+    clocks = [stopwatch(e) for e in elapsed]
     bar = tqdm(
         range(start, end),
         initial=start,

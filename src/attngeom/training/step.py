@@ -117,7 +117,7 @@ class TrainStep:
             group["lr"] = lr
         loss = torch.zeros((), device=self.device)
         lm_loss = torch.zeros((), device=self.device)
-        gradients = _Accumulator() if self.graphs and len(micro_batches) > 1 else None
+        gradients = GradientSum() if self.graphs and len(micro_batches) > 1 else None
         for micro, batch in enumerate(micro_batches):
             last = micro == len(micro_batches) - 1
             sync = contextlib.nullcontext() if last or self.world == 1 else self.objective.no_sync()
@@ -142,7 +142,7 @@ class TrainStep:
         return StepLosses(loss, lm_loss, grad_norm)
 
 
-class _Accumulator:
+class GradientSum:
     """Gradients summed over micro-batches outside the CUDA graphs' memory: after each backward pass they
     are added into buffers of their own and the parameters' ``.grad`` let go, so the next replay neither
     adds into nor overwrites them."""

@@ -1,12 +1,13 @@
-"""The tokenizer a run uses: BERT's uncased vocabulary, a file, or a WordPiece vocabulary learnt from the
-corpus with the same ids on every build; and the texts it reads (spaced out character by character when
-asked)."""
+"""The tokenizer a run uses (BERT's uncased vocabulary, a file, or a WordPiece vocabulary learnt from the
+corpus' texts with the same ids on every build), and texts in token ids, a long document in pieces that
+give the tokens of the whole."""
 
 from __future__ import annotations
 
 import hashlib
 import itertools
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -14,12 +15,18 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from ..packaged import packaged_model_path
 from .config import ConfigError, TrainConfig
-from .documents import documents, pieces
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 TOKENIZER_TRAIN_DOCS = 100_000
 """A trained WordPiece vocabulary is learnt from at most this many documents of the corpus."""
-
+PIECE_CHARS = 1 << 16
+"""The longest piece of a document handed to the tokenizer at once."""
+SPACE_BETWEEN_WORDS = re.compile(r".*\S( )\S", re.DOTALL)
+SPACE_AFTER_WORD = re.compile(r".*\S(\s)", re.DOTALL)
+"""The last space with a word on both sides, else the last whitespace after a word (where a piece ends)."""
+BATCH_CHARS = 1 << 20
+BATCH_PIECES = 1000
+"""What one ``encode_batch`` takes at most: memory follows the batch, not the longest document."""
 
 BERT_UNCASED_SHA256 = "93ffbc2d7238f00aee76e19ecf5daf258ac9fb85dfae9b0b8a5dd6ee9f5ecd5a"
 """``tokenizer_sha256`` of ``bert_uncased_tokenizer()`` (tested): a tokenizer file with this hash is BERT's
@@ -74,19 +81,16 @@ def tokenizer_sha256(tok: Tokenizer) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def texts(config: TrainConfig) -> Iterator[str]:
-    """The corpus' documents as the tokenizer sees them: spaced out character by character with
-    ``character_spacing`` (the authors' ``" ".join(text)``), else as they are."""
-    docs = documents(config)
-    return (" ".join(doc) for doc in docs) if config.character_spacing else docs
-
-
-def build_tokenizer(config: TrainConfig, progress: bool = False) -> Tokenizer:
+def build_tokenizer(
+    config: TrainConfig, texts: Callable[[], Iterable[str]], progress: bool = False
+) -> Tokenizer:
+    """The tokenizer ``config.tokenizer`` names; a WordPiece vocabulary is learnt from the first
+    ``TOKENIZER_TRAIN_DOCS`` of the corpus' ``texts`` (``DocumentSource.texts``, read once per pass)."""
     if config.tokenizer == "wordpiece":
         return train_wordpiece(
             lambda: (
                 piece
-                for text in itertools.islice(texts(config), TOKENIZER_TRAIN_DOCS)
+                for text in itertools.islice(texts(), TOKENIZER_TRAIN_DOCS)
                 for piece in pieces(text)  # a long document in pieces: the same words, bounded memory
             ),
             config.vocab_size,
@@ -103,3 +107,48 @@ def build_tokenizer(config: TrainConfig, progress: bool = False) -> Tokenizer:
         return Tokenizer.from_file(str(path))
     except Exception as err:  # the tokenizers library raises a bare Exception for a malformed file
         raise ConfigError(f"tokenizer {path}: not a tokenizer.json ({' '.join(str(err).split())})") from None
+
+
+def pieces(text: str) -> Iterator[str]:
+    """``text`` in pieces of at most ``PIECE_CHARS`` characters, each cut just before a space between two
+    words, else before the last whitespace after a word: a word-piece, byte-level or SentencePiece
+    tokenizer gives each piece the tokens it gives that part of the whole text (a word longer than a
+    piece is the exception: it is cut)."""
+    start = 0
+    while len(text) - start > PIECE_CHARS:
+        end = start + PIECE_CHARS
+        split = end
+        for boundary in (SPACE_BETWEEN_WORDS, SPACE_AFTER_WORD):
+            match = boundary.match(text, start, end + 1)
+            if match and match.start(1) > start:
+                split = match.start(1)
+                break
+        yield text[start:split]
+        start = split
+    yield text[start:]
+
+
+def piece_batches(docs: Iterable[str]) -> Iterator[list[tuple[str, bool]]]:
+    """(piece, whether it ends its document) in batches of at most ``BATCH_PIECES`` pieces and about
+    ``BATCH_CHARS`` characters: what one ``encode_batch`` call is given."""
+    batch: list[tuple[str, bool]] = []
+    size = 0
+    for doc in docs:
+        parts = list(pieces(doc)) if len(doc) > PIECE_CHARS else [doc]
+        for index, part in enumerate(parts):
+            batch.append((part, index == len(parts) - 1))
+            size += len(part)
+            if len(batch) >= BATCH_PIECES or size >= BATCH_CHARS:
+                yield batch
+                batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def document_ids(tok: Tokenizer, texts: Iterable[str]) -> Iterator[tuple[list[int], bool]]:
+    """The token ids of every piece of every text (no special tokens), and whether the piece ends its
+    text: a long document in pieces, so memory follows the batch, not the document."""
+    for batch in piece_batches(texts):
+        encodings = tok.encode_batch([piece for piece, _ in batch], add_special_tokens=False)
+        for (_, ends), enc in zip(batch, encodings, strict=True):
+            yield enc.ids, ends
