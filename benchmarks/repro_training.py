@@ -44,8 +44,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from attngeom.artifacts import ARTIFACT
 from attngeom.files import atomic_path, write_bytes, write_text
-from attngeom.report.artifacts import ARTIFACT
 from attngeom.report.scoring_code import other_code_note
 from attngeom.report.training_figures import (
     evolution_figure,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from attngeom.artifacts import ARTIFACT
 from attngeom.pipeline.captions import nearest_published
 from attngeom.records import read_scores
 from attngeom.report import reference_comparison
-from attngeom.report.artifacts import ARTIFACT
 from attngeom.report.summary import read_table
 from attngeom.tables.formats import write_csv, write_table
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from attngeom.artifacts import ARTIFACT
 from attngeom.pipeline.training_runs import trained_model_id
 from attngeom.report import score_figures
-from attngeom.report.artifacts import ARTIFACT
 from attngeom.report.summary import collect, in_group, read_table, summarise
 from attngeom.training.runs import RunInfo
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from attngeom.report.artifacts import ARTIFACT
+from attngeom.artifacts import ARTIFACT
 from attngeom.report.scoring_code import other_code_note
 from attngeom.report.training_figures import load_runs
 from attngeom.runstats.authors import read_logs

@@ -1,4 +1,4 @@
-"""The tables and figures, each declared once (``attngeom.report.artifacts``): the workflow's rules, report
+"""The tables and figures, each declared once (``attngeom.artifacts``): the workflow's rules, report
 captions, model groups, config schema and targets are those of the declarations."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 import yaml
 from pipeline_support import planned_jobs, run_snakemake
 
+from attngeom.artifacts import ARTIFACT, ARTIFACTS, MODEL_GROUPS, RULES
 from attngeom.pipeline.paper_config import paper_groups
 from attngeom.pipeline.zoo import ENTRY_DEFAULTS
-from attngeom.report.artifacts import ARTIFACT, ARTIFACTS, MODEL_GROUPS, RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "workflow"

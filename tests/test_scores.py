@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import attngeom.scores as scores_module
-from attngeom import form_traces
+from attngeom import scores as form_math
 from attngeom.scores import (
     DIRECTIONALITY_VARIANTS,
     Form,
@@ -261,8 +261,8 @@ def test_gram_in_blocks_equals_one_product(seed: int, batch: tuple, r: int, d: i
     """Xᵀ X formed block by block (upper blocks multiplied, lower ones mirrored) is the one product."""
     xt = gaussian(seed, *batch, r, d)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(form_traces, "GRAM_BLOCK", block)
-        gram = form_traces.gram(xt)
+        patch.setattr(form_math, "GRAM_BLOCK", block)
+        gram = form_math.gram(xt)
     torch.testing.assert_close(gram, xt @ xt.mT, rtol=1e-12, atol=1e-12 * d)
 
 
@@ -284,7 +284,7 @@ def test_score_layer_with_gram_blocks_matches_dense(
     w_q = gaussian(seed, d, n_heads * head_dim).T.contiguous().T
     w_k = gaussian(seed + 1, d, n_kv_heads * head_dim).T.contiguous().T
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(form_traces, "GRAM_BLOCK", block)
+        patch.setattr(form_math, "GRAM_BLOCK", block)
         per_head, per_layer = score_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
     heads, layer = dense_layer(w_q, w_k, n_heads, n_kv_heads, head_dim)
     assert_same_to_1e12(per_head, score_dense(heads))

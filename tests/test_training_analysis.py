@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from attngeom.report.artifacts import ARTIFACT
+from attngeom.artifacts import ARTIFACT
 from attngeom.report.training_figures import (
     COLOURS,
     evolution_figure,

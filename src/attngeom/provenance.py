@@ -23,9 +23,17 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 WINGS: dict[str, tuple[str, ...]] = {
-    "scoring": ("sources/", "architectures/", "scores.py", "form_traces.py", "engine.py", "records.py"),
-    "training": ("training/", "scores.py", "form_traces.py"),
-    "report": ("report/", "runstats/", "tables/", "records.py", "pipeline/captions.py"),
+    "scoring": ("sources/", "architectures/", "scores.py", "engine.py", "records.py"),
+    "training": ("training/", "scores.py"),
+    "report": (
+        "report/",
+        "runstats/",
+        "tables/",
+        "artifacts.py",
+        "training/inits.py",
+        "records.py",
+        "pipeline/captions.py",
+    ),
     "random controls": ("pipeline/random_models.py",),
 }
 """Each wing's folders (ending in ``/``: every file below them) and files, relative to the package."""

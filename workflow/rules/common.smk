@@ -67,7 +67,7 @@ from attngeom.pipeline.training_runs import (
 )
 from attngeom.pipeline.zoo import Zoo, with_zoo
 from attngeom.provenance import code_hash, rule_hash
-from attngeom.report.artifacts import ARTIFACT, MODEL_GROUPS, RULES, TRAINING_RULES
+from attngeom.artifacts import ARTIFACT, MODEL_GROUPS, RULES, TRAINING_RULES
 from attngeom.runstats.official import published_settings
 
 R = results_folder(config["results"])
@@ -144,7 +144,7 @@ SOURCED = [s for s, model in MODELS.items() if model.kind in ("hub", "path") and
 """The models whose weights no job of the workflow makes: rule model_source records where they come from."""
 
 # What this run can show, for the report's captions (workflow/report/*.rst read them as params.scope), of
-# each table and figure of scored models (attngeom.report.artifacts).
+# each table and figure of scored models (attngeom.artifacts).
 SCOPE = {group: models_scope(MODELS.values(), group) for group in MODEL_GROUPS}
 TRAINING_SCOPE = training_scope(TRAINING_RUNS)
 OFFICIAL_SCOPE = official_scope(
@@ -185,14 +185,14 @@ def code_of(script):
 
 
 def shown(name):
-    """Where the report shows the table or figure ``name`` and its caption (attngeom.report.artifacts), as
+    """Where the report shows the table or figure ``name`` and its caption (attngeom.artifacts), as
     report()'s arguments in a rule file."""
     artifact = ARTIFACT[name]
     return {"category": artifact.category, "caption": f"../report/{artifact.caption}.rst"}
 
 
 def artifact_targets():
-    """Every table and figure of attngeom.report.artifacts, the targets of the workflow's `all`: the outputs
+    """Every table and figure of attngeom.artifacts, the targets of the workflow's `all`: the outputs
     of the rules that make them (the per-head view of each model it draws; the training part's, when there
     are runs)."""
     targets = []

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..report.artifacts import ARTIFACT
+from ..artifacts import ARTIFACT
 from ..runstats.official import Setting, counterpart_note, counterparts
 from ..runstats.plateau import GPU_ENCODER_EXITS, SMOKE_TEST_STEPS
 from ..training.inits import REFERENCE

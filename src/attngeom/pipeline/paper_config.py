@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from ..artifacts import groups_holding
 from ..errors import InputError
 from ..files import write_text
-from ..report.artifacts import groups_holding
 from ..training.inits import PAPER_GRID
 
 if TYPE_CHECKING:  # pandas is imported where a CSV is read: the workflow's DAG imports this module
@@ -108,7 +108,7 @@ authors' two, random and their symmetric init, and the two that separate init sc
 
 
 def paper_groups(modality: str, objective: str) -> tuple[str, ...]:
-    """The paper's tables and figures a model of this kind belongs to (``report.artifacts``, what each
+    """The paper's tables and figures a model of this kind belongs to (``attngeom.artifacts``, what each
     ``holds``): encoder-decoder models, other language models, the rest (vision, audio)."""
     if objective == "encoder-decoder":
         return tuple(groups_holding("encoder-decoder"))

@@ -13,8 +13,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..artifacts import groups_holding
 from ..errors import InputError
-from ..report.artifacts import groups_holding
 from ..runstats.plateau import SMOKE_TEST_STEPS
 from ..training.config import RESOURCE_KEYS, dataset_label, make_config
 from ..training.inits import REFERENCE

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import yaml
 
+from ..artifacts import MODEL_GROUPS, groups_holding
 from ..errors import InputError
 from ..files import write_text
-from ..report.artifacts import MODEL_GROUPS, groups_holding
 from .paper_config import paper_groups
 from .pinned import SHA, check_target, list_text, read_list
 

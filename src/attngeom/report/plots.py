@@ -9,9 +9,9 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..artifacts import ARTIFACT, Artifact
 from ..errors import InputError
 from . import score_figures, training_figures
-from .artifacts import ARTIFACT, Artifact
 from .results_folder import Results
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..artifacts import ARTIFACT
 from ..tables.formats import number, parameters, to_html
-from .artifacts import ARTIFACT
 from .summary import METRICS
 
 CAPTION = (

@@ -14,9 +14,9 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from ..artifacts import ARTIFACT
 from ..scores import GAMMA
 from ..tables import formats
-from .artifacts import ARTIFACT
 from .summary import in_group
 
 TABLES = {"symmetry": ARTIFACT["table_s2"], "directionality": ARTIFACT["table_s3"]}

@@ -213,7 +213,7 @@ def write_claims(
     scores: pd.DataFrame, table: pd.DataFrame, stem: str | os.PathLike, title: str, note: str = ""
 ) -> None:
     """The claims of these runs as ``stem``.csv, .md, .tex and .html under ``title`` (the pipeline's:
-    ``report.artifacts``); ``note``: a sentence added to the caption (which runs' evolution other scoring
+    ``attngeom.artifacts``); ``note``: a sentence added to the caption (which runs' evolution other scoring
     code computed)."""
     found = claims(scores, table)
     caption = " ".join(filter(None, [CAPTION, note]))

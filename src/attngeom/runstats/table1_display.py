@@ -218,7 +218,7 @@ def paper_table1(table: pd.DataFrame) -> pd.DataFrame:
 
 def write_table1(table: pd.DataFrame, stem: str | os.PathLike, title: str) -> None:
     """Table 1 (``table1.summarise``) as ``stem``.csv (every number), .md, .tex and .html under ``title`` (the
-    pipeline's: ``report.artifacts``): first as the paper shapes it (``paper_table1``), then every
+    pipeline's: ``attngeom.artifacts``): first as the paper shapes it (``paper_table1``), then every
     comparison with its tests and the null (``table1_display``, a block per depth), with the caption of
     each."""
     shown = table1_display(table)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, PreTrainedModel
 
-from ..form_traces import form_symmetry
+from ..scores import form_symmetry
 from .config import TrainConfig
 from .document_attention import VARLEN
 from .document_mask import document_attention_mask, document_positions
@@ -87,7 +87,7 @@ def _torch_default(linear: nn.Linear, gen: torch.Generator) -> None:
 
 
 def head_symmetry(model: PreTrainedModel) -> torch.Tensor:
-    """Symmetry of every head's W_qk (layers × heads), differentiable: ``form_traces.form_symmetry``,
+    """Symmetry of every head's W_qk (layers × heads), differentiable: ``scores.form_symmetry``,
     the formula ``scores.Form`` scores with.
 
     In nn.Linear terms ``query.weight`` is (H·d_h) × d, so head h's W_q (d × d_h, x W convention) is

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
-from ..form_traces import form_symmetry
+from ..scores import form_symmetry
 from .document_attention import document_attention
 from .document_mask import document_attention_mask, document_positions
 from .model import VOCABULARY_MULTIPLE, penalty
