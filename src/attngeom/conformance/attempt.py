@@ -8,6 +8,7 @@ and every layer read back from the saved files is compared with the q and k the 
 
 from __future__ import annotations
 
+from ..architectures.discovery.stacks import template
 from .entries import OWN_FORWARD, own_forward_note, pooled_queries, refused, short
 
 
@@ -49,7 +50,8 @@ def attempt(model, config, source, layout: str, name: str = "") -> dict:
     seen, reads = _observed(model, items, records, set(driven))
     seen = replace(seen, model_class=name)
     items = [i for i in find_attention(model, config, layout, seen) if isinstance(i, Found)]
-    seen = replace(seen, causal_stacks=frozenset(causal_stacks(items, records, reads)))  # names what they do
+    causal = set(causal_stacks(items, records, reads))
+    seen = replace(seen, causal=frozenset(template(i.path) for i in items if i.stack in causal))  # named so
     architecture = discover(config, layout, seen)
     items = [i for i in find_attention(model, config, layout, seen) if isinstance(i, Found)]
     read = _read_back(architecture, source, items)

@@ -208,7 +208,9 @@ def find_attention(
         for path, q, k, module in raw
     ]
     objective = objective_in(observed.objective, config)
-    placed, gaps, order = place(model, [path for path, *_ in raw], cross, objective, observed.causal_stacks)
+    # a config that overrides what the run saw (Gemma 3's use_bidirectional_attention) is trusted over it
+    causal = observed.causal if objective == observed.objective else frozenset()
+    placed, gaps, order = place(model, [path for path, *_ in raw], cross, objective, causal)
     found: list[Found | Skipped] = []
     unscorable: list[ArchitectureError] = []
     for (path, q, k, module), where, is_cross in zip(raw, placed, cross, strict=True):

@@ -25,6 +25,13 @@ def kind(template: str, module: torch.nn.Module) -> str:
     return f"{template} [{signature(module)}]"
 
 
+def lone_causal(entry: dict) -> frozenset[str]:
+    """The template of an entry's one stack, where it is among the stacks it records as seen causal."""
+    templates, stacks = entry.get("templates", ()), entry.get("stacks", ())
+    lone = len(templates) == 1 and len(stacks) == 1 and stacks[0] in entry.get("causal_stacks", ())
+    return frozenset(templates) if lone else frozenset()
+
+
 @dataclass(frozen=True)
 class Observed:
     """The kinds whose keys read another input (``cross``), the kinds of a template seen both ways whose
@@ -44,8 +51,9 @@ class Observed:
     """Templates whose attention soft-caps the scores: ``attn_logit_softcapping``."""
     templates: frozenset[str] = frozenset()
     """Every template whose modules the run validated (empty: not recorded, nothing is checked)."""
-    causal_stacks: frozenset[str] = frozenset()
-    """The stacks whose every module's attention the run saw causal (what each stack does)."""
+    causal: frozenset[str] = frozenset()
+    """The template of a type's lone stack where the run saw its attention causal: its stack is a
+    ``decoder`` whatever the type's documented objective (``stacks.place``)."""
 
     @classmethod
     def of(cls, entry: dict) -> Observed:
@@ -56,7 +64,7 @@ class Observed:
             entry.get("objective", ""),
             entry.get("model_class", ""),
             *(frozenset(entry.get(n, ())) for n in ("unscaled", "score_bias", "softcap", "templates")),
-            frozenset(entry.get("causal_stacks", ())),
+            lone_causal(entry),
         )
 
     def terms(self, template: str, scale: tuple[str, ...], module: torch.nn.Module) -> tuple[str, ...]:

@@ -59,13 +59,12 @@ def place(
     causal: frozenset[str] = frozenset(),
 ) -> tuple[list[Placed], list[Gap], list[str]]:
     """The stack and layer of each path (``cross``: whether its keys read another input), the unscored
-    items of their layer lists, and the stacks in the order of their first module. A lone stack that the
-    run saw causal (``causal``: the stacks it recorded so) is a ``decoder`` whatever the model's objective
-    (CLIP's text tower alone: a causal stack of a bidirectional dual encoder)."""
+    items of their layer lists, and the stacks in the order of their first module. A lone stack whose
+    template the run saw causal (``causal``) is a ``decoder`` whatever the model's objective (CLIP's text
+    tower alone: a causal stack of a bidirectional dual encoder)."""
     templates = list(dict.fromkeys(template(p) for p in paths))
     groups = list(dict.fromkeys(zip((template(p) for p in paths), cross, strict=True)))
-    lone = LONE.get(objective, "self")
-    lone = "decoder" if causal & {lone, "decoder"} else lone
+    lone = "decoder" if set(templates) <= causal and len(templates) == 1 else LONE.get(objective, "self")
     names = dict(zip(groups, _names(templates, groups, lone), strict=True))
     layers: dict[str, int] = {}
     for t in templates:
