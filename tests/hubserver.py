@@ -13,7 +13,8 @@ each, to that file's next ranged GETs: ``"drop"`` (send half the body, then clos
 the connection closed).
 
 Hostile links, on every GET of a file whatever its range: ``trickle`` names files whose body comes one
-byte every ``trickle_s`` seconds; ``redirects[file name]`` sends that many redirects before the file (each to
+byte every ``trickle_s`` seconds, ``slow_headers`` files whose status line and headers come so;
+``redirects[file name]`` sends that many redirects before the file (each to
 another URL), or a loop between two URLs when it is ``-1``; ``answers[file name] = (status, words)``
 answers every request of that file with the status, ``words`` in its ``X-Error-Message`` and JSON body
 (a server that puts its own text in an error).
@@ -115,6 +116,7 @@ class HubServer:
         self.faults: defaultdict[str, deque[str]] = defaultdict(deque)
         self.trickle: set[str] = set()
         self.trickle_s = 0.5
+        self.slow_headers: set[str] = set()
         self.redirects: dict[str, int] = {}
         self.answers: dict[str, tuple[int, str]] = {}
         self.latency = 0.0
@@ -260,6 +262,20 @@ class HubServer:
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
+            def end_headers(self) -> None:
+                if Path(urlsplit(self.path).path).name not in hub.slow_headers:
+                    super().end_headers()
+                    return
+                head = b"".join([*self._headers_buffer, b"\r\n"])
+                self._headers_buffer = []
+                try:
+                    for at in range(len(head)):
+                        time.sleep(hub.trickle_s)
+                        self.wfile.write(head[at : at + 1])
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up: as it should
+                    self.close_connection = True
+
             def log_message(self, *args) -> None:  # keep test output quiet
                 pass
 

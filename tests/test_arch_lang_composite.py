@@ -19,10 +19,11 @@ from conformance import (
     token_inputs,
 )
 from safetensors.torch import load_file, save_file
-from transformers import Gemma3ForConditionalGeneration, Llama4ForConditionalGeneration
+from transformers import Gemma3ForConditionalGeneration, Llama4ForConditionalGeneration, PretrainedConfig
 from transformers.models.llama4.modeling_llama4 import Llama4VisionAttention
 
 import attngeom
+from attngeom.architectures.base import objective_in
 from attngeom.architectures.tables.normalised_decoders import QK_L2NORM, QK_NORM_PER_HEAD
 
 TEXT = {
@@ -144,6 +145,20 @@ def test_llama4_text_only_checkpoint(tmp_path):
     assert [layer.form for layer in layers] == [QK_L2NORM, "standard"]
     captures = capture_qk(model, token_inputs(model.config, zero_positions=False))
     assert_conforms([captures[1]], [layers[1]])  # NoPE: exact at real positions
+
+
+@pytest.mark.parametrize(
+    ("setting", "objective"),
+    [
+        (True, "bidirectional"),
+        ("all", "bidirectional"),
+        ("vision", "autoregressive"),
+        (None, "autoregressive"),
+    ],
+)
+def test_only_a_config_that_lifts_the_text_s_causal_mask_makes_a_decoder_bidirectional(setting, objective):
+    """EmbeddingGemma's True and Gemma 4's "all" lift it; Gemma 4's "vision" lifts it within images only."""
+    assert objective_in("autoregressive", PretrainedConfig(use_bidirectional_attention=setting)) == objective
 
 
 def test_embedding_gemma_is_a_bidirectional_encoder(tmp_path):

@@ -200,8 +200,10 @@ def test_the_workflow_pins_on_its_first_run_and_rescores_only_when_asked(tmp_pat
 
         moved = server.add_revision("org/enc-a", tiny_bert(tmp_path / "moved", seed=1))
         assert "Nothing to be done" in snakemake("-n")  # main moved: the pin holds
+        # the new commit: its source record (rule model_source) and its scores again, nothing else
         assert [rule for rule, _, _ in planned_jobs(snakemake("-n", "--config", "update_pins=True"))] == [
-            "score"
+            "model_source",
+            "score",
         ]
         snakemake("--cores", "1", "--config", "update_pins=True")
         assert read_pins(pins) == {"org/enc-a": moved} and recorded() == {moved}

@@ -193,6 +193,15 @@ def test_groups_are_a_list_in_memory_and_readable_in_the_csv(tmp_path):
     assert list(in_group(back, "table_s3")["model"]) == ["enc", "dec"]
 
 
+def test_an_empty_table_of_arrow_strings_is_a_csv_with_its_header(tmp_path):
+    """Parquet read back gives Arrow-backed strings; an empty column of them has no 'any' to reduce."""
+    table = pd.DataFrame(
+        {"model": pd.Series([], dtype="string[pyarrow]"), "score": pd.Series([], dtype=float)}
+    )
+    write_csv(table, tmp_path / "empty.csv")
+    assert (tmp_path / "empty.csv").read_text().splitlines() == ["model,score"]
+
+
 def test_an_empty_comparison_is_a_csv_with_its_header_and_says_why(tmp_path):
     models = models_table(("not-in-the-paper", "bidirectional", "ok", ""))
     scores = pd.DataFrame(rows("not-in-the-paper", "encoder", [0.1, 0.2]))

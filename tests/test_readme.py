@@ -617,14 +617,20 @@ def exercise_cache(command: str, tmp_path: Path) -> None:
         old = server.head(repo)
         server.add_revision(repo, tiny(tmp_path / "v2", 2))
         run(["attngeom", "score", repo, "-o", "b.parquet", "--quiet"], cwd=tmp_path, **env)
-    lines = [c for c in prose_commands() if c.startswith("attngeom cache ")]
-    for line in lines:
-        done = run(shlex.split(line.replace("REPO", repo).replace("REV", old)), cwd=tmp_path, **env)
-        if line == "attngeom cache ls":
-            assert done.stdout.count(repo) == 2  # two revisions
-    assert lines[-1] == "attngeom cache clear REPO --revision REV" or not any(
-        (tmp_path / "cache").rglob("*.json")
-    )
+    # the narrowest first: clearing what is no longer cached is an error
+    order = [
+        "attngeom cache ls",
+        "attngeom cache clear REPO --revision REV",
+        "attngeom cache clear REPO",
+        "attngeom cache clear",
+    ]
+    assert sorted(c for c in prose_commands() if c.startswith("attngeom cache ")) == sorted(order)
+    for line in order:
+        run(shlex.split(line.replace("REPO", repo).replace("REV", old)), cwd=tmp_path, **env)
+        listed = run(["attngeom", "cache", "ls"], cwd=tmp_path, **env).stdout
+        revisions = {"attngeom cache ls": 2, "attngeom cache clear REPO --revision REV": 1}.get(line, 0)
+        assert listed.count(repo) == revisions, (line, listed)
+    assert not any((tmp_path / "cache").rglob("*.json"))
 
 
 def exercise_paper_config(command: str, tmp_path: Path) -> None:

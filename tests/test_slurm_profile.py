@@ -124,7 +124,7 @@ def test_a_dry_run_puts_cpu_rules_on_the_cpu_partition_and_gpu_rules_on_the_gpu_
             seen.add(wildcards)
     # the large listed model, the large zoo model (alone: a zoo batches only its CPU models), the training run
     assert seen == {"slug=org--huge", "slug=org--zoo-1", "run=on-gpu"}
-    assert {rule for rule, _, _ in jobs} >= {"score", "score_gpu", "score_zoo_cpu000", "train", "aggregate"}
+    assert {rule for rule, _, _ in jobs} >= {"score", "score_gpu", "score_zoo", "train", "aggregate"}
 
 
 def test_the_one_partition_variable_of_old_is_refused_in_one_line(tmp_path):

@@ -90,6 +90,20 @@ def test_a_trickling_server_is_one_error_naming_the_file_and_the_rate(llama_dir,
     assert f"{MODEL}/{file}" in text and " B/s), under ATTNGEOM_NET_MIN_RATE=1000 " in text, text
 
 
+@pytest.mark.parametrize("file", ["model.safetensors", "config.json"])
+def test_a_server_that_trickles_its_headers_is_one_error_naming_the_file(llama_dir, tmp_path, bounded, file):
+    """The status line and headers a byte every 0.1 s (about 25 s in all, longer than the 2 s window):
+    the bytes before the body are under the transfer's bounds too."""
+    server = HubServer({MODEL: llama_dir})
+    server.slow_headers.add(file)
+    server.trickle_s = 0.1
+    with server.running(), pointed_at(server, tmp_path):
+        with pytest.raises(network.Stalled) as stalled:
+            attngeom.score(MODEL, progress=False)
+    text = str(stalled.value)
+    assert f"{MODEL}/{file}" in text and "under ATTNGEOM_NET_MIN_RATE=1000 " in text, text
+
+
 @pytest.mark.slow  # the command in a subprocess: its imports take seconds
 def test_score_against_a_trickling_server_ends_in_one_line_and_writes_nothing(llama_dir, tmp_path):
     server = HubServer({MODEL: llama_dir})

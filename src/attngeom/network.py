@@ -18,8 +18,10 @@ more is one error, which says whether the chain was a loop.
 
 The bounds reach huggingface_hub's own downloads too: ``install`` hooks its HTTP client so that every
 response body it reads, ours or the library's, counts against the transfer open on that thread (or one of
-its own). The wait for response headers is bounded only by the silence time-out and the 100 KiB cap on
-headers of the HTTP library; downloads through ``hf_xet`` (not httpx) are outside these bounds.
+its own), and so that every read from its connections checks the bounds of the transfer open on that
+thread first: a server that sends its response headers a byte at a time ends like one that sends its body
+so. (Response headers read outside any transfer are bounded only by the silence time-out and the HTTP
+library's 100 KiB cap on headers.) Downloads through ``hf_xet`` (not httpx) are outside these bounds.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
+import httpcore2
 import httpx2
 
 from .errors import InputError
@@ -264,8 +267,63 @@ def _on_response(response: httpx2.Response) -> None:
         response.stream = _Bounded(response.stream, opened)
 
 
+class _CheckedStream(httpcore2.NetworkStream):
+    """A connection whose every read first checks the transfer open on this thread, if any: the bytes
+    before a response's body (its status line and headers) come under the transfer's bounds too."""
+
+    def __init__(self, stream: httpcore2.NetworkStream) -> None:
+        self.stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        opened = current()
+        if opened is not None:
+            opened.check()
+        return self.stream.read(max_bytes, timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.stream.write(buffer, timeout)
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def start_tls(self, *args, **kwargs) -> httpcore2.NetworkStream:
+        return _CheckedStream(self.stream.start_tls(*args, **kwargs))
+
+    def get_extra_info(self, info: str) -> object:
+        return self.stream.get_extra_info(info)
+
+
+class _CheckedBackend(httpcore2.NetworkBackend):
+    """A connection pool's network backend whose connections are ``_CheckedStream``s."""
+
+    def __init__(self, backend: httpcore2.NetworkBackend) -> None:
+        self.backend = backend
+
+    def connect_tcp(self, *args, **kwargs) -> httpcore2.NetworkStream:
+        return _CheckedStream(self.backend.connect_tcp(*args, **kwargs))
+
+    def connect_unix_socket(self, *args, **kwargs) -> httpcore2.NetworkStream:
+        return _CheckedStream(self.backend.connect_unix_socket(*args, **kwargs))
+
+    def sleep(self, seconds: float) -> None:
+        self.backend.sleep(seconds)
+
+
+def _check_connections(client: httpx2.Client) -> None:
+    """Every connection pool of ``client`` (its transport and any proxy's) with a ``_CheckedBackend``.
+    httpx2 has no public way to give a client's pool its network backend, so this sets the pool's; an
+    httpx2 without one leaves the headers bounded as the module's docstring says of reads outside a
+    transfer."""
+    transports = [client._transport, *getattr(client, "_mounts", {}).values()]
+    for pool in (getattr(transport, "_pool", None) for transport in transports):
+        backend = getattr(pool, "_network_backend", None)
+        if backend is not None and not isinstance(backend, _CheckedBackend):
+            pool._network_backend = _CheckedBackend(backend)
+
+
 def install() -> None:
-    """huggingface_hub's HTTP client (the one it and attngeom share) with the bounds on every response."""
+    """huggingface_hub's HTTP client (the one it and attngeom share) with the bounds on every response and
+    on every read from its connections."""
     from huggingface_hub.utils import get_session
 
     client = get_session()
@@ -274,6 +332,7 @@ def install() -> None:
         hooks["request"] = [*hooks["request"], _on_request]
         hooks["response"] = [*hooks["response"], _on_response]
         client.event_hooks = hooks
+    _check_connections(client)
 
 
 def within(label: str, what: str, call: Callable[[], T], say: Callable[[str], None], every_s: float) -> T:

@@ -120,10 +120,11 @@ class Architecture:
 def objective_in(objective: str, config: PretrainedConfig) -> str:
     """A family's ``objective`` as ``config`` runs it: an encoder family run as a causal decoder
     (``is_decoder``) is autoregressive, a decoder family run without its causal mask
-    (``use_bidirectional_attention``, EmbeddingGemma) is bidirectional."""
+    (``use_bidirectional_attention`` True, EmbeddingGemma's, or "all", Gemma 4's) is bidirectional; Gemma 4's
+    "vision" keeps text causal (only an image's tokens see each other both ways)."""
     if objective == "bidirectional" and getattr(config, "is_decoder", False):
         return "autoregressive"
-    if objective == "autoregressive" and getattr(config, "use_bidirectional_attention", False):
+    if objective == "autoregressive" and getattr(config, "use_bidirectional_attention", None) in (True, "all"):
         return "bidirectional"
     return objective
 

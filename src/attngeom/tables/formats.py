@@ -19,7 +19,7 @@ LIST_SEPARATOR = ","
 
 def csv_text(table: pd.DataFrame) -> str:
     """``table`` as CSV text, without the index, every list cell comma-joined."""
-    listed = [c for c in table.columns if table[c].map(lambda v: isinstance(v, list | tuple)).any()]
+    listed = [c for c in table.columns if any(isinstance(v, list | tuple) for v in table[c])]
     joined = {
         c: table[c].map(lambda v: LIST_SEPARATOR.join(v) if isinstance(v, list | tuple) else v)
         for c in listed
