@@ -124,7 +124,10 @@ def objective_in(objective: str, config: PretrainedConfig) -> str:
     "vision" keeps text causal (only an image's tokens see each other both ways)."""
     if objective == "bidirectional" and getattr(config, "is_decoder", False):
         return "autoregressive"
-    if objective == "autoregressive" and getattr(config, "use_bidirectional_attention", None) in (True, "all"):
+    if objective == "autoregressive" and getattr(config, "use_bidirectional_attention", None) in (
+        True,
+        "all",
+    ):
         return "bidirectional"
     return objective
 
