@@ -121,9 +121,16 @@ class Submitted:
     """A group job's jobs: (rule, threads, resources) each; empty for a job of its own."""
 
 
+SHOWN_LOG = re.compile(r"^Logfile [^\n]*:\n={80}\n.*?^={80}$", flags=re.M | re.S)
+"""A failed job's log as the profiles' show-failed-logs prints it: a SLURM job's holds the job's own
+Snakemake log (its "rule ..." lines are that job's, not the run's)."""
+
+
 def submissions(log: str) -> list[Submitted]:
     """Each sbatch submission in a Snakemake log, with the threads and resources Snakemake gave the job
-    (of a group job: those of each of its jobs, which the log prints indented under "Group job ...")."""
+    (of a group job: those of each of its jobs, which the log prints indented under "Group job ...");
+    the failed jobs' logs it shows are left out."""
+    log = SHOWN_LOG.sub("", log)
     declared: dict[str, tuple[str, int, dict[str, str]]] = {}
     groups: list[tuple[str, list]] = []  # group jobs printed and not yet submitted, in order
     out = []
@@ -180,7 +187,7 @@ def check_every_job_went_through_sbatch(log: str, workdir: Path) -> pd.DataFrame
     what the rule declared (a group job: at least what its largest job declared, at most CORES wide), in
     the CI partition and account; returns the sacct rows."""
     submitted = submissions(log)
-    executed = re.findall(r"^(?: {4})?rule (\w+):$", log, flags=re.M)
+    executed = re.findall(r"^(?: {4})?rule (\w+):$", SHOWN_LOG.sub("", log), flags=re.M)
     ran = [rule for s in submitted for rule in ([m[0] for m in s.members] or [s.rule])]
     assert sorted(ran) == sorted(executed) and ran, "a non-local job did not go through sbatch"
     jobs = sacct_jobs(log).set_index("JobIDRaw")
