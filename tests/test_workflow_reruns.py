@@ -97,7 +97,7 @@ def test_the_hashes_follow_the_wings_files_not_their_bytes_or_timestamps(tmp_pat
 
 
 def test_each_wing_is_its_declared_files_and_a_stale_declaration_is_an_error(tmp_path):
-    files = {wing: {p.relative_to(PACKAGE).as_posix() for p in wing_files(wing)} for wing in WINGS}
+    files = {wing: {p.relative_to(PACKAGE).as_posix() for p in wing_files(wing, PACKAGE)} for wing in WINGS}
     assert SUPPORT in files["scoring"] and "engine.py" in files["scoring"]
     assert "scores.py" in files["training"] and "training/loop.py" in files["training"]
     assert files["training"].isdisjoint(
