@@ -332,7 +332,7 @@ def install() -> None:
         hooks["request"] = [*hooks["request"], _on_request]
         hooks["response"] = [*hooks["response"], _on_response]
         client.event_hooks = hooks
-    _check_connections(client)
+        _check_connections(client)  # once a client, as its hooks: its pools are made with it
 
 
 def within(label: str, what: str, call: Callable[[], T], say: Callable[[str], None], every_s: float) -> T:
