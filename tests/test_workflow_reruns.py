@@ -123,6 +123,24 @@ def test_a_string_that_is_a_value_is_code(tmp_path):
     assert tree("d.py", 'def f():\n    "doc"\n    return "a"\n') != tree("e.py", 'def f():\n    return "b"\n')
 
 
+def test_the_normalised_code_prints_no_empty_field_so_it_reads_the_same_on_every_python(tmp_path):
+    """Each Python release may add fields to the syntax tree (3.12: ``type_params``, empty on every plain
+    function), and ``ast.dump`` prints them: a hash of it would differ between a cluster's Python and a
+    laptop's for the same file (runs trained on 3.12.3 were "other scoring code" on 3.11.7)."""
+    (tmp_path / "m.py").write_text("class A:\n    def f(self, x):\n        return x + 1\n")
+    text = normalised(tmp_path / "m.py").decode()
+    assert "FunctionDef(name='f'" in text and "BinOp(" in text
+    assert "=[]" not in text and "=None" not in text
+    assert normalised(tmp_path / "m.py") != normalised_of(
+        tmp_path, "class A:\n    def f(self, x):\n        return x\n"
+    )
+
+
+def normalised_of(folder: Path, text: str) -> bytes:
+    (folder / "other.py").write_text(text)
+    return normalised(folder / "other.py")
+
+
 def tiny_bert(folder: Path) -> Path:
     config = BertConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=50

@@ -65,13 +65,28 @@ def _kept(relative: Path) -> bool:
 def normalised(path: Path) -> bytes:
     """The code of ``path`` as it runs: its syntax tree, less the string statements that do nothing
     (docstrings of the module, classes and functions, and the attribute docstrings beside assignments),
-    dumped without line numbers."""
+    dumped without line numbers and without empty fields (``dump``)."""
     tree = ast.parse(path.read_bytes(), str(path))
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list):
             node.body = [s for s in body if not _is_bare_string(s)]  # type: ignore[attr-defined]
-    return ast.dump(tree).encode()
+    return dump(tree).encode()
+
+
+def dump(node: object) -> str:
+    """``ast.dump`` less the fields that are None or empty. A Python release may add a field to a node
+    (3.12: ``type_params`` on every function and class) and ``ast.dump`` prints it even when empty, so its
+    text, and a hash of it, would differ between a cluster's Python and a laptop's for the same file."""
+    if isinstance(node, ast.AST):
+        fields = ((name, getattr(node, name, None)) for name in node._fields)
+        shown = ", ".join(
+            f"{name}={dump(value)}" for name, value in fields if value is not None and value != []
+        )
+        return f"{type(node).__name__}({shown})"
+    if isinstance(node, list):
+        return f"[{', '.join(dump(item) for item in node)}]"
+    return repr(node)
 
 
 def _is_bare_string(statement: ast.stmt) -> bool:
