@@ -9,10 +9,12 @@ command is run again) and the report is written from the logs so far; runs compa
 reached. The default 6,000 steps leave the encoder's MLM plateau (steps 824–851 in the committed seeded runs); one
 such run took ~290 s alone on an H100. ``--report`` reads any run folders: every init arm (each compared
 with random, the authors' init also with its scale control), word-piece or character-spaced, every depth
-and dataset among them.
+and dataset among them; several RUNS folders (one experiment's seeds run in separate holds of a GPU host)
+are compared together.
 
     python benchmarks/repro_training.py --gpus 2 --seeds 3 --steps 6000 --out OUT   # on the GPU host
     python benchmarks/repro_training.py --report RUNS --out OUT                      # report from run logs
+    python benchmarks/repro_training.py --report RUNS RUNS2 --out OUT                # runs of several holds
     python benchmarks/repro_training.py --device cpu --tiny --seeds 2 --steps 40 --out OUT   # CPU, ~1–2 min
 
 The corpus and tokenizer are prepared into ``--cache`` (default benchmarks/.cache/training) when missing
@@ -198,10 +200,12 @@ def render(runs: list[Path], out: Path, staging: Path) -> list[Path]:
         here, here_losses = (frame[frame["characters"] == characters] for frame in (scores, losses))
         stems.append(staging / f"figure_3_evolution{suffix}")
         evolution_figure(here, dataset, layers, stems[-1])
-        objectives = set(here.loc[(here["dataset"] == dataset) & (here["layers"] == layers), "objective"])
-        for objective in sorted(objectives):
-            stems.append(staging / f"figure_s5_{objective}{suffix}")
-            symmetric_init_figure(here, here_losses, dataset, layers, objective, stems[-1], table, logs)
+        group = here[(here["dataset"] == dataset) & (here["layers"] == layers)]
+        for objective, loss in sorted(set(zip(group["objective"], group["decoder_loss"], strict=True))):
+            stems.append(staging / f"figure_s5_{objective}{f'_{loss}' if loss else ''}{suffix}")
+            symmetric_init_figure(
+                here, here_losses, dataset, layers, objective, stems[-1], table, logs, decoder_loss=loss
+            )
     official_figure(scores, pd.read_csv(OFFICIAL), staging / "official_comparison")
     infos = [RunInfo.read(run) for run in runs]
     by_horizon = speedup_by_horizon(
@@ -274,17 +278,34 @@ def device_name(device: str) -> str:
     return f"CPU ({os.cpu_count()} cores)"
 
 
-def report(work: Path, out: Path, runs: list[Run], started: float, device: str) -> None:
-    folders = sorted(f for f in work.iterdir() if f.is_dir() and all((f / n).exists() for n in RUN_FILES))
+def report(works: list[Path], out: Path, runs: list[Run], started: float, device: str) -> None:
+    """The report of the run folders in ``works`` (runs of one experiment made in several holds of a GPU
+    host, each in its own folder, are compared together)."""
+    folders = sorted(
+        (
+            f
+            for work in works
+            for f in work.iterdir()
+            if f.is_dir() and all((f / n).exists() for n in RUN_FILES)
+        ),
+        key=lambda f: f.name,
+    )
     if not folders:
-        raise SystemExit(f"repro_training: no run in {work} has {', '.join(RUN_FILES)} yet")
+        raise SystemExit(
+            f"repro_training: no run in {', '.join(map(str, works))} has {', '.join(RUN_FILES)} yet"
+        )
+    names = [f.name for f in folders]
+    if len(set(names)) < len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise SystemExit(f"repro_training: runs named {', '.join(twice)} are in more than one folder")
     runs = runs or [Run(f.name, [], f, status="read from its logs") for f in folders]
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as staging:
         for stem in render(folders, out, Path(staging)):
             write_bytes(out / f"{stem.name}.png", stem.with_suffix(".png").read_bytes())
         write_text(out / "notes.md", notes(runs, folders, started, device))
-        archive(out / "runs.tar.gz", folders, sorted(work.glob("*.log")), Path(staging))
+        logs = sorted(log for work in works for log in work.glob("*.log"))
+        archive(out / "runs.tar.gz", folders, logs, Path(staging))
     print((out / "table_1.md").read_text())
 
 
@@ -311,7 +332,9 @@ def main() -> None:
     parser.add_argument("--deadline-s", type=float, default=540, help="stop the runs after this many seconds")
     parser.add_argument("--cache", type=Path, default=CACHE, help="corpus, tokenizer, token cache and runs")
     parser.add_argument("--out", type=Path, required=True, help="the 8 output files go here")
-    parser.add_argument("--report", type=Path, metavar="RUNS", help="only write OUT from run folders in RUNS")
+    parser.add_argument(
+        "--report", type=Path, nargs="+", metavar="RUNS", help="only write OUT from run folders in RUNS …"
+    )
     args = parser.parse_args()
     started = time.monotonic()
     device = device_name(args.device)
@@ -328,7 +351,7 @@ def main() -> None:
     launch(runs, gpus, per_gpu, started + args.deadline_s, threads)
     for run in runs:
         print(f"{run.name}: {run.status}")
-    report(work, args.out, runs, started, device)
+    report([work], args.out, runs, started, device)
 
 
 if __name__ == "__main__":

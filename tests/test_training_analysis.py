@@ -124,6 +124,40 @@ def test_seed_pairs_are_the_null_random_runs_of_other_seeds_in_the_same_setting(
     assert comparison_key(configs["r0"]) != comparison_key(configs["r-lr0"])
 
 
+def test_runs_of_a_corpus_copied_to_another_folder_pair_and_runs_of_other_tokens_are_refused():
+    """Seeds run in separate holds of a GPU host read the same corpus from another path: they pair (a local
+    file compares by name); two corpora of one name that tokenised differently are not compared."""
+    here, there = (config(seed=s, dataset=f"/{where}/sotu.txt") for s, where in ((0, "a"), (1, "b")))
+    assert comparison_key(here) == comparison_key(there)
+    assert comparison_key(here) != comparison_key(config(seed=1, dataset="/b/other.txt"))
+    assert comparison_key(config(dataset="org/sotu.txt")) != comparison_key(config(dataset="other/sotu.txt"))
+    losses = {"r0": plateau(0), "r1": plateau(1)}
+    configs = {"r0": here, "r1": there}
+    infos = {
+        n: RunInfo(n, c, tokens_sha256=digest) for (n, c), digest in zip(configs.items(), "ab", strict=True)
+    }
+    with pytest.raises(ValueError, match="runs r0 and r1 have the same settings but read different tokens"):
+        summarise(losses, configs, None, None, infos)
+    same = {n: RunInfo(n, c, tokens_sha256="a") for n, c in configs.items()}
+    assert summarise(losses, configs, None, None, same).loc[0, "seeds"] == 2
+
+
+def test_the_speedup_note_of_a_decoder_figure_keeps_to_its_loss():
+    """Decoders of the masked and the causal loss are separate Table 1 rows; a Figure S5 of one loss
+    carries that row's line only."""
+    losses, configs = {}, {}
+    for loss in ("masked", "causal"):
+        for seed in range(2):
+            for init in ("random", "torch_default_symmetric"):
+                name = f"{loss}-{init}-{seed}"
+                losses[name] = plateau(2 * seed + (init != "random"), 0.3 if init != "random" else 0)
+                configs[name] = config(init=init, seed=seed, objective="decoder", decoder_loss=loss)
+    table = summarise(losses, configs)
+    both = speedup_note(table, "sotu", 4, "decoder").splitlines()
+    masked = speedup_note(table, "sotu", 4, "decoder", decoder_loss="masked").splitlines()
+    assert len(both) == 2 and len(masked) == 1 and masked[0] in both
+
+
 def seeded_logs(n_seeds: int, better: float, dataset: str = "jigsaw", symmetric: str = "symmetric"):
     """Loss logs and configs of random and ``symmetric``-init runs over ``n_seeds`` seeds; the symmetric
     runs are ``better`` (0: the same curve, other noise)."""

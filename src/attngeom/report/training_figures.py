@@ -156,11 +156,16 @@ def evolution_figure(scores: pd.DataFrame, dataset: str, layers: int, stem: Path
 
 
 def speedup_note(
-    table: pd.DataFrame | None, dataset: str, layers: int, objective: str, characters: bool = False
+    table: pd.DataFrame | None,
+    dataset: str,
+    layers: int,
+    objective: str,
+    characters: bool = False,
+    decoder_loss: str | None = None,
 ) -> str:
     """One line per unregularised comparison row of Table 1 (``table1.summarise``) in this group (word
-    pieces or ``characters``): the speed-up by the rule claims use, its interval, the censored pairs, the
-    t-test's p and MDE, the sign-flip test's p, the verdict."""
+    pieces or ``characters``; decoders of ``decoder_loss`` where given): the speed-up by the rule claims
+    use, its interval, the censored pairs, the t-test's p and MDE, the sign-flip test's p, the verdict."""
     if table is None:
         return ""
     rows = table[
@@ -170,6 +175,7 @@ def speedup_note(
         & (table["objective"] == objective)
         & (table["reg_weight"] == 0)
         & (table["seed_pairs"] > 0)
+        & ((table["decoder_loss"] == decoder_loss) if decoder_loss else True)
     ]
     lines = []
     for row in rows.itertuples(index=False):
@@ -253,16 +259,20 @@ def symmetric_init_figure(
     stem: Path,
     table: pd.DataFrame | None = None,
     authors_logs: pd.DataFrame | None = None,
+    decoder_loss: str | None = None,
 ) -> Figure:
     """Figure S5: loss, median symmetry and per-layer symmetry of every init arm among the compared runs
-    (``load_runs``' ``twin`` column) of one dataset, depth and objective, every seed; with the authors' logs
-    given, their loss curves of the counterpart runs (``authors.counterparts``) beside ours, up to the last
-    step every run of ours reached; with Table 1 (``runstats.table1.summarise``) given, its speed-up, tests and verdict under the title."""
+    (``load_runs``' ``twin`` column) of one dataset, depth and objective (decoders of ``decoder_loss`` only,
+    where given), every seed; with the authors' logs given, their loss curves of the counterpart runs
+    (``authors.counterparts``) beside ours, up to the last step every run of ours reached; with Table 1
+    (``runstats.table1.summarise``) given, its speed-up, tests and verdict under the title."""
 
     def select(frame: pd.DataFrame) -> pd.DataFrame:
         group = (
             (frame["dataset"] == dataset) & (frame["layers"] == layers) & (frame["objective"] == objective)
         )
+        if decoder_loss:
+            group &= frame["decoder_loss"] == decoder_loss
         return frame[group & frame["twin"].notna()]
 
     sc, lo = select(scores), select(losses)
@@ -295,9 +305,10 @@ def symmetric_init_figure(
             ax.set_axis_off()
             continue
         _per_layer(ax, group, "symmetry", f"{next(letters)}) {inits[i]} init: symmetry per layer")
-    note = speedup_note(table, dataset, layers, objective, characters)
+    note = speedup_note(table, dataset, layers, objective, characters, decoder_loss)
+    who = f"{objective} ({decoder_loss} loss)" if decoder_loss else objective
     fig.suptitle(
-        f"{layers}-layer {objective} on {dataset}: init arms compared ({', '.join(inits)})"
+        f"{layers}-layer {who} on {dataset}: init arms compared ({', '.join(inits)})"
         + (f"\n{note}" if note else "")
     )
     _note_other_code(fig, sc)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..training.config import TrainConfig, dataset_label
 from ..training.inits import EFFECTS, REFERENCE
@@ -27,9 +28,20 @@ BOOKKEEPING = frozenset(
 """Settings that change how a run is carried out or recorded, not what it learns."""
 
 
+LOCAL_FILES = ("dataset", "tokenizer")
+"""Settings that may name a local file. Such a file is compared by its name, not the folder it lay in, so
+that runs trained on different machines (the same corpus copied to another path) still pair; that their
+content agrees is checked where the runs' corpus digests are known (``table1.summarise``)."""
+
+
 def learnt(config: TrainConfig, apart_from: tuple[str, ...] = ("init",)) -> dict:
-    """What a run learns from, apart from the settings named and the bookkeeping ones."""
-    return {k: v for k, v in config.to_dict().items() if k not in apart_from and k not in BOOKKEEPING}
+    """What a run learns from, apart from the settings named and the bookkeeping ones; a local file by its
+    name (``LOCAL_FILES``)."""
+    settings = {k: v for k, v in config.to_dict().items() if k not in apart_from and k not in BOOKKEEPING}
+    for key in LOCAL_FILES:
+        if isinstance(settings.get(key), str) and Path(settings[key]).is_absolute():
+            settings[key] = Path(settings[key]).name
+    return settings
 
 
 def comparison_key(config: TrainConfig) -> tuple:

@@ -204,6 +204,18 @@ def _order(table: pd.DataFrame) -> pd.DataFrame:
     ).reset_index(drop=True)
 
 
+def _check_same_tokens(names: list[str], infos: Mapping[str, RunInfo]) -> None:
+    """Runs compared with each other (same settings, their files compared by name) read the same token ids,
+    where their corpus.json says which."""
+    digests = {infos[n].tokens_sha256: n for n in names if infos[n].tokens_sha256}
+    if len(digests) > 1:
+        first, second = list(digests.values())[:2]
+        raise ValueError(
+            f"runs {first} and {second} have the same settings but read different tokens (corpus.json's "
+            "tokens_sha256): give their corpora different file names, or compare them in separate reports"
+        )
+
+
 def summarise(
     losses: Mapping[str, pd.DataFrame],
     configs: Mapping[str, TrainConfig],
@@ -225,6 +237,8 @@ def summarise(
     rows = []
     for key, by_init in groups.items():
         everyone = [n for names in by_init.values() for n in names]
+        if infos:
+            _check_same_tokens(everyone, infos)
         level, exits = plateau_exits([losses[n] for n in everyone])
         exit_of = dict(zip(everyone, exits, strict=True))
         null = pairs[(pairs["comparison"] == NULL) & (pairs["key"] == key)]

@@ -404,6 +404,8 @@ class RunInfo:
     config: TrainConfig
     data: DataFacts | None = None
     tokenizer_sha256: str | None = None
+    tokens_sha256: str | None = None
+    """The digest of the token ids the run read (corpus.json): what its dataset and tokenizer made."""
     substitute: str = ""
     """What the run streamed instead of the paper's snapshot of its corpus (``instead_of_the_papers_corpus``
     in corpus.json), "" where it read the corpus it names."""
@@ -420,6 +422,7 @@ class RunInfo:
             config,
             _data_facts(folder, corpus),
             corpus.get("tokenizer_sha256"),
+            corpus.get("tokens_sha256"),
             str(corpus.get(SUBSTITUTE_KEY) or ""),
         )
 
