@@ -640,9 +640,9 @@ def exercise_paper_config(command: str, tmp_path: Path) -> None:
 
 
 def exercise_repro_report(command: str, tmp_path: Path) -> None:
-    """For real (OUT here): from the stored runs, the claims are those committed beside them."""
+    """For real (OUT here): from the stored runs of two holds, the claims are those committed with them."""
     run(shlex.split(command.replace("OUT", str(tmp_path / "out"))), cwd=ROOT, timeout=1200)
-    stored = ROOT / "benchmarks" / "results" / "init_arms_4xh100" / "report"
+    stored = ROOT / "benchmarks" / "results" / "seeds_decoders_4xh200" / "report"
     assert (tmp_path / "out" / "claims.csv").read_text() == (stored / "claims.csv").read_text()
 
 
@@ -707,7 +707,8 @@ PROSE: dict[str, Callable[[str, Path], None] | str] = {
     "attngeom cache clear REPO": "run in order by exercise_cache",
     "attngeom cache clear REPO --revision REV": "run in order by exercise_cache",
     "attngeom paper-config": exercise_paper_config,
-    "python benchmarks/repro_training.py --report benchmarks/results/init_arms_4xh100 --out OUT": exercise_repro_report,
+    "python benchmarks/repro_training.py --report benchmarks/results/init_arms_4xh100 "
+    "benchmarks/results/seeds_decoders_4xh200 --out OUT": exercise_repro_report,
     "python benchmarks/repro_training.py --gpus 4 --seeds 3 --steps 3000": "trains on 4 CUDA GPUs; its "
     "report, from the runs it stored, runs above",
     "python benchmarks/init_arms.py run --device cpu --tiny --experiments horizon --group-by run --gpus 1 "
