@@ -23,8 +23,8 @@ OUT holds flat files: table_1.{csv,md,tex,html} (Table 1: final loss and speed-u
 intervals, three tests, the random-vs-random null, the verdicts, the authors' runs at the same horizon),
 claims.{csv,md,tex,html} (each of the paper's training claims against the runs, sized against the authors'
 runs at the same horizon), notes.md (device, each run's progress, every pair's speed-up, the authors'
-Table 1 from their logs by their notebook's formula and ours), figure_3_evolution.png and figure_s5_<objective>.png per dataset, depth and
-tokens (Figures 3 and S5; ``_<dataset>_<layers>L[_characters]`` added when the runs hold several),
+Table 1 from their logs by their notebook's formula and ours), figure_3_evolution.png and figure_s5_<objective>.png (decoders: figure_s5_decoder_<loss>.png, one per
+decoder loss) per dataset, depth and tokens (Figures 3 and S5; ``_<dataset>_<layers>L[_characters]`` added when the runs hold several),
 figure_horizon_<layers>L[_characters].png where the authors' init is compared with random (its speed-up and
 loss gap with both logs cut at every horizon, beside the authors' runs to 200,000 updates), and
 runs.tar.gz (each run's config.yaml, loss.parquet, scores.parquet and log, the figures as PDF, the

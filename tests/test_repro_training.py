@@ -46,7 +46,7 @@ def test_one_command_trains_every_run_and_writes_table_1_figures_and_an_archive(
         [
             *(f"claims.{ext}" for ext in ("csv", "html", "md", "tex")),
             "figure_3_evolution.png",
-            "figure_s5_decoder.png",
+            "figure_s5_decoder_causal.png",  # one Figure S5 per decoder loss
             "figure_s5_encoder.png",
             "notes.md",
             "runs.tar.gz",
