@@ -110,12 +110,17 @@ def test_each_wing_is_its_declared_files_and_a_stale_declaration_is_an_error(tmp
         provenance.wing_files("scoring", package)
 
 
+def normalised_text(folder: Path, name: str, text: str) -> bytes:
+    """``normalised`` of ``text`` written to ``folder``/``name``."""
+    (folder / name).write_text(text)
+    return normalised(folder / name)
+
+
 def test_a_string_that_is_a_value_is_code(tmp_path):
     """Only string *statements* are dropped: a string that is assigned, returned or passed is kept."""
 
     def tree(name: str, text: str) -> bytes:
-        (tmp_path / name).write_text(text)
-        return normalised(tmp_path / name)
+        return normalised_text(tmp_path, name, text)
 
     base = tree("a.py", 'X = "a"\n')
     assert tree("b.py", 'X = "b"\n') != base
@@ -127,18 +132,11 @@ def test_the_normalised_code_prints_no_empty_field_so_it_reads_the_same_on_every
     """Each Python release may add fields to the syntax tree (3.12: ``type_params``, empty on every plain
     function), and ``ast.dump`` prints them: a hash of it would differ between a cluster's Python and a
     laptop's for the same file (runs trained on 3.12.3 were "other scoring code" on 3.11.7)."""
-    (tmp_path / "m.py").write_text("class A:\n    def f(self, x):\n        return x + 1\n")
-    text = normalised(tmp_path / "m.py").decode()
+    code = normalised_text(tmp_path, "m.py", "class A:\n    def f(self, x):\n        return x + 1\n")
+    text = code.decode()
     assert "FunctionDef(name='f'" in text and "BinOp(" in text
     assert "=[]" not in text and "=None" not in text
-    assert normalised(tmp_path / "m.py") != normalised_of(
-        tmp_path, "class A:\n    def f(self, x):\n        return x\n"
-    )
-
-
-def normalised_of(folder: Path, text: str) -> bytes:
-    (folder / "other.py").write_text(text)
-    return normalised(folder / "other.py")
+    assert code != normalised_text(tmp_path, "n.py", "class A:\n    def f(self, x):\n        return x\n")
 
 
 def tiny_bert(folder: Path) -> Path:
