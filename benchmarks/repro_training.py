@@ -25,8 +25,9 @@ claims.{csv,md,tex,html} (each of the paper's training claims against the runs, 
 runs at the same horizon), notes.md (device, each run's progress, every pair's speed-up, the authors'
 Table 1 from their logs by their notebook's formula and ours), figure_3_evolution.png and figure_s5_<objective>.png (decoders: figure_s5_decoder_<loss>.png, one per
 decoder loss) per dataset, depth and tokens (Figures 3 and S5; ``_<dataset>_<layers>L[_characters]`` added when the runs hold several),
-figure_horizon_<layers>L[_characters].png where the authors' init is compared with random (its speed-up and
-loss gap with both logs cut at every horizon, beside the authors' runs to 200,000 updates), and
+figure_horizon_<layers>L[_characters].png per encoder depth where an init is compared with random (each
+init's speed-up and loss gap with both logs cut at every horizon, beside the authors' runs to 200,000
+updates), horizon.csv (those numbers: init, depth, seed, horizon, speed-up, loss gap), and
 runs.tar.gz (each run's config.yaml, loss.parquet, scores.parquet and log, the figures as PDF, the
 comparison with the authors' nearest published evolution).
 """
@@ -212,6 +213,7 @@ def render(runs: list[Path], out: Path, staging: Path) -> list[Path]:
         {i.name: read_loss_log(run / "loss.parquet") for i, run in zip(infos, runs, strict=True)},
         {i.name: i.config for i in infos},
     )
+    write_text(out / "horizon.csv", by_horizon.to_csv(index=False))
     encoders = by_horizon[by_horizon["objective"] == "encoder"]
     for (layers, characters), ours in encoders.groupby(["layers", "characters"]):
         stems.append(staging / f"figure_horizon_{layers}L{'_characters' if characters else ''}")
@@ -331,7 +333,7 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="a 2-layer, 32-wide model (a test of the path)")
     parser.add_argument("--deadline-s", type=float, default=540, help="stop the runs after this many seconds")
     parser.add_argument("--cache", type=Path, default=CACHE, help="corpus, tokenizer, token cache and runs")
-    parser.add_argument("--out", type=Path, required=True, help="the 8 output files go here")
+    parser.add_argument("--out", type=Path, required=True, help="the output files go here")
     parser.add_argument(
         "--report", type=Path, nargs="+", metavar="RUNS", help="only write OUT from run folders in RUNS …"
     )

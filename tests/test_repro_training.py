@@ -48,6 +48,8 @@ def test_one_command_trains_every_run_and_writes_table_1_figures_and_an_archive(
             "figure_3_evolution.png",
             "figure_s5_decoder_causal.png",  # one Figure S5 per decoder loss
             "figure_s5_encoder.png",
+            "figure_horizon_2L.png",  # every init against random, cut at each horizon
+            "horizon.csv",
             "notes.md",
             "runs.tar.gz",
             "table_1.csv",

@@ -15,16 +15,18 @@ from attngeom.artifacts import ARTIFACT
 from attngeom.report.training_figures import (
     COLOURS,
     evolution_figure,
+    horizon_figure,
     load_runs,
     official_figure,
     speedup_note,
     symmetric_init_figure,
 )
+from attngeom.runstats.horizon import speedup_by_horizon
 from attngeom.runstats.intervals import mean_interval, t_975
 from attngeom.runstats.official import compare_official, nearest_official, official_note, ours_medians
 from attngeom.runstats.pairing import SeedPair, Twin, comparison_key, seed_pairs, twins
 from attngeom.runstats.smoothing import smoothed
-from attngeom.runstats.speedup import RULES, paper_speedup, signed_speedup, speedup
+from attngeom.runstats.speedup import CLAIM_RULE, RULES, paper_speedup, signed_speedup, speedup
 from attngeom.runstats.table1 import pair_speedups, summarise, table1
 from attngeom.runstats.table1_display import table1_display, write_table1
 from attngeom.training.config import dataset_label, make_config
@@ -512,6 +514,42 @@ def test_twins_pair_runs_that_differ_only_in_init_from_configs_alone():
         Twin("r0", "s-skew", "random", "skew", "sotu", 4, "encoder", 0),  # every arm against random
     ]
     assert twins({"only": config()}) == []
+
+
+def test_every_init_is_cut_at_each_horizon_against_random_of_its_seed(tmp_path):
+    """Which part of a head start lasts: each arm against random, both logs cut at every horizon. A head
+    start that closes shows a gap that shrinks to 0; an arm equal to random shows 0 at every horizon; the
+    comparison against the scale control (not random) is Table 1's, not the horizon's."""
+    steps = np.arange(1, 8_001)
+    random = 2 + 8 * np.exp(-steps / 1_000)
+    early = 2 + 8 * np.exp(-steps / 700)  # ahead early, the same loss late
+    inits = {"random": random, "torch_default": random, "symmetric": early, "torch_default_symmetric": early}
+    configs = {f"{i}-{s}": config(init=i, seed=s) for i in inits for s in (0, 1)}
+    losses = {name: curve(inits[c.init]) for name, c in configs.items()}
+    found = speedup_by_horizon(losses, configs)
+    assert set(found["init"]) == {"symmetric", "torch_default", "torch_default_symmetric"}
+    assert found.groupby("init")["seed"].nunique().eq(2).all()
+    assert found["horizon"].min() == 4_000 and found["horizon"].max() == 8_000
+    same = found[found["init"] == "torch_default"]
+    assert (same["speedup"] == 0).all() and (same["loss_gap"] == 0).all()
+    ahead = found[found["init"] == "symmetric"].sort_values("horizon")
+    assert ahead["loss_gap"].iloc[0] < ahead["loss_gap"].iloc[-1] < 0  # a gap that closes
+    last = ahead[ahead["horizon"] == 8_000].iloc[0]
+    assert last["speedup"] == pytest.approx(
+        speedup(curve(random), curve(early), rule=CLAIM_RULE)
+    )  # Table 1's
+
+    authors_run = pd.DataFrame({"dataset": "jigsaw", "horizon": [4_000, 8_000], "speedup": [20.0, 10.0],
+                                "loss_gap": [-0.5, -0.1]})  # fmt: skip
+    fig = horizon_figure(found, authors_run, 4, False, tmp_path / "horizon")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert [label.split(":")[0] for label in labels[:3]] == [
+        "ours, symmetric",
+        "ours, torch_default",
+        "ours, torch_default_symmetric",
+    ]
+    assert labels[3] == "authors, torch_default_symmetric, jigsaw (one seed)"
+    assert (tmp_path / "horizon.pdf").stat().st_size > 0 and (tmp_path / "horizon.png").stat().st_size > 0
 
 
 def test_the_authors_init_is_compared_with_random_and_with_its_scale_control():

@@ -319,34 +319,38 @@ def symmetric_init_figure(
 def horizon_figure(
     ours: pd.DataFrame, theirs: pd.DataFrame, layers: int, characters: bool, stem: Path
 ) -> Figure:
-    """Does the authors' init's speed-up last? Its speed-up over random (claim rule, percent of the horizon)
-    and its loss gap, with both logs cut at each horizon (``runstats.horizon``): ours per seed and their
-    mean, the authors' runs of the same depth and kind of text (one seed each) to 200,000 updates."""
+    """Does an init's speed-up last, and which part of it? Each init's speed-up over random (claim rule,
+    percent of the horizon) and its loss gap, with both logs cut at each horizon (``runstats.horizon``):
+    ours per seed and their mean, one colour per init, beside the authors' runs of the same depth and
+    kind of text (their init against random, one seed each) to 200,000 updates."""
     text = "characters" if characters else "word pieces"
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
-    colour = COLOURS[AUTHORS]
+    inits = [arm.name for arm in ARMS if arm.name in set(ours["init"])]
     for ax, column, label in zip(
         axes,
         ("speedup", "loss_gap"),
         (f"speed-up over random, % of T ({CLAIM_RULE} rule)", "loss gap (nats)"),
         strict=True,
     ):
-        for i, (_, run) in enumerate(ours.groupby("seed")):
-            ax.plot(run["horizon"], run[column], color=colour, alpha=0.45, linewidth=1,
-                    label="ours, each seed" if i == 0 else None)  # fmt: skip
-        mean = ours.groupby("horizon")[column].mean()
-        seeds = ours.groupby("horizon")["seed"].nunique()
-        shared = mean[seeds == seeds.max()]
-        ax.plot(shared.index, shared.values, color=colour, linewidth=2.2,
-                label=f"ours, mean of {int(seeds.max())} seeds")  # fmt: skip
+        for init in inits:
+            runs = ours[ours["init"] == init]
+            point = "o" if runs["horizon"].nunique() == 1 else None  # runs that stop at the first horizon
+            for _, run in runs.groupby("seed"):
+                ax.plot(run["horizon"], run[column], color=COLOURS[init], alpha=0.35, linewidth=0.8,
+                        marker=point, markersize=3)  # fmt: skip
+            mean = runs.groupby("horizon")[column].mean()
+            seeds = runs.groupby("horizon")["seed"].nunique()
+            shared, n = mean[seeds == seeds.max()], int(seeds.max())
+            ax.plot(shared.index, shared.values, color=COLOURS[init], linewidth=2.2, marker=point,
+                    label=f"ours, {init}: mean of {n} seed{'s' if n > 1 else ''} (thin: each seed)")  # fmt: skip
         for (dataset, run), marker in zip(theirs.groupby("dataset"), ("o", "s", "^"), strict=False):
             ax.plot(run["horizon"], run[column], "--", color="black", marker=marker, markersize=3,
-                    linewidth=1, label=f"authors, {dataset} (one seed)")  # fmt: skip
+                    linewidth=1, label=f"authors, {AUTHORS}, {dataset} (one seed)")  # fmt: skip
         ax.axhline(0, color="grey", linewidth=0.6)
         ax.set(xscale="log", xlabel="horizon T (updates; both logs cut there)", ylabel=label)
         ax.legend(fontsize="x-small")
-    axes[0].set_title("a) speed-up of the authors' init over random")
-    axes[1].set_title("b) loss gap, authors' init minus random")
+    axes[0].set_title("a) speed-up of each init over random")
+    axes[1].set_title("b) loss gap, each init minus random")
     fig.suptitle(f"Does the speed-up last? {layers}-layer encoders, {text}: measured at every horizon")
     save(fig, stem)
     return fig

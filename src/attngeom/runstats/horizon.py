@@ -15,13 +15,15 @@ import numpy as np
 import pandas as pd
 
 from ..training.config import TrainConfig
-from ..training.inits import AUTHORS, REFERENCE
+from ..training.inits import REFERENCE
 from . import authors
 from .pairing import twins
 from .speedup import CLAIM_RULE, GAP_UPDATES, loss_gap, speedup
 
 POINTS = 24
 """Horizons per comparison, spaced evenly in log(T′)."""
+
+COLUMNS = ("init", "layers", "objective", "characters", "seed", "horizon", "speedup", "loss_gap")
 
 
 def horizons(last: int, first: int = 2 * GAP_UPDATES, points: int = POINTS) -> np.ndarray:
@@ -36,13 +38,15 @@ def _cut(log: pd.DataFrame, horizon: int) -> pd.DataFrame:
 
 
 def speedup_by_horizon(
-    losses: Mapping[str, pd.DataFrame], configs: Mapping[str, TrainConfig], init: str = AUTHORS
+    losses: Mapping[str, pd.DataFrame], configs: Mapping[str, TrainConfig]
 ) -> pd.DataFrame:
-    """Every seed pair of ``init`` against random, cut at ``horizons`` up to the pair's common horizon: one
-    row per pair and horizon, with the claim rule's speed-up (percent of the horizon) and the loss gap."""
+    """Every seed pair of an init against random (the same seed), cut at ``horizons`` up to the pair's
+    common horizon: one row per init, pair and horizon, with the claim rule's speed-up (percent of the
+    horizon) and the loss gap. Several arms (symmetry alone, init scale alone, both) side by side say
+    which part of an init's head start lasts."""
     rows = []
     for twin in twins(configs):
-        if twin.candidate_init != init or twin.reference_init != REFERENCE:
+        if twin.reference_init != REFERENCE or twin.candidate_init == REFERENCE:
             continue
         reference, candidate = losses[twin.reference], losses[twin.candidate]
         last = min(int(reference["step"].max()), int(candidate["step"].max()))
@@ -51,6 +55,7 @@ def speedup_by_horizon(
             ref, cand = _cut(reference, horizon), _cut(candidate, horizon)
             rows.append(
                 {
+                    "init": twin.candidate_init,
                     "layers": config.n_layers,
                     "objective": config.objective,
                     "characters": config.character_spacing,
@@ -60,9 +65,7 @@ def speedup_by_horizon(
                     "loss_gap": loss_gap(ref, cand),
                 }
             )
-    return pd.DataFrame(
-        rows, columns=["layers", "objective", "characters", "seed", "horizon", "speedup", "loss_gap"]
-    )
+    return pd.DataFrame(rows, columns=[*COLUMNS])
 
 
 def authors_by_horizon(logs: pd.DataFrame, layers: int, characters: bool) -> pd.DataFrame:
