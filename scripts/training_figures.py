@@ -23,8 +23,17 @@ if snakemake.rule == "evolution_figure":
 elif snakemake.rule == "symmetric_init_figure":
     logs = read_logs(Path(snakemake.input.authors).parent)
     table = table1(runs, authors_logs=logs)
+    objective, _, decoder_loss = w.objective.partition("_")  # decoder_<loss>: one loss a figure
     training_figures.symmetric_init_figure(
-        scores, losses, w.dataset, int(w.layers), w.objective, stem, table, logs
+        scores,
+        losses,
+        w.dataset,
+        int(w.layers),
+        objective,
+        stem,
+        table,
+        logs,
+        decoder_loss=decoder_loss or None,
     )
 else:
     training_figures.official_figure(scores, pd.read_csv(snakemake.input.official), stem)

@@ -368,3 +368,39 @@ def test_smoke_test_runs_are_marked_in_the_tables_and_the_captions_say_so():
     models = build_registry([short], "r").values()
     text = models_scope(models, "table_s2")
     assert "1 of the trained models are marked 'smoke test'" in text and "say nothing about" in text
+
+
+DECODER_LOSS_RUNS = [
+    {"name": f"{objective}{'-' + loss if loss else ''}-{init}", "objective": objective, "init": init}
+    | ({"decoder_loss": loss} if loss else {})
+    for objective, loss in (("encoder", None), ("decoder", "causal"), ("decoder", "masked"))
+    for init in ("random", "torch_default_symmetric")
+]
+
+
+def test_a_decoder_s_two_losses_get_a_figure_s5_each_and_the_pipeline_plans_both(tmp_path):
+    """The two decoder losses train different models: Figure S5 never puts them in one figure."""
+    import yaml
+    from pipeline_support import TINY_MODELS, planned_jobs, run_snakemake, write_config
+
+    from attngeom.pipeline.training_runs import symmetric_groups, trained_objective, training_runs
+
+    defaults = {"dataset": "sotu", "steps": 3, "n_layers": 2, "hidden_size": 8, "n_heads": 2}
+    defaults |= {"intermediate_size": 8, "device": "cpu"}
+    spec = {"defaults": defaults, "runs": DECODER_LOSS_RUNS}
+    runs = training_runs(spec, "results")
+    assert trained_objective(runs["decoder-masked-random"]) == "decoder_masked"
+    assert trained_objective(runs["encoder-random"]) == "encoder"
+    groups = symmetric_groups(runs)
+    assert [objective for _, _, objective in groups] == ["decoder_causal", "decoder_masked", "encoder"]
+
+    config = yaml.safe_load(write_config(tmp_path / "c.yaml", TINY_MODELS).read_text())
+    config["training"] = spec
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    done = run_snakemake("all", "-n", "--configfile", "c.yaml", cwd=tmp_path)
+    figures = sorted(w for rule, w, _ in planned_jobs(done.stdout) if rule == "symmetric_init_figure")
+    assert [re.search(r"objective=(\w+)", w)[1] for w in figures] == [
+        "decoder_causal",
+        "decoder_masked",
+        "encoder",
+    ]

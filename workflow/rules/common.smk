@@ -62,6 +62,7 @@ from attngeom.pipeline.training_runs import (
     evolution_groups,
     symmetric_groups,
     trained_model_id,
+    trained_objective,
     training_models,
     training_runs,
 )

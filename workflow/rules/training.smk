@@ -125,7 +125,7 @@ if EVOLUTION_GROUPS:
         wildcard_constraints:
             dataset="|".join(re.escape(d) for d, _ in EVOLUTION_GROUPS),
             layers=r"\d+",
-            objective="encoder|decoder",
+            objective="encoder|decoder_causal|decoder_masked",
         conda:
             ENV
         threads: 1
@@ -143,7 +143,7 @@ if EVOLUTION_GROUPS:
     use rule evolution_figure as symmetric_init_figure with:
         input:
             finals=lambda wildcards: run_finals(
-                lambda run: (run.dataset, str(run.layers), run.objective)
+                lambda run: (run.dataset, str(run.layers), trained_objective(run))
                 == (wildcards.dataset, wildcards.layers, wildcards.objective)
             ),
             authors=REFERENCE / "authors-logs" / "symmetric-initialization-loss.csv",

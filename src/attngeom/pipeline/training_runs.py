@@ -39,6 +39,8 @@ class TrainingRun:
     objective: str
     init: str
     regularised: bool
+    decoder_loss: str | None = None
+    """A decoder's loss (``causal`` or ``masked``); None for an encoder."""
     nodes: int = 1
     runs_per_gpu: int = 1
     """More than 1: the run's one GPU is shared with up to ``runs_per_gpu - 1`` other such runs."""
@@ -153,6 +155,7 @@ def training_runs(training: dict, results: str) -> dict[str, TrainingRun]:
             objective=cfg.objective,
             init=cfg.init,
             regularised=cfg.reg_weight != 0,
+            decoder_loss=cfg.decoder_loss if cfg.objective == "decoder" else None,
             nodes=nodes,
             runs_per_gpu=share,
             mps=_mps(name, merged.get("mps", False), share),
@@ -242,13 +245,19 @@ def evolution_groups(runs: dict[str, TrainingRun]) -> list[tuple[str, int]]:
     return sorted({(r.dataset, r.layers) for r in runs.values() if not r.regularised and r.init == REFERENCE})
 
 
+def trained_objective(run: TrainingRun) -> str:
+    """What a run was trained on, as Figure S5 groups runs: ``encoder``, or ``decoder_<loss>`` (a decoder's
+    two losses train different models and are never compared)."""
+    return run.objective if run.decoder_loss is None else f"{run.objective}_{run.decoder_loss}"
+
+
 def symmetric_groups(runs: dict[str, TrainingRun]) -> list[tuple[str, int, str]]:
-    """(dataset, layers, objective) with both a random run and a run of another init arm
+    """(dataset, layers, ``trained_objective``) with both a random run and a run of another init arm
     (``training.inits``): Figure S5 each, every arm in it."""
     plain = [r for r in runs.values() if not r.regularised]
     return sorted(
-        {(r.dataset, r.layers, r.objective) for r in plain if r.init != REFERENCE}
-        & {(r.dataset, r.layers, r.objective) for r in plain if r.init == REFERENCE}
+        {(r.dataset, r.layers, trained_objective(r)) for r in plain if r.init != REFERENCE}
+        & {(r.dataset, r.layers, trained_objective(r)) for r in plain if r.init == REFERENCE}
     )
 
 
