@@ -219,6 +219,31 @@ def test_a_mechanism_validates_its_type_and_its_absence_fails_it(monkeypatch, mo
     assert entry["status"] == "refused" and "differs from the form's projection" in entry["reason"], entry
 
 
+def test_an_attention_that_casts_q_and_k_to_float32_runs_in_float64_and_a_wrong_discovery_fails_it(
+    monkeypatch,
+):
+    """Gemma 4's audio attention casts q, k and v to float32 (``.float()``) and then scales q by a float64
+    parameter: kept float64 (``neutral.float64_kept``), its tiny model runs and validates; without that
+    q·kᵀ mixes float64 with float32 and the type is refused; a wrong discovery still fails it."""
+    from attngeom.conformance.neutral import _Float64Kept
+
+    entry = check_type("gemma4_audio")
+    assert entry["status"] == "validated" and "per-dimension scale" in entry["reason"], entry["reason"]
+    assert "own_forward" not in entry and entry["objective"] == "bidirectional", entry
+    swapped = _wrong(lambda i: replace(i, q=i.k, k=i.q))
+    with monkeypatch.context() as patched:
+        patched.setattr(discovery, "find_attention", swapped)
+        patched.setattr(discovered, "find_attention", swapped)
+        assert check_type("gemma4_audio")["status"] == "refused"
+    monkeypatch.setattr(  # switched off: every cast as the model makes it
+        _Float64Kept,
+        "__torch_function__",
+        lambda self, func, types, args=(), kwargs=None: func(*args, **(kwargs or {})),
+    )
+    entry = check_type("gemma4_audio")
+    assert entry["status"] == "refused" and "expected scalar type Float but found Double" in entry["reason"]
+
+
 class _PointBatch(torch.nn.Module):
     def __init__(self, config, attn: torch.nn.Module) -> None:
         super().__init__()

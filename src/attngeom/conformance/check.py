@@ -25,7 +25,7 @@ from .faults import ObservationError, observing
 from .inputs import input_sets
 from .interface import calls, capturing
 from .masks import add_causal, softmax_masks
-from .neutral import rotary_neutralised, temperature_neutralised
+from .neutral import float64_kept, rotary_neutralised, temperature_neutralised
 from .observe import scores_scoring
 from .products import as_heads, first_output, heads, operands, score_products, tokens_last
 
@@ -122,6 +122,7 @@ def capture(
         stack.enter_context(_default_dtype(torch.float64))  # tensors a model makes itself (masks, positions)
         products = stack.enter_context(score_products(modules, items))
         softmaxes = stack.enter_context(softmax_masks(modules))
+        kept = stack.enter_context(float64_kept(modules))
         pending = [item.path for item in items]
         failure: Exception | None = None
         for runner in _runners(model, items):
@@ -142,6 +143,7 @@ def capture(
                         del calls[key]
                     products.cut_short(set(seen))
                     softmaxes.cut_short(set(seen))
+                    kept.cut_short()
             pending = [p for p in pending if p not in seen]
             if not pending:
                 break

@@ -28,7 +28,7 @@ from ..architectures.discovery.projections import inputs
 from .faults import ObservationError, observing
 from .interface import calls, capturing
 from .masks import softmax_masks
-from .neutral import rotary_neutralised, temperature_neutralised
+from .neutral import float64_kept, rotary_neutralised, temperature_neutralised
 from .products import as_heads, first_output, score_products, tokens_last
 
 BATCH, LENGTH, KV_LENGTH = 2, 7, 5
@@ -93,6 +93,7 @@ def _run(
         stack.enter_context(temperature_neutralised([(module, item)]))
         products = stack.enter_context(score_products({item.path: module}, [item]))
         softmaxes = stack.enter_context(softmax_masks({item.path: module}))
+        stack.enter_context(float64_kept({item.path: module}))
         with torch.no_grad():
             outer(**kwargs)
     if not {"x_q", "q", "x_k", "k"} <= set(record):

@@ -1,16 +1,20 @@
 """What the conformance check neutralises in a forward pass, as the forms leave it out: rotary embeddings
 (cos 1, sin 0, whether passed to the attention, as a pair or as RoFormer's one ``sinusoidal_pos`` tensor,
-made by a rotary child of its own, or made from positions it is handed) and a query temperature (``Found.temperature``: q passed on unchanged)."""
+made by a rotary child of its own, or made from positions it is handed), a query temperature
+(``Found.temperature``: q passed on unchanged) and an attention module's own up-casts to float32
+(``float64_kept``)."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ..architectures.discovery.attention import Found
+from .running import track_running
 
 POSITIONS = ("position_mask",)
 """Arguments of an attention module that hand it token positions to rotate q and k by itself."""
@@ -76,6 +80,36 @@ def temperature_neutralised(pairs: list[tuple[torch.nn.Module, Found]]):
     children = [m.get_submodule(f.temperature) for m, f in pairs if f.temperature]
     with removed_after([c.register_forward_hook(identity, with_kwargs=True) for c in children]):
         yield
+
+
+class _Float64Kept(TorchFunctionMode):
+    """``Tensor.float()`` of a float64 tensor returns it unchanged while an attention module runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.active: list[str] = []
+
+    def cut_short(self) -> None:
+        """After a forward pass that raised: no module is running."""
+        self.active.clear()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.float and self.active and args and args[0].dtype == torch.float64:
+            return args[0]
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def float64_kept(modules: dict[str, torch.nn.Module]) -> Iterator[_Float64Kept]:
+    """Within the block, an up-cast to float32 that a module of ``modules`` makes itself (``.float()``,
+    meant for half-precision weights) keeps a float64 tensor float64: the tiny model runs in float64, and
+    a cast of some of its operands only makes them disagree (Gemma 4's audio attention casts q and k to
+    float32, then scales q by a float64 parameter: q·kᵀ mixes float64 with float32 and raises)."""
+    mode = _Float64Kept()
+    with ExitStack() as stack:
+        track_running(stack, modules, mode.active)
+        stack.enter_context(mode)
+        yield mode
 
 
 @contextmanager
