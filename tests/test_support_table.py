@@ -100,3 +100,23 @@ def test_outside_the_repository_it_writes_nothing_and_says_why(tmp_path, monkeyp
         assert message in err
     assert Path("README.md").read_text() == "# another project\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md"]
+
+
+def test_a_look_at_one_type_prints_it_and_leaves_the_packaged_table_whole(tmp_path, monkeypatch, capsys):
+    """`python -m attngeom.conformance.run --types NAME` (the docs' way to see one type's result) prints
+    it; only OUT or --update write, and --update keeps the other types."""
+    import json
+
+    from attngeom.conformance import run
+
+    packaged = tmp_path / "support.json"
+    packaged.write_text(json.dumps({"transformers": "x", "types": {"other": {"status": "refused"}}}))
+    before = packaged.read_text()
+    monkeypatch.setattr(run, "SUPPORT_FILE", packaged)
+    assert run.main(["--types", "falcon", "--jobs", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["types"]["falcon"]["status"] == "table"
+    assert packaged.read_text() == before
+    assert run.main(["--types", "falcon", "--jobs", "1", "--update"]) == 0
+    assert set(json.loads(packaged.read_text())["types"]) == {"other", "falcon"}
+    assert run.main(["--types", "falcon", "--jobs", "1", str(tmp_path / "one.json")]) == 0
+    assert set(json.loads((tmp_path / "one.json").read_text())["types"]) == {"falcon"}

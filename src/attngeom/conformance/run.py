@@ -398,16 +398,26 @@ def main(argv: list[str] | None = None) -> int:
     from ..files import write_text
 
     parser = argparse.ArgumentParser(prog="python -m attngeom.conformance.run")
-    parser.add_argument("out", nargs="?", type=Path, default=SUPPORT_FILE)
+    parser.add_argument(
+        "out",
+        nargs="?",
+        type=Path,
+        help=f"where to write (default: the packaged {SUPPORT_FILE.name}; with --types and neither OUT nor "
+        "--update, the types' results are printed and nothing is written)",
+    )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--types", default="", help="comma-separated model types (default: all)")
     parser.add_argument("--update", action="store_true", help="keep OUT's other entries (with --types)")
     args = parser.parse_args(argv)
     types = [t for t in re.split(r"[,\s]+", args.types) if t] or all_model_types()
     results = run_all(types, args.jobs, progress=True)
-    if args.update and args.out.exists():
-        results = json.loads(args.out.read_text())["types"] | results
-    write_text(args.out, document(results))
+    if args.types and args.out is None and not args.update:  # a look at some types: the table stays whole
+        print(document(results), end="")
+        return 0
+    out = args.out or SUPPORT_FILE
+    if args.update and out.exists():
+        results = json.loads(out.read_text())["types"] | results
+    write_text(out, document(results))
     counts = {s: sum(r["status"] == s for r in results.values()) for s in ("table", "validated", "refused")}
     print(f"{len(results)} model types: {counts}", file=sys.stderr)
     return 0
