@@ -125,7 +125,7 @@ if EVOLUTION_GROUPS:
         wildcard_constraints:
             dataset="|".join(re.escape(d) for d, _ in EVOLUTION_GROUPS),
             layers=r"\d+",
-            objective="encoder|decoder_causal|decoder_masked",
+            objective=slugs_pattern(sorted({objective for _, _, objective in SYMMETRIC_GROUPS})),
         conda:
             ENV
         threads: 1
