@@ -83,6 +83,26 @@ def test_the_decomposition_has_one_row_per_comparison_and_the_random_row_none(ta
     assert shown["vs"].tolist() == ["", "random", "random", "random", "torch_default"]  # the paper's order
 
 
+def test_a_comparison_over_fewer_seeds_than_its_arm_shows_its_seed_pairs():
+    """The layout of the 12-layer runs: random and the authors' init over two seeds, the scale arm over one,
+    so the symmetry-at-the-authors'-scale row rests on one pair while its candidate has two seeds."""
+    losses, configs = arms(2)
+    for name in ("symmetric-1", "torch_default-1"):
+        del losses[name], configs[name]
+    full = summarise(losses, configs)
+    shown = table1_display(full).set_index(["init", "vs"])
+    assert shown.loc[("torch_default_symmetric", "torch_default"), ["seeds", "seed pairs"]].tolist() == [
+        2,
+        "1",
+    ]
+    assert shown.loc[("torch_default_symmetric", "random"), ["seeds", "seed pairs"]].tolist() == [2, "2"]
+    assert shown.loc[("random", ""), "seed pairs"] == ""
+    from attngeom.runstats.table1_display import paper_table1
+
+    paper = paper_table1(full).set_index("init")
+    assert paper.loc["torch_default", "seed pairs"] == "1" and paper.loc["random", "seed pairs"] == ""
+
+
 def test_an_arm_no_faster_than_random_is_not_called_faster():
     losses, configs = arms(6)
     for seed in range(6):  # the symmetric arm now the random curve with other noise

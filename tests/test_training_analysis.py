@@ -198,7 +198,7 @@ def test_table1_labels_a_speedup_that_overlaps_the_null_as_seed_noise():
     assert table.loc["symmetric", "verdict"] == "not distinguishable from seed noise (t-test)"
     shown = table1_display(table.reset_index())
     assert "not distinguishable from seed noise (t-test)" in shown["verdict"].tolist()
-    assert list(shown.columns[:8]) == [
+    assert list(shown.columns[:9]) == [
         "depth",
         "dataset",
         "objective",
@@ -206,6 +206,7 @@ def test_table1_labels_a_speedup_that_overlaps_the_null_as_seed_noise():
         "vs",
         "effect",
         "seeds",
+        "seed pairs",
         "steps",
     ]
 

@@ -24,7 +24,9 @@ PAPER_CAPTION = (
     f"the random run's final loss ('{CLAIM_RULE}' rule, percent of the updates T), the loss gap (candidate "
     f"minus random, mean over the last {GAP_UPDATES:,} updates up to T) and the p-values of the two-sided "
     "t-test and of the exact sign-flip test (which cannot go below 2/2ⁿ with n seeds) of the signed "
-    "speed-up. [low, high]: 95% Student-t interval of the mean over seed pairs. Authors: their own runs "
+    "speed-up. Seeds: the init's runs (its final loss is over them); seed pairs: the seeds both it and "
+    "random ran (the speed-up, the gap and the tests are over them). [low, high]: 95% Student-t interval "
+    "of the mean over seed pairs. Authors: their own runs "
     "of this init (one seed, config/reference/authors-logs; BERT-mini or -base on Jigsaw beside word "
     "pieces, Wikipedia and RedPajama beside characters) cut at T and at the end of their schedule "
     "(200,000 updates), by the same rule; the paper's printed speed-up is their notebook's formula at "
@@ -35,7 +37,8 @@ CAPTION = (
     "Final loss (smoothed: trailing mean over 2% of the log) per init, and per comparison of two inits "
     "(the candidate 'init' vs the reference 'vs', the same seed: 'effect' says what their difference "
     f"measures: {EFFECT_LEGEND}) the speed-up "
-    "of the candidate over the reference, per depth, dataset and objective, over seeds. "
+    "of the candidate over the reference, per depth, dataset and objective, over the seed pairs (the "
+    "seeds both arms ran; 'seeds' counts the candidate's runs, over which its final loss is). "
     "'paper' = the paper's formula, (T − t_candidate) / T with t_candidate the first step at which the "
     "candidate's smoothed loss reaches the reference run's final loss (it also gives a run against itself a "
     "positive value on a noisy plateau); 'robust' = (t_reference − t_candidate) / T with t the first step "
@@ -78,6 +81,12 @@ def _cells(table: pd.DataFrame, name: str, count: str, digits: int, style: str) 
         for _, row in table.iterrows()
     )
     return [getattr(i, style)(digits) if i.n else "" for i in found]
+
+
+def _pairs(table: pd.DataFrame) -> list[str]:
+    """How many seed pairs a comparison rests on (blank for a row that compares nothing): fewer than the
+    candidate's seeds where the reference arm ran fewer, which its interval and tests then reflect."""
+    return [f"{int(n)}" if n else "" for n in table["seed_pairs"]]
 
 
 def _censoring(table: pd.DataFrame) -> list[str]:
@@ -131,6 +140,7 @@ def table1_display(table: pd.DataFrame) -> pd.DataFrame:
             "vs": table["reference"],
             "effect": table["effect"],
             "seeds": table["seeds"],
+            "seed pairs": _pairs(table),
             "steps": table["steps"],
             "final loss": _cells(table, "final_loss", "seeds", 3, "plus_minus"),
             "leaves plateau (step at loss)": _plateau(table),
@@ -198,6 +208,7 @@ def paper_table1(table: pd.DataFrame) -> pd.DataFrame:
             "objective": _objective(rows),
             "init": rows["init"],
             "seeds": rows["seeds"],
+            "seed pairs": _pairs(rows),
             "updates T": rows["steps"].map("{:,}".format),
             "final loss": _cells(rows, "final_loss", "seeds", 3, "plus_minus"),
             "speed-up over random %": [s if c else "" for s, c in zip(speed, compared, strict=True)],
