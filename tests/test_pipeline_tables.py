@@ -404,3 +404,35 @@ def test_a_decoder_s_two_losses_get_a_figure_s5_each_and_the_pipeline_plans_both
         "decoder_masked",
         "encoder",
     ]
+
+
+@pytest.mark.slow  # two tiny decoder runs trained, scored and drawn through the workflow (about a minute)
+def test_a_decoder_figure_s5_is_drawn_from_its_own_loss_runs_by_the_workflow(tmp_path):
+    """The decoder Figure S5 path for real: asked for the masked-loss decoders' figure, the workflow trains
+    those two runs (not the causal-loss ones configured beside them), scores them and draws it."""
+    import yaml
+    from pipeline_support import TINY_MODELS, run_snakemake, write_config
+    from training_fixtures import TINY, write_corpus
+
+    from attngeom.pipeline.training_runs import symmetric_groups, training_runs
+
+    defaults = {**TINY, "dataset": str(write_corpus(tmp_path)), "cache_dir": str(tmp_path / "cache")}
+    defaults |= {"batch_size": 4, "grad_accum": 1, "steps": 4, "warmup_steps": 1, "threads": 1}
+    defaults |= {"log_every": 2, "score_every": 2, "checkpoint_every": 4, "device": "cpu"}
+    runs = [r for r in DECODER_LOSS_RUNS if r["objective"] == "decoder"]
+    spec = {"defaults": defaults, "runs": runs}
+    groups = symmetric_groups(training_runs(spec, "results"))
+    ((dataset, layers, objective),) = [g for g in groups if g[2] == "decoder_masked"]
+    config = yaml.safe_load(write_config(tmp_path / "c.yaml", TINY_MODELS).read_text())
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config | {"training": spec}))
+    stem = f"results/training/figures/symmetric_init_{dataset}_{layers}L_{objective}"
+    run_snakemake(f"{stem}.pdf", f"{stem}.png", "--cores", "1", "--configfile", "c.yaml", cwd=tmp_path)
+
+    assert (tmp_path / f"{stem}.pdf").read_bytes().startswith(b"%PDF")
+    assert (tmp_path / f"{stem}.png").read_bytes().startswith(b"\x89PNG")
+    trained = sorted(
+        p.name for p in (tmp_path / "results" / "training").iterdir() if (p / "loss.parquet").is_file()
+    )
+    assert trained == ["decoder-masked-random", "decoder-masked-torch_default_symmetric"]
+    log = tmp_path / f"results/training/logs/symmetric_init_figure/{dataset}_{layers}L_{objective}.log"
+    assert "symmetric_init_figure: 2 runs drawn" in log.read_text()
