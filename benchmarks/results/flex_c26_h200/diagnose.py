@@ -79,11 +79,14 @@ def case(length, heads, dim, causal, p, dtype, rows=3):
     return row
 
 
-def model_level():
-    """The branch's own model test (tests/test_document_attention.py) with the differences it hid."""
+def model_level(head_width: int = 16):
+    """The branch's own model test (tests/test_document_attention.py) with the differences it hid, at
+    heads of ``head_width`` (the test's own are 8, which FlexAttention's Triton kernel does not compile)."""
     sys.path.insert(0, "tests")
+    import test_document_attention
     from test_document_attention import loss_and_gradients
 
+    test_document_attention.TINY["hidden_size"] = head_width * test_document_attention.TINY["n_heads"]
     rows = []
     for objective in ("encoder", "decoder"):
         for dropout in (0.0,):
@@ -107,9 +110,10 @@ def model_level():
 
 
 def main() -> None:
+    """``diagnose.py OUT [--model-only]``: every case, then the model test; or the model test alone."""
     print(torch.__version__, DEVICE, torch.cuda.get_device_name() if DEVICE == "cuda" else "", flush=True)
     rows = []
-    for length in (40, 512):
+    for length in () if "--model-only" in sys.argv else (40, 512):
         for causal in (False, True):
             for p in (0.0, 0.1):
                 for dtype in (torch.float32, torch.bfloat16):
