@@ -11,7 +11,7 @@ rule random_model:
     log:
         f"{R}/logs/random_model/{{slug}}.log",
     wildcard_constraints:
-        slug="|".join(re.escape(s) for s, m in MODELS.items() if m.kind == "random") or "(?!)",
+        slug=slugs_pattern(s for s, m in MODELS.items() if m.kind == "random"),
     conda:
         ENV
     threads: 1

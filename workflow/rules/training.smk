@@ -42,7 +42,7 @@ if TRAINING_RUNS:
         benchmark:
             f"{TR}/benchmarks/train/{{run}}.tsv"
         wildcard_constraints:
-            run="|".join(re.escape(name) for name in TRAINING_RUNS),
+            run=slugs_pattern(TRAINING_RUNS),
         group:
             train_group
         conda:
@@ -123,7 +123,7 @@ if EVOLUTION_GROUPS:
         log:
             f"{TR}/logs/evolution_figure/{{dataset}}_{{layers}}L.log",
         wildcard_constraints:
-            dataset="|".join(re.escape(d) for d, _ in EVOLUTION_GROUPS),
+            dataset=slugs_pattern(d for d, _ in EVOLUTION_GROUPS),
             layers=r"\d+",
             objective=slugs_pattern(sorted({objective for _, _, objective in SYMMETRIC_GROUPS})),
         conda:
