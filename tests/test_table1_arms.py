@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from attngeom.runstats.table1 import summarise
-from attngeom.runstats.table1_display import table1_display
+from attngeom.runstats.table1_display import paper_table1, table1_display
 from attngeom.training.config import make_config
 
 STEPS = np.arange(1, 1501) * 10  # T = 15,000
@@ -97,8 +97,6 @@ def test_a_comparison_over_fewer_seeds_than_its_arm_shows_its_seed_pairs():
     ]
     assert shown.loc[("torch_default_symmetric", "random"), ["seeds", "seed pairs"]].tolist() == [2, "2"]
     assert shown.loc[("random", ""), "seed pairs"] == ""
-    from attngeom.runstats.table1_display import paper_table1
-
     paper = paper_table1(full).set_index("init")
     assert paper.loc["torch_default", "seed pairs"] == "1" and paper.loc["random", "seed pairs"] == ""
 
@@ -121,8 +119,6 @@ def test_the_paper_shaped_table_has_one_row_per_init_against_random():
     """The readable Table 1: one row per init (the authors' symmetric init against its scale control is left
     to the supplementary blocks), the speed-up built into the logs with its interval, no speed-up for the
     reference itself."""
-    from attngeom.runstats.table1_display import paper_table1
-
     full = summarise(*arms(6))
     shown = paper_table1(full).set_index("init")
     assert list(shown.index) == list(FASTER_BY)
