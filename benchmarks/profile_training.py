@@ -9,9 +9,15 @@ host's time an update: waiting for the feed, and in the step's call), then as ma
 time per update by category and the top kernels. On the CPU (a smoke test of the code, ``--device cpu``)
 the table holds the CPU time of each operator instead.
 
+``--update-graph`` is a candidate for issue 40's "the update in one graph": the step's clipping and AdamW
+compiled together (``mode="reduce-overhead"``: one CUDA graph on a GPU), with a capturable AdamW whose
+learning rate lives in device memory, in place of the eager clip and fused AdamW that ``TrainStep`` runs. The
+losses of the timed updates are written with the figures, so two calls compare both speed and numbers.
+
     python benchmarks/profile_training.py                                   # BERT-mini, SDPA, on CUDA
     python benchmarks/profile_training.py --layers 12                       # BERT-base (hidden 768)
     python benchmarks/profile_training.py --out prof.json
+    python benchmarks/profile_training.py --update-graph    # clip + AdamW as one compiled graph (candidate)
     python benchmarks/profile_training.py --device cpu --warmup 1 --updates 1 \\
         --set hidden_size=32 --set n_heads=4 --set intermediate_size=64 --set seq_len=64
 """
@@ -20,9 +26,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -86,6 +93,33 @@ def updates(config: TrainConfig, rt: Runtime, vocab_size: int, corpus) -> Iterat
     return updates_ahead(batches, config, range(config.steps), rt)
 
 
+def graphed_update(step: TrainStep, config: TrainConfig, device: torch.device) -> Callable[[], torch.Tensor]:
+    """The candidate: ``step``'s optimizer swapped for an AdamW of the same groups and settings (``foreach``,
+    capturable on CUDA, the rate a device tensor that ``set_learning_rate`` fills), and clip + step compiled
+    as one function where the step compiles its loss; the norm before clipping, as ``apply_update``."""
+    cuda = device.type == "cuda"
+    groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in step.optimizer.param_groups]
+    lr = torch.tensor(config.lr, device=device) if cuda else config.lr
+    step.optimizer = torch.optim.AdamW(groups, lr=lr, foreach=True, capturable=cuda)
+    params = [p for g in groups for p in g["params"]]
+    limit = config.grad_clip or math.inf
+
+    def clip_and_step() -> torch.Tensor:
+        norm = torch.nn.utils.clip_grad_norm_(params, limit)
+        step.optimizer.step()
+        return norm
+
+    if config.compiles_on(device.type):
+        clip_and_step = torch.compile(clip_and_step, mode="reduce-overhead" if cuda else "default")
+
+    def update() -> torch.Tensor:
+        norm = clip_and_step()
+        step.optimizer.zero_grad(set_to_none=True)
+        return norm.clone()  # out of the graph's memory, which the next replay overwrites
+
+    return update
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -128,6 +162,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--cache", type=Path, default=CACHE, help="the corpus of bench_training.py prepare")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="more settings")
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
+    parser.add_argument(
+        "--update-graph", action="store_true", help="the candidate: clip + AdamW compiled as one graph"
+    )
     args = parser.parse_args(argv)
 
     config = settings(args)
@@ -136,10 +173,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     torch.manual_seed(config.seed)
     model = build_model(config, corpus.vocab_size).to(rt.device).train()
     train_step = TrainStep(model, make_optimizer(model, config, rt.device), config, rt.device, rt.autocast)
+    if args.update_graph:
+        train_step.apply_update = graphed_update(train_step, config, rt.device)
     feed_ = updates(config, rt, corpus.vocab_size, corpus)
     done = 0
 
     host: list[tuple[float, float]] = []
+    losses: list[torch.Tensor] = []
 
     def run(count: int) -> int:
         """``count`` updates; the tokens they trained on. ``host`` gets each update's host seconds: waiting
@@ -150,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             begin = time.perf_counter()
             update = next(feed_)
             fed = time.perf_counter()
-            train_step(update.micro_batches, learning_rate(config, done))
+            losses.append(train_step(update.micro_batches, learning_rate(config, done)).loss)
             host.append((fed - begin, time.perf_counter() - fed))
             tokens += update.tokens
             done += 1
@@ -176,7 +216,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     kinds = per_update.groupby(per_update.index.map(category))["ms"].sum().sort_values(ascending=False)
     where = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
     print(
-        f"\n{config.n_layers} layers, hidden {config.hidden}, attention {config.attention}, {where}: "
+        f"\n{config.n_layers} layers, hidden {config.hidden}, attention {config.attention}, {where}"
+        f"{', update as one graph (candidate)' if args.update_graph else ''}: "
         f"{tokens / seconds:,.0f} tokens/s ({1e3 * seconds / args.updates:.1f} ms an update, "
         f"{tokens / args.updates:,.0f} tokens an update, {args.updates} updates after {args.warmup})"
     )
@@ -194,6 +235,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     result = {
         "device": where,
         "settings": config.to_dict(),
+        "update_graph": args.update_graph,
+        "losses": [float(loss) for loss in losses],
         "tokens_per_s": tokens / seconds,
         "ms_per_update": 1e3 * seconds / args.updates,
         "host_feed_wait_ms": feed_wait_ms,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import paper_setting  # benchmarks/, on the import path through tests/bench_support.py
 import profile_training
+import pytest
 from bench_support import TINY_MODEL
 
 TINY = (*TINY_MODEL, "batch_documents=16")
@@ -46,3 +47,27 @@ def test_categories_name_the_kernels_of_a_gpu_step():
     assert profile_training.category("void at::native::(anonymous)::multi_tensor_apply_kernel") == "optimizer"
     assert profile_training.category("triton_red_fused_native_layer_norm_7") == "elementwise / normalisation"
     assert profile_training.category("Memcpy HtoD (Pinned -> Device)") == "copies / data"
+
+
+def test_the_update_graph_candidate_trains_as_the_shipped_update(bench_cache, tmp_path):
+    """``--update-graph`` (clip + a capturable foreach AdamW, compiled where the step compiles) computes the
+    update ``TrainStep`` ships: the same losses, update by update, to float32 rounding."""
+    argv = [
+        "--device",
+        "cpu",
+        "--layers",
+        "2",
+        "--warmup",
+        "3",
+        "--updates",
+        "2",
+        "--cache",
+        str(bench_cache),
+    ]
+    argv += [f"--set={s}" for s in (*TINY, "lr=1e-3", "warmup_steps=0", "grad_clip=0.5")]  # updates that tell
+    shipped = profile_training.main(argv)
+    candidate = profile_training.main([*argv, "--update-graph"])
+    assert not shipped["update_graph"] and candidate["update_graph"]
+    assert len(candidate["losses"]) == len(shipped["losses"]) == 7
+    assert len(set(shipped["losses"])) > 1  # the model learns: later losses depend on earlier updates
+    assert candidate["losses"] == pytest.approx(shipped["losses"], rel=1e-4)

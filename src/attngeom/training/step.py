@@ -113,8 +113,7 @@ class TrainStep:
 
     def __call__(self, micro_batches: Sequence[MicroBatch], lr: float) -> StepLosses:
         """One update over ``micro_batches``, whose loss positions' weights sum to 1 over the update."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_learning_rate(self.optimizer, lr)
         loss = torch.zeros((), device=self.device)
         lm_loss = torch.zeros((), device=self.device)
         gradients = GradientSum() if self.graphs and len(micro_batches) > 1 else None
@@ -136,10 +135,25 @@ class TrainStep:
             for value in (loss, lm_loss):
                 dist.all_reduce(value)
                 value /= self.world
+        return StepLosses(loss, lm_loss, self.apply_update())
+
+    def apply_update(self) -> torch.Tensor:
+        """Clip the gradients, step AdamW and let the gradients go; the norm before clipping. A method of its
+        own so that a benchmark can put another form of the same update in its place."""
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip or math.inf)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return StepLosses(loss, lm_loss, grad_norm)
+        return grad_norm
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Every group's learning rate; a tensor rate (an optimizer captured in a CUDA graph reads it from device
+    memory) is filled in place, so the graph sees the new value."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
 
 
 class GradientSum:
