@@ -10,14 +10,16 @@ time per update by category and the top kernels. On the CPU (a smoke test of the
 the table holds the CPU time of each operator instead.
 
 ``--update-graph`` is a candidate for issue 40's "the update in one graph": the step's clipping and AdamW
-compiled together (``mode="reduce-overhead"``: one CUDA graph on a GPU), with a capturable AdamW whose
-learning rate lives in device memory, in place of the eager clip and fused AdamW that ``TrainStep`` runs. The
-losses of the timed updates are written with the figures, so two calls compare both speed and numbers.
+compiled together, with a capturable AdamW whose learning rate lives in device memory, in place of the eager
+clip and fused AdamW that ``TrainStep`` runs: ``graphs`` captures it as a CUDA graph of its own
+(``mode="reduce-overhead"``), ``fused`` compiles it without one. The losses of every update are written
+with the figures, so two calls compare both speed and numbers.
 
     python benchmarks/profile_training.py                                   # BERT-mini, SDPA, on CUDA
     python benchmarks/profile_training.py --layers 12                       # BERT-base (hidden 768)
     python benchmarks/profile_training.py --out prof.json
-    python benchmarks/profile_training.py --update-graph    # clip + AdamW as one compiled graph (candidate)
+    python benchmarks/profile_training.py --update-graph graphs   # clip + AdamW as one CUDA graph (candidate)
+    python benchmarks/profile_training.py --update-graph fused    # the same compiled, without the graph
     python benchmarks/profile_training.py --device cpu --warmup 1 --updates 1 \\
         --set hidden_size=32 --set n_heads=4 --set intermediate_size=64 --set seq_len=64
 """
@@ -93,10 +95,14 @@ def updates(config: TrainConfig, rt: Runtime, vocab_size: int, corpus) -> Iterat
     return updates_ahead(batches, config, range(config.steps), rt)
 
 
-def graphed_update(step: TrainStep, config: TrainConfig, device: torch.device) -> Callable[[], torch.Tensor]:
+def graphed_update(
+    step: TrainStep, config: TrainConfig, device: torch.device, form: str
+) -> Callable[[], torch.Tensor]:
     """The candidate: ``step``'s optimizer swapped for an AdamW of the same groups and settings (``foreach``,
     capturable on CUDA, the rate a device tensor that ``set_learning_rate`` fills), and clip + step compiled
-    as one function where the step compiles its loss; the norm before clipping, as ``apply_update``."""
+    as one function where the step compiles its loss (``form`` ``graphs``: as a CUDA graph on a GPU); the norm
+    before clipping, as ``apply_update``. The loss's graphs and this one take turns: each marks a step of
+    torch's CUDA graph trees, so neither counts the other's outputs as its own to overwrite."""
     cuda = device.type == "cuda"
     groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in step.optimizer.param_groups]
     lr = torch.tensor(config.lr, device=device) if cuda else config.lr
@@ -109,13 +115,19 @@ def graphed_update(step: TrainStep, config: TrainConfig, device: torch.device) -
         step.optimizer.step()
         return norm
 
-    if config.compiles_on(device.type):
-        clip_and_step = torch.compile(clip_and_step, mode="reduce-overhead" if cuda else "default")
+    compiles = config.compiles_on(device.type)
+    graphs = compiles and cuda and form == "graphs"
+    if compiles:
+        clip_and_step = torch.compile(clip_and_step, mode="reduce-overhead" if graphs else "default")
 
     def update() -> torch.Tensor:
-        norm = clip_and_step()
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        norm = clip_and_step().clone()  # out of the graph's memory, which the next replay overwrites
         step.optimizer.zero_grad(set_to_none=True)
-        return norm.clone()  # out of the graph's memory, which the next replay overwrites
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        return norm
 
     return update
 
@@ -163,7 +175,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="more settings")
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
     parser.add_argument(
-        "--update-graph", action="store_true", help="the candidate: clip + AdamW compiled as one graph"
+        "--update-graph",
+        choices=("graphs", "fused"),
+        help="the candidate: clip + AdamW compiled as one CUDA graph, or compiled without one",
     )
     args = parser.parse_args(argv)
 
@@ -174,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     model = build_model(config, corpus.vocab_size).to(rt.device).train()
     train_step = TrainStep(model, make_optimizer(model, config, rt.device), config, rt.device, rt.autocast)
     if args.update_graph:
-        train_step.apply_update = graphed_update(train_step, config, rt.device)
+        train_step.apply_update = graphed_update(train_step, config, rt.device, args.update_graph)
     feed_ = updates(config, rt, corpus.vocab_size, corpus)
     done = 0
 
@@ -217,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     where = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
     print(
         f"\n{config.n_layers} layers, hidden {config.hidden}, attention {config.attention}, {where}"
-        f"{', update as one graph (candidate)' if args.update_graph else ''}: "
+        f"{f', update compiled: {args.update_graph} (candidate)' if args.update_graph else ''}: "
         f"{tokens / seconds:,.0f} tokens/s ({1e3 * seconds / args.updates:.1f} ms an update, "
         f"{tokens / args.updates:,.0f} tokens an update, {args.updates} updates after {args.warmup})"
     )
