@@ -102,7 +102,10 @@ def graphed_update(
     capturable on CUDA, the rate a device tensor that ``set_learning_rate`` fills), and clip + step compiled
     as one function where the step compiles its loss (``form`` ``graphs``: as a CUDA graph on a GPU); the norm
     before clipping, as ``apply_update``. The loss's graphs and this one take turns: each marks a step of
-    torch's CUDA graph trees, so neither counts the other's outputs as its own to overwrite."""
+    torch's CUDA graph trees, so neither counts the other's outputs as its own to overwrite. The gradients
+    are outputs of the loss's backward graph (the tied embedding's sum among them), so ``graphs`` first
+    copies them out of that graph's memory: without the copy, the H200 refused ("accessing tensor output
+    of CUDAGraphs that has been overwritten by a subsequent run", ``results/update_graph_h200/``)."""
     cuda = device.type == "cuda"
     groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in step.optimizer.param_groups]
     lr = torch.tensor(config.lr, device=device) if cuda else config.lr
@@ -121,6 +124,10 @@ def graphed_update(
         clip_and_step = torch.compile(clip_and_step, mode="reduce-overhead" if graphs else "default")
 
     def update() -> torch.Tensor:
+        if form == "graphs":
+            taken = [p for p in params if p.grad is not None]
+            for param, grad in zip(taken, torch._foreach_mul([p.grad for p in taken], 1.0), strict=True):
+                param.grad = grad
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()
         norm = clip_and_step().clone()  # out of the graph's memory, which the next replay overwrites

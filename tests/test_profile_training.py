@@ -49,7 +49,8 @@ def test_categories_name_the_kernels_of_a_gpu_step():
     assert profile_training.category("Memcpy HtoD (Pinned -> Device)") == "copies / data"
 
 
-def test_the_update_graph_candidate_trains_as_the_shipped_update(bench_cache, tmp_path):
+@pytest.mark.parametrize("form", ["graphs", "fused"])
+def test_the_update_graph_candidate_trains_as_the_shipped_update(form, bench_cache, tmp_path):
     """``--update-graph`` (clip + a capturable foreach AdamW, compiled where the step compiles) computes the
     update ``TrainStep`` ships: the same losses, update by update, to float32 rounding."""
     argv = [
@@ -66,8 +67,8 @@ def test_the_update_graph_candidate_trains_as_the_shipped_update(bench_cache, tm
     ]
     argv += [f"--set={s}" for s in (*TINY, "lr=1e-3", "warmup_steps=0", "grad_clip=0.5")]  # updates that tell
     shipped = profile_training.main(argv)
-    candidate = profile_training.main([*argv, "--update-graph", "graphs"])
-    assert shipped["update_graph"] is None and candidate["update_graph"] == "graphs"
+    candidate = profile_training.main([*argv, "--update-graph", form])
+    assert shipped["update_graph"] is None and candidate["update_graph"] == form
     assert len(candidate["losses"]) == len(shipped["losses"]) == 7
     assert len(set(shipped["losses"])) > 1  # the model learns: later losses depend on earlier updates
     assert candidate["losses"] == pytest.approx(shipped["losses"], rel=1e-4)

@@ -439,6 +439,8 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "python benchmarks/profile_training.py": exercise_profile_training,
     "python benchmarks/profile_training.py --layers 12": exercise_profile_training,
     "python benchmarks/profile_training.py --out mini.json": exercise_profile_training,
+    "python benchmarks/profile_training.py --update-graph fused": exercise_profile_training,
+    "python benchmarks/profile_training.py --update-graph graphs": exercise_profile_training,
     "OMP_NUM_THREADS=1 python benchmarks/masked_vs_padded.py": exercise_masked_vs_padded,
     "python benchmarks/masked_vs_padded.py --preset gpu --steps 2750 --jobs 6 --out "
     "benchmarks/results/masked_vs_padded_h200": options_only("preset gpu trains in bf16 on a CUDA GPU"),
