@@ -11,7 +11,14 @@ from attngeom.training.config import make_config
 from attngeom.training.corpus import load_corpus
 from attngeom.training.loop import learning_rate, make_optimizer
 from attngeom.training.model import build_model, head_logits
-from attngeom.training.step import TrainStep, compile_mode, feed, grouped, micro_batch_indices
+from attngeom.training.step import (
+    TrainStep,
+    compile_mode,
+    feed,
+    grouped,
+    micro_batch_indices,
+    set_learning_rate,
+)
 from attngeom.training.stream_batches import PackedBatches
 
 TINY = dict(n_layers=2, hidden_size=32, n_heads=4, intermediate_size=64, seq_len=48, vocab_size=301)
@@ -130,3 +137,16 @@ def test_gradients_taken_out_after_each_micro_batch_step_like_gradients_summed_i
         weights[0], torch.cat([p.flatten() for p in build_model(config, corpus.vocab_size).parameters()])
     )
     torch.testing.assert_close(weights[1], weights[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_tensor_learning_rate_is_filled_in_place_and_a_float_one_replaced():
+    """A CUDA graph reads a tensor rate from its memory, so the step must write into that tensor, not swap it."""
+    weight = torch.nn.Parameter(torch.ones(2))
+    rate = torch.tensor(1e-3)
+    optimizer = torch.optim.AdamW(
+        [{"params": [weight], "lr": rate}, {"params": [torch.nn.Parameter(torch.ones(1))]}]
+    )
+    set_learning_rate(optimizer, 2.5e-4)
+    first, second = optimizer.param_groups
+    assert first["lr"] is rate and rate.item() == pytest.approx(2.5e-4)
+    assert second["lr"] == 2.5e-4
