@@ -185,6 +185,28 @@ def test_fuzzed_gguf_files_score_or_give_one_error(tmp_path_factory, data):
     outcome(path)
 
 
+@pytest.mark.parametrize("kv_heads", [2**63, 3, 16])
+def test_a_gguf_kv_head_count_that_does_not_split_the_rows_gives_one_error(tmp_path, kv_heads):
+    """Found by the fuzz test above: head_count_kv = 2^63 (a uint64) made the q/k unpermutation overflow
+    torch's reshape with a TypeError instead of the source's one-line error."""
+    header = b"GGUF" + struct.pack("<IQQ", 3, 2, len(GOOD_KV) + 1)
+    for key, good in GOOD_KV.items():
+        value = (
+            struct.pack("<I", 8) + gguf_string(good)
+            if isinstance(good, bytes)
+            else struct.pack("<II", 4, good)
+        )
+        header += gguf_string(key.encode()) + value
+    header += gguf_string(b"llama.attention.head_count_kv") + struct.pack("<IQ", 10, kv_heads)
+    for index, name in enumerate((b"blk.0.attn_q.weight", b"blk.0.attn_k.weight")):
+        header += gguf_string(name) + struct.pack("<I2Q", 2, 8, 8) + struct.pack("<IQ", 0, 256 * index)
+    header += b"\0" * (-len(header) % 32)
+    path = tmp_path / "m.gguf"
+    path.write_bytes(header + bytes(512))
+    message = outcome(path)
+    assert message != "ok" and "m.gguf" in message
+
+
 # --- safetensors ---------------------------------------------------------------------------------------------------
 
 CONFIG = {"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1}

@@ -326,8 +326,12 @@ def architecture(arch: object, where: str) -> GGUFArchitecture:
 
 
 def unpermute(weight: torch.Tensor, heads: int) -> torch.Tensor:
-    """Inverse of llama.cpp's q/k row permutation: per head, interleaved pairs back to two halves."""
+    """Inverse of llama.cpp's q/k row permutation: per head, interleaved pairs back to two halves. A head
+    count that does not split the rows into pairs (a corrupted file's) is a ValueError, which the source
+    turns into its one-line error."""
     rows = weight.shape[0]
+    if heads <= 0 or rows % (2 * heads):
+        raise ValueError(f"{rows} rows do not split into {heads} heads of row pairs")
     return (
         weight.reshape(heads, rows // heads // 2, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
     )
@@ -347,6 +351,8 @@ def _kv_groups(heads: int, kv_heads: int) -> Build:
 
     def build(tensors: list[torch.Tensor]) -> torch.Tensor:
         fused = tensors[0]
+        if fused.shape[0] % (heads + 2 * kv_heads) or heads % kv_heads:
+            raise ValueError(f"{fused.shape[0]} rows do not split into {heads} q, {kv_heads} k and v heads")
         head_dim = fused.shape[0] // (heads + 2 * kv_heads)
         q, k, v = fused.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim])
         rest = fused.shape[1:]
