@@ -90,6 +90,23 @@ def gguf_string(text: bytes) -> bytes:
     return struct.pack("<Q", len(text)) + text
 
 
+def good_value(good: int | bytes) -> bytes:
+    """A well-formed metadata value: a string, or a uint32."""
+    if isinstance(good, bytes):
+        return struct.pack("<I", 8) + gguf_string(good)
+    return struct.pack("<II", 4, good)
+
+
+def tensor_info(name: bytes, dims: list[int], kind: int, offset: int) -> bytes:
+    """A tensor's entry in the header: name, dimensions, GGUF type and data offset."""
+    return (
+        gguf_string(name)
+        + struct.pack("<I", len(dims))
+        + struct.pack(f"<{len(dims)}Q", *dims)
+        + struct.pack("<IQ", kind, offset)
+    )
+
+
 def fault(draw, *kinds: str) -> str | None:
     """Mostly none: one of ``kinds`` in about a third of the draws."""
     return draw(st.sampled_from([None, None, None, None, None, None, *kinds]))
@@ -100,9 +117,7 @@ def gguf_value(draw, good: int | bytes | None = None) -> bytes:
     """A metadata value: ``good`` (a uint32, or a string) unless a fault replaces its type or value."""
     broken = fault(draw, "type", "value", "string", "array", "huge-array")
     if good is not None and broken is None:
-        if isinstance(good, bytes):
-            return struct.pack("<I", 8) + gguf_string(good)
-        return struct.pack("<II", 4, good)
+        return good_value(good)
     if broken in ("array", "huge-array"):
         count = 2**40 if broken == "huge-array" else draw(st.integers(0, 4))
         item = draw(st.sampled_from([4, 8, 99]))
@@ -158,8 +173,7 @@ def gguf_file(draw) -> bytes:
     for key, value in entries:
         header += gguf_string(key.encode()) + value
     for name, dims, kind, offset in tensors:
-        header += gguf_string(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
-        header += struct.pack("<IQ", kind, offset)
+        header += tensor_info(name, dims, kind, offset)
     header += b"\0" * (-len(header) % 32)
     return mutated(header + draw(WEIGHTS), draw)
 
@@ -191,15 +205,10 @@ def test_a_gguf_kv_head_count_that_does_not_split_the_rows_gives_one_error(tmp_p
     torch's reshape with a TypeError instead of the source's one-line error."""
     header = b"GGUF" + struct.pack("<IQQ", 3, 2, len(GOOD_KV) + 1)
     for key, good in GOOD_KV.items():
-        value = (
-            struct.pack("<I", 8) + gguf_string(good)
-            if isinstance(good, bytes)
-            else struct.pack("<II", 4, good)
-        )
-        header += gguf_string(key.encode()) + value
+        header += gguf_string(key.encode()) + good_value(good)
     header += gguf_string(b"llama.attention.head_count_kv") + struct.pack("<IQ", 10, kv_heads)
     for index, name in enumerate((b"blk.0.attn_q.weight", b"blk.0.attn_k.weight")):
-        header += gguf_string(name) + struct.pack("<I2Q", 2, 8, 8) + struct.pack("<IQ", 0, 256 * index)
+        header += tensor_info(name, [8, 8], 0, 256 * index)
     header += b"\0" * (-len(header) % 32)
     path = tmp_path / "m.gguf"
     path.write_bytes(header + bytes(512))

@@ -43,7 +43,7 @@ from .memory import check_fits, rows_per_pass
 from .model import build_model
 from .runs import Restart, RunFolder
 from .stacked_model import StackedLoss
-from .step import GradientSum, StepLosses, compile_loss, compile_mode, let_shapes_vary
+from .step import GradientSum, StepLosses, compile_loss, compile_mode, let_shapes_vary, set_learning_rate
 from .stream_batches import PackedBatches
 
 logger = logging.getLogger(__name__)
@@ -94,8 +94,7 @@ class StackedStep:
 
     def __call__(self, updates: Sequence[Update], lr: float) -> StepLosses:
         """Each run's update; losses and gradient norms come back as (R,) tensors on the device."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_learning_rate(self.optimizer, lr)
         runs = len(updates)
         loss = torch.zeros(runs, device=self.device)
         lm_loss = torch.zeros(runs, device=self.device)
