@@ -9,17 +9,18 @@ host's time an update: waiting for the feed, and in the step's call), then as ma
 time per update by category and the top kernels. On the CPU (a smoke test of the code, ``--device cpu``)
 the table holds the CPU time of each operator instead.
 
-``--update-graph`` is a candidate for issue 40's "the update in one graph": the step's clipping and AdamW
-compiled together, with a capturable AdamW whose learning rate lives in device memory, in place of the eager
-clip and fused AdamW that ``TrainStep`` runs: ``graphs`` captures it as a CUDA graph of its own
-(``mode="reduce-overhead"``), ``fused`` compiles it without one. The losses of every update are written
-with the figures, so two calls compare both speed and numbers.
+``--update-graph`` runs a candidate for issue 40's "the update in one graph" in place of the eager clip
+and fused AdamW that ``TrainStep`` runs, with a capturable AdamW whose learning rate lives in device memory:
+``captured`` records clip + AdamW once as a CUDA graph and replays it, ``fused`` compiles them without a
+graph. The losses of every update are written with the figures, so two calls compare both speed and
+numbers. ``--host-profile`` then runs as many updates again under cProfile: where the host's time goes.
 
     python benchmarks/profile_training.py                                   # BERT-mini, SDPA, on CUDA
     python benchmarks/profile_training.py --layers 12                       # BERT-base (hidden 768)
     python benchmarks/profile_training.py --out prof.json
-    python benchmarks/profile_training.py --update-graph graphs   # clip + AdamW as one CUDA graph (candidate)
-    python benchmarks/profile_training.py --update-graph fused    # the same compiled, without the graph
+    python benchmarks/profile_training.py --update-graph captured  # clip + AdamW as one CUDA graph (candidate)
+    python benchmarks/profile_training.py --update-graph fused     # the same compiled, without a graph
+    python benchmarks/profile_training.py --host-profile host.prof  # then where the host's time goes (cProfile)
     python benchmarks/profile_training.py --device cpu --warmup 1 --updates 1 \\
         --set hidden_size=32 --set n_heads=4 --set intermediate_size=64 --set seq_len=64
 """
@@ -27,8 +28,10 @@ with the figures, so two calls compare both speed and numbers.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import math
+import pstats
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -95,21 +98,15 @@ def updates(config: TrainConfig, rt: Runtime, vocab_size: int, corpus) -> Iterat
     return updates_ahead(batches, config, range(config.steps), rt)
 
 
-def graphed_update(
-    step: TrainStep, config: TrainConfig, device: torch.device, form: str
-) -> Callable[[], torch.Tensor]:
-    """The candidate: ``step``'s optimizer swapped for an AdamW of the same groups and settings (``foreach``,
-    capturable on CUDA, the rate a device tensor that ``set_learning_rate`` fills), and clip + step compiled
-    as one function where the step compiles its loss (``form`` ``graphs``: as a CUDA graph on a GPU); the norm
-    before clipping, as ``apply_update``. The loss's graphs and this one take turns: each marks a step of
-    torch's CUDA graph trees, so neither counts the other's outputs as its own to overwrite. The gradients
-    are outputs of the loss's backward graph (the tied embedding's sum among them), so ``graphs`` first
-    copies them out of that graph's memory: without the copy, the H200 refused ("accessing tensor output
-    of CUDAGraphs that has been overwritten by a subsequent run", ``results/update_graph_h200/``)."""
+def update_optimizer(step: TrainStep, config: TrainConfig, device: torch.device, fused: bool):
+    """An AdamW of ``step``'s groups and settings in place of its own, capturable on CUDA with its rate a
+    device tensor that ``set_learning_rate`` fills in place (so a captured step reads each update's rate);
+    ``fused`` there, else ``foreach``. Returns its parameters and the clip + step of one update."""
     cuda = device.type == "cuda"
     groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in step.optimizer.param_groups]
     lr = torch.tensor(config.lr, device=device) if cuda else config.lr
-    step.optimizer = torch.optim.AdamW(groups, lr=lr, foreach=True, capturable=cuda)
+    kind = {"fused": True} if fused and cuda else {"foreach": True}
+    step.optimizer = torch.optim.AdamW(groups, lr=lr, capturable=cuda, **kind)
     params = [p for g in groups for p in g["params"]]
     limit = config.grad_clip or math.inf
 
@@ -118,25 +115,83 @@ def graphed_update(
         step.optimizer.step()
         return norm
 
-    compiles = config.compiles_on(device.type)
-    graphs = compiles and cuda and form == "graphs"
-    if compiles:
-        clip_and_step = torch.compile(clip_and_step, mode="reduce-overhead" if graphs else "default")
+    return params, clip_and_step
+
+
+def compiled_update(step: TrainStep, config: TrainConfig, device: torch.device) -> Callable[[], torch.Tensor]:
+    """The candidate ``fused``: clip + a foreach AdamW compiled as one function where the step compiles
+    its loss (inductor's kernels, no CUDA graph of its own); the norm before clipping, as ``apply_update``.
+    (Its ``reduce-overhead`` form, a CUDA graph of torch's graph trees, stopped on the H200 with torch
+    2.11: ``results/update_graph_h200/``.)"""
+    _, clip_and_step = update_optimizer(step, config, device, fused=False)
+    if config.compiles_on(device.type):
+        clip_and_step = torch.compile(clip_and_step)
 
     def update() -> torch.Tensor:
-        if form == "graphs":
-            taken = [p for p in params if p.grad is not None]
-            for param, grad in zip(taken, torch._foreach_mul([p.grad for p in taken], 1.0), strict=True):
-                param.grad = grad
-        if graphs:
-            torch.compiler.cudagraph_mark_step_begin()
-        norm = clip_and_step().clone()  # out of the graph's memory, which the next replay overwrites
+        norm = clip_and_step()
         step.optimizer.zero_grad(set_to_none=True)
-        if graphs:
-            torch.compiler.cudagraph_mark_step_begin()
         return norm
 
     return update
+
+
+CAPTURE_AFTER = 3
+"""Updates ``captured`` runs eagerly before it records its graph: they make AdamW's state."""
+
+
+def captured_update(step: TrainStep, config: TrainConfig, device: torch.device) -> Callable[[], torch.Tensor]:
+    """The candidate ``captured``: clip + a fused, capturable AdamW recorded once as a CUDA graph
+    (``torch.cuda.graph``) over gradient buffers of fixed address, then replayed: an update is one copy of
+    the gradients into the buffers and one replay, in place of the eager clip's and AdamW's Python and
+    launches. The gradients are the loss graph's outputs, overwritten by its next replay, hence the copy.
+    After ``CAPTURE_AFTER`` eager updates; on the CPU nothing is captured and every update runs eagerly on
+    the buffers (the same arithmetic, so a CPU test checks the numbers)."""
+    params, clip_and_step = update_optimizer(step, config, device, fused=True)
+    buffers: list[torch.Tensor] = []
+    taken: list[torch.nn.Parameter] = []
+    graph: torch.cuda.CUDAGraph | None = None
+    norm = torch.zeros(())
+    done = 0
+
+    def update() -> torch.Tensor:
+        nonlocal graph, norm, done
+        if not buffers:  # the parameters that get gradients, fixed from the first update on
+            taken.extend(p for p in params if p.grad is not None)
+            buffers.extend(p.grad.clone() for p in taken)
+        else:
+            torch._foreach_copy_(buffers, [p.grad for p in taken])
+        for param, buffer in zip(taken, buffers, strict=True):
+            param.grad = buffer
+        if graph is not None:
+            graph.replay()
+        elif device.type == "cuda" and done >= CAPTURE_AFTER:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # the feed's thread copies on
+                norm = clip_and_step()
+            graph.replay()
+        else:
+            norm = clip_and_step()
+        done += 1
+        step.optimizer.zero_grad(set_to_none=True)  # the buffers stay; the next backward makes new gradients
+        return norm.clone()  # out of the graph's memory, which the next replay overwrites
+
+    return update
+
+
+def host_functions(stats: pstats.Stats, updates: int, key: str) -> list[dict]:
+    """The ``TOP`` functions by the host's time per update, ``key`` ``own_ms`` (in the function itself) or
+    ``cumulative_ms`` (with its callees). cProfile slows Python down, so these say where the host's time
+    goes, not how long it takes without the profiler."""
+    rows = [
+        {
+            "function": f"{name} ({Path(file).name}:{line})",
+            "own_ms": 1e3 * own / updates,
+            "cumulative_ms": 1e3 * cumulative / updates,
+            "calls": calls / updates,
+        }
+        for (file, line, name), (_, calls, own, cumulative, _) in stats.stats.items()
+    ]
+    return sorted(rows, key=lambda row: row[key], reverse=True)[:TOP]
 
 
 def synchronize(device: torch.device) -> None:
@@ -183,8 +238,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
     parser.add_argument(
         "--update-graph",
-        choices=("graphs", "fused"),
-        help="the candidate: clip + AdamW compiled as one CUDA graph, or compiled without one",
+        choices=("captured", "fused"),
+        help="a candidate: clip + AdamW captured as one CUDA graph, or compiled without one",
+    )
+    parser.add_argument(
+        "--host-profile",
+        type=Path,
+        metavar="FILE",
+        help="then as many updates again under cProfile: the host's time by function, its stats to FILE",
     )
     args = parser.parse_args(argv)
 
@@ -195,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     model = build_model(config, corpus.vocab_size).to(rt.device).train()
     train_step = TrainStep(model, make_optimizer(model, config, rt.device), config, rt.device, rt.autocast)
     if args.update_graph:
-        train_step.apply_update = graphed_update(train_step, config, rt.device, args.update_graph)
+        candidate = captured_update if args.update_graph == "captured" else compiled_update
+        train_step.apply_update = candidate(train_step, config, rt.device)
     feed_ = updates(config, rt, corpus.vocab_size, corpus)
     done = 0
 
@@ -229,6 +291,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
         run(args.updates)
+    host_top: dict[str, list[dict]] = {}
+    if args.host_profile:
+        with cProfile.Profile() as hp:
+            run(args.updates)
+        hp.dump_stats(args.host_profile)
+        host_top = {
+            key: host_functions(pstats.Stats(hp), args.updates, key) for key in ("own_ms", "cumulative_ms")
+        }
     feed_.close()
 
     per_update = device_times(prof, rt.device)
@@ -253,6 +323,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     print(f"\ntop {TOP} kernels (ms and calls per update):")
     for name, row in per_update.head(TOP).iterrows():
         print(f"  {row.ms:9.3f} {row.calls:6.1f}  {category(name):<12.12}  {name[:110]}")
+    for key, rows in host_top.items():
+        print(
+            f"\nhost under cProfile, top {TOP} functions by {key} (ms own, ms with callees, calls; per update):"
+        )
+        for row in rows:
+            print(
+                f"  {row['own_ms']:8.3f} {row['cumulative_ms']:8.3f} {row['calls']:7.1f}  {row['function'][:100]}"
+            )
     result = {
         "device": where,
         "settings": config.to_dict(),
@@ -264,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "host_step_call_ms": step_call_ms,
         "ms_by_category": kinds.to_dict(),
         "top_kernels": per_update.head(TOP).reset_index(names="name").to_dict(orient="records"),
+        "host_top_functions": host_top,
     }
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")

@@ -3,6 +3,8 @@ the CPU with a tiny model, for two updates."""
 
 from __future__ import annotations
 
+import pstats
+
 import paper_setting  # benchmarks/, on the import path through tests/bench_support.py
 import profile_training
 import pytest
@@ -14,6 +16,7 @@ TINY = (*TINY_MODEL, "batch_documents=16")
 def test_the_profile_prints_time_by_category_for_the_paper_defaults(bench_cache, tmp_path, capsys):
     argv = ["--device", "cpu", "--layers", "2", "--warmup", "1", "--updates", "1"]
     argv += ["--cache", str(bench_cache), "--out", str(tmp_path / "profile.json")]
+    argv += ["--host-profile", str(tmp_path / "host.prof")]
     argv += [f"--set={s}" for s in TINY]
     result = profile_training.main(argv)
     printed = capsys.readouterr().out
@@ -32,6 +35,19 @@ def test_the_profile_prints_time_by_category_for_the_paper_defaults(bench_cache,
     assert recorded["n_layers"] == 2 and recorded["hidden_size"] == 32 and recorded["device"] == "cpu"
     assert recorded["masking"] == "bernoulli" and recorded["batch_size"] is None  # paper.yaml's, as the CLI
     assert (tmp_path / "profile.json").exists()
+    # the host's time by function: the step's call is among the callers, each list sorted by its own key
+    stats = pstats.Stats(str(tmp_path / "host.prof"))
+    assert any(name == "__call__" and file.endswith("step.py") for file, _, name in stats.stats)
+    for key, rows in result["host_top_functions"].items():
+        assert len(rows) == 15 and [r[key] for r in rows] == sorted((r[key] for r in rows), reverse=True)
+        assert all(r["cumulative_ms"] >= r["own_ms"] >= 0 and r["calls"] > 0 for r in rows)
+    assert "by cumulative_ms" in printed and "by own_ms" in printed
+    step_call = next(
+        r
+        for r in result["host_top_functions"]["cumulative_ms"]
+        if r["function"].startswith("__call__ (step.py")
+    )
+    assert step_call["calls"] == 1  # one step call an update
 
 
 def test_categories_name_the_kernels_of_a_gpu_step():
@@ -49,10 +65,11 @@ def test_categories_name_the_kernels_of_a_gpu_step():
     assert profile_training.category("Memcpy HtoD (Pinned -> Device)") == "copies / data"
 
 
-@pytest.mark.parametrize("form", ["graphs", "fused"])
+@pytest.mark.parametrize("form", ["captured", "fused"])
 def test_the_update_graph_candidate_trains_as_the_shipped_update(form, bench_cache, tmp_path):
-    """``--update-graph`` (clip + a capturable foreach AdamW, compiled where the step compiles) computes the
-    update ``TrainStep`` ships: the same losses, update by update, to float32 rounding."""
+    """``--update-graph`` (clip + a capturable AdamW: ``captured`` on gradient buffers of its own, which a
+    stale copy would break; ``fused`` compiled where the step compiles) computes the update ``TrainStep``
+    ships: the same losses, update by update, to float32 rounding. (The CUDA graph itself needs a GPU.)"""
     argv = [
         "--device",
         "cpu",
