@@ -9,17 +9,17 @@ host's time an update: waiting for the feed, and in the step's call), then as ma
 time per update by category and the top kernels. On the CPU (a smoke test of the code, ``--device cpu``)
 the table holds the CPU time of each operator instead.
 
-``--update-graph`` runs a candidate for issue 40's "the update in one graph" in place of the eager clip
-and fused AdamW that ``TrainStep`` runs, with a capturable AdamW whose learning rate lives in device memory:
-``captured`` records clip + AdamW once as a CUDA graph and replays it, ``fused`` compiles them without a
-graph. The losses of every update are written with the figures, so two calls compare both speed and
-numbers. ``--host-profile`` then runs as many updates again under cProfile: where the host's time goes.
+Issue 40's "the update in one graph" is the setting ``update_graph`` (``--set update_graph=true``: clip +
+AdamW recorded once as a CUDA graph and replayed, ``step.CapturedUpdate``); ``--update-graph fused`` runs
+another candidate in place of the eager clip and fused AdamW that ``TrainStep`` runs: the two compiled
+without a graph. The losses of every update are written with the figures, so two calls compare both speed
+and numbers. ``--host-profile`` then runs as many updates again under cProfile: where the host's time goes.
 
     python benchmarks/profile_training.py                                   # BERT-mini, SDPA, on CUDA
     python benchmarks/profile_training.py --layers 12                       # BERT-base (hidden 768)
     python benchmarks/profile_training.py --out prof.json
-    python benchmarks/profile_training.py --update-graph captured  # clip + AdamW as one CUDA graph (candidate)
-    python benchmarks/profile_training.py --update-graph fused     # the same compiled, without a graph
+    python benchmarks/profile_training.py --set update_graph=true  # clip + AdamW as one CUDA graph
+    python benchmarks/profile_training.py --update-graph fused     # the two compiled, without a graph
     python benchmarks/profile_training.py --host-profile host.prof  # then where the host's time goes (cProfile)
     python benchmarks/profile_training.py --device cpu --warmup 1 --updates 1 \\
         --set hidden_size=32 --set n_heads=4 --set intermediate_size=64 --set seq_len=64
@@ -98,15 +98,16 @@ def updates(config: TrainConfig, rt: Runtime, vocab_size: int, corpus) -> Iterat
     return updates_ahead(batches, config, range(config.steps), rt)
 
 
-def update_optimizer(step: TrainStep, config: TrainConfig, device: torch.device, fused: bool):
-    """An AdamW of ``step``'s groups and settings in place of its own, capturable on CUDA with its rate a
-    device tensor that ``set_learning_rate`` fills in place (so a captured step reads each update's rate);
-    ``fused`` there, else ``foreach``. Returns its parameters and the clip + step of one update."""
+def compiled_update(step: TrainStep, config: TrainConfig, device: torch.device) -> Callable[[], torch.Tensor]:
+    """The candidate ``fused``: ``step``'s optimizer swapped for an AdamW of the same groups and settings
+    (``foreach``, capturable on CUDA, the rate a device tensor that ``set_learning_rate`` fills), and clip +
+    step compiled as one function where the step compiles its loss (inductor's kernels, no CUDA graph of its
+    own); the norm before clipping, as ``apply_update``. (Its ``reduce-overhead`` form, a CUDA graph of
+    torch's graph trees, stopped on the H200 with torch 2.11: ``results/update_graph_h200/``.)"""
     cuda = device.type == "cuda"
     groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in step.optimizer.param_groups]
     lr = torch.tensor(config.lr, device=device) if cuda else config.lr
-    kind = {"fused": True} if fused and cuda else {"foreach": True}
-    step.optimizer = torch.optim.AdamW(groups, lr=lr, capturable=cuda, **kind)
+    step.optimizer = torch.optim.AdamW(groups, lr=lr, foreach=True, capturable=cuda)
     params = [p for g in groups for p in g["params"]]
     limit = config.grad_clip or math.inf
 
@@ -115,15 +116,6 @@ def update_optimizer(step: TrainStep, config: TrainConfig, device: torch.device,
         step.optimizer.step()
         return norm
 
-    return params, clip_and_step
-
-
-def compiled_update(step: TrainStep, config: TrainConfig, device: torch.device) -> Callable[[], torch.Tensor]:
-    """The candidate ``fused``: clip + a foreach AdamW compiled as one function where the step compiles
-    its loss (inductor's kernels, no CUDA graph of its own); the norm before clipping, as ``apply_update``.
-    (Its ``reduce-overhead`` form, a CUDA graph of torch's graph trees, stopped on the H200 with torch
-    2.11: ``results/update_graph_h200/``.)"""
-    _, clip_and_step = update_optimizer(step, config, device, fused=False)
     if config.compiles_on(device.type):
         clip_and_step = torch.compile(clip_and_step)
 
@@ -131,49 +123,6 @@ def compiled_update(step: TrainStep, config: TrainConfig, device: torch.device) 
         norm = clip_and_step()
         step.optimizer.zero_grad(set_to_none=True)
         return norm
-
-    return update
-
-
-CAPTURE_AFTER = 3
-"""Updates ``captured`` runs eagerly before it records its graph: they make AdamW's state."""
-
-
-def captured_update(step: TrainStep, config: TrainConfig, device: torch.device) -> Callable[[], torch.Tensor]:
-    """The candidate ``captured``: clip + a fused, capturable AdamW recorded once as a CUDA graph
-    (``torch.cuda.graph``) over gradient buffers of fixed address, then replayed: an update is one copy of
-    the gradients into the buffers and one replay, in place of the eager clip's and AdamW's Python and
-    launches. The gradients are the loss graph's outputs, overwritten by its next replay, hence the copy.
-    After ``CAPTURE_AFTER`` eager updates; on the CPU nothing is captured and every update runs eagerly on
-    the buffers (the same arithmetic, so a CPU test checks the numbers)."""
-    params, clip_and_step = update_optimizer(step, config, device, fused=True)
-    buffers: list[torch.Tensor] = []
-    taken: list[torch.nn.Parameter] = []
-    graph: torch.cuda.CUDAGraph | None = None
-    norm = torch.zeros(())
-    done = 0
-
-    def update() -> torch.Tensor:
-        nonlocal graph, norm, done
-        if not buffers:  # the parameters that get gradients, fixed from the first update on
-            taken.extend(p for p in params if p.grad is not None)
-            buffers.extend(p.grad.clone() for p in taken)
-        else:
-            torch._foreach_copy_(buffers, [p.grad for p in taken])
-        for param, buffer in zip(taken, buffers, strict=True):
-            param.grad = buffer
-        if graph is not None:
-            graph.replay()
-        elif device.type == "cuda" and done >= CAPTURE_AFTER:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # the feed's thread copies on
-                norm = clip_and_step()
-            graph.replay()
-        else:
-            norm = clip_and_step()
-        done += 1
-        step.optimizer.zero_grad(set_to_none=True)  # the buffers stay; the next backward makes new gradients
-        return norm.clone()  # out of the graph's memory, which the next replay overwrites
 
     return update
 
@@ -238,8 +187,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
     parser.add_argument(
         "--update-graph",
-        choices=("captured", "fused"),
-        help="a candidate: clip + AdamW captured as one CUDA graph, or compiled without one",
+        choices=("fused",),
+        help="a candidate: clip + AdamW compiled without a CUDA graph",
     )
     parser.add_argument(
         "--host-profile",
@@ -256,8 +205,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     model = build_model(config, corpus.vocab_size).to(rt.device).train()
     train_step = TrainStep(model, make_optimizer(model, config, rt.device), config, rt.device, rt.autocast)
     if args.update_graph:
-        candidate = captured_update if args.update_graph == "captured" else compiled_update
-        train_step.apply_update = candidate(train_step, config, rt.device)
+        train_step.apply_update = compiled_update(train_step, config, rt.device)
     feed_ = updates(config, rt, corpus.vocab_size, corpus)
     done = 0
 

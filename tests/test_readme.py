@@ -440,7 +440,8 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "python benchmarks/profile_training.py --layers 12": exercise_profile_training,
     "python benchmarks/profile_training.py --out mini.json": exercise_profile_training,
     "python benchmarks/profile_training.py --update-graph fused": exercise_profile_training,
-    "python benchmarks/profile_training.py --update-graph graphs": exercise_profile_training,
+    "python benchmarks/profile_training.py --set update_graph=true": exercise_profile_training,
+    "python benchmarks/profile_training.py --host-profile host.prof": exercise_profile_training,
     "OMP_NUM_THREADS=1 python benchmarks/masked_vs_padded.py": exercise_masked_vs_padded,
     "python benchmarks/masked_vs_padded.py --preset gpu --steps 2750 --jobs 6 --out "
     "benchmarks/results/masked_vs_padded_h200": options_only("preset gpu trains in bf16 on a CUDA GPU"),
@@ -730,6 +731,11 @@ PROSE: dict[str, Callable[[str, Path], None] | str] = {
     "python benchmarks/repro_training.py --report benchmarks/results/layers12_arms_4xh200 "
     "benchmarks/results/layers12_arms_s1_2xh200 benchmarks/results/layers12_arms_s1sym_h200 "
     "benchmarks/results/layers12_arms_s1td_h200 --out OUT": exercise_repro_report,
+    "python benchmarks/repro_training.py --report benchmarks/results/layers12_arms_4xh200 "
+    "benchmarks/results/layers12_arms_s1_2xh200 benchmarks/results/layers12_arms_s1sym_h200 "
+    "benchmarks/results/layers12_arms_s1td_h200 benchmarks/results/layers12_arms_s2_h200 --out OUT": (
+        exercise_repro_report
+    ),
     "python benchmarks/repro_training.py --gpus 4 --seeds 3 --steps 3000": "trains on 4 CUDA GPUs; its "
     "report, from the runs it stored, runs above",
     "python benchmarks/init_arms.py run --device cpu --tiny --experiments horizon --group-by run --gpus 1 "

@@ -12,6 +12,8 @@ from attngeom.training.corpus import load_corpus
 from attngeom.training.loop import learning_rate, make_optimizer
 from attngeom.training.model import build_model, head_logits
 from attngeom.training.step import (
+    CAPTURE_AFTER,
+    CapturedUpdate,
     TrainStep,
     compile_mode,
     feed,
@@ -150,3 +152,68 @@ def test_a_tensor_learning_rate_is_filled_in_place_and_a_float_one_replaced():
     first, second = optimizer.param_groups
     assert first["lr"] is rate and rate.item() == pytest.approx(2.5e-4)
     assert second["lr"] == 2.5e-4
+
+
+def updated(config, captured: bool, updates: int = 5) -> tuple[list[float], torch.Tensor]:
+    """Gradient norms of ``updates`` updates of two micro-batches each on the CPU, and the weights after."""
+    corpus = load_corpus(config, progress=False)
+    batches = PackedBatches(corpus, config)
+    torch.manual_seed(0)
+    model = build_model(config, corpus.vocab_size).train()
+    optimizer = make_optimizer(model, config, torch.device("cpu"))
+    step = TrainStep(model, optimizer, config, torch.device("cpu"))
+    if captured:  # as TrainStep sets it up where the loss runs as CUDA graphs
+        step.captured = CapturedUpdate(model, optimizer, config)
+    norms = [
+        float(step([batches[2 * n], batches[2 * n + 1]], learning_rate(config, n)).grad_norm)
+        for n in range(updates)
+    ]
+    return norms, torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_the_captured_update_moves_the_model_as_the_eager_update(config):
+    """``update_graph``'s update (clip + AdamW on gradient buffers of its own; off CUDA it runs them eagerly,
+    where nothing is captured) computes what ``apply_update``'s eager clip and AdamW compute, over updates
+    whose rate changes and whose clipping bites: a buffer left stale by a missed copy would show."""
+    config = make_config(config.to_dict(), {"grad_clip": 0.05, "warmup_steps": 3})
+    (eager_norms, eager), (captured_norms, captured) = updated(config, False), updated(config, True)
+    assert max(eager_norms) > 0.05 and len(set(eager_norms)) == len(eager_norms)  # clipped, and learning
+    assert CAPTURE_AFTER < len(eager_norms)
+    torch.testing.assert_close(torch.tensor(captured_norms), torch.tensor(eager_norms), rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(captured, eager, rtol=1e-5, atol=1e-7)
+
+
+def test_the_captured_update_refuses_gradients_it_did_not_record(config):
+    """A graph recorded over the first update's gradients would leave out a parameter that gets one later:
+    refused, not skipped."""
+    layer = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=1e-3)
+    update = CapturedUpdate(layer, optimizer, config)
+    layer.weight.grad = torch.ones_like(layer.weight)
+    update()
+    layer.weight.grad, layer.bias.grad = torch.ones_like(layer.weight), torch.ones_like(layer.bias)
+    with pytest.raises(RuntimeError, match="update_graph: the parameters with gradients changed"):
+        update()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_captured_update_trains_as_the_eager_one_on_a_cuda_gpu(config):
+    """On a GPU, with the loss as CUDA graphs: the recorded update (from update CAPTURE_AFTER + 1 on)
+    gives the losses of the eager one, to bf16 rounding."""
+    cuda = torch.device("cuda")
+    losses = []
+    for graph in (False, True):
+        run = make_config(
+            config.to_dict(), {"device": "cuda", "compile": True, "update_graph": graph, "steps": 8}
+        )
+        batches = PackedBatches(load_corpus(run, progress=False), run)
+        torch.manual_seed(0)
+        model = build_model(run, batches.corpus.vocab_size).to(cuda).train()
+        step = TrainStep(model, make_optimizer(model, run, cuda), run, cuda)
+        assert (step.captured is not None) == graph
+        fed = feed(batches, micro_batch_indices(run, range(run.steps), 0, 1), cuda)
+        losses.append(
+            [float(step(g, learning_rate(run, n)).loss) for n, g in enumerate(grouped(fed, run.grad_accum))]
+        )
+    assert step.captured.graph is not None and len(losses[1]) == 8
+    torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=1e-3, atol=1e-3)

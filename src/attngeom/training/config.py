@@ -213,6 +213,12 @@ class TrainConfig:
     """torch.compile the loss (on one GPU also as CUDA graphs). ``None``: on for CUDA (measured 1.6× eager
     on BERT-base, 3.4× on BERT-mini, H100) unless ``deterministic``; off on the CPU, where compiling costs
     more than it saves on the small models run there."""
+    update_graph: bool = setting(False)
+    """Where the loss runs as CUDA graphs (one GPU, ``compile``): clip and AdamW recorded once as a CUDA graph
+    of their own and replayed every update (``step.CapturedUpdate``), so that their Python and launches leave
+    the host's critical path. The same arithmetic; +19–21% tokens/s for BERT-mini on an H200 in the
+    benchmark's form (``benchmarks/results/update_graph_h200/``). Off until the CLI's own path is timed on
+    a GPU."""
     deterministic: bool = setting(False)
     """Deterministic GPU kernels (slower): needed for a resumed GPU run to repeat the loss log bit for bit."""
     attention: str = setting("dense", choices=("dense", "varlen"))

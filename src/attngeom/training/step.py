@@ -1,7 +1,7 @@
 """One optimizer step, and the micro-batches that feed it, kept off the GPU's critical path.
 
 The step: forward and backward over ``grad_accum`` micro-batches (DDP syncs gradients on the last one only),
-clip, fused AdamW. Compiled (``TrainConfig.compiles_on``), the loss (model, gather at the loss positions, cross-entropy) is one
+clip, fused AdamW (with ``update_graph``, those two as one CUDA graph: ``CapturedUpdate``). Compiled (``TrainConfig.compiles_on``), the loss (model, gather at the loss positions, cross-entropy) is one
 torch.compile graph; on a single CUDA GPU its forward and backward also run as CUDA graphs
 (``reduce-overhead``), also with several micro-batches a step, so a small model is not bound by Python
 launching its kernels. An update is its micro-batches: ``grad_accum`` of the packed stream, or as many
@@ -107,6 +107,9 @@ class TrainStep:
             mode = mode or compile_mode(device, world)
             self.graphs = mode == "reduce-overhead"
             objective = compile_loss(objective, mode)
+        self.captured = (
+            CapturedUpdate(model, optimizer, config) if self.graphs and config.update_graph else None
+        )
         if world > 1:
             objective = torch.nn.parallel.DistributedDataParallel(objective)
         self.objective = objective
@@ -140,6 +143,8 @@ class TrainStep:
     def apply_update(self) -> torch.Tensor:
         """Clip the gradients, step AdamW and let the gradients go; the norm before clipping. A method of its
         own so that a benchmark can put another form of the same update in its place."""
+        if self.captured is not None:
+            return self.captured()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip or math.inf)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -154,6 +159,66 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
             group["lr"].fill_(lr)
         else:
             group["lr"] = lr
+
+
+CAPTURE_AFTER = 3
+"""Updates that ``CapturedUpdate`` runs eagerly before it records its graph: they make AdamW's state."""
+
+
+class CapturedUpdate:
+    """Clip + AdamW recorded once as a CUDA graph over gradient buffers of fixed address, then replayed: an
+    update is one copy of the gradients into the buffers and one replay, in place of the eager clip's and
+    AdamW's Python and kernel launches (on BERT-mini about a third of the host's time in the step, which
+    bounds its speed on an H200). The gradients are the loss graphs' outputs, which their next replay
+    overwrites, hence the copy. The optimizer becomes capturable, its learning rates device tensors that
+    ``set_learning_rate`` fills in place, so the graph reads each update's rate. The first ``CAPTURE_AFTER``
+    updates run eagerly; off CUDA nothing is captured and every update runs eagerly on the buffers (what a
+    CPU test can check: the same arithmetic as ``apply_update``'s)."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig):
+        self.params = list(model.parameters())
+        self.optimizer, self.limit = optimizer, config.grad_clip or math.inf
+        device = self.params[0].device
+        self.cuda = device.type == "cuda"
+        if self.cuda:  # after a checkpoint's load, which sets the saved rates
+            for group in optimizer.param_groups:
+                group["lr"] = torch.tensor(float(group["lr"]), device=device)
+                group["capturable"] = True
+        self.taken: list[torch.nn.Parameter] = []
+        self.buffers: list[torch.Tensor] = []
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.norm: torch.Tensor
+        self.done = 0
+
+    def clip_and_step(self) -> torch.Tensor:
+        norm = torch.nn.utils.clip_grad_norm_(self.taken, self.limit)
+        self.optimizer.step()
+        return norm
+
+    def __call__(self) -> torch.Tensor:
+        """One update from the parameters' gradients; the norm before clipping."""
+        if not self.taken:  # the parameters that get gradients, fixed from the first update on
+            self.taken = [p for p in self.params if p.grad is not None]
+            self.buffers = [p.grad.clone() for p in self.taken]
+        elif sum(p.grad is not None for p in self.params) != len(self.taken):
+            raise RuntimeError("update_graph: the parameters with gradients changed after the first update")
+        else:
+            torch._foreach_copy_(self.buffers, [p.grad for p in self.taken])
+        for param, buffer in zip(self.taken, self.buffers, strict=True):
+            param.grad = buffer
+        if self.graph is not None:
+            self.graph.replay()
+        elif self.cuda and self.done >= CAPTURE_AFTER:
+            self.graph = torch.cuda.CUDAGraph()
+            # thread_local: the feed's thread goes on copying the next micro-batches meanwhile
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+                self.norm = self.clip_and_step()
+            self.graph.replay()
+        else:
+            self.norm = self.clip_and_step()
+        self.done += 1
+        self.optimizer.zero_grad(set_to_none=True)  # the buffers stay; the next backward makes new gradients
+        return self.norm.clone()  # out of the graph's memory, which the next replay overwrites
 
 
 class GradientSum:
