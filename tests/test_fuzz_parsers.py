@@ -216,6 +216,25 @@ def test_a_gguf_kv_head_count_that_does_not_split_the_rows_gives_one_error(tmp_p
     assert message != "ok" and "m.gguf" in message
 
 
+@pytest.mark.parametrize("key", [b"llama.attention.head_count", b"llama.attention.head_count_kv"])
+def test_a_gguf_head_count_beyond_every_tensor_gives_one_error_before_any_tensor_is_read(tmp_path, key):
+    """A head count larger than any tensor dimension, with key_length set (so no divisibility check
+    stops it): refused from the header, before per-head recipes (StableLM's q/k norms) loop over it."""
+    values = {**GOOD_KV, "llama.attention.key_length": 4, key.decode(): 2**40}
+    header = b"GGUF" + struct.pack("<IQQ", 3, 2, len(values))
+    for name, value in values.items():
+        header += gguf_string(name.encode()) + (
+            struct.pack("<IQ", 10, value) if value == 2**40 else good_value(value)
+        )
+    for index, name in enumerate((b"blk.0.attn_q.weight", b"blk.0.attn_k.weight")):
+        header += tensor_info(name, [8, 8], 0, 256 * index)
+    header += b"\0" * (-len(header) % 32)
+    path = tmp_path / "m.gguf"
+    path.write_bytes(header + bytes(512))
+    message = outcome(path)
+    assert "m.gguf" in message and f"{key.decode()} {2**40} exceeds every tensor dimension" in message
+
+
 # --- safetensors ---------------------------------------------------------------------------------------------------
 
 CONFIG = {"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1}

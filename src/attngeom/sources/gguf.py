@@ -229,11 +229,22 @@ def config_of(header: Header, where: str, name: str) -> PretrainedConfig:
             "(and no key_length says the head width); the file is corrupted, re-convert the model"
         )
     blocks = _count(header, f"{arch}.block_count", where, required=True)
+    kv_heads = _count(header, f"{arch}.attention.head_count_kv", where, False) or heads
+    # each head has at least one row of q or k, so no count exceeds the file's largest tensor dimension;
+    # a larger one would only make the per-head recipes loop (StableLM's q/k norms) before any tensor is
+    # read (a file of no tensors has no blocks to build recipes for: see block_count below)
+    widest = max((max(t.dims) for t in header.tensors.values() if t.dims), default=0)
+    for key, count in (("head_count", heads), ("head_count_kv", kv_heads)):
+        if header.tensors and count > widest:
+            raise InputError(
+                f"{where}: GGUF {arch}.attention.{key} {count} exceeds every tensor dimension in the file "
+                f"(at most {widest}); the file is corrupted, re-convert the model"
+            )
     settings = {
         "hidden_size": hidden,
         "num_hidden_layers": blocks,
         "num_attention_heads": heads,
-        "num_key_value_heads": _count(header, f"{arch}.attention.head_count_kv", where, False) or heads,
+        "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
         "intermediate_size": _count(header, f"{arch}.feed_forward_length", where, required=False),
         "vocab_size": _count(header, f"{arch}.vocab_size", where, required=False) or _vocabulary(header),
