@@ -218,7 +218,7 @@ class TrainConfig:
     of their own and replayed every update (``step.CapturedUpdate``), so that their Python and launches leave
     the host's critical path. The same arithmetic; +19–21% tokens/s for BERT-mini on an H200 in the
     benchmark's form (``benchmarks/results/update_graph_h200/``). Off until the CLI's own path is timed on
-    a GPU."""
+    a GPU. Refused for stacked runs, which clip per run in a step of their own."""
     deterministic: bool = setting(False)
     """Deterministic GPU kernels (slower): needed for a resumed GPU run to repeat the loss log bit for bit."""
     attention: str = setting("dense", choices=("dense", "varlen"))
