@@ -199,40 +199,35 @@ def test_fuzzed_gguf_files_score_or_give_one_error(tmp_path_factory, data):
     outcome(path)
 
 
+def two_tensor_gguf(path: Path, metadata: dict[str, int | bytes]) -> str:
+    """``outcome`` of a GGUF of ``metadata`` (a value of 2^32 or more as a uint64, else as ``good_value``
+    writes it) and block 0's q and k, 8 × 8 zeros."""
+    header = b"GGUF" + struct.pack("<IQQ", 3, 2, len(metadata))
+    for key, value in metadata.items():
+        wide = isinstance(value, int) and value >= 2**32
+        header += gguf_string(key.encode()) + (struct.pack("<IQ", 10, value) if wide else good_value(value))
+    for index, name in enumerate((b"blk.0.attn_q.weight", b"blk.0.attn_k.weight")):
+        header += tensor_info(name, [8, 8], 0, 256 * index)
+    header += b"\0" * (-len(header) % 32)
+    path.write_bytes(header + bytes(512))
+    return outcome(path)
+
+
 @pytest.mark.parametrize("kv_heads", [2**63, 3, 16])
 def test_a_gguf_kv_head_count_that_does_not_split_the_rows_gives_one_error(tmp_path, kv_heads):
     """Found by the fuzz test above: head_count_kv = 2^63 (a uint64) made the q/k unpermutation overflow
     torch's reshape with a TypeError instead of the source's one-line error."""
-    header = b"GGUF" + struct.pack("<IQQ", 3, 2, len(GOOD_KV) + 1)
-    for key, good in GOOD_KV.items():
-        header += gguf_string(key.encode()) + good_value(good)
-    header += gguf_string(b"llama.attention.head_count_kv") + struct.pack("<IQ", 10, kv_heads)
-    for index, name in enumerate((b"blk.0.attn_q.weight", b"blk.0.attn_k.weight")):
-        header += tensor_info(name, [8, 8], 0, 256 * index)
-    header += b"\0" * (-len(header) % 32)
-    path = tmp_path / "m.gguf"
-    path.write_bytes(header + bytes(512))
-    message = outcome(path)
+    message = two_tensor_gguf(tmp_path / "m.gguf", {**GOOD_KV, "llama.attention.head_count_kv": kv_heads})
     assert message != "ok" and "m.gguf" in message
 
 
-@pytest.mark.parametrize("key", [b"llama.attention.head_count", b"llama.attention.head_count_kv"])
+@pytest.mark.parametrize("key", ["llama.attention.head_count", "llama.attention.head_count_kv"])
 def test_a_gguf_head_count_beyond_every_tensor_gives_one_error_before_any_tensor_is_read(tmp_path, key):
     """A head count larger than any tensor dimension, with key_length set (so no divisibility check
     stops it): refused from the header, before per-head recipes (StableLM's q/k norms) loop over it."""
-    values = {**GOOD_KV, "llama.attention.key_length": 4, key.decode(): 2**40}
-    header = b"GGUF" + struct.pack("<IQQ", 3, 2, len(values))
-    for name, value in values.items():
-        header += gguf_string(name.encode()) + (
-            struct.pack("<IQ", 10, value) if value == 2**40 else good_value(value)
-        )
-    for index, name in enumerate((b"blk.0.attn_q.weight", b"blk.0.attn_k.weight")):
-        header += tensor_info(name, [8, 8], 0, 256 * index)
-    header += b"\0" * (-len(header) % 32)
-    path = tmp_path / "m.gguf"
-    path.write_bytes(header + bytes(512))
-    message = outcome(path)
-    assert "m.gguf" in message and f"{key.decode()} {2**40} exceeds every tensor dimension" in message
+    metadata = {**GOOD_KV, "llama.attention.key_length": 4, key: 2**40}
+    message = two_tensor_gguf(tmp_path / "m.gguf", metadata)
+    assert "m.gguf" in message and f"{key} {2**40} exceeds every tensor dimension" in message
 
 
 # --- safetensors ---------------------------------------------------------------------------------------------------
