@@ -1,7 +1,8 @@
 """One optimizer step, and the micro-batches that feed it, kept off the GPU's critical path.
 
 The step: forward and backward over ``grad_accum`` micro-batches (DDP syncs gradients on the last one only),
-clip, fused AdamW (with ``update_graph``, those two as one CUDA graph: ``CapturedUpdate``). Compiled (``TrainConfig.compiles_on``), the loss (model, gather at the loss positions, cross-entropy) is one
+clip, fused AdamW (with ``update_graph``, those two as one CUDA graph: ``CapturedUpdate``). Compiled
+(``TrainConfig.compiles_on``), the loss (model, gather at the loss positions, cross-entropy) is one
 torch.compile graph; on a single CUDA GPU its forward and backward also run as CUDA graphs
 (``reduce-overhead``), also with several micro-batches a step, so a small model is not bound by Python
 launching its kernels. An update is its micro-batches: ``grad_accum`` of the packed stream, or as many
