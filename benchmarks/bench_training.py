@@ -529,15 +529,18 @@ def run_system(name: str, preset: int, args: argparse.Namespace) -> dict:
     """One measurement; a failure (e.g. torch.compile unavailable) is recorded, not fatal."""
     common = (preset, args.steps, args.warmup, args.batch)
     smoke = ("device=cpu", "compile=false") if DEVICE.type == "cpu" else ()
+    settings = (*smoke, *args.set)  # the paper rows' overrides
     runs = {
         "trainer": lambda: trainer_baseline(*common, CACHE, args.profile),
         "plain-eager": lambda: plain_loop(*common, False, args.profile),
         "plain-compiled": lambda: plain_loop(*common, True, args.profile),
         "plain-compiled-mask": lambda: plain_loop(*common, True, args.profile, mask=True),
-        "attngeom-paper": lambda: attngeom_paper(preset, args.paper_steps, CACHE, CACHE / "paper", 1, smoke),
+        "attngeom-paper": lambda: attngeom_paper(
+            preset, args.paper_steps, CACHE, CACHE / "paper", 1, settings
+        ),
         **{
             f"attngeom-paper-stacked-{r}": partial(
-                attngeom_paper, preset, args.paper_steps, CACHE, CACHE / f"paper-stacked-{r}", r, smoke
+                attngeom_paper, preset, args.paper_steps, CACHE, CACHE / f"paper-stacked-{r}", r, settings
             )
             for r in args.stack
         },
@@ -564,8 +567,9 @@ def run_system(name: str, preset: int, args: argparse.Namespace) -> dict:
         gc.collect()
         if DEVICE.type == "cuda":
             torch.cuda.empty_cache()
+    paper_row = name.startswith("attngeom-paper")
     result.update(
-        system=name,
+        system=" ".join([name, *args.set]) if paper_row else name,
         preset=preset,
         wall_s=time.perf_counter() - began,
         gpu=device_name(),
@@ -634,6 +638,14 @@ def main() -> None:
         "--profile",
         type=Path,
         help="also profile 5 steps of each system into this folder (attngeom: its step alone, not train())",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a further training setting for the attngeom-paper rows (e.g. update_graph=true); their "
+        "system names carry it",
     )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/training_throughput.json"))
     parser.add_argument("--device", default="cuda", help="cpu: a smoke test of the code, not a measurement")

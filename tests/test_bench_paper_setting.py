@@ -3,6 +3,8 @@ run here for real, on the CPU, with a small model."""
 
 from __future__ import annotations
 
+import argparse
+
 import bench_training  # benchmarks/, on the import path through tests/bench_support.py
 import paper_setting
 import pytest
@@ -35,3 +37,15 @@ def test_stacked_paper_rows_train_each_run_on_the_same_defaults(bench_cache, tmp
     )
     assert result["runs"] == 2 and result["tokens_per_s"] > 0
     assert result["settings"]["recipe"] == "authors_code"
+
+
+def test_run_sets_further_settings_on_the_paper_row_and_names_them(bench_cache, monkeypatch):
+    """``bench_training.py run --set NAME=VALUE``: the CLI row trains with it, and its system name says so."""
+    monkeypatch.setattr(bench_training, "CACHE", bench_cache)
+    monkeypatch.setattr(bench_training, "DEVICE", bench_training.torch.device("cpu"))
+    extra = [*TINY_MODEL, "batch_documents=32", "grad_clip=0.5"]
+    args = argparse.Namespace(set=extra, paper_steps=2, stack=[], steps=1, warmup=0, batch=2, profile=None)
+    result = bench_training.run_system("attngeom-paper", 2, args)
+    assert "error" not in result, result.get("error")
+    assert result["system"] == " ".join(["attngeom-paper", *extra])
+    assert result["settings"]["grad_clip"] == 0.5
