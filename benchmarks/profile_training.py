@@ -48,7 +48,7 @@ from attngeom.training.document_batches import DocumentBatches
 from attngeom.training.loop import Runtime, learning_rate, make_optimizer, runtime_for, updates_ahead
 from attngeom.training.memory import rows_per_pass
 from attngeom.training.model import build_model
-from attngeom.training.step import TrainStep
+from attngeom.training.step import TrainStep, clip_and_step
 from attngeom.training.stream_batches import PackedBatches
 
 CATEGORIES = (
@@ -111,16 +111,14 @@ def compiled_update(step: TrainStep, config: TrainConfig, device: torch.device) 
     params = [p for g in groups for p in g["params"]]
     limit = config.grad_clip or math.inf
 
-    def clip_and_step() -> torch.Tensor:
-        norm = torch.nn.utils.clip_grad_norm_(params, limit)
-        step.optimizer.step()
-        return norm
+    def clip_and_step_all() -> torch.Tensor:
+        return clip_and_step(params, step.optimizer, limit)
 
     if config.compiles_on(device.type):
-        clip_and_step = torch.compile(clip_and_step)
+        clip_and_step_all = torch.compile(clip_and_step_all)
 
     def update() -> torch.Tensor:
-        norm = clip_and_step()
+        norm = clip_and_step_all()
         step.optimizer.zero_grad(set_to_none=True)
         return norm
 

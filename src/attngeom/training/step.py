@@ -146,10 +146,19 @@ class TrainStep:
         own so that a benchmark can put another form of the same update in its place."""
         if self.captured is not None:
             return self.captured()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip or math.inf)
-        self.optimizer.step()
+        grad_norm = clip_and_step(self.model.parameters(), self.optimizer, self.config.grad_clip or math.inf)
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm
+
+
+def clip_and_step(
+    parameters: Iterable[torch.nn.Parameter], optimizer: torch.optim.Optimizer, limit: float
+) -> torch.Tensor:
+    """The update's arithmetic, whatever runs it (eagerly, recorded or compiled): the gradients of
+    ``parameters`` clipped to norm ``limit``, then the optimizer's step; the norm before clipping."""
+    norm = torch.nn.utils.clip_grad_norm_(parameters, limit)
+    optimizer.step()
+    return norm
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
@@ -191,11 +200,6 @@ class CapturedUpdate:
         self.norm: torch.Tensor
         self.done = 0
 
-    def clip_and_step(self) -> torch.Tensor:
-        norm = torch.nn.utils.clip_grad_norm_(self.taken, self.limit)
-        self.optimizer.step()
-        return norm
-
     def __call__(self) -> torch.Tensor:
         """One update from the parameters' gradients; the norm before clipping."""
         if not self.taken:  # the parameters that get gradients, fixed from the first update on
@@ -213,10 +217,10 @@ class CapturedUpdate:
             self.graph = torch.cuda.CUDAGraph()
             # thread_local: the feed's thread goes on copying the next micro-batches meanwhile
             with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
-                self.norm = self.clip_and_step()
+                self.norm = clip_and_step(self.taken, self.optimizer, self.limit)
             self.graph.replay()
         else:
-            self.norm = self.clip_and_step()
+            self.norm = clip_and_step(self.taken, self.optimizer, self.limit)
         self.done += 1
         self.optimizer.zero_grad(set_to_none=True)  # the buffers stay; the next backward makes new gradients
         return self.norm.clone()  # out of the graph's memory, which the next replay overwrites
