@@ -27,7 +27,9 @@ Table 1 from their logs by their notebook's formula and ours), figure_3_evolutio
 decoder loss) per dataset, depth and tokens (Figures 3 and S5; ``_<dataset>_<layers>L[_characters]`` added when the runs hold several),
 figure_horizon_<layers>L[_characters].png per encoder depth where an init is compared with random (each
 init's speed-up and loss gap with both logs cut at every horizon, beside the authors' runs to 200,000
-updates), horizon.csv (those numbers: init, depth, seed, horizon, speed-up, loss gap), and
+updates), horizon.csv (those numbers: init, depth, seed, horizon, speed-up, loss gap), horizon_summary.csv
+(their mean over seeds at each horizon with 95% intervals, and the loss gap's t and exact sign-flip
+tests), and
 runs.tar.gz (each run's config.yaml, loss.parquet, scores.parquet and log, the figures as PDF, the
 comparison with the authors' nearest published evolution).
 """
@@ -59,7 +61,7 @@ from attngeom.report.training_figures import (
 )
 from attngeom.runstats import authors
 from attngeom.runstats.claims import write_claims
-from attngeom.runstats.horizon import authors_by_horizon, speedup_by_horizon
+from attngeom.runstats.horizon import authors_by_horizon, horizon_summary, speedup_by_horizon
 from attngeom.runstats.table1 import pair_speedups, table1
 from attngeom.runstats.table1_display import write_table1
 from attngeom.tables.formats import to_markdown
@@ -214,6 +216,7 @@ def render(runs: list[Path], out: Path, staging: Path) -> list[Path]:
         {i.name: i.config for i in infos},
     )
     write_text(out / "horizon.csv", by_horizon.to_csv(index=False))
+    write_text(out / "horizon_summary.csv", horizon_summary(by_horizon).to_csv(index=False))
     encoders = by_horizon[by_horizon["objective"] == "encoder"]
     for (layers, characters), ours in encoders.groupby(["layers", "characters"]):
         stems.append(staging / f"figure_horizon_{layers}L{'_characters' if characters else ''}")

@@ -644,14 +644,16 @@ def exercise_paper_config(command: str, tmp_path: Path) -> None:
 
 def exercise_repro_report(command: str, tmp_path: Path) -> None:
     """For real (OUT here): from the stored runs of one hold or several, the claims are those committed in
-    the last folder's report/, and the horizon numbers those within a float's rounding."""
+    the last folder's report/, and the horizon numbers (per seed and over seeds) those within a float's
+    rounding."""
     words = shlex.split(command.replace("OUT", str(tmp_path / "out")))
     run(words, cwd=ROOT, timeout=1200)
     stored = ROOT / words[words.index("--out") - 1] / "report"
     assert (tmp_path / "out" / "claims.csv").read_text() == (stored / "claims.csv").read_text()
-    pd.testing.assert_frame_equal(
-        pd.read_csv(tmp_path / "out" / "horizon.csv"), pd.read_csv(stored / "horizon.csv"), rtol=1e-9
-    )
+    for name in ("horizon.csv", "horizon_summary.csv"):
+        pd.testing.assert_frame_equal(
+            pd.read_csv(tmp_path / "out" / name), pd.read_csv(stored / name), rtol=1e-9
+        )
 
 
 def exercise_snakemake_prose(command: str, tmp_path: Path) -> None:
@@ -717,29 +719,12 @@ PROSE: dict[str, Callable[[str, Path], None] | str] = {
     "attngeom paper-config": exercise_paper_config,
     "python benchmarks/repro_training.py --report benchmarks/results/init_arms_4xh100 "
     "benchmarks/results/seeds_decoders_4xh200 --out OUT": exercise_repro_report,
-    "python benchmarks/repro_training.py --report benchmarks/results/layers12_arms_4xh200 --out OUT": (
-        exercise_repro_report
-    ),
-    "python benchmarks/repro_training.py --report benchmarks/results/init_arms_layers12_2xh200 "
-    "benchmarks/results/layers12_arms_4k_2xh200 --out OUT": exercise_repro_report,
-    "python benchmarks/repro_training.py --report benchmarks/results/layers12_arms_4xh200 "
-    "benchmarks/results/layers12_arms_s1_2xh200 --out OUT": exercise_repro_report,
-    "python benchmarks/repro_training.py --report benchmarks/results/layers12_arms_4xh200 "
-    "benchmarks/results/layers12_arms_s1_2xh200 benchmarks/results/layers12_arms_s1sym_h200 --out OUT": (
-        exercise_repro_report
-    ),
-    "python benchmarks/repro_training.py --report benchmarks/results/layers12_arms_4xh200 "
-    "benchmarks/results/layers12_arms_s1_2xh200 benchmarks/results/layers12_arms_s1sym_h200 "
-    "benchmarks/results/layers12_arms_s1td_h200 --out OUT": exercise_repro_report,
-    "python benchmarks/repro_training.py --report benchmarks/results/layers12_arms_4xh200 "
-    "benchmarks/results/layers12_arms_s1_2xh200 benchmarks/results/layers12_arms_s1sym_h200 "
-    "benchmarks/results/layers12_arms_s1td_h200 benchmarks/results/layers12_arms_s2_h200 --out OUT": (
-        exercise_repro_report
-    ),
     "python benchmarks/repro_training.py --report benchmarks/results/layers12_arms_4xh200 "
     "benchmarks/results/layers12_arms_s1_2xh200 benchmarks/results/layers12_arms_s1sym_h200 "
     "benchmarks/results/layers12_arms_s1td_h200 benchmarks/results/layers12_arms_s2_h200 "
-    "benchmarks/results/layers12_arms_s2tds_h200 --out OUT": exercise_repro_report,
+    "benchmarks/results/layers12_arms_s2tds_h200 benchmarks/results/layers12_arms_s2symtd_2xh200 --out OUT": (
+        exercise_repro_report
+    ),
     "python benchmarks/repro_training.py --gpus 4 --seeds 3 --steps 3000": "trains on 4 CUDA GPUs; its "
     "report, from the runs it stored, runs above",
     "python benchmarks/init_arms.py run --device cpu --tiny --experiments horizon --group-by run --gpus 1 "

@@ -50,6 +50,7 @@ def test_one_command_trains_every_run_and_writes_table_1_figures_and_an_archive(
             "figure_s5_encoder.png",
             "figure_horizon_2L.png",  # every init against random, cut at each horizon
             "horizon.csv",
+            "horizon_summary.csv",  # its mean over seeds at each horizon, with intervals and tests
             "notes.md",
             "runs.tar.gz",
             "table_1.csv",

@@ -21,7 +21,7 @@ from attngeom.report.training_figures import (
     speedup_note,
     symmetric_init_figure,
 )
-from attngeom.runstats.horizon import speedup_by_horizon
+from attngeom.runstats.horizon import horizon_summary, speedup_by_horizon
 from attngeom.runstats.intervals import mean_interval, t_975
 from attngeom.runstats.official import compare_official, nearest_official, official_note, ours_medians
 from attngeom.runstats.pairing import SeedPair, Twin, comparison_key, seed_pairs, twins
@@ -551,6 +551,34 @@ def test_every_init_is_cut_at_each_horizon_against_random_of_its_seed(tmp_path):
     ]
     assert labels[3] == "authors, torch_default_symmetric, jigsaw (one seed)"
     assert (tmp_path / "horizon.pdf").stat().st_size > 0 and (tmp_path / "horizon.png").stat().st_size > 0
+
+
+def test_each_horizon_is_summarised_over_seeds_with_intervals_and_tests():
+    """Over seeds at each horizon: the mean and its 95% t-interval, and the loss gap tested against 0; a
+    horizon that only some seeds reached counts only those; one seed gives a mean and no interval."""
+    gaps = {0: -0.30, 1: -0.20, 2: -0.25, 3: -0.35, 4: -0.40, 5: -0.28}  # every seed one way
+    rows = [
+        {"init": "symmetric", "layers": 12, "objective": "encoder", "characters": False, "seed": seed,
+         "horizon": horizon, "speedup": 10.0 + seed, "loss_gap": gap * (1 if horizon == 4_000 else 0.01)}
+        for seed, gap in gaps.items() for horizon in (4_000, 15_000)
+    ] + [
+        {"init": "symmetric", "layers": 12, "objective": "encoder", "characters": False, "seed": 0,
+         "horizon": 20_000, "speedup": 1.0, "loss_gap": 0.02},
+    ]  # fmt: skip
+    found = horizon_summary(pd.DataFrame(rows)).set_index("horizon")
+    assert list(found.index) == [4_000, 15_000, 20_000]
+    early = found.loc[4_000]
+    assert early["seeds"] == 6
+    expected = mean_interval(list(gaps.values()))
+    assert early["loss_gap"] == pytest.approx(expected.mean)
+    assert (early["loss_gap_low"], early["loss_gap_high"]) == pytest.approx((expected.low, expected.high))
+    assert early["speedup"] == pytest.approx(12.5) and early["speedup_low"] < 12.5 < early["speedup_high"]
+    assert early["loss_gap_p_t"] < 0.001
+    assert early["loss_gap_p_sign_flip"] == pytest.approx(2 / 2**6)  # all one way: the exact floor
+    assert found.loc[15_000, "loss_gap_p_t"] == pytest.approx(early["loss_gap_p_t"])  # scale-free
+    alone = found.loc[20_000]
+    assert alone["seeds"] == 1 and alone["loss_gap"] == 0.02
+    assert math.isnan(alone["loss_gap_low"]) and math.isnan(alone["loss_gap_p_t"])
 
 
 def test_the_authors_init_is_compared_with_random_and_with_its_scale_control():

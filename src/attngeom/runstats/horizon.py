@@ -5,6 +5,8 @@ loss logs at earlier horizons T′ < T, and the authors' logs at the same T′ u
 says whether an init's advantage is a head start that closes (the loss gap shrinks *and* the speed-up, a
 fraction of T′, falls towards 0) or one that lasts (the speed-up stays). Both are timed by the claim rule
 on each cut (``speedup.speedup``, ``speedup.loss_gap``), so a point at T′ = T is Table 1's own.
+``horizon_summary`` gives each init's mean over seeds at each T′ with its 95% interval and tests, so "is the
+head start still there at T′" has an error rate, not only a curve per seed.
 """
 
 from __future__ import annotations
@@ -17,13 +19,28 @@ import pandas as pd
 from ..training.config import TrainConfig
 from ..training.inits import REFERENCE
 from . import authors
+from .intervals import mean_interval
 from .pairing import twins
+from .significance import sign_flip_test, t_test
 from .speedup import CLAIM_RULE, GAP_UPDATES, loss_gap, speedup
 
 POINTS = 24
 """Horizons per comparison, spaced evenly in log(T′)."""
 
 COLUMNS = ("init", "layers", "objective", "characters", "seed", "horizon", "speedup", "loss_gap")
+GROUP = ("init", "layers", "objective", "characters", "horizon")
+SUMMARY_COLUMNS = (
+    *GROUP,
+    "seeds",
+    "speedup",
+    "speedup_low",
+    "speedup_high",
+    "loss_gap",
+    "loss_gap_low",
+    "loss_gap_high",
+    "loss_gap_p_t",
+    "loss_gap_p_sign_flip",
+)
 
 
 def horizons(last: int, first: int = 2 * GAP_UPDATES, points: int = POINTS) -> np.ndarray:
@@ -66,6 +83,34 @@ def speedup_by_horizon(
                 }
             )
     return pd.DataFrame(rows, columns=[*COLUMNS])
+
+
+def horizon_summary(by_horizon: pd.DataFrame) -> pd.DataFrame:
+    """``speedup_by_horizon``'s rows over seeds, per init, kind of run and horizon: the mean speed-up and
+    loss gap with 95% t-intervals (none with one seed), and the loss gap's two-sided tests of 0, the
+    t-test and the exact sign-flip test (which cannot go below 2/2ⁿ with n seeds). The loss gap is the
+    tested quantity: it is paired and 0 in expectation when the init makes no difference, where the
+    claim rule's speed-up is not antisymmetric (Table 1 tests the signed speed-up at T′ = T)."""
+    rows = []
+    for key, group in by_horizon.groupby(list(GROUP), sort=True):
+        speedups, gaps = mean_interval(group["speedup"]), mean_interval(group["loss_gap"])
+        values = group["loss_gap"].to_numpy(dtype=float)
+        many = len(values) > 1
+        rows.append(
+            {
+                **dict(zip(GROUP, key, strict=True)),
+                "seeds": len(group),
+                "speedup": speedups.mean,
+                "speedup_low": speedups.low,
+                "speedup_high": speedups.high,
+                "loss_gap": gaps.mean,
+                "loss_gap_low": gaps.low,
+                "loss_gap_high": gaps.high,
+                "loss_gap_p_t": float(t_test(values)) if many else np.nan,
+                "loss_gap_p_sign_flip": sign_flip_test(values) if many else np.nan,
+            }
+        )
+    return pd.DataFrame(rows, columns=[*SUMMARY_COLUMNS])
 
 
 def authors_by_horizon(logs: pd.DataFrame, layers: int, characters: bool) -> pd.DataFrame:
