@@ -65,6 +65,8 @@ class DocumentBatches:
             corpus.token_id(t) for t in ("[CLS]", "[SEP]", "[PAD]", "[MASK]")
         )
         self.special = np.array([corpus.token_id(t) for t in SPECIAL_TOKENS])
+        self.is_special = np.zeros(corpus.vocab_size, dtype=bool)  # a lookup: np.isin sorts every update
+        self.is_special[self.special] = True
         self.starts, lengths = corpus.document_spans()
         self.lengths = np.minimum(lengths, config.seq_len - 2)
         if len(self.starts) < config.batch_documents:
@@ -119,10 +121,9 @@ class DocumentBatches:
         owner = np.repeat(np.arange(len(docs)), sizes)
         within = np.arange(len(owner)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
         values = self.corpus.tokens[self.starts[docs][owner] + np.maximum(within - 1, 0)].astype(np.int64)
-        edge = (within == 0) | (within == sizes[owner] - 1)
-        values[within == 0] = self.cls
-        values[within == sizes[owner] - 1] = self.sep
-        return _Placed(values, heads[owner] + within, owner, n_rows, edge | np.isin(values, self.special))
+        first, last = within == 0, within == sizes[owner] - 1
+        values[first], values[last] = self.cls, self.sep
+        return _Placed(values, heads[owner] + within, owner, n_rows, self.is_special[values])
 
     def update(self, step: int) -> Update:
         """Update ``step``'s micro-batches: its rows in as few passes of at most ``max_rows`` rows as they
@@ -180,17 +181,14 @@ class DocumentBatches:
         random_ids = torch.randint(self.corpus.vocab_size, (count,), generator=gen).numpy()
         chosen = (noise < self.config.mlm_probability) & ~placed.special
         group = placed.owner * self.groups // self.config.batch_documents  # as ``_weights`` groups them
+        bounds = np.searchsorted(group, np.arange(self.groups + 1))  # owners ascend: groups are runs
         for g in range(self.groups):  # each group of loss positions holds one at least
-            members = group == g
+            members = slice(bounds[g], bounds[g + 1])
             chosen[members] = at_least_one(chosen[members], noise[members], ~placed.special[members])
-        originals = placed.values[chosen]
-        ids[placed.places[chosen]] = corrupt(originals, self.mask, action[chosen], random_ids[chosen])
-        order = np.argsort(placed.places[chosen], kind="stable")
-        picked, originals, owners = (
-            placed.places[chosen][order],
-            originals[order],
-            placed.owner[chosen][order],
-        )
+        places, originals = placed.places[chosen], placed.values[chosen]
+        ids[places] = corrupt(originals, self.mask, action[chosen], random_ids[chosen])
+        order = np.argsort(places, kind="stable")
+        picked, originals, owners = places[order], originals[order], placed.owner[chosen][order]
         row, column = np.divmod(picked, self.config.seq_len)
         per_row = np.bincount(row, minlength=len(ids) // self.config.seq_len)
         slots = bucket(max(1, int(per_row.max())))
