@@ -49,6 +49,10 @@ class Interval:
     def overlaps(self, other: Interval) -> bool:
         return self.low <= other.high and other.low <= self.high
 
+    def columns(self, name: str) -> dict[str, float]:
+        """A table's three columns for it: ``name`` (the mean), ``name_low`` and ``name_high``."""
+        return {name: self.mean, f"{name}_low": self.low, f"{name}_high": self.high}
+
     def plus_minus(self, digits: int) -> str:
         """``3.541 ± 0.012``, or the mean and why there is no interval."""
         if not self.computable:

@@ -29,7 +29,7 @@ from ..training.config import TrainConfig
 from ..training.inits import ARM, AUTHORS, EFFECTS, INITS, REFERENCE
 from ..training.runs import RunInfo
 from . import authors
-from .intervals import Interval, mean_interval, prediction_interval
+from .intervals import mean_interval, prediction_interval
 from .pairing import comparison_key, seed_pairs, twins
 from .plateau import plateau_exits
 from .significance import (
@@ -120,17 +120,13 @@ def verdict(signed: np.ndarray, p: float, test: str = T_TEST) -> str:
     return f"{FASTER if np.mean(signed) > 0 else SLOWER} ({test})"
 
 
-def _interval_columns(name: str, interval: Interval) -> dict[str, float]:
-    return {name: interval.mean, f"{name}_low": interval.low, f"{name}_high": interval.high}
-
-
 def _tests(name: str, values: np.ndarray) -> dict[str, float]:
-    """The three tests' p-values of ``values`` (mean 0?) as ``<name>_p_t``, ``_p_sign_flip``, ``_p_wilcoxon``."""
-    many = len(values) > 1
+    """The three tests' p-values of ``values`` (mean 0?) as ``<name>_p_t``, ``_p_sign_flip``, ``_p_wilcoxon``
+    (each NaN with fewer than 2 values)."""
     return {
-        f"{name}_p_t": float(t_test(values)) if many else np.nan,
-        f"{name}_p_sign_flip": sign_flip_test(values) if many else np.nan,
-        f"{name}_p_wilcoxon": wilcoxon_test(values) if many else np.nan,
+        f"{name}_p_t": float(t_test(values)),
+        f"{name}_p_sign_flip": sign_flip_test(values),
+        f"{name}_p_wilcoxon": wilcoxon_test(values),
     }
 
 
@@ -162,7 +158,7 @@ def _speedup_columns(twinned: pd.DataFrame, null: pd.DataFrame) -> dict[str, obj
     """A compared row's speed-up columns from its seed pairs and its group's null pairs."""
     row: dict[str, object] = {}
     for name in (*(f"speedup_{rule}" for rule in RULES), "speedup_paper", "loss_gap"):
-        row |= _interval_columns(name, mean_interval(twinned[name]))
+        row |= mean_interval(twinned[name]).columns(name)
     for name in PREDICTED:
         predicted = prediction_interval(twinned[name])
         row |= {f"{name}_pred_low": predicted.low, f"{name}_pred_high": predicted.high}
@@ -170,8 +166,8 @@ def _speedup_columns(twinned: pd.DataFrame, null: pd.DataFrame) -> dict[str, obj
     tests = _tests("signed", signed) | _tests("loss_gap", twinned["loss_gap"].to_numpy(dtype=float))
     sd = float(np.std(signed, ddof=1)) if len(signed) > 1 else np.nan
     return row | {
-        **_interval_columns("signed", mean_interval(signed)),
-        **_interval_columns("null", mean_interval(null[f"signed_{CLAIM_RULE}"])),
+        **mean_interval(signed).columns("signed"),
+        **mean_interval(null[f"signed_{CLAIM_RULE}"]).columns("null"),
         "censored": int(twinned[f"censored_{CLAIM_RULE}"].sum()),
         **tests,
         "least_exact_p": least_exact_p(len(signed)),
@@ -253,7 +249,7 @@ def summarise(
                 "seeds": len(names),
                 "steps": min(int(losses[n]["step"].max()) for n in names),
                 "corpus_note": info.substitute,
-                **_interval_columns("final_loss", mean_interval(final_loss(losses[n]) for n in names)),
+                **mean_interval(final_loss(losses[n]) for n in names).columns("final_loss"),
                 **_plateau_columns(level, [exit_of[n] for n in names]),
                 **NO_SPEEDUP,
             }

@@ -218,8 +218,8 @@ class TrainConfig:
     of their own and replayed every update (``step.CapturedUpdate``), so that their Python and launches leave
     the host's critical path. The same arithmetic; +19–21% tokens/s for BERT-mini on an H200 in the
     benchmark's form (``benchmarks/results/update_graph_h200/``), but none through the CLI on other H200s,
-    for BERT-mini (bound by the GPU and the feed) or BERT-base (50 ms an update): off by default. Refused for stacked runs, which clip per
-    run in a step of their own."""
+    for BERT-mini (bound by the GPU and the feed) or BERT-base (50 ms an update): off by default. Refused
+    for stacked runs, which clip per run in a step of their own."""
     deterministic: bool = setting(False)
     """Deterministic GPU kernels (slower): needed for a resumed GPU run to repeat the loss log bit for bit."""
     attention: str = setting("dense", choices=("dense", "varlen"))
