@@ -199,6 +199,17 @@ def test_a_server_that_closes_after_every_byte_is_one_error_within_the_rate_wind
     assert "data/train.parquet" in line and "B/s), under ATTNGEOM_NET_MIN_RATE=1024 " in line, line
 
 
+@pytest.mark.parametrize(("error", "printed"), [(BrokenPipeError, False), (ValueError, True)])
+def test_the_served_corpus_is_quiet_only_when_a_client_hangs_up(corpus, capfd, error, printed):
+    """The drip test reads stderr whole: a client hanging up mid-reply (as the reader does) must not
+    print the stand-in server's traceback there, while a fault of the server itself still does."""
+    try:
+        raise error("mid-reply")
+    except error:
+        corpus.server.handle_error(None, ("127.0.0.1", 0))
+    assert ("mid-reply" in capfd.readouterr().err) is printed
+
+
 @pytest.mark.parametrize(
     ("sha", "status", "words"), [("../../x", None, "'../../x'"), (None, 500, "HTTP 500")]
 )
