@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -28,6 +27,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from hubserver import QuietServer
 
 
 def commit_of(repo: str, revision: str) -> str:
@@ -209,20 +210,11 @@ def _handler(hub: DatasetHub) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class _Server(ThreadingHTTPServer):
-    """Quiet when a client hangs up mid-reply: clients under test do, by design, and a traceback on
-    stderr would land in the very output the tests read."""
-
-    def handle_error(self, request, client_address) -> None:
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
 @contextmanager
 def serving(repos: dict[str, dict[str, Path]]):
     """A running ``DatasetHub`` of ``repos``; its ``url`` goes into HF_ENDPOINT."""
     hub = DatasetHub(repos)
-    server = _Server(("127.0.0.1", 0), _handler(hub))
+    server = QuietServer(("127.0.0.1", 0), _handler(hub))
     hub.url = f"http://127.0.0.1:{server.server_address[1]}"
     hub.server = server
     thread = threading.Thread(target=server.serve_forever, daemon=True)
