@@ -24,7 +24,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -46,7 +46,7 @@ class DatasetHub:
     slow_s: float = 0.5
     info_sha: str | None = None
     info_status: int | None = None
-    server: ThreadingHTTPServer | None = None
+    server: QuietServer | None = None
 
     def find(self, repo: str, revision: str) -> tuple[str, Path] | None:
         """(commit, folder) of a revision given by name or commit hash."""

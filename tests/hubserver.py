@@ -55,8 +55,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-CHUNK = 1 << 20
-
 
 class QuietServer(ThreadingHTTPServer):
     """Quiet when a client hangs up mid-reply: clients under test do, by design (a response they did not
@@ -67,6 +65,7 @@ class QuietServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+CHUNK = 1 << 20
 SORT_FIELDS = {
     "downloads": "downloads",
     "likes": "likes",

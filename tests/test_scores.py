@@ -67,11 +67,8 @@ def symmetry_rounding(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The rounding bound of a symmetry computed from factors: tr(MM) and ‖M‖²_F are sums of products of
     A's and B's entries, so each is off by about ε‖A‖²_F‖B‖²_F, and their ratio by ε·κ² with
     κ = ‖A‖_F‖B‖_F / ‖ABᵀ‖_F. The factor 64 is margin over the 3 measured on 252,000 Gaussian draws."""
-    kappa = (
-        a.square().sum((-2, -1)).sqrt()
-        * b.square().sum((-2, -1)).sqrt()
-        / (a @ b.mT).square().sum((-2, -1)).sqrt()
-    )
+    norm = torch.linalg.matrix_norm  # Frobenius, batched over the leading dimensions
+    kappa = norm(a) * norm(b) / norm(a @ b.mT)
     return 64 * torch.finfo(a.dtype).eps * kappa**2
 
 
@@ -81,10 +78,10 @@ def test_factored_symmetric_scores_one_and_skew_minus_one(seed: int, batch: tupl
     """Within rounding of the factors' conditioning: a 2 × 2 skew A K Aᵀ is one number, at times near 0."""
     a = gaussian(seed, *batch, d, r)
     y = gaussian(seed + 1, *batch, r, r)
-    for inner, want in ((y + y.mT, 1.0), (y - y.mT, -1.0)):  # M = A S Aᵀ (S = Sᵀ), then A K Aᵀ (K = −Kᵀ)
-        got = score_factors(a, a @ inner).symmetry
-        assert ((got - want).abs() <= symmetry_rounding(a, a @ inner)).all(), (got, want)
-    symmetric = score_factors(a, a @ (y + y.mT))
+    symmetric_b, skew_b = a @ (y + y.mT), a @ (y - y.mT)  # M = A S Aᵀ (S = Sᵀ) and A K Aᵀ (K = −Kᵀ)
+    symmetric, skew = score_factors(a, symmetric_b), score_factors(a, skew_b)
+    assert ((symmetric.symmetry - 1).abs() <= symmetry_rounding(a, symmetric_b)).all(), symmetric.symmetry
+    assert ((skew.symmetry + 1).abs() <= symmetry_rounding(a, skew_b)).all(), skew.symmetry
     torch.testing.assert_close(symmetric.directionality, torch.zeros(batch, dtype=F64), atol=1e-6, rtol=0)
 
 
