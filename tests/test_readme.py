@@ -723,7 +723,8 @@ PROSE: dict[str, Callable[[str, Path], None] | str] = {
     "benchmarks/results/layers12_arms_s1_2xh200 benchmarks/results/layers12_arms_s1sym_h200 "
     "benchmarks/results/layers12_arms_s1td_h200 benchmarks/results/layers12_arms_s2_h200 "
     "benchmarks/results/layers12_arms_s2tds_h200 benchmarks/results/layers12_arms_s2symtd_2xh200 "
-    "benchmarks/results/layers12_arms_s3_2xh200 --out OUT": exercise_repro_report,
+    "benchmarks/results/layers12_arms_s3_2xh200 benchmarks/results/layers12_arms_s3symtd_2xh200 "
+    "--out OUT": exercise_repro_report,
     "python benchmarks/repro_training.py --gpus 4 --seeds 3 --steps 3000": "trains on 4 CUDA GPUs; its "
     "report, from the runs it stored, runs above",
     "python benchmarks/init_arms.py run --device cpu --tiny --experiments horizon --group-by run --gpus 1 "
