@@ -6,10 +6,15 @@ dropout 0.1, BERT-mini's (4 × 64) or BERT-base's (12 × 64) heads. Kernels:
 
 - ``dense``: SDPA with the dense boolean document mask (what ``attention: dense`` runs; cuDNN on an H100);
 - ``flash-varlen``: the flash kernel's variable-length form (``attention: varlen``);
-- ``cudnn-varlen``: cuDNN's ragged form, given the same document starts.
+- ``cudnn-varlen``: cuDNN's ragged form, given the same document starts;
+- ``slots``: a candidate layout (issue 40), the same documents in slots of their size class: each document
+  over 256 tokens in a 512-token row, the room left there filled with shorter ones, then documents of
+  129–256 tokens in 256-token slots (two a row), the rest in 128-token slots (four a row), every class one
+  dense masked SDPA call over its slots, the rows viewed as slots without a copy;
+- ``dense-no-dropout``: ``dense`` at dropout 0, what attention dropout costs.
 
 Each is checked against ``dense`` without dropout before it is timed (CUDA events, median of 50 after
-10). Usage (a CUDA GPU)::
+10); ``slots`` token by token, its rows being others. Usage (a CUDA GPU)::
 
     python benchmarks/document_attention.py [--heads 4 12] [--out FILE.json]
 """
@@ -19,7 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -32,26 +38,110 @@ LENGTHS = Path(__file__).with_name("sotu_paragraph_lengths.json")
 ROW, DOCUMENTS, HEAD_DIM, DROPOUT = 512, 256, 64, 0.1
 
 
-def packed_documents(seed: int = 0) -> torch.Tensor:
-    """(rows, 512) document index of every place: 256 paragraph lengths (+2 for [CLS]/[SEP], cut to 512)
-    packed first-fit, each row's rest one padding document (-1)."""
+def document_sizes(seed: int = 0) -> list[int]:
+    """256 paragraph lengths drawn from the corpus' (+2 for [CLS]/[SEP], cut to 512)."""
     counts = json.loads(LENGTHS.read_text())  # token length → paragraphs of that length
     drawn = random.Random(seed).choices([int(n) for n in counts], weights=list(counts.values()), k=DOCUMENTS)
-    free: list[int] = []
-    rows: list[list[int]] = []
-    for size in (min(n + 2, ROW) for n in drawn):
-        row = next((i for i, room in enumerate(free) if room >= size), None)
-        if row is None:
-            free.append(ROW)
-            rows.append([])
-            row = len(rows) - 1
-        free[row] -= size
-        rows[row].append(size)
-    out = torch.empty(len(rows), ROW, dtype=torch.int32)
-    for r, sizes in enumerate(rows):
-        ids = torch.tensor([*range(len(sizes)), -1])  # -1: the row's padding
-        out[r] = torch.repeat_interleave(ids, torch.tensor([*sizes, free[r]]))
-    return out
+    return [min(n + 2, ROW) for n in drawn]
+
+
+def first_fit(
+    sizes: Sequence[int], members: Sequence[int], capacity: int, bins: list[list[int]], grow: bool = True
+) -> list[int]:
+    """Each of ``members`` (indices of ``sizes``) into the first of ``bins`` (of ``capacity``) with room,
+    a new bin if none has (``grow``); the members left out."""
+    free = [capacity - sum(sizes[i] for i in b) for b in bins]
+    left = []
+    for index in members:
+        place = next((b for b, room in enumerate(free) if room >= sizes[index]), None)
+        if place is None and grow:
+            bins.append([])
+            free.append(capacity)
+            place = len(bins) - 1
+        if place is None:
+            left.append(index)
+            continue
+        bins[place].append(index)
+        free[place] -= sizes[index]
+    return left
+
+
+def document_rows(
+    sizes: Sequence[int], bins: list[list[int]], width: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bins, width) document index of every place, each bin's rest a padding document of its own
+    (-1 − bin), and where each document's first token is in the flattened rows."""
+    out = torch.empty(len(bins), width, dtype=torch.int64)
+    starts = torch.empty(len(sizes), dtype=torch.int64)
+    for b, members in enumerate(bins):
+        lengths = [sizes[i] for i in members]
+        out[b] = torch.repeat_interleave(
+            torch.tensor([*members, -1 - b]), torch.tensor([*lengths, width - sum(lengths)])
+        )
+        if members:
+            starts[members] = b * width + torch.tensor([0, *lengths[:-1]]).cumsum(0)
+    return out, starts
+
+
+def packed_documents(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows ``dense`` attends over: the documents packed first-fit into 512-token rows in the order
+    drawn, and each document's start in them."""
+    sizes = document_sizes(seed)
+    bins: list[list[int]] = []
+    first_fit(sizes, range(len(sizes)), ROW, bins)
+    return document_rows(sizes, bins, ROW)
+
+
+SLOT_CLASSES = (512, 256, 128)
+
+
+def slot_bins(sizes: Sequence[int]) -> list[list[list[int]]]:
+    """The documents (indices of ``sizes``) in slots of each of ``SLOT_CLASSES``, largest first: those too
+    long for the next class each start or fill a slot of this one (longest first), then the shorter ones
+    fill the room those slots left."""
+    left = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    classes = []
+    for width, smaller in zip(SLOT_CLASSES, (*SLOT_CLASSES[1:], 0), strict=True):
+        bins: list[list[int]] = []
+        first_fit(sizes, [i for i in left if sizes[i] > smaller], width, bins)
+        left = first_fit(sizes, [i for i in left if sizes[i] <= smaller], width, bins, grow=False)
+        classes.append(bins)
+    return classes
+
+
+def slotted_documents(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """The same documents as ``packed_documents``, in rows of 512 made of slots (``slot_bins``): the
+    classes' rows one after another, a row of class w holding 512 / w slots (a class's last row filled
+    with empty slots); each document's start; how many rows each class takes."""
+    sizes = document_sizes(seed)
+    rows, starts, counts, offset = [], torch.empty(len(sizes), dtype=torch.int64), [], 0
+    for width, bins in zip(SLOT_CLASSES, slot_bins(sizes), strict=True):
+        per_row = ROW // width
+        bins = bins + [[] for _ in range(-len(bins) % per_row)]
+        ids, own = document_rows(sizes, bins, width)
+        ids[ids < 0] -= offset  # padding documents stay distinct across classes
+        placed = [i for b in bins for i in b]
+        starts[placed] = own[placed] + offset
+        rows.append(ids.reshape(-1, ROW))
+        counts.append(len(bins) // per_row)
+        offset += len(bins) * width
+    return torch.cat(rows), starts, counts
+
+
+def slot_attention(q, k, v, masks, counts, dropout):
+    """Attention over rows of slots (``slotted_documents``): (R, H, 512, D) as BERT lays them out ((R, 512,
+    H, D) in memory), each class's rows viewed as its slots, one masked SDPA call a class → (R, 512, H, D)."""
+    rows, heads, _, dim = q.shape
+    outputs, row = [], 0
+    for width, count, mask in zip(SLOT_CLASSES, counts, masks, strict=True):
+        q_, k_, v_ = (
+            t.transpose(1, 2)[row : row + count].reshape(-1, width, heads, dim).transpose(1, 2)
+            for t in (q, k, v)
+        )
+        out = F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask, dropout_p=dropout)
+        outputs.append(out.transpose(1, 2).reshape(count, ROW, heads, dim))
+        row += count
+    return torch.cat(outputs)
 
 
 def cudnn_varlen(q, k, v, segments, dropout):
@@ -66,16 +156,56 @@ def cudnn_varlen(q, k, v, segments, dropout):
     return out.view(rows, length, heads, dim)
 
 
-def kernels(documents: torch.Tensor) -> dict[str, Callable]:
+@dataclass(frozen=True)
+class Layout:
+    """Rows of documents (``documents``: (R, 512) document of every place), where each document starts in
+    them, and the attention kernels that take rows so laid out."""
+
+    documents: torch.Tensor
+    starts: torch.Tensor
+    kernels: dict[str, Callable]
+    pairs: int  # query × key pairs a kernel over whole slots computes
+
+    def places(self, sizes: Sequence[int]) -> torch.Tensor:
+        """The flat place of every token, document after document."""
+        return torch.cat(
+            [start + torch.arange(size) for start, size in zip(self.starts.tolist(), sizes, strict=True)]
+        )
+
+
+def dense_layout(seed: int) -> Layout:
+    documents, starts = packed_documents(seed)
+    documents, starts = documents.cuda(), starts.cuda()
     mask = document_attention_mask(documents, causal=False)
     segments = document_segments(documents.cpu()).cuda()
-    return {
-        "dense": lambda q, k, v, p: F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=p
-        ).transpose(1, 2),
+
+    def dense(q, k, v, p):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p).transpose(1, 2)
+
+    kernels = {
+        "dense": dense,
+        "dense-no-dropout": lambda q, k, v, p: dense(q, k, v, 0.0),
         "flash-varlen": lambda q, k, v, p: document_attention(q, k, v, segments, p, False),
         "cudnn-varlen": lambda q, k, v, p: cudnn_varlen(q, k, v, segments, p),
     }
+    return Layout(documents, starts, kernels, len(documents) * ROW * ROW)
+
+
+def slot_masks(documents: torch.Tensor, counts: Sequence[int]) -> Iterator[torch.Tensor]:
+    """Each class's document mask over its slots (rows of ``slotted_documents``)."""
+    row = 0
+    for width, count in zip(SLOT_CLASSES, counts, strict=True):
+        yield document_attention_mask(documents[row : row + count].reshape(-1, width), causal=False)
+        row += count
+
+
+def slot_layout(seed: int) -> Layout:
+    documents, starts, counts = slotted_documents(seed)
+    documents, starts = documents.cuda(), starts.cuda()
+    masks = list(slot_masks(documents, counts))
+    pairs = sum(count * ROW * width for width, count in zip(SLOT_CLASSES, counts, strict=True))
+    kernels = {"slots": lambda q, k, v, p: slot_attention(q, k, v, masks, counts, p)}
+    return Layout(documents, starts, kernels, pairs)
 
 
 def timed(function: Callable[[], None], warmup: int = 10, repeats: int = 50) -> float:
@@ -93,40 +223,62 @@ def timed(function: Callable[[], None], warmup: int = 10, repeats: int = 50) -> 
     return sorted(times)[len(times) // 2]
 
 
-def measure(heads: int) -> dict:
-    documents = packed_documents().cuda()
-    rows = len(documents)
+def measure(heads: int, seed: int = 0) -> dict:
+    """Every kernel over the same documents, each in its layout's rows: checked token by token against
+    ``dense`` at dropout 0, then timed at ``DROPOUT``."""
+    sizes = document_sizes(seed)
     gen = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (
-        torch.randn(
-            rows, heads, ROW, HEAD_DIM, device="cuda", generator=gen, dtype=torch.bfloat16
-        ).requires_grad_()
+    tokens = sum(sizes)
+    q_tokens, k_tokens, v_tokens = (
+        torch.randn(tokens, heads, HEAD_DIM, device="cuda", generator=gen, dtype=torch.bfloat16)
         for _ in range(3)
     )
-    grad = torch.randn(rows, ROW, heads, HEAD_DIM, device="cuda", generator=gen, dtype=torch.bfloat16)
-    found = kernels(documents)
-    reference = found["dense"](q, k, v, 0.0)
-    same = documents[:, None, :, None] == documents[:, None, None, :]
-    result = {"heads": heads, "rows": rows, "pairs_kept": float(same.float().mean()), "kernels": {}}
-    for name, kernel in found.items():
-        try:
-            error = float((kernel(q, k, v, 0.0) - reference).abs().max())
+    dense = dense_layout(seed)
+    kept = dense.documents[:, :, None] == dense.documents[:, None, :]
+    kept &= (dense.documents >= 0)[:, :, None]
+    result = {
+        "heads": heads,
+        "documents": len(sizes),
+        "tokens": tokens,
+        "pairs_kept": int(kept.sum()),
+        "kernels": {},
+    }
+    reference = None
+    for layout in (dense, slot_layout(seed)):
+        places = layout.places(sizes).cuda()
+        rows = len(layout.documents)
 
-            def forward(kernel=kernel):
-                return kernel(q, k, v, DROPOUT)
+        def in_rows(values: torch.Tensor, places=places, rows=rows) -> torch.Tensor:
+            out = torch.zeros(rows * ROW, heads, HEAD_DIM, device="cuda", dtype=values.dtype)
+            out[places] = values
+            return out.view(rows, ROW, heads, HEAD_DIM).transpose(1, 2).requires_grad_()  # BERT's layout
 
-            def both(kernel=kernel):
-                torch.autograd.grad(kernel(q, k, v, DROPOUT), (q, k, v), grad)
+        q, k, v = in_rows(q_tokens), in_rows(k_tokens), in_rows(v_tokens)
+        grad = torch.randn(rows, ROW, heads, HEAD_DIM, device="cuda", generator=gen, dtype=torch.bfloat16)
+        for name, kernel in layout.kernels.items():
+            try:
+                with torch.no_grad():
+                    out = kernel(q, k, v, 0.0).reshape(rows * ROW, heads, HEAD_DIM)[places]
+                reference = out if reference is None else reference
+                error = float((out - reference).abs().max())
 
-            with torch.no_grad():
-                fwd = timed(forward)
-            result["kernels"][name] = {
-                "max_abs_error": error,
-                "forward_ms": fwd,
-                "forward_backward_ms": timed(both),
-            }
-        except RuntimeError as err:
-            result["kernels"][name] = {"error": str(err).splitlines()[0][:200]}
+                def forward(kernel=kernel, q=q, k=k, v=v):
+                    return kernel(q, k, v, DROPOUT)
+
+                def both(kernel=kernel, q=q, k=k, v=v, grad=grad):
+                    torch.autograd.grad(kernel(q, k, v, DROPOUT), (q, k, v), grad)
+
+                with torch.no_grad():
+                    fwd = timed(forward)
+                result["kernels"][name] = {
+                    "rows": rows,
+                    "pairs_computed": layout.pairs,
+                    "max_abs_error": error,
+                    "forward_ms": fwd,
+                    "forward_backward_ms": timed(both),
+                }
+            except RuntimeError as err:
+                result["kernels"][name] = {"error": str(err).splitlines()[0][:200]}
     return result
 
 
@@ -140,16 +292,15 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     results = [measure(h) for h in args.heads]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, dropout {DROPOUT}, bf16")
     for r in results:
-        print(
-            f"\n{r['heads']} heads of {HEAD_DIM}, {r['rows']} rows of {ROW}, {r['pairs_kept']:.1%} of pairs kept"
-        )
+        print(f"\n{r['heads']} heads of {HEAD_DIM}, {r['documents']} documents, {r['tokens']} tokens")
         for name, k in r["kernels"].items():
             if "error" in k:
-                print(f"  {name:<14} failed: {k['error']}")
+                print(f"  {name:<16} failed: {k['error']}")
             else:
                 print(
-                    f"  {name:<14} forward {k['forward_ms']:7.3f} ms   forward+backward "
-                    f"{k['forward_backward_ms']:7.3f} ms   max |Δ| vs dense {k['max_abs_error']:.2e}"
+                    f"  {name:<16} {k['rows']:3d} rows, {r['pairs_kept'] / k['pairs_computed']:5.1%} of pairs kept"
+                    f"   forward {k['forward_ms']:7.3f} ms   forward+backward {k['forward_backward_ms']:7.3f} ms"
+                    f"   max |Δ| vs dense {k['max_abs_error']:.2e}"
                 )
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")

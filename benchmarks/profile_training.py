@@ -47,7 +47,7 @@ from attngeom.training.corpus import load_corpus
 from attngeom.training.document_batches import DocumentBatches
 from attngeom.training.loop import Runtime, learning_rate, make_optimizer, runtime_for, updates_ahead
 from attngeom.training.memory import rows_per_pass
-from attngeom.training.model import build_model
+from attngeom.training.model import VOCABULARY_MULTIPLE, build_model
 from attngeom.training.step import TrainStep, clip_and_step
 from attngeom.training.stream_batches import PackedBatches
 
@@ -67,6 +67,25 @@ compiled (Triton) kernel that fuses a copy into its arithmetic (``triton_red_fus
 elementwise work, not a copy."""
 OTHER = "other"
 TOP = 15
+
+DENSE_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4}
+"""Datasheet dense bf16 tensor-core peak of an SXM card, by the name's model: the yardstick of ``rates``."""
+
+
+def update_flops(config: TrainConfig, rows: int, slots: int, vocab: int) -> dict[str, float]:
+    """Floating-point operations of one update's forward and backward passes, counted from its shapes:
+    ``rows`` rows of ``seq_len`` (padding included: the kernels compute it) and ``slots`` loss slots.
+    Matrix products: 2 × 3 (forward, two gradients) × tokens × each layer's q, k, v, output and two FFN
+    matrices, plus the head's transform and decoder at the loss slots. Attention: 4 d_h flops a query × key
+    pair a head forward (QKᵀ and PV), 10 backward (the scores recomputed, four gradients' products), over
+    every pair of each row, as the dense kernel computes them."""
+    d, inner, length = config.hidden, config.intermediate, config.seq_len
+    tokens = rows * length
+    vocab += -vocab % VOCABULARY_MULTIPLE
+    matrices = 6 * tokens * config.n_layers * (4 * d * d + 2 * d * inner) + 6 * slots * (d * d + d * vocab)
+    head_dim = d // config.heads
+    attention = 14 * head_dim * config.heads * config.n_layers * rows * length * length
+    return {"matrix products": float(matrices), "attention kernels": float(attention)}
 
 
 def category(name: str) -> str:
@@ -209,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     host: list[tuple[float, float]] = []
     losses: list[torch.Tensor] = []
+    shapes: list[tuple[int, int]] = []  # each update's rows and loss slots, over its passes
 
     def run(count: int) -> int:
         """``count`` updates; the tokens they trained on. ``host`` gets each update's host seconds: waiting
@@ -219,6 +239,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
             begin = time.perf_counter()
             update = next(feed_)
             fed = time.perf_counter()
+            shapes.append(
+                (
+                    sum(len(b.input_ids) for b in update.micro_batches),
+                    sum(b.targets.numel() for b in update.micro_batches),
+                )
+            )
             losses.append(train_step(update.micro_batches, learning_rate(config, done)).loss)
             host.append((fed - begin, time.perf_counter() - fed))
             tokens += update.tokens
@@ -235,8 +261,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     activities = [torch.profiler.ProfilerActivity.CPU]
     if rt.device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
+    shapes.clear()
     with torch.profiler.profile(activities=activities) as prof:
         run(args.updates)
+    rows, slots = (statistics.mean(column) for column in zip(*shapes, strict=True))
+    flops = update_flops(config, rows, slots, corpus.vocab_size)
     host_top: dict[str, list[dict]] = {}
     if args.host_profile:
         with cProfile.Profile() as hp:
@@ -266,6 +295,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
     for kind, ms in kinds.items():
         print(f"  {kind:<38} {ms:9.3f}  {ms / kinds.sum():6.1%}")
     print(f"  {'total':<38} {kinds.sum():9.3f}")
+    peak = next((tf for model, tf in DENSE_BF16_TFLOPS.items() if model in where), None)
+    rates = {kind: flops[kind] / (kinds[kind] * 1e9) for kind in flops if kinds.get(kind, 0) > 0}
+    print(
+        f"\narithmetic rate, from the shapes ({rows:.1f} rows of {config.seq_len}, {slots:,.0f} loss slots an update):"
+    )
+    for kind, tflops in rates.items():
+        versus = f", {tflops / peak:6.1%} of the card's dense bf16 peak ({peak} TFLOP/s)" if peak else ""
+        print(
+            f"  {kind:<38} {flops[kind] / 1e12:7.3f} TFLOP in {kinds[kind]:7.3f} ms: {tflops:6.1f} TFLOP/s{versus}"
+        )
     print(f"\ntop {TOP} kernels (ms and calls per update):")
     for name, row in per_update.head(TOP).iterrows():
         print(f"  {row.ms:9.3f} {row.calls:6.1f}  {category(name):<12.12}  {name[:110]}")
@@ -287,6 +326,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "host_feed_wait_ms": feed_wait_ms,
         "host_step_call_ms": step_call_ms,
         "ms_by_category": kinds.to_dict(),
+        "rows_per_update": rows,
+        "loss_slots_per_update": slots,
+        "tflop_per_update": {kind: value / 1e12 for kind, value in flops.items()},
+        "tflops_by_category": rates,
+        "peak_bf16_tflops": peak,
         "top_kernels": per_update.head(TOP).reset_index(names="name").to_dict(orient="records"),
         "host_top_functions": host_top,
     }

@@ -183,12 +183,49 @@ def test_compiled_training_with_cuda_graphs_follows_the_dense_masks_losses(tmp_p
 def test_the_kernel_benchmark_packs_the_paper_updates_documents_and_refuses_a_machine_without_cuda():
     import document_attention  # benchmarks/, on the import path through tests/bench_support.py
 
-    documents = document_attention.packed_documents(seed=1)
-    assert documents.shape[1] == 512 and len(documents) < 256
-    assert sum(len(set(row.tolist()) - {-1}) for row in documents) == 256  # -1: padding
+    sizes = document_attention.document_sizes(seed=1)
+    for documents, starts in (
+        document_attention.packed_documents(seed=1),
+        document_attention.slotted_documents(seed=1)[:2],
+    ):
+        assert documents.shape[1] == 512 and len(documents) < 256
+        flat = documents.flatten()
+        for index, (start, size) in enumerate(zip(starts.tolist(), sizes, strict=True)):
+            assert (flat[start : start + size] == index).all() and int((flat == index).sum()) == size
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit, match="needs a CUDA GPU"):
             document_attention.main([])
+
+
+def test_the_benchmarks_slot_layout_attends_as_the_dense_document_mask_token_by_token():
+    """Documents in slots of their size class (one SDPA call a class, rows viewed as slots) give every
+    token the output the dense document mask over first-fit rows gives it."""
+    import document_attention as bench
+
+    sizes, heads, dim = bench.document_sizes(seed=2), 2, 8
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(sum(sizes), heads, dim, generator=gen, dtype=torch.float64) for _ in range(3))
+
+    def per_token(documents, starts, attention):
+        places = torch.cat([s + torch.arange(n) for s, n in zip(starts.tolist(), sizes, strict=True)])
+
+        def rows(values):
+            out = torch.zeros(len(documents) * 512, heads, dim, dtype=values.dtype)
+            out[places] = values
+            return out.view(len(documents), 512, heads, dim).transpose(1, 2)  # BERT's layout
+
+        return attention(rows(q), rows(k), rows(v)).reshape(-1, heads, dim)[places]
+
+    documents, starts = bench.packed_documents(seed=2)
+    mask = document_attention_mask(documents, causal=False)
+    dense = per_token(
+        documents, starts, lambda *qkv: F.scaled_dot_product_attention(*qkv, attn_mask=mask).transpose(1, 2)
+    )
+    documents, starts, counts = bench.slotted_documents(seed=2)
+    assert sum(counts) == len(documents) and all(counts)
+    masks = list(bench.slot_masks(documents, counts))
+    slots = per_token(documents, starts, lambda *qkv: bench.slot_attention(*qkv, masks, counts, 0.0))
+    torch.testing.assert_close(slots, dense, rtol=1e-12, atol=1e-12)
 
 
 def test_a_stacked_runs_empty_pass_is_one_document_a_row():

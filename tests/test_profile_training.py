@@ -88,3 +88,37 @@ def test_the_update_graph_candidate_trains_as_the_shipped_update(bench_cache, tm
     assert len(candidate["losses"]) == len(shipped["losses"]) == 7
     assert len(set(shipped["losses"])) > 1  # the model learns: later losses depend on earlier updates
     assert candidate["losses"] == pytest.approx(shipped["losses"], rel=1e-4)
+
+
+@pytest.mark.parametrize("objective", ["encoder", "decoder"])
+def test_the_flops_an_update_is_counted_with_are_those_torch_counts_in_a_real_pass(objective):
+    """``update_flops`` from the shapes against torch's FlopCounterMode over the model's forward and
+    backward on the CPU, where SDPA runs as batched products (12 flops a pair and head dimension; the
+    count takes 14, the flash kernels' recomputation of the scores included)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attngeom.training.config import make_config
+    from attngeom.training.model import LanguageModelLoss, build_model
+
+    config = make_config(
+        dict(s.split("=") for s in TINY_MODEL) | {"n_layers": 2, "device": "cpu", "objective": objective}
+    )
+    rows, slots, vocab = 3, 10, 500
+    torch.manual_seed(0)
+    loss = LanguageModelLoss(build_model(config, vocab))
+    documents = torch.zeros(rows, config.seq_len, dtype=torch.int32)
+    documents[:, config.seq_len // 3 :] = 1
+    batch = (
+        torch.randint(5, vocab, (rows, config.seq_len)),
+        torch.randint(0, config.seq_len, (rows, slots)),
+        torch.randint(0, vocab, (rows, slots)),
+        torch.full((rows, slots), 1 / (rows * slots)),
+        documents,
+    )
+    with FlopCounterMode(display=False) as counter:
+        loss(*batch)[0].backward()
+    counted = {str(op): flops for op, flops in counter.get_flop_counts()["Global"].items()}
+    ours = profile_training.update_flops(config, rows, rows * slots, vocab)
+    assert ours["matrix products"] == counted["aten.mm"] + counted["aten.addmm"]
+    assert ours["attention kernels"] * 12 / 14 == counted["aten.bmm"]
