@@ -14,7 +14,8 @@ dropout 0.1, BERT-mini's (4 × 64) or BERT-base's (12 × 64) heads. Kernels:
 - ``dense-no-dropout``: ``dense`` at dropout 0, what attention dropout costs.
 
 Each is checked against ``dense`` without dropout before it is timed (CUDA events, median of 50 after
-10); ``slots`` token by token, its rows being others. Usage (a CUDA GPU)::
+10); ``slots`` token by token, its rows being others. One forward + backward of each runs under the
+profiler: its kernels' device time, to tell the attention kernels from the layout's copies. Usage (a CUDA GPU)::
 
     python benchmarks/document_attention.py [--heads 4 12] [--out FILE.json]
 """
@@ -130,17 +131,15 @@ def slotted_documents(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, list[i
 
 def slot_attention(q, k, v, masks, counts, dropout):
     """Attention over rows of slots (``slotted_documents``): (R, H, 512, D) as BERT lays them out ((R, 512,
-    H, D) in memory), each class's rows viewed as its slots, one masked SDPA call a class → (R, 512, H, D)."""
-    rows, heads, _, dim = q.shape
-    outputs, row = [], 0
-    for width, count, mask in zip(SLOT_CLASSES, counts, masks, strict=True):
-        q_, k_, v_ = (
-            t.transpose(1, 2)[row : row + count].reshape(-1, width, heads, dim).transpose(1, 2)
-            for t in (q, k, v)
-        )
-        out = F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask, dropout_p=dropout)
-        outputs.append(out.transpose(1, 2).reshape(count, ROW, heads, dim))
-        row += count
+    H, D) in memory), split into the classes' rows (a split, whose gradient is one concatenation), each
+    viewed as its slots, one masked SDPA call a class → (R, 512, H, D)."""
+    heads, dim = q.shape[1], q.shape[-1]
+    parts = (t.transpose(1, 2).split(counts) for t in (q, k, v))
+    outputs = []
+    for width, mask, *qkv in zip(SLOT_CLASSES, masks, *parts, strict=True):
+        slots = (t.reshape(-1, width, heads, dim).transpose(1, 2) for t in qkv)
+        out = F.scaled_dot_product_attention(*slots, attn_mask=mask, dropout_p=dropout)
+        outputs.append(out.transpose(1, 2).reshape(-1, ROW, heads, dim))
     return torch.cat(outputs)
 
 
@@ -270,7 +269,14 @@ def measure(heads: int, seed: int = 0) -> dict:
 
                 with torch.no_grad():
                     fwd = timed(forward)
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    both()
+                    torch.cuda.synchronize()
+                launched = prof.key_averages()
                 result["kernels"][name] = {
+                    "cuda_kernels_ms": {
+                        e.key[:100]: e.device_time_total / 1e3 for e in launched if e.device_time_total > 0
+                    },
                     "rows": rows,
                     "pairs_computed": layout.pairs,
                     "max_abs_error": error,
@@ -302,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                     f"   forward {k['forward_ms']:7.3f} ms   forward+backward {k['forward_backward_ms']:7.3f} ms"
                     f"   max |Δ| vs dense {k['max_abs_error']:.2e}"
                 )
+                kernels_ms = sorted(k["cuda_kernels_ms"].items(), key=lambda item: -item[1])
+                print("    " + "; ".join(f"{ms:.3f} ms {kernel[:60]}" for kernel, ms in kernels_ms[:4]))
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
     return results
