@@ -288,14 +288,74 @@ def measure(heads: int, seed: int = 0) -> dict:
     return result
 
 
+def replayed(heads: int, dropout: float = DROPOUT) -> dict:
+    """``cudnn-varlen`` recorded once as a CUDA graph (forward and backward) with one update's document
+    starts, then replayed with another's written into the same buffer: does the replay compute the new
+    documents' attention (against the dense mask, dropout 0), and at what device time (at ``dropout``)?
+    Its per-call host planning stays in the recording."""
+    first = packed_documents(0)[0]
+    second = packed_documents(1)[0][: len(first)]
+    second = torch.cat([second, torch.full((len(first) - len(second), ROW), -1, dtype=second.dtype)])
+    starts = [document_segments(d).tolist() for d in (first, second)]
+    count = max(map(len, starts))
+    starts = [torch.tensor(s + [s[-1]] * (count - len(s)), dtype=torch.int32, device="cuda") for s in starts]
+    rows = len(first)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (
+        torch.randn(rows, ROW, heads, HEAD_DIM, device="cuda", generator=gen, dtype=torch.bfloat16)
+        .transpose(1, 2)
+        .requires_grad_()
+        for _ in range(3)
+    )
+    grad = torch.randn(rows, ROW, heads, HEAD_DIM, device="cuda", generator=gen, dtype=torch.bfloat16)
+    segments = starts[0].clone()
+    result = {"heads": heads}
+    for p in (0.0, dropout):
+
+        def step(p=p):
+            out = cudnn_varlen(q, k, v, segments, p)
+            return (out, *torch.autograd.grad(out, (q, k, v), grad))
+
+        segments.copy_(starts[0])
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            step()  # warm-up outside the recording
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            recorded = step()
+        segments.copy_(starts[1])
+        graph.replay()
+        torch.cuda.synchronize()
+        if p == 0.0:
+            mask = document_attention_mask(second.cuda(), causal=False)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2)
+            dense = (out, *(g.transpose(1, 2) for g in torch.autograd.grad(out, (q, k, v), grad)))
+            got = (recorded[0], *(g.transpose(1, 2) for g in recorded[1:]))
+            real = (second >= 0).cuda()  # (R, 512): padding attends otherwise in the two forms
+            errors = [float((x - y)[real].abs().max()) for x, y in zip(got, dense, strict=True)]
+            result["replay_max_abs_error_vs_dense"] = errors  # output, dq, dk, dv
+        else:
+            result["replay_forward_backward_ms"] = timed(graph.replay)
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--heads", type=int, nargs="+", default=[4, 12], help="4: BERT-mini, 12: BERT-base")
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
+    parser.add_argument(
+        "--replayed", action="store_true", help="also cudnn-varlen recorded as a CUDA graph and replayed"
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("document_attention.py: needs a CUDA GPU (the kernels compared are CUDA kernels)")
     results = [measure(h) for h in args.heads]
+    if args.replayed:
+        for r in results:
+            r["cudnn_varlen_replayed"] = replayed(r["heads"])
+            print(f"{r['heads']} heads, cudnn-varlen as a CUDA graph: {r['cudnn_varlen_replayed']}")
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, dropout {DROPOUT}, bf16")
     for r in results:
         print(f"\n{r['heads']} heads of {HEAD_DIM}, {r['documents']} documents, {r['tokens']} tokens")
