@@ -11,9 +11,11 @@ dropout 0.1, BERT-mini's (4 × 64) or BERT-base's (12 × 64) heads. Kernels:
   over 256 tokens in a 512-token row, the room left there filled with shorter ones, then documents of
   129–256 tokens in 256-token slots (two a row), the rest in 128-token slots (four a row), every class one
   dense masked SDPA call over its slots, the rows viewed as slots without a copy;
-- ``dense-no-dropout``: ``dense`` at dropout 0, what attention dropout costs.
+- ``dense-no-dropout``: ``dense`` at dropout 0, what attention dropout costs;
+- ``triton-blocks``: the Triton kernels of ``document_triton.py`` (a candidate), which visit only the key
+  blocks each query block's documents reach, dropout inside.
 
-Each is checked against ``dense`` without dropout before it is timed (CUDA events, median of 50 after
+Each is checked against ``dense`` without dropout (output and gradients) before it is timed (CUDA events, median of 50 after
 10); ``slots`` token by token, its rows being others. One forward + backward of each runs under the
 profiler: its kernels' device time, to tell the attention kernels from the layout's copies. Usage (a CUDA GPU)::
 
@@ -181,11 +183,19 @@ def dense_layout(seed: int) -> Layout:
     def dense(q, k, v, p):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p).transpose(1, 2)
 
+    from document_triton import document_bounds, document_flash  # Triton: on CUDA hosts
+
+    lo, hi = document_bounds(documents)
+
+    def blocks(q, k, v, p):
+        return document_flash(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), lo, hi, p)
+
     kernels = {
         "dense": dense,
         "dense-no-dropout": lambda q, k, v, p: dense(q, k, v, 0.0),
         "flash-varlen": lambda q, k, v, p: document_attention(q, k, v, segments, p, False),
         "cudnn-varlen": lambda q, k, v, p: cudnn_varlen(q, k, v, segments, p),
+        "triton-blocks": blocks,
     }
     return Layout(documents, starts, kernels, len(documents) * ROW * ROW)
 
@@ -256,10 +266,17 @@ def measure(heads: int, seed: int = 0) -> dict:
         grad = torch.randn(rows, ROW, heads, HEAD_DIM, device="cuda", generator=gen, dtype=torch.bfloat16)
         for name, kernel in layout.kernels.items():
             try:
-                with torch.no_grad():
-                    out = kernel(q, k, v, 0.0).reshape(rows * ROW, heads, HEAD_DIM)[places]
-                reference = out if reference is None else reference
-                error = float((out - reference).abs().max())
+                out = kernel(q, k, v, 0.0)
+                grads = torch.autograd.grad(out, (q, k, v), grad)
+                got = [
+                    t.reshape(rows * ROW, heads, HEAD_DIM)[places]
+                    for t in (out, *(g.transpose(1, 2) for g in grads))
+                ]
+                reference = got if reference is None else reference
+                error = float((got[0] - reference[0]).abs().max())
+                grad_error = max(
+                    float((a - b).abs().max()) for a, b in zip(got[1:], reference[1:], strict=True)
+                )
 
                 def forward(kernel=kernel, q=q, k=k, v=v):
                     return kernel(q, k, v, DROPOUT)
@@ -280,6 +297,7 @@ def measure(heads: int, seed: int = 0) -> dict:
                     "rows": rows,
                     "pairs_computed": layout.pairs,
                     "max_abs_error": error,
+                    "max_abs_grad_error": grad_error,
                     "forward_ms": fwd,
                     "forward_backward_ms": timed(both),
                 }
@@ -366,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
                 print(
                     f"  {name:<16} {k['rows']:3d} rows, {r['pairs_kept'] / k['pairs_computed']:5.1%} of pairs kept"
                     f"   forward {k['forward_ms']:7.3f} ms   forward+backward {k['forward_backward_ms']:7.3f} ms"
-                    f"   max |Δ| vs dense {k['max_abs_error']:.2e}"
+                    f"   max |Δ| vs dense {k['max_abs_error']:.2e}, gradients {k['max_abs_grad_error']:.2e}"
                 )
                 kernels_ms = sorted(k["cuda_kernels_ms"].items(), key=lambda item: -item[1])
                 print("    " + "; ".join(f"{ms:.3f} ms {kernel[:60]}" for kernel, ms in kernels_ms[:4]))

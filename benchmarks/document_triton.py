@@ -1,0 +1,276 @@
+"""A candidate for issue 40: attention inside each document of packed rows, in Triton kernels that visit only
+the key blocks a query block's documents reach, with attention dropout inside.
+
+A document is a contiguous run of a row, so the keys any query of a block may see lie between the start of
+its first query's document and the end of its last one's (``document_bounds``); the kernels loop over those
+key blocks only and mask the pairs of other documents inside them (and, ``causal``, later keys). What the
+dense document mask computes over every pair of a 512-token row, they compute over the blocks the documents
+touch: FlashAttention 2's forward (online softmax, log-sum-exp kept) and backward (the scores recomputed;
+dK, dV per key block, dQ per query block), in bf16 products with float32 accumulation.
+
+Dropout keeps a pair with probability 1 − p and scales it by 1/(1 − p), as SDPA does; its draw is Triton's
+Philox ``tl.rand`` of (seed + row × heads + head, query × length + key), the same in the forward and the
+backward pass (``keep_mask`` draws it alone, for tests). The seed is drawn from torch's CUDA generator on the
+device, so a CUDA graph replays new draws.
+
+CUDA (or Triton's interpreter: ``TRITON_INTERPRET=1``, on the CPU, for tests). Not part of the package:
+``document_attention.py`` times it beside SDPA's kernels.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+def document_bounds(documents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, L) document of every place → where each place's document starts and ends (exclusive) in its row,
+    int32: a document being a run of equal ids."""
+    length = documents.shape[1]
+    index = torch.arange(length, device=documents.device).expand_as(documents)
+    starts = torch.ones_like(documents, dtype=torch.bool)
+    starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
+    ends = torch.ones_like(documents, dtype=torch.bool)
+    ends[:, :-1] = starts[:, 1:]
+    lo = torch.where(starts, index, 0).cummax(dim=1).values
+    hi = torch.where(ends, index + 1, length).flip(1).cummin(dim=1).values.flip(1)
+    return lo.to(torch.int32).contiguous(), hi.to(torch.int32).contiguous()
+
+
+@triton.jit
+def _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL: tl.constexpr):
+    """The block's scaled scores, and which pairs attend (same document; ``CAUSAL``: key not after query)."""
+    s = tl.dot(q, tl.trans(k)) * scale
+    attend = (offs_n[None, :] >= lo_m[:, None]) & (offs_n[None, :] < hi_m[:, None])
+    if CAUSAL:
+        attend = attend & (offs_n[None, :] <= offs_m[:, None])
+    return s, attend
+
+
+@triton.jit
+def _kept(seed, row_head, offs_m, offs_n, length, p_drop):
+    """Which pairs dropout keeps: Philox of (seed + row × heads + head, query × length + key)."""
+    draw = tl.rand(seed + row_head, (offs_m[:, None] * length + offs_n[None, :]).to(tl.uint32))
+    return draw >= p_drop
+
+
+@triton.jit
+def _forward(
+    Q, K, V, O, LSE, LO, HI, SEED,
+    p_drop, scale, length, heads,
+    s_b, s_l, s_h,
+    BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DROPOUT: tl.constexpr, CAUSAL: tl.constexpr,
+):  # fmt: skip
+    block, row_head = tl.program_id(0), tl.program_id(1)
+    row, head = row_head // heads, row_head % heads
+    offs_m = block * BM + tl.arange(0, BM)
+    offs_n0 = tl.arange(0, BN)
+    offs_d = tl.arange(0, D)
+    inside = offs_m < length
+    base = row * s_b + head * s_h
+    q = tl.load(Q + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None], other=0.0)
+    lo_m = tl.load(LO + row * length + offs_m, mask=inside, other=length)
+    hi_m = tl.load(HI + row * length + offs_m, mask=inside, other=0)
+    first = tl.min(lo_m, axis=0)
+    last = tl.max(hi_m, axis=0)
+    if CAUSAL:
+        last = tl.minimum(last, block * BM + BM)
+    seed = tl.load(SEED)
+    m_i = tl.full([BM], float("-inf"), tl.float32)
+    l_i = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, D], tl.float32)
+    for start in range((first // BN) * BN, last, BN):
+        offs_n = start + offs_n0
+        kv = base + offs_n[:, None] * s_l + offs_d[None, :]
+        k = tl.load(K + kv, mask=offs_n[:, None] < length, other=0.0)
+        s, attend = _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL)
+        s = tl.where(attend, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if DROPOUT:
+            p = tl.where(_kept(seed, row_head, offs_m, offs_n, length, p_drop), p / (1.0 - p_drop), 0.0)
+        v = tl.load(V + kv, mask=offs_n[:, None] < length, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    tl.store(
+        O + base + offs_m[:, None] * s_l + offs_d[None, :], out.to(O.dtype.element_ty), mask=inside[:, None]
+    )
+    tl.store(LSE + row_head * length + offs_m, m_i + tl.log(l_safe), mask=inside)
+
+
+@triton.jit
+def _backward_keys(
+    Q, K, V, DO, LSE, DELTA, DK, DV, LO, HI, SEED,
+    p_drop, scale, length, heads,
+    s_b, s_l, s_h,
+    BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DROPOUT: tl.constexpr, CAUSAL: tl.constexpr,
+):  # fmt: skip
+    """dK and dV of one key block, over the query blocks its documents reach."""
+    block, row_head = tl.program_id(0), tl.program_id(1)
+    row, head = row_head // heads, row_head % heads
+    offs_n = block * BN + tl.arange(0, BN)
+    offs_m0 = tl.arange(0, BM)
+    offs_d = tl.arange(0, D)
+    inside = offs_n < length
+    base = row * s_b + head * s_h
+    kv = base + offs_n[:, None] * s_l + offs_d[None, :]
+    k = tl.load(K + kv, mask=inside[:, None], other=0.0)
+    v = tl.load(V + kv, mask=inside[:, None], other=0.0)
+    lo_n = tl.load(LO + row * length + offs_n, mask=inside, other=length)
+    hi_n = tl.load(HI + row * length + offs_n, mask=inside, other=0)
+    first = tl.min(lo_n, axis=0)
+    if CAUSAL:
+        first = tl.maximum(first, block * BN)
+    last = tl.max(hi_n, axis=0)
+    seed = tl.load(SEED)
+    dk = tl.zeros([BN, D], tl.float32)
+    dv = tl.zeros([BN, D], tl.float32)
+    for start in range((first // BM) * BM, last, BM):
+        offs_m = start + offs_m0
+        rows_in = offs_m < length
+        q = tl.load(Q + base + offs_m[:, None] * s_l + offs_d[None, :], mask=rows_in[:, None], other=0.0)
+        lo_m = tl.load(LO + row * length + offs_m, mask=rows_in, other=length)
+        hi_m = tl.load(HI + row * length + offs_m, mask=rows_in, other=0)
+        s, attend = _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL)
+        lse = tl.load(LSE + row_head * length + offs_m, mask=rows_in, other=0.0)
+        p = tl.where(attend, tl.exp(s - lse[:, None]), 0.0)
+        do = tl.load(DO + base + offs_m[:, None] * s_l + offs_d[None, :], mask=rows_in[:, None], other=0.0)
+        dp = tl.dot(do, tl.trans(v))
+        if DROPOUT:
+            keep = _kept(seed, row_head, offs_m, offs_n, length, p_drop)
+            dv += tl.dot(tl.trans(tl.where(keep, p / (1.0 - p_drop), 0.0).to(do.dtype)), do)
+            dp = tl.where(keep, dp / (1.0 - p_drop), 0.0)
+        else:
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do)
+        delta = tl.load(DELTA + row_head * length + offs_m, mask=rows_in, other=0.0)
+        ds = p * (dp - delta[:, None])
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q)
+    tl.store(DK + kv, (dk * scale).to(DK.dtype.element_ty), mask=inside[:, None])
+    tl.store(DV + kv, dv.to(DV.dtype.element_ty), mask=inside[:, None])
+
+
+@triton.jit
+def _backward_queries(
+    Q, K, V, DO, LSE, DELTA, DQ, LO, HI, SEED,
+    p_drop, scale, length, heads,
+    s_b, s_l, s_h,
+    BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DROPOUT: tl.constexpr, CAUSAL: tl.constexpr,
+):  # fmt: skip
+    """dQ of one query block, over the key blocks its documents reach."""
+    block, row_head = tl.program_id(0), tl.program_id(1)
+    row, head = row_head // heads, row_head % heads
+    offs_m = block * BM + tl.arange(0, BM)
+    offs_n0 = tl.arange(0, BN)
+    offs_d = tl.arange(0, D)
+    inside = offs_m < length
+    base = row * s_b + head * s_h
+    q = tl.load(Q + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None], other=0.0)
+    do = tl.load(DO + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None], other=0.0)
+    lse = tl.load(LSE + row_head * length + offs_m, mask=inside, other=0.0)
+    delta = tl.load(DELTA + row_head * length + offs_m, mask=inside, other=0.0)
+    lo_m = tl.load(LO + row * length + offs_m, mask=inside, other=length)
+    hi_m = tl.load(HI + row * length + offs_m, mask=inside, other=0)
+    first = tl.min(lo_m, axis=0)
+    last = tl.max(hi_m, axis=0)
+    if CAUSAL:
+        last = tl.minimum(last, block * BM + BM)
+    seed = tl.load(SEED)
+    dq = tl.zeros([BM, D], tl.float32)
+    for start in range((first // BN) * BN, last, BN):
+        offs_n = start + offs_n0
+        kv = base + offs_n[:, None] * s_l + offs_d[None, :]
+        k = tl.load(K + kv, mask=offs_n[:, None] < length, other=0.0)
+        s, attend = _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL)
+        p = tl.where(attend, tl.exp(s - lse[:, None]), 0.0)
+        v = tl.load(V + kv, mask=offs_n[:, None] < length, other=0.0)
+        dp = tl.dot(do, tl.trans(v))
+        if DROPOUT:
+            dp = tl.where(_kept(seed, row_head, offs_m, offs_n, length, p_drop), dp / (1.0 - p_drop), 0.0)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k)
+    tl.store(
+        DQ + base + offs_m[:, None] * s_l + offs_d[None, :],
+        (dq * scale).to(DQ.dtype.element_ty),
+        mask=inside[:, None],
+    )
+
+
+@triton.jit
+def _keep_mask(OUT, SEED, p_drop, length, heads, BM: tl.constexpr, BN: tl.constexpr):
+    """The pairs the kernels' dropout keeps, as a (rows, heads, L, L) tensor: for tests."""
+    block_m, block_n, row_head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    offs_m = block_m * BM + tl.arange(0, BM)
+    offs_n = block_n * BN + tl.arange(0, BN)
+    keep = _kept(tl.load(SEED), row_head, offs_m, offs_n, length, p_drop)
+    where = OUT + row_head * length * length + offs_m[:, None] * length + offs_n[None, :]
+    tl.store(where, keep.to(tl.int8), mask=(offs_m[:, None] < length) & (offs_n[None, :] < length))
+
+
+BLOCK = 64
+"""Query and key block (tokens): 64 keeps a block near one short document (the paper's are ~94 tokens)."""
+
+
+class DocumentFlash(torch.autograd.Function):
+    """(B, L, H, D) queries, keys, values (BERT's layout) → (B, L, H, D): attention inside each document."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, lo, hi, dropout: float, causal: bool, scale: float):
+        rows, length, heads, dim = q.shape
+        q, k, v = (t.contiguous() for t in (q, k, v))  # one layout, (B, L, H, D), for every tensor
+        seed = torch.randint(0, 2**31 - 1, (1,), device=q.device, dtype=torch.int64)
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        lse = torch.empty(rows * heads, length, device=q.device, dtype=torch.float32)
+        grid = (triton.cdiv(length, BLOCK), rows * heads)
+        _forward[grid](
+            q, k, v, out, lse, lo, hi, seed, dropout, scale, length, heads, *q.stride()[:3],
+            BM=BLOCK, BN=BLOCK, D=dim, DROPOUT=dropout > 0, CAUSAL=causal,
+        )  # fmt: skip
+        ctx.save_for_backward(q, k, v, out, lse, lo, hi, seed)
+        ctx.settings = dropout, causal, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, out, lse, lo, hi, seed = ctx.saved_tensors
+        dropout, causal, scale = ctx.settings
+        rows, length, heads, dim = q.shape
+        grad = grad.contiguous()
+        delta = (
+            (grad.float() * out.float()).sum(-1).permute(0, 2, 1).reshape(rows * heads, length).contiguous()
+        )
+        dq, dk, dv = (torch.empty_like(q, memory_format=torch.contiguous_format) for _ in range(3))
+        grid = (triton.cdiv(length, BLOCK), rows * heads)
+        settings = dict(BM=BLOCK, BN=BLOCK, D=dim, DROPOUT=dropout > 0, CAUSAL=causal)
+        common = (dropout, scale, length, heads, *q.stride()[:3])
+        _backward_keys[grid](q, k, v, grad, lse, delta, dk, dv, lo, hi, seed, *common, **settings)
+        _backward_queries[grid](q, k, v, grad, lse, delta, dq, lo, hi, seed, *common, **settings)
+        return dq, dk, dv, None, None, None, None, None
+
+
+def document_flash(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    lo: torch.Tensor,
+    hi: torch.Tensor,
+    dropout: float = 0.0,
+    causal: bool = False,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """(B, L, H, D) → (B, L, H, D), each token attending inside its document (``document_bounds``)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return DocumentFlash.apply(q, k, v, lo, hi, dropout, causal, scale)
+
+
+def keep_mask(seed: torch.Tensor, rows: int, heads: int, length: int, dropout: float) -> torch.Tensor:
+    """(rows, heads, L, L) bool: the pairs the kernels' dropout keeps with ``seed``."""
+    out = torch.empty(rows, heads, length, length, device=seed.device, dtype=torch.int8)
+    grid = (triton.cdiv(length, BLOCK), triton.cdiv(length, BLOCK), rows * heads)
+    _keep_mask[grid](out, seed, dropout, length, heads, BM=BLOCK, BN=BLOCK)
+    return out.bool()

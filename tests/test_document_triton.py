@@ -1,0 +1,102 @@
+"""The Triton document-attention candidate (benchmarks/document_triton.py) computes what SDPA's dense
+document mask computes, output and gradients, with and without causality, and its dropout is the mask its
+own draw gives, the same in both passes. On a CUDA GPU it runs its kernels; elsewhere, where Triton is
+installed, Triton's interpreter runs them on the CPU, in a child pytest started with TRITON_INTERPRET=1
+(Triton reads it where it is first imported, which torch does before this file). Skipped where Triton is
+not installed (CPU-only torch)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attngeom.training.document_mask import document_attention_mask
+
+pytest.importorskip("triton")
+
+CUDA = torch.cuda.is_available()
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+KERNELS = pytest.mark.skipif(
+    not (CUDA or INTERPRETED), reason="run by test_the_kernels_under_tritons_interpreter in a child pytest"
+)
+
+
+@pytest.mark.skipif(CUDA or INTERPRETED, reason="on a GPU the kernels run here")
+def test_the_kernels_under_tritons_interpreter():
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__))],
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert re.search(r"\b5 passed", result.stdout)  # every test below ran
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """The module: its kernels compiled for the GPU or, without one, run by Triton's interpreter."""
+    import document_triton  # benchmarks/, on the import path through tests/bench_support.py
+
+    return document_triton
+
+
+def dense(q, k, v, documents, causal, keep, dropout):
+    """(B, L, H, D) attention through the dense document mask, dropout given as the pairs kept."""
+    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+    scores = (qh @ kh.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    weights = scores.masked_fill(~document_attention_mask(documents, causal), float("-inf")).softmax(-1)
+    if keep is not None:
+        weights = torch.where(keep, weights / (1 - dropout), 0.0)
+    return (weights @ vh).transpose(1, 2)
+
+
+@KERNELS
+def test_document_bounds_are_each_places_document_start_and_end(kernels):
+    documents = torch.tensor([[0, 0, 0, 1, 2, 2], [5, 5, 5, 5, 5, 5]])
+    lo, hi = kernels.document_bounds(documents)
+    assert lo.tolist() == [[0, 0, 0, 3, 4, 4], [0] * 6]
+    assert hi.tolist() == [[3, 3, 3, 4, 6, 6], [6] * 6]
+
+
+@KERNELS
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_the_kernels_compute_the_dense_document_masks_attention_and_gradients(kernels, causal, dropout):
+    device = "cuda" if CUDA else "cpu"
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    sizes = [[37, 50, 1, 12], [100], [3, 60, 37]]  # the rest of each 100-token row: its own padding run
+    documents = torch.stack(
+        [torch.repeat_interleave(torch.arange(len(s) + 1), torch.tensor([*s, 100 - sum(s)])) for s in sizes]
+    ).to(device)
+    rows, length, heads, dim = len(sizes), 100, 2, 16  # 100: a last block of the kernels' 64 cut short
+    gen = torch.Generator(device).manual_seed(1)
+    q, k, v = (
+        torch.randn(rows, length, heads, dim, device=device, generator=gen, dtype=dtype).requires_grad_()
+        for _ in range(3)
+    )
+    grad = torch.randn(rows, length, heads, dim, device=device, generator=gen, dtype=dtype)
+    lo, hi = kernels.document_bounds(documents)
+    state = torch.cuda.get_rng_state() if CUDA else torch.get_rng_state()
+    out = kernels.document_flash(q, k, v, lo, hi, dropout, causal)
+    grads = torch.autograd.grad(out, (q, k, v), grad)
+    keep = None
+    if dropout:
+        (torch.cuda.set_rng_state if CUDA else torch.set_rng_state)(state)  # the seed the call drew
+        seed = torch.randint(0, 2**31 - 1, (1,), device=device, dtype=torch.int64)
+        keep = kernels.keep_mask(seed, rows, heads, length, dropout)
+        assert abs(float(keep.float().mean()) - (1 - dropout)) < 0.01
+    wide = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    expected = dense(*wide, documents, causal, keep, dropout)
+    expected_grads = torch.autograd.grad(expected, wide, grad.double())
+    tolerance = dict(rtol=2e-2, atol=2e-2) if CUDA else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.double(), expected, **tolerance)
+    for got, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got.double(), want, **tolerance)
