@@ -303,6 +303,10 @@ def measure(heads: int, seed: int = 0) -> dict:
                 }
             except RuntimeError as err:
                 result["kernels"][name] = {"error": str(err).splitlines()[0][:200]}
+    if "triton-blocks" in result["kernels"]:
+        from document_triton import tuned
+
+        result["kernels"]["triton-blocks"]["tuned"] = tuned()  # the configuration timed last (dropout on)
     return result
 
 

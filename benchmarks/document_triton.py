@@ -8,9 +8,9 @@ dense document mask computes over every pair of a 512-token row, they compute ov
 touch: FlashAttention 2's forward (online softmax, log-sum-exp kept) and backward (the scores recomputed;
 dK, dV per key block, dQ per query block), in bf16 products with float32 accumulation.
 
-Dropout keeps a pair with probability 1 − p and scales it by 1/(1 − p), as SDPA does; its draw is Triton's
-Philox ``tl.rand`` of (seed + row × heads + head, query × length + key), the same in the forward and the
-backward pass (``keep_mask`` draws it alone, for tests). The seed is drawn from torch's CUDA generator on the
+Dropout keeps a pair with probability 1 − p and scales it by 1/(1 − p), as SDPA does, p resolved to 1/65,536
+(``dropout_threshold``); its 16-bit draws come eight from each call of Triton's Philox (``_kept``), the same
+in the forward and the backward pass (``keep_mask`` draws them alone, for tests). The seed is drawn from torch's CUDA generator on the
 device, so a CUDA graph replays new draws.
 
 CUDA (or Triton's interpreter: ``TRITON_INTERPRET=1``, on the CPU, for tests). Not part of the package:
@@ -49,16 +49,43 @@ def _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _kept(seed, row_head, offs_m, offs_n, length, p_drop):
-    """Which pairs dropout keeps: Philox of (seed + row × heads + head, query × length + key)."""
-    draw = tl.rand(seed + row_head, (offs_m[:, None] * length + offs_n[None, :]).to(tl.uint32))
-    return draw >= p_drop
+def _kept(seed, row_head, offs_m, start, length, threshold, BM: tl.constexpr, BN: tl.constexpr):
+    """Which pairs of the block (queries ``offs_m``, keys ``start`` on) dropout keeps: 16-bit draws, eight
+    from each Philox call (``tl.randint4x`` of seed + row × heads + head, query × ⌈L / 8⌉ + key // 8), a pair
+    kept where its draw is at least ``threshold``."""
+    chunks = (length + 7) // 8
+    columns = start // 8 + tl.arange(0, BN // 8)
+    r0, r1, r2, r3 = tl.randint4x(
+        seed + row_head, (offs_m[:, None] * chunks + columns[None, :]).to(tl.uint32)
+    )
+    pairs = tl.join(
+        tl.join(tl.join(r0 & 0xFFFF, r0 >> 16), tl.join(r1 & 0xFFFF, r1 >> 16)),
+        tl.join(tl.join(r2 & 0xFFFF, r2 >> 16), tl.join(r3 & 0xFFFF, r3 >> 16)),
+    )
+    return tl.reshape(pairs, [BM, BN]) >= threshold
 
 
+def _configs(blocks: list[tuple[int, int, int, int]]) -> list[triton.Config]:
+    """Autotuner candidates: (BM, BN, warps, stages); under Triton's interpreter, which has no GPU to time
+    them on, the first alone."""
+    configs = [triton.Config({"BM": m, "BN": n}, num_warps=w, num_stages=st) for m, n, w, st in blocks]
+    return configs[:1] if triton.knobs.runtime.interpret else configs
+
+
+QUERY_BLOCKS = _configs(
+    [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 4, 3), (64, 32, 4, 3), (32, 64, 4, 2)]
+)
+"""Candidates of the kernels that loop over key blocks for a query block (forward, dQ)."""
+KEY_BLOCKS = _configs([(64, 64, 4, 2), (32, 64, 4, 2), (64, 128, 8, 2), (32, 128, 4, 2), (64, 64, 8, 3)])
+"""Candidates of the kernel that loops over query blocks for a key block (dK, dV)."""
+TUNED_ON = ["length", "D", "DROPOUT", "CAUSAL"]
+
+
+@triton.autotune(configs=QUERY_BLOCKS, key=TUNED_ON)
 @triton.jit
 def _forward(
     Q, K, V, O, LSE, LO, HI, SEED,
-    p_drop, scale, length, heads,
+    threshold, keep_scale, scale, length, heads,
     s_b, s_l, s_h,
     BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DROPOUT: tl.constexpr, CAUSAL: tl.constexpr,
 ):  # fmt: skip
@@ -92,7 +119,7 @@ def _forward(
         alpha = tl.exp(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         if DROPOUT:
-            p = tl.where(_kept(seed, row_head, offs_m, offs_n, length, p_drop), p / (1.0 - p_drop), 0.0)
+            p = tl.where(_kept(seed, row_head, offs_m, start, length, threshold, BM, BN), p * keep_scale, 0.0)
         v = tl.load(V + kv, mask=offs_n[:, None] < length, other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
@@ -104,10 +131,11 @@ def _forward(
     tl.store(LSE + row_head * length + offs_m, m_i + tl.log(l_safe), mask=inside)
 
 
+@triton.autotune(configs=KEY_BLOCKS, key=TUNED_ON)
 @triton.jit
 def _backward_keys(
     Q, K, V, DO, LSE, DELTA, DK, DV, LO, HI, SEED,
-    p_drop, scale, length, heads,
+    threshold, keep_scale, scale, length, heads,
     s_b, s_l, s_h,
     BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DROPOUT: tl.constexpr, CAUSAL: tl.constexpr,
 ):  # fmt: skip
@@ -143,9 +171,9 @@ def _backward_keys(
         do = tl.load(DO + base + offs_m[:, None] * s_l + offs_d[None, :], mask=rows_in[:, None], other=0.0)
         dp = tl.dot(do, tl.trans(v))
         if DROPOUT:
-            keep = _kept(seed, row_head, offs_m, offs_n, length, p_drop)
-            dv += tl.dot(tl.trans(tl.where(keep, p / (1.0 - p_drop), 0.0).to(do.dtype)), do)
-            dp = tl.where(keep, dp / (1.0 - p_drop), 0.0)
+            keep = _kept(seed, row_head, offs_m, block * BN, length, threshold, BM, BN)
+            dv += tl.dot(tl.trans(tl.where(keep, p * keep_scale, 0.0).to(do.dtype)), do)
+            dp = tl.where(keep, dp * keep_scale, 0.0)
         else:
             dv += tl.dot(tl.trans(p.to(do.dtype)), do)
         delta = tl.load(DELTA + row_head * length + offs_m, mask=rows_in, other=0.0)
@@ -155,10 +183,11 @@ def _backward_keys(
     tl.store(DV + kv, dv.to(DV.dtype.element_ty), mask=inside[:, None])
 
 
+@triton.autotune(configs=QUERY_BLOCKS, key=TUNED_ON)
 @triton.jit
 def _backward_queries(
     Q, K, V, DO, LSE, DELTA, DQ, LO, HI, SEED,
-    p_drop, scale, length, heads,
+    threshold, keep_scale, scale, length, heads,
     s_b, s_l, s_h,
     BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DROPOUT: tl.constexpr, CAUSAL: tl.constexpr,
 ):  # fmt: skip
@@ -191,7 +220,9 @@ def _backward_queries(
         v = tl.load(V + kv, mask=offs_n[:, None] < length, other=0.0)
         dp = tl.dot(do, tl.trans(v))
         if DROPOUT:
-            dp = tl.where(_kept(seed, row_head, offs_m, offs_n, length, p_drop), dp / (1.0 - p_drop), 0.0)
+            dp = tl.where(
+                _kept(seed, row_head, offs_m, start, length, threshold, BM, BN), dp * keep_scale, 0.0
+            )
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k)
     tl.store(
@@ -202,18 +233,53 @@ def _backward_queries(
 
 
 @triton.jit
-def _keep_mask(OUT, SEED, p_drop, length, heads, BM: tl.constexpr, BN: tl.constexpr):
+def _keep_mask(OUT, SEED, threshold, length, heads, BM: tl.constexpr, BN: tl.constexpr):
     """The pairs the kernels' dropout keeps, as a (rows, heads, L, L) tensor: for tests."""
     block_m, block_n, row_head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     offs_m = block_m * BM + tl.arange(0, BM)
     offs_n = block_n * BN + tl.arange(0, BN)
-    keep = _kept(tl.load(SEED), row_head, offs_m, offs_n, length, p_drop)
+    keep = _kept(tl.load(SEED), row_head, offs_m, block_n * BN, length, threshold, BM, BN)
     where = OUT + row_head * length * length + offs_m[:, None] * length + offs_n[None, :]
     tl.store(where, keep.to(tl.int8), mask=(offs_m[:, None] < length) & (offs_n[None, :] < length))
 
 
+@triton.jit
+def _delta(O, DO, DELTA, length, heads, s_b, s_l, s_h, BM: tl.constexpr, D: tl.constexpr):
+    """Each query's Σ_d dO · O, which the backward pass subtracts from every pair's dP."""
+    block, row_head = tl.program_id(0), tl.program_id(1)
+    offs_m = block * BM + tl.arange(0, BM)
+    inside = offs_m < length
+    where = (
+        (row_head // heads) * s_b
+        + (row_head % heads) * s_h
+        + offs_m[:, None] * s_l
+        + tl.arange(0, D)[None, :]
+    )
+    o = tl.load(O + where, mask=inside[:, None], other=0.0).to(tl.float32)
+    do = tl.load(DO + where, mask=inside[:, None], other=0.0).to(tl.float32)
+    tl.store(DELTA + row_head * length + offs_m, tl.sum(o * do, axis=1), mask=inside)
+
+
 BLOCK = 64
-"""Query and key block (tokens): 64 keeps a block near one short document (the paper's are ~94 tokens)."""
+"""The block of the helper kernels (Σ dO · O, the dropout mask for tests); the attention kernels' blocks are
+tuned (``QUERY_BLOCKS``, ``KEY_BLOCKS``)."""
+
+
+def tuned() -> dict[str, str]:
+    """The configuration the autotuner chose for each attention kernel (after a call)."""
+    return {
+        kernel.fn.__name__: str(getattr(kernel, "best_config", None))
+        for kernel in (_forward, _backward_keys, _backward_queries)
+    }
+
+
+def dropout_threshold(dropout: float) -> tuple[int, float]:
+    """The 16-bit draw at or above which a pair is kept, and the scale of a kept pair: dropout with
+    probability round(65,536 p) / 65,536 (0.100006 for 0.1), unbiased at that probability."""
+    threshold = round(dropout * 65536)
+    if dropout and not 0 < threshold < 65536:
+        raise ValueError(f"dropout {dropout}: outside what 16-bit draws resolve (1/65,536 to 1 − 1/65,536)")
+    return threshold, 1 / (1 - threshold / 65536)
 
 
 class DocumentFlash(torch.autograd.Function):
@@ -226,10 +292,9 @@ class DocumentFlash(torch.autograd.Function):
         seed = torch.randint(0, 2**31 - 1, (1,), device=q.device, dtype=torch.int64)
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
         lse = torch.empty(rows * heads, length, device=q.device, dtype=torch.float32)
-        grid = (triton.cdiv(length, BLOCK), rows * heads)
-        _forward[grid](
-            q, k, v, out, lse, lo, hi, seed, dropout, scale, length, heads, *q.stride()[:3],
-            BM=BLOCK, BN=BLOCK, D=dim, DROPOUT=dropout > 0, CAUSAL=causal,
+        _forward[lambda meta: (triton.cdiv(length, meta["BM"]), rows * heads)](
+            q, k, v, out, lse, lo, hi, seed, *dropout_threshold(dropout), scale, length, heads, *q.stride()[:3],
+            D=dim, DROPOUT=dropout > 0, CAUSAL=causal,
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, lo, hi, seed)
         ctx.settings = dropout, causal, scale
@@ -241,15 +306,16 @@ class DocumentFlash(torch.autograd.Function):
         dropout, causal, scale = ctx.settings
         rows, length, heads, dim = q.shape
         grad = grad.contiguous()
-        delta = (
-            (grad.float() * out.float()).sum(-1).permute(0, 2, 1).reshape(rows * heads, length).contiguous()
-        )
-        dq, dk, dv = (torch.empty_like(q, memory_format=torch.contiguous_format) for _ in range(3))
         grid = (triton.cdiv(length, BLOCK), rows * heads)
-        settings = dict(BM=BLOCK, BN=BLOCK, D=dim, DROPOUT=dropout > 0, CAUSAL=causal)
-        common = (dropout, scale, length, heads, *q.stride()[:3])
-        _backward_keys[grid](q, k, v, grad, lse, delta, dk, dv, lo, hi, seed, *common, **settings)
-        _backward_queries[grid](q, k, v, grad, lse, delta, dq, lo, hi, seed, *common, **settings)
+        delta = torch.empty(rows * heads, length, device=q.device, dtype=torch.float32)
+        _delta[grid](out, grad, delta, length, heads, *q.stride()[:3], BM=BLOCK, D=dim)
+        dq, dk, dv = (torch.empty_like(q, memory_format=torch.contiguous_format) for _ in range(3))
+        settings = dict(D=dim, DROPOUT=dropout > 0, CAUSAL=causal)
+        common = (*dropout_threshold(dropout), scale, length, heads, *q.stride()[:3])
+        keys = _backward_keys[lambda meta: (triton.cdiv(length, meta["BN"]), rows * heads)]
+        keys(q, k, v, grad, lse, delta, dk, dv, lo, hi, seed, *common, **settings)
+        queries = _backward_queries[lambda meta: (triton.cdiv(length, meta["BM"]), rows * heads)]
+        queries(q, k, v, grad, lse, delta, dq, lo, hi, seed, *common, **settings)
         return dq, dk, dv, None, None, None, None, None
 
 
@@ -272,5 +338,5 @@ def keep_mask(seed: torch.Tensor, rows: int, heads: int, length: int, dropout: f
     """(rows, heads, L, L) bool: the pairs the kernels' dropout keeps with ``seed``."""
     out = torch.empty(rows, heads, length, length, device=seed.device, dtype=torch.int8)
     grid = (triton.cdiv(length, BLOCK), triton.cdiv(length, BLOCK), rows * heads)
-    _keep_mask[grid](out, seed, dropout, length, heads, BM=BLOCK, BN=BLOCK)
+    _keep_mask[grid](out, seed, dropout_threshold(dropout)[0], length, heads, BM=BLOCK, BN=BLOCK)
     return out.bool()

@@ -37,7 +37,7 @@ def test_the_kernels_under_tritons_interpreter():
         timeout=1200,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert re.search(r"\b5 passed", result.stdout)  # every test below ran
+    assert re.search(r"\b6 passed", result.stdout)  # every test below ran
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +48,24 @@ def kernels():
     return document_triton
 
 
-def dense(q, k, v, documents, causal, keep, dropout):
-    """(B, L, H, D) attention through the dense document mask, dropout given as the pairs kept."""
+def dense(q, k, v, documents, causal, keep, keep_scale):
+    """(B, L, H, D) attention through the dense document mask, dropout given as the pairs kept and the
+    scale of a kept pair."""
     qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
     scores = (qh @ kh.transpose(-1, -2)) * q.shape[-1] ** -0.5
     weights = scores.masked_fill(~document_attention_mask(documents, causal), float("-inf")).softmax(-1)
     if keep is not None:
-        weights = torch.where(keep, weights / (1 - dropout), 0.0)
+        weights = torch.where(keep, weights * keep_scale, 0.0)
     return (weights @ vh).transpose(1, 2)
+
+
+@KERNELS
+def test_dropout_is_resolved_to_sixteen_bits_and_unbiased(kernels):
+    threshold, scale = kernels.dropout_threshold(0.1)
+    assert threshold == 6554 and abs(threshold / 65536 - 0.1) < 1e-5 and scale == 1 / (1 - 6554 / 65536)
+    assert kernels.dropout_threshold(0.0) == (0, 1.0)
+    with pytest.raises(ValueError, match="16-bit"):
+        kernels.dropout_threshold(1e-6)
 
 
 @KERNELS
@@ -94,7 +104,7 @@ def test_the_kernels_compute_the_dense_document_masks_attention_and_gradients(ke
         keep = kernels.keep_mask(seed, rows, heads, length, dropout)
         assert abs(float(keep.float().mean()) - (1 - dropout)) < 0.01
     wide = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    expected = dense(*wide, documents, causal, keep, dropout)
+    expected = dense(*wide, documents, causal, keep, kernels.dropout_threshold(dropout)[1])
     expected_grads = torch.autograd.grad(expected, wide, grad.double())
     tolerance = dict(rtol=2e-2, atol=2e-2) if CUDA else dict(rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out.double(), expected, **tolerance)
