@@ -72,15 +72,17 @@ def test_stacked_segments_are_those_of_the_padded_runs_stacked_on_each_other():
     assert stacked[-1] == 2 * 6 * 32 and (stacked.diff() >= 0).all()
 
 
+@pytest.mark.parametrize("attention", ["varlen", "blocks"])
 @pytest.mark.parametrize("settings", [{}, {"precision": "fp32"}, {"document_mask": False}])
-def test_varlen_where_it_cannot_run_is_refused_with_what_to_set(settings):
-    config = make_config(TINY, {"attention": "varlen", **settings})
-    with pytest.raises(ConfigError, match="attention=varlen runs on a CUDA GPU.*use attention=dense"):
+def test_a_document_kernel_where_it_cannot_run_is_refused_with_what_to_set(settings, attention):
+    config = make_config(TINY, {"attention": attention, **settings})
+    with pytest.raises(ConfigError, match=f"attention={attention} runs on a CUDA GPU.*use attention=dense"):
         config.check_attention("cpu" if not settings else "cuda")
 
 
-def test_varlen_runs_on_a_cuda_gpu_in_bf16_by_default_settings():
-    make_config(TINY, {"attention": "varlen"}).check_attention("cuda")  # no error
+@pytest.mark.parametrize("attention", ["varlen", "blocks"])
+def test_the_document_kernels_run_on_a_cuda_gpu_in_bf16_by_default_settings(attention):
+    make_config(TINY, {"attention": attention}).check_attention("cuda")  # no error
 
 
 def test_a_varlen_model_called_without_segments_says_how_to_call_it():
@@ -138,13 +140,17 @@ def documents_config(tmp_path, **settings):
 
 @CUDA
 @pytest.mark.gpu
-@pytest.mark.parametrize("stacked", [False, True], ids=["one run", "stacked runs"])
-def test_the_loss_and_gradients_are_those_of_the_dense_mask(tmp_path, stacked):
+@pytest.mark.parametrize(
+    "stacked, kernel",
+    [(False, "varlen"), (True, "varlen"), (False, "blocks")],
+    ids=["one run", "stacked runs", "blocks"],
+)
+def test_the_loss_and_gradients_are_those_of_the_dense_mask(tmp_path, stacked, kernel):
     config = documents_config(tmp_path)
     corpus = load_corpus(config, progress=False)
     batch = DocumentBatches(corpus, config).update(0).micro_batches[0]
     results = []
-    for attention in ("dense", "varlen"):
+    for attention in ("dense", kernel):
         torch.manual_seed(0)
         chosen = replace(config, attention=attention)
         models = [build_model(chosen, corpus.vocab_size).cuda() for _ in range(2 if stacked else 1)]
@@ -169,15 +175,16 @@ def test_the_loss_and_gradients_are_those_of_the_dense_mask(tmp_path, stacked):
 
 @CUDA
 @pytest.mark.gpu
-def test_compiled_training_with_cuda_graphs_follows_the_dense_masks_losses(tmp_path):
+@pytest.mark.parametrize("kernel", ["varlen", "blocks"])
+def test_compiled_training_with_cuda_graphs_follows_the_dense_masks_losses(tmp_path, kernel):
     logs = []
-    for attention in ("dense", "varlen"):
+    for attention in ("dense", kernel):
         config = documents_config(tmp_path, attention=attention, steps=12, compile=True)
         out = train(config, tmp_path / attention, progress=False)
         logs.append(pd.read_parquet(out / "loss.parquet")["lm_loss"].to_numpy())
-    dense, varlen = logs
-    assert len(varlen) == 12
-    assert abs(varlen - dense).max() < 0.02 * dense.max()
+    dense, ours = logs
+    assert len(ours) == 12
+    assert abs(ours - dense).max() < 0.02 * dense.max()
 
 
 def test_the_kernel_benchmark_packs_the_paper_updates_documents_and_refuses_a_machine_without_cuda():

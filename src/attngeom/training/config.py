@@ -222,13 +222,16 @@ class TrainConfig:
     for stacked runs, which clip per run in a step of their own."""
     deterministic: bool = setting(False)
     """Deterministic GPU kernels (slower): needed for a resumed GPU run to repeat the loss log bit for bit."""
-    attention: str = setting("dense", choices=("dense", "varlen"))
+    attention: str = setting("dense", choices=("dense", "varlen", "blocks"))
     """How documents are kept apart in attention (``document_mask``): ``dense``, every pair of a row
     computed and the document mask applied (PyTorch SDPA; cuDNN's kernel on an H100); ``varlen``, each
     document's own pairs only (the flash kernel's variable-length form, ``document_attention.py``; CUDA,
     bf16). They compute the same attention, with other dropout draws. On an H100 the flash kernel's
     backward pass over the ~30% of pairs kept costs what cuDNN's costs over all of them, and a BERT-mini
-    update ran slower with it (``benchmarks/results/document_attention_h100/``), so it is not the default."""
+    update ran slower with it (``benchmarks/results/document_attention_h100/``), so it is not the default.
+    ``blocks``: Triton kernels that visit only the key blocks each query block's documents reach, dropout
+    inside (``document_blocks.py``; CUDA, bf16, one run a process); not the default until the CLI is timed
+    with it."""
     # bookkeeping
     log_every: int = setting(100, Range(1, INT_MAX))
     score_every: int = setting(1000, Range(1, INT_MAX))
@@ -282,14 +285,14 @@ class TrainConfig:
         return device_type == "cuda" and not self.deterministic
 
     def check_attention(self, device_type: str) -> None:
-        """Refuse ``attention: varlen`` where its kernel cannot run."""
-        if self.attention == "varlen" and not (
+        """Refuse ``attention: varlen`` or ``blocks`` where its kernels cannot run."""
+        if self.attention != "dense" and not (
             device_type == "cuda" and self.precision != "fp32" and self.document_mask
         ):
             raise ConfigError(
-                f"training setting attention=varlen runs on a CUDA GPU in bf16 with document_mask: true (here: "
-                f"{device_type}, precision={self.precision}, document_mask={self.document_mask}); use "
-                "attention=dense"
+                f"training setting attention={self.attention} runs on a CUDA GPU in bf16 with document_mask: "
+                f"true (here: {device_type}, precision={self.precision}, document_mask={self.document_mask}); "
+                "use attention=dense"
             )
 
     def parameters(self, vocab_size: int) -> int:

@@ -20,6 +20,8 @@ from transformers import AttentionInterface
 
 VARLEN = "attngeom_document_varlen"
 """The attention implementation's name in transformers' ``AttentionInterface``."""
+BLOCKS = "attngeom_document_blocks"
+"""The name of ``document_blocks.py``'s Triton kernels there (registered where that module is imported)."""
 
 
 def document_attention(

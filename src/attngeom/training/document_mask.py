@@ -37,6 +37,20 @@ def document_attention_mask(documents: torch.Tensor, causal: bool) -> torch.Tens
     return same & earlier
 
 
+def document_bounds(documents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, L) document of every place → where each place's document starts and where it ends (exclusive)
+    in its row, int32 (a document being a run of equal ids): the key range a block kernel visits."""
+    length = documents.shape[1]
+    index = torch.arange(length, device=documents.device).expand_as(documents)
+    starts = torch.ones_like(documents, dtype=torch.bool)
+    starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
+    ends = torch.ones_like(documents, dtype=torch.bool)
+    ends[:, :-1] = starts[:, 1:]
+    lo = torch.where(starts, index, 0).cummax(dim=1).values
+    hi = torch.where(ends, index + 1, length).flip(1).cummin(dim=1).values.flip(1)
+    return lo.to(torch.int32).contiguous(), hi.to(torch.int32).contiguous()
+
+
 def crosses_documents(documents: torch.Tensor, positions: torch.Tensor, offset: int) -> torch.Tensor:
     """Which loss positions predict a token ``offset`` places on that lies in another document
     (a decoder's position i predicts token i + 1): such targets cannot be seen, so they carry no loss."""

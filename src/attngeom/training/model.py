@@ -2,8 +2,9 @@
 
 Encoder: ``BertForMaskedLM`` (bidirectional). Decoder: ``BertLMHeadModel`` with ``is_decoder=True``
 (causal mask). Given the document of every token, attention stays inside each document and positions
-restart per document (``document_mask.py``): through PyTorch SDPA with the dense document mask, or
-(``attention="varlen"``) through the variable-length kernel of ``document_attention.py``.
+restart per document (``document_mask.py``): through PyTorch SDPA with the dense document mask,
+(``attention="varlen"``) through the variable-length kernel of ``document_attention.py``, or
+(``attention="blocks"``) through the Triton kernels of ``document_blocks.py``.
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, PreTraine
 
 from ..scores import form_symmetry
 from .config import TrainConfig
-from .document_attention import VARLEN
-from .document_mask import document_attention_mask, document_positions
+from .document_attention import BLOCKS, VARLEN
+from .document_mask import document_attention_mask, document_bounds, document_positions
 from .inits import init_arm
 
 
 def build_model(config: TrainConfig, vocab_size: int) -> PreTrainedModel:
     """A freshly initialised model (seeded by the caller), with the attention init of ``config.init``
-    (``attention: varlen``: a model that takes its rows' document segments)."""
+    (``attention: varlen``: a model that takes its rows' document segments; ``blocks``: their bounds)."""
+    if config.attention == "blocks":
+        from . import document_blocks  # noqa: F401 - registers BLOCKS (Triton: CUDA builds of torch)
     bert = BertConfig(
         vocab_size=vocab_size,
         hidden_size=config.hidden,
@@ -34,7 +37,7 @@ def build_model(config: TrainConfig, vocab_size: int) -> PreTrainedModel:
         max_position_embeddings=max(512, config.seq_len),
         is_decoder=config.objective == "decoder",
         use_cache=False,
-        attn_implementation=VARLEN if config.attention == "varlen" else "sdpa",
+        attn_implementation={"varlen": VARLEN, "blocks": BLOCKS}.get(config.attention, "sdpa"),
     )
     model = BertLMHeadModel(bert) if config.objective == "decoder" else BertForMaskedLM(bert)
     init_attention(model, config.init, seed=config.seed)
@@ -122,11 +125,17 @@ def hidden_states(
     segments: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The encoder's last hidden states (B, L, d); with ``documents`` (B, L), each document of a packed row
-    sees only itself, at positions counted from its own start: through the dense document mask, or, given
-    their ``segments`` (``document_segments``), through the variable-length kernel."""
+    sees only itself, at positions counted from its own start: through the dense document mask, given
+    their ``segments`` (``document_segments``) through the variable-length kernel, or, in a model built
+    with ``attention: blocks``, through the block kernels (the bounds taken here)."""
     if documents is None:
         return model.bert(input_ids=input_ids).last_hidden_state
     positions = document_positions(documents)
+    if model.config._attn_implementation == BLOCKS:
+        bounds = document_bounds(documents)
+        return model.bert(
+            input_ids=input_ids, position_ids=positions, document_bounds=bounds
+        ).last_hidden_state
     if segments is not None:
         return model.bert(input_ids=input_ids, position_ids=positions, segments=segments).last_hidden_state
     mask = document_attention_mask(documents, causal=model.config.is_decoder)

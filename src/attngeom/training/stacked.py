@@ -63,6 +63,11 @@ def check_stackable(configs: Sequence[TrainConfig], outs: Sequence[Path]) -> Non
             "update_graph is not available for stacked runs (several --seeds or --inits): set "
             "update_graph=false, or train the runs one a process"
         )
+    if configs[0].attention == "blocks":  # the stacked model computes its own attention
+        raise ConfigError(
+            "attention=blocks is not available for stacked runs (several --seeds or --inits): set "
+            "attention=dense or varlen, or train the runs one a process"
+        )
     first = configs[0].to_dict()
     for config, out in zip(configs[1:], outs[1:], strict=True):
         other = config.to_dict()

@@ -1,8 +1,8 @@
-"""A candidate for issue 40: attention inside each document of packed rows, in Triton kernels that visit only
-the key blocks a query block's documents reach, with attention dropout inside.
+"""Attention inside each document of packed rows, in Triton kernels that visit only the key blocks a query
+block's documents reach, with attention dropout inside (``training.attention: blocks``).
 
 A document is a contiguous run of a row, so the keys any query of a block may see lie between the start of
-its first query's document and the end of its last one's (``document_bounds``); the kernels loop over those
+its first query's document and the end of its last one's (``document_mask.document_bounds``); the kernels loop over those
 key blocks only and mask the pairs of other documents inside them (and, ``causal``, later keys). What the
 dense document mask computes over every pair of a 512-token row, they compute over the blocks the documents
 touch: FlashAttention 2's forward (online softmax, log-sum-exp kept) and backward (the scores recomputed;
@@ -13,8 +13,9 @@ Dropout keeps a pair with probability 1 − p and scales it by 1/(1 − p), as S
 in the forward and the backward pass (``keep_mask`` draws them alone, for tests). The seed is drawn from torch's CUDA generator on the
 device, so a CUDA graph replays new draws.
 
-CUDA (or Triton's interpreter: ``TRITON_INTERPRET=1``, on the CPU, for tests). Not part of the package:
-``document_attention.py`` times it beside SDPA's kernels.
+CUDA (or Triton's interpreter: ``TRITON_INTERPRET=1``, on the CPU, for tests); Triton comes with CUDA
+builds of torch, so this module is imported only where the setting is chosen. transformers' BERT reaches it
+through its ``AttentionInterface`` under ``BLOCKS``, given the bounds as a keyword its layers pass on.
 """
 
 from __future__ import annotations
@@ -22,20 +23,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from transformers import AttentionInterface
 
-
-def document_bounds(documents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, L) document of every place → where each place's document starts and ends (exclusive) in its row,
-    int32: a document being a run of equal ids."""
-    length = documents.shape[1]
-    index = torch.arange(length, device=documents.device).expand_as(documents)
-    starts = torch.ones_like(documents, dtype=torch.bool)
-    starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
-    ends = torch.ones_like(documents, dtype=torch.bool)
-    ends[:, :-1] = starts[:, 1:]
-    lo = torch.where(starts, index, 0).cummax(dim=1).values
-    hi = torch.where(ends, index + 1, length).flip(1).cummin(dim=1).values.flip(1)
-    return lo.to(torch.int32).contiguous(), hi.to(torch.int32).contiguous()
+from .document_attention import BLOCKS
 
 
 @triton.jit
@@ -78,7 +68,7 @@ QUERY_BLOCKS = _configs(
 """Candidates of the kernels that loop over key blocks for a query block (forward, dQ)."""
 KEY_BLOCKS = _configs([(64, 64, 4, 2), (32, 64, 4, 2), (64, 128, 8, 2), (32, 128, 4, 2), (64, 64, 8, 3)])
 """Candidates of the kernel that loops over query blocks for a key block (dK, dV)."""
-TUNED_ON = ["length", "D", "DROPOUT", "CAUSAL"]
+TUNED_ON = ["length", "heads", "D", "DROPOUT", "CAUSAL"]
 
 
 @triton.autotune(configs=QUERY_BLOCKS, key=TUNED_ON)
@@ -87,16 +77,19 @@ def _forward(
     Q, K, V, O, LSE, LO, HI, SEED,
     threshold, keep_scale, scale, length, heads,
     s_b, s_l, s_h,
-    BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DROPOUT: tl.constexpr, CAUSAL: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DIM: tl.constexpr, DROPOUT: tl.constexpr, CAUSAL: tl.constexpr,
 ):  # fmt: skip
     block, row_head = tl.program_id(0), tl.program_id(1)
     row, head = row_head // heads, row_head % heads
     offs_m = block * BM + tl.arange(0, BM)
     offs_n0 = tl.arange(0, BN)
     offs_d = tl.arange(0, D)
+    in_d = offs_d < DIM  # D: the head dimension padded to a power of two, at least 16
     inside = offs_m < length
     base = row * s_b + head * s_h
-    q = tl.load(Q + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None], other=0.0)
+    q = tl.load(
+        Q + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None] & in_d[None, :], other=0.0
+    )
     lo_m = tl.load(LO + row * length + offs_m, mask=inside, other=length)
     hi_m = tl.load(HI + row * length + offs_m, mask=inside, other=0)
     first = tl.min(lo_m, axis=0)
@@ -110,7 +103,7 @@ def _forward(
     for start in range((first // BN) * BN, last, BN):
         offs_n = start + offs_n0
         kv = base + offs_n[:, None] * s_l + offs_d[None, :]
-        k = tl.load(K + kv, mask=offs_n[:, None] < length, other=0.0)
+        k = tl.load(K + kv, mask=(offs_n[:, None] < length) & in_d[None, :], other=0.0)
         s, attend = _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL)
         s = tl.where(attend, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -120,13 +113,15 @@ def _forward(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         if DROPOUT:
             p = tl.where(_kept(seed, row_head, offs_m, start, length, threshold, BM, BN), p * keep_scale, 0.0)
-        v = tl.load(V + kv, mask=offs_n[:, None] < length, other=0.0)
+        v = tl.load(V + kv, mask=(offs_n[:, None] < length) & in_d[None, :], other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
     tl.store(
-        O + base + offs_m[:, None] * s_l + offs_d[None, :], out.to(O.dtype.element_ty), mask=inside[:, None]
+        O + base + offs_m[:, None] * s_l + offs_d[None, :],
+        out.to(O.dtype.element_ty),
+        mask=inside[:, None] & in_d[None, :],
     )
     tl.store(LSE + row_head * length + offs_m, m_i + tl.log(l_safe), mask=inside)
 
@@ -137,7 +132,7 @@ def _backward_keys(
     Q, K, V, DO, LSE, DELTA, DK, DV, LO, HI, SEED,
     threshold, keep_scale, scale, length, heads,
     s_b, s_l, s_h,
-    BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DROPOUT: tl.constexpr, CAUSAL: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DIM: tl.constexpr, DROPOUT: tl.constexpr, CAUSAL: tl.constexpr,
 ):  # fmt: skip
     """dK and dV of one key block, over the query blocks its documents reach."""
     block, row_head = tl.program_id(0), tl.program_id(1)
@@ -145,11 +140,12 @@ def _backward_keys(
     offs_n = block * BN + tl.arange(0, BN)
     offs_m0 = tl.arange(0, BM)
     offs_d = tl.arange(0, D)
+    in_d = offs_d < DIM  # D: the head dimension padded to a power of two, at least 16
     inside = offs_n < length
     base = row * s_b + head * s_h
     kv = base + offs_n[:, None] * s_l + offs_d[None, :]
-    k = tl.load(K + kv, mask=inside[:, None], other=0.0)
-    v = tl.load(V + kv, mask=inside[:, None], other=0.0)
+    k = tl.load(K + kv, mask=inside[:, None] & in_d[None, :], other=0.0)
+    v = tl.load(V + kv, mask=inside[:, None] & in_d[None, :], other=0.0)
     lo_n = tl.load(LO + row * length + offs_n, mask=inside, other=length)
     hi_n = tl.load(HI + row * length + offs_n, mask=inside, other=0)
     first = tl.min(lo_n, axis=0)
@@ -162,13 +158,21 @@ def _backward_keys(
     for start in range((first // BM) * BM, last, BM):
         offs_m = start + offs_m0
         rows_in = offs_m < length
-        q = tl.load(Q + base + offs_m[:, None] * s_l + offs_d[None, :], mask=rows_in[:, None], other=0.0)
+        q = tl.load(
+            Q + base + offs_m[:, None] * s_l + offs_d[None, :],
+            mask=rows_in[:, None] & in_d[None, :],
+            other=0.0,
+        )
         lo_m = tl.load(LO + row * length + offs_m, mask=rows_in, other=length)
         hi_m = tl.load(HI + row * length + offs_m, mask=rows_in, other=0)
         s, attend = _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL)
         lse = tl.load(LSE + row_head * length + offs_m, mask=rows_in, other=0.0)
         p = tl.where(attend, tl.exp(s - lse[:, None]), 0.0)
-        do = tl.load(DO + base + offs_m[:, None] * s_l + offs_d[None, :], mask=rows_in[:, None], other=0.0)
+        do = tl.load(
+            DO + base + offs_m[:, None] * s_l + offs_d[None, :],
+            mask=rows_in[:, None] & in_d[None, :],
+            other=0.0,
+        )
         dp = tl.dot(do, tl.trans(v))
         if DROPOUT:
             keep = _kept(seed, row_head, offs_m, block * BN, length, threshold, BM, BN)
@@ -179,8 +183,8 @@ def _backward_keys(
         delta = tl.load(DELTA + row_head * length + offs_m, mask=rows_in, other=0.0)
         ds = p * (dp - delta[:, None])
         dk += tl.dot(tl.trans(ds.to(q.dtype)), q)
-    tl.store(DK + kv, (dk * scale).to(DK.dtype.element_ty), mask=inside[:, None])
-    tl.store(DV + kv, dv.to(DV.dtype.element_ty), mask=inside[:, None])
+    tl.store(DK + kv, (dk * scale).to(DK.dtype.element_ty), mask=inside[:, None] & in_d[None, :])
+    tl.store(DV + kv, dv.to(DV.dtype.element_ty), mask=inside[:, None] & in_d[None, :])
 
 
 @triton.autotune(configs=QUERY_BLOCKS, key=TUNED_ON)
@@ -189,7 +193,7 @@ def _backward_queries(
     Q, K, V, DO, LSE, DELTA, DQ, LO, HI, SEED,
     threshold, keep_scale, scale, length, heads,
     s_b, s_l, s_h,
-    BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DROPOUT: tl.constexpr, CAUSAL: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DIM: tl.constexpr, DROPOUT: tl.constexpr, CAUSAL: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query block, over the key blocks its documents reach."""
     block, row_head = tl.program_id(0), tl.program_id(1)
@@ -197,10 +201,15 @@ def _backward_queries(
     offs_m = block * BM + tl.arange(0, BM)
     offs_n0 = tl.arange(0, BN)
     offs_d = tl.arange(0, D)
+    in_d = offs_d < DIM  # D: the head dimension padded to a power of two, at least 16
     inside = offs_m < length
     base = row * s_b + head * s_h
-    q = tl.load(Q + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None], other=0.0)
-    do = tl.load(DO + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None], other=0.0)
+    q = tl.load(
+        Q + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None] & in_d[None, :], other=0.0
+    )
+    do = tl.load(
+        DO + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None] & in_d[None, :], other=0.0
+    )
     lse = tl.load(LSE + row_head * length + offs_m, mask=inside, other=0.0)
     delta = tl.load(DELTA + row_head * length + offs_m, mask=inside, other=0.0)
     lo_m = tl.load(LO + row * length + offs_m, mask=inside, other=length)
@@ -214,10 +223,10 @@ def _backward_queries(
     for start in range((first // BN) * BN, last, BN):
         offs_n = start + offs_n0
         kv = base + offs_n[:, None] * s_l + offs_d[None, :]
-        k = tl.load(K + kv, mask=offs_n[:, None] < length, other=0.0)
+        k = tl.load(K + kv, mask=(offs_n[:, None] < length) & in_d[None, :], other=0.0)
         s, attend = _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL)
         p = tl.where(attend, tl.exp(s - lse[:, None]), 0.0)
-        v = tl.load(V + kv, mask=offs_n[:, None] < length, other=0.0)
+        v = tl.load(V + kv, mask=(offs_n[:, None] < length) & in_d[None, :], other=0.0)
         dp = tl.dot(do, tl.trans(v))
         if DROPOUT:
             dp = tl.where(
@@ -228,7 +237,7 @@ def _backward_queries(
     tl.store(
         DQ + base + offs_m[:, None] * s_l + offs_d[None, :],
         (dq * scale).to(DQ.dtype.element_ty),
-        mask=inside[:, None],
+        mask=inside[:, None] & in_d[None, :],
     )
 
 
@@ -244,19 +253,16 @@ def _keep_mask(OUT, SEED, threshold, length, heads, BM: tl.constexpr, BN: tl.con
 
 
 @triton.jit
-def _delta(O, DO, DELTA, length, heads, s_b, s_l, s_h, BM: tl.constexpr, D: tl.constexpr):
+def _delta(O, DO, DELTA, length, heads, s_b, s_l, s_h, BM: tl.constexpr, D: tl.constexpr, DIM: tl.constexpr):
     """Each query's Σ_d dO · O, which the backward pass subtracts from every pair's dP."""
     block, row_head = tl.program_id(0), tl.program_id(1)
     offs_m = block * BM + tl.arange(0, BM)
     inside = offs_m < length
-    where = (
-        (row_head // heads) * s_b
-        + (row_head % heads) * s_h
-        + offs_m[:, None] * s_l
-        + tl.arange(0, D)[None, :]
-    )
-    o = tl.load(O + where, mask=inside[:, None], other=0.0).to(tl.float32)
-    do = tl.load(DO + where, mask=inside[:, None], other=0.0).to(tl.float32)
+    offs_d = tl.arange(0, D)
+    in_d = offs_d < DIM
+    where = (row_head // heads) * s_b + (row_head % heads) * s_h + offs_m[:, None] * s_l + offs_d[None, :]
+    o = tl.load(O + where, mask=inside[:, None] & in_d[None, :], other=0.0).to(tl.float32)
+    do = tl.load(DO + where, mask=inside[:, None] & in_d[None, :], other=0.0).to(tl.float32)
     tl.store(DELTA + row_head * length + offs_m, tl.sum(o * do, axis=1), mask=inside)
 
 
@@ -271,6 +277,12 @@ def tuned() -> dict[str, str]:
         kernel.fn.__name__: str(getattr(kernel, "best_config", None))
         for kernel in (_forward, _backward_keys, _backward_queries)
     }
+
+
+def padded(dim: int) -> int:
+    """The head dimension the kernels compute in: a power of two (``tl.arange``), at least 16 (``tl.dot``);
+    the padding is masked out of every load and store."""
+    return max(16, triton.next_power_of_2(dim))
 
 
 def dropout_threshold(dropout: float) -> tuple[int, float]:
@@ -294,7 +306,7 @@ class DocumentFlash(torch.autograd.Function):
         lse = torch.empty(rows * heads, length, device=q.device, dtype=torch.float32)
         _forward[lambda meta: (triton.cdiv(length, meta["BM"]), rows * heads)](
             q, k, v, out, lse, lo, hi, seed, *dropout_threshold(dropout), scale, length, heads, *q.stride()[:3],
-            D=dim, DROPOUT=dropout > 0, CAUSAL=causal,
+            D=padded(dim), DIM=dim, DROPOUT=dropout > 0, CAUSAL=causal,
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, lo, hi, seed)
         ctx.settings = dropout, causal, scale
@@ -308,9 +320,9 @@ class DocumentFlash(torch.autograd.Function):
         grad = grad.contiguous()
         grid = (triton.cdiv(length, BLOCK), rows * heads)
         delta = torch.empty(rows * heads, length, device=q.device, dtype=torch.float32)
-        _delta[grid](out, grad, delta, length, heads, *q.stride()[:3], BM=BLOCK, D=dim)
+        _delta[grid](out, grad, delta, length, heads, *q.stride()[:3], BM=BLOCK, D=padded(dim), DIM=dim)
         dq, dk, dv = (torch.empty_like(q, memory_format=torch.contiguous_format) for _ in range(3))
-        settings = dict(D=dim, DROPOUT=dropout > 0, CAUSAL=causal)
+        settings = dict(D=padded(dim), DIM=dim, DROPOUT=dropout > 0, CAUSAL=causal)
         common = (*dropout_threshold(dropout), scale, length, heads, *q.stride()[:3])
         keys = _backward_keys[lambda meta: (triton.cdiv(length, meta["BN"]), rows * heads)]
         keys(q, k, v, grad, lse, delta, dk, dv, lo, hi, seed, *common, **settings)
@@ -329,7 +341,8 @@ def document_flash(
     causal: bool = False,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """(B, L, H, D) → (B, L, H, D), each token attending inside its document (``document_bounds``)."""
+    """(B, L, H, D) → (B, L, H, D), each token attending inside its document (its bounds ``lo``, ``hi``:
+    ``document_mask.document_bounds``)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     return DocumentFlash.apply(q, k, v, lo, hi, dropout, causal, scale)
 
@@ -340,3 +353,28 @@ def keep_mask(seed: torch.Tensor, rows: int, heads: int, length: int, dropout: f
     grid = (triton.cdiv(length, BLOCK), triton.cdiv(length, BLOCK), rows * heads)
     _keep_mask[grid](out, seed, dropout_threshold(dropout)[0], length, heads, BM=BLOCK, BN=BLOCK)
     return out.bool()
+
+
+def transformers_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    document_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature ((B, H, L, D) in, (B, L, H, D) out); the documents'
+    bounds come as the keyword ``document_bounds`` that the model's call passes down to its layers."""
+    if document_bounds is None or attention_mask is not None:
+        raise ValueError(
+            f"attention {BLOCKS} takes the rows' document bounds (document_bounds=document_bounds(...)) and "
+            "no attention mask: call the model through attngeom.training.model.hidden_states"
+        )
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))
+    return document_flash(q, k, v, *document_bounds, dropout, module.is_causal, scaling), None
+
+
+AttentionInterface.register(BLOCKS, transformers_attention)

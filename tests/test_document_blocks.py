@@ -1,4 +1,4 @@
-"""The Triton document-attention candidate (benchmarks/document_triton.py) computes what SDPA's dense
+"""The Triton document-attention kernels (``attention: blocks``, training/document_blocks.py) compute what SDPA's dense
 document mask computes, output and gradients, with and without causality, and its dropout is the mask its
 own draw gives, the same in both passes. On a CUDA GPU it runs its kernels; elsewhere, where Triton is
 installed, Triton's interpreter runs them on the CPU, in a child pytest started with TRITON_INTERPRET=1
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attngeom.training.document_mask import document_attention_mask
+from attngeom.training.document_mask import document_attention_mask, document_bounds
 
 pytest.importorskip("triton")
 
@@ -37,15 +37,15 @@ def test_the_kernels_under_tritons_interpreter():
         timeout=1200,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert re.search(r"\b6 passed", result.stdout)  # every test below ran
+    assert re.search(r"\b16 passed", result.stdout)  # every test below ran
 
 
 @pytest.fixture(scope="module")
 def kernels():
     """The module: its kernels compiled for the GPU or, without one, run by Triton's interpreter."""
-    import document_triton  # benchmarks/, on the import path through tests/bench_support.py
+    from attngeom.training import document_blocks
 
-    return document_triton
+    return document_blocks
 
 
 def dense(q, k, v, documents, causal, keep, keep_scale):
@@ -68,10 +68,9 @@ def test_dropout_is_resolved_to_sixteen_bits_and_unbiased(kernels):
         kernels.dropout_threshold(1e-6)
 
 
-@KERNELS
-def test_document_bounds_are_each_places_document_start_and_end(kernels):
+def test_document_bounds_are_each_places_document_start_and_end():
     documents = torch.tensor([[0, 0, 0, 1, 2, 2], [5, 5, 5, 5, 5, 5]])
-    lo, hi = kernels.document_bounds(documents)
+    lo, hi = document_bounds(documents)
     assert lo.tolist() == [[0, 0, 0, 3, 4, 4], [0] * 6]
     assert hi.tolist() == [[3, 3, 3, 4, 6, 6], [6] * 6]
 
@@ -79,21 +78,22 @@ def test_document_bounds_are_each_places_document_start_and_end(kernels):
 @KERNELS
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_the_kernels_compute_the_dense_document_masks_attention_and_gradients(kernels, causal, dropout):
+@pytest.mark.parametrize("dim", [16, 8, 24])  # 8, 24: padded to 16 and 32, the padding masked
+def test_the_kernels_compute_the_dense_document_masks_attention_and_gradients(kernels, causal, dropout, dim):
     device = "cuda" if CUDA else "cpu"
     dtype = torch.bfloat16 if CUDA else torch.float32
     sizes = [[37, 50, 1, 12], [100], [3, 60, 37]]  # the rest of each 100-token row: its own padding run
     documents = torch.stack(
         [torch.repeat_interleave(torch.arange(len(s) + 1), torch.tensor([*s, 100 - sum(s)])) for s in sizes]
     ).to(device)
-    rows, length, heads, dim = len(sizes), 100, 2, 16  # 100: a last block of the kernels' 64 cut short
+    rows, length, heads = len(sizes), 100, 2  # 100: a last block of the kernels' 64 cut short
     gen = torch.Generator(device).manual_seed(1)
     q, k, v = (
         torch.randn(rows, length, heads, dim, device=device, generator=gen, dtype=dtype).requires_grad_()
         for _ in range(3)
     )
     grad = torch.randn(rows, length, heads, dim, device=device, generator=gen, dtype=dtype)
-    lo, hi = kernels.document_bounds(documents)
+    lo, hi = document_bounds(documents)
     state = torch.cuda.get_rng_state() if CUDA else torch.get_rng_state()
     out = kernels.document_flash(q, k, v, lo, hi, dropout, causal)
     grads = torch.autograd.grad(out, (q, k, v), grad)
@@ -110,3 +110,40 @@ def test_the_kernels_compute_the_dense_document_masks_attention_and_gradients(ke
     torch.testing.assert_close(out.double(), expected, **tolerance)
     for got, want in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(got.double(), want, **tolerance)
+
+
+@KERNELS
+@pytest.mark.parametrize("objective", ["encoder", "decoder"])
+def test_a_model_built_with_blocks_gives_the_dense_masks_loss_and_gradients(kernels, objective):
+    """Through transformers' BERT: the bounds reach every layer, causality comes from the model."""
+    from attngeom.training.config import make_config
+    from attngeom.training.document_mask import document_ids
+    from attngeom.training.model import LanguageModelLoss, build_model
+
+    device = "cuda" if CUDA else "cpu"
+    settings = dict(n_layers=2, hidden_size=32, n_heads=2, intermediate_size=64, seq_len=64, dropout=0.0)
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(5, 300, (3, 64), generator=gen)
+    ids[torch.rand(3, 64, generator=gen) < 0.05] = 2  # [SEP]: documents end
+    batch = [
+        ids,
+        torch.randint(0, 63, (3, 8), generator=gen),
+        torch.randint(5, 300, (3, 8), generator=gen),
+        torch.full((3, 8), 1 / 24),
+        document_ids(ids, 2),
+    ]
+    results = []
+    for attention in ("dense", "blocks"):
+        torch.manual_seed(0)
+        config = make_config({**settings, "objective": objective, "attention": attention})
+        objective_ = LanguageModelLoss(build_model(config, 300).to(device))
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=CUDA):
+            loss, _ = objective_(*(t.to(device) for t in batch))
+        loss.backward()
+        results.append((loss.detach().double(), [p.grad.double() for p in objective_.parameters()]))
+    (dense_loss, dense_grads), (loss, grads) = results
+    tolerance = dict(rtol=2e-2, atol=2e-2) if CUDA else dict(rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(loss, dense_loss, **tolerance)
+    scale = torch.cat([g.flatten() for g in dense_grads]).norm()
+    for a, b in zip(grads, dense_grads, strict=True):
+        assert (a - b).norm() <= (0.05 if CUDA else 1e-4) * b.norm() + 1e-5 * scale
