@@ -31,7 +31,7 @@ from .document_attention import BLOCKS
 @triton.jit
 def _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL: tl.constexpr):
     """The block's scaled scores, and which pairs attend (same document; ``CAUSAL``: key not after query)."""
-    s = tl.dot(q, tl.trans(k)) * scale
+    s = (tl.dot(q, tl.trans(k)) * scale).to(tl.float32)  # inductor passes a float argument as fp64
     attend = (offs_n[None, :] >= lo_m[:, None]) & (offs_n[None, :] < hi_m[:, None])
     if CAUSAL:
         attend = attend & (offs_n[None, :] <= offs_m[:, None])
@@ -112,7 +112,11 @@ def _forward(
         alpha = tl.exp(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         if DROPOUT:
-            p = tl.where(_kept(seed, row_head, offs_m, start, length, threshold, BM, BN), p * keep_scale, 0.0)
+            p = tl.where(
+                _kept(seed, row_head, offs_m, start, length, threshold, BM, BN),
+                (p * keep_scale).to(tl.float32),
+                0.0,
+            )
         v = tl.load(V + kv, mask=(offs_n[:, None] < length) & in_d[None, :], other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
@@ -176,8 +180,8 @@ def _backward_keys(
         dp = tl.dot(do, tl.trans(v))
         if DROPOUT:
             keep = _kept(seed, row_head, offs_m, block * BN, length, threshold, BM, BN)
-            dv += tl.dot(tl.trans(tl.where(keep, p * keep_scale, 0.0).to(do.dtype)), do)
-            dp = tl.where(keep, dp * keep_scale, 0.0)
+            dv += tl.dot(tl.trans(tl.where(keep, (p * keep_scale).to(tl.float32), 0.0).to(do.dtype)), do)
+            dp = tl.where(keep, (dp * keep_scale).to(tl.float32), 0.0)
         else:
             dv += tl.dot(tl.trans(p.to(do.dtype)), do)
         delta = tl.load(DELTA + row_head * length + offs_m, mask=rows_in, other=0.0)
@@ -230,7 +234,9 @@ def _backward_queries(
         dp = tl.dot(do, tl.trans(v))
         if DROPOUT:
             dp = tl.where(
-                _kept(seed, row_head, offs_m, start, length, threshold, BM, BN), dp * keep_scale, 0.0
+                _kept(seed, row_head, offs_m, start, length, threshold, BM, BN),
+                (dp * keep_scale).to(tl.float32),
+                0.0,
             )
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k)
