@@ -4,6 +4,7 @@ alone, one run's loss and gradients, stacked runs', and compiled training with C
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import replace
 
 import pandas as pd
@@ -83,6 +84,12 @@ def test_a_document_kernel_where_it_cannot_run_is_refused_with_what_to_set(setti
 @pytest.mark.parametrize("attention", ["varlen", "blocks"])
 def test_the_document_kernels_run_on_a_cuda_gpu_in_bf16_by_default_settings(attention):
     make_config(TINY, {"attention": attention}).check_attention("cuda")  # no error
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is not None, reason="where Triton is missing")
+def test_a_blocks_model_without_triton_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="attention=blocks needs Triton.*use attention=dense"):
+        build_model(make_config(TINY, {"attention": "blocks"}), TINY["vocab_size"])
 
 
 def test_a_varlen_model_called_without_segments_says_how_to_call_it():

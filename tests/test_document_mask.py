@@ -15,7 +15,12 @@ import torch.nn.functional as F
 from attngeom.training.batch import IGNORED
 from attngeom.training.config import TrainConfig, make_config
 from attngeom.training.corpus import load_corpus
-from attngeom.training.document_mask import document_attention_mask, document_ids, document_positions
+from attngeom.training.document_mask import (
+    document_attention_mask,
+    document_bounds,
+    document_ids,
+    document_positions,
+)
 from attngeom.training.model import LanguageModelLoss, build_model, hidden_states
 from attngeom.training.stream_batches import PackedBatches
 
@@ -144,3 +149,10 @@ def test_document_batches_are_a_pure_function_of_seed_and_index(corpus_config):
     assert plain.documents is None and torch.equal(plain.input_ids, first.input_ids)
     rows = PackedBatches(corpus, corpus_config).rows(7)
     assert torch.equal(first.documents, document_ids(rows, corpus.token_id("[SEP]")))
+
+
+def test_document_bounds_are_each_places_document_start_and_end():
+    documents = torch.tensor([[0, 0, 0, 1, 2, 2], [5, 5, 5, 5, 5, 5]])
+    lo, hi = document_bounds(documents)
+    assert lo.tolist() == [[0, 0, 0, 3, 4, 4], [0] * 6]
+    assert hi.tolist() == [[3, 3, 3, 4, 6, 6], [6] * 6]

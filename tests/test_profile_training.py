@@ -61,6 +61,7 @@ def test_categories_name_the_kernels_of_a_gpu_step():
         "cross-entropy / softmax of the head"
     )
     assert profile_training.category("void at::native::(anonymous)::multi_tensor_apply_kernel") == "optimizer"
+    assert profile_training.category("_attention_backward_keys") == "attention kernels"  # attention: blocks
     assert profile_training.category("triton_red_fused_native_layer_norm_7") == "elementwise / normalisation"
     assert profile_training.category("Memcpy HtoD (Pinned -> Device)") == "copies / data"
 

@@ -73,7 +73,7 @@ TUNED_ON = ["length", "heads", "D", "DROPOUT", "CAUSAL"]
 
 @triton.autotune(configs=QUERY_BLOCKS, key=TUNED_ON)
 @triton.jit
-def _forward(
+def _attention_forward(
     Q, K, V, O, LSE, LO, HI, SEED,
     threshold, keep_scale, scale, length, heads,
     s_b, s_l, s_h,
@@ -132,7 +132,7 @@ def _forward(
 
 @triton.autotune(configs=KEY_BLOCKS, key=TUNED_ON)
 @triton.jit
-def _backward_keys(
+def _attention_backward_keys(
     Q, K, V, DO, LSE, DELTA, DK, DV, LO, HI, SEED,
     threshold, keep_scale, scale, length, heads,
     s_b, s_l, s_h,
@@ -193,7 +193,7 @@ def _backward_keys(
 
 @triton.autotune(configs=QUERY_BLOCKS, key=TUNED_ON)
 @triton.jit
-def _backward_queries(
+def _attention_backward_queries(
     Q, K, V, DO, LSE, DELTA, DQ, LO, HI, SEED,
     threshold, keep_scale, scale, length, heads,
     s_b, s_l, s_h,
@@ -259,7 +259,9 @@ def _keep_mask(OUT, SEED, threshold, length, heads, BM: tl.constexpr, BN: tl.con
 
 
 @triton.jit
-def _delta(O, DO, DELTA, length, heads, s_b, s_l, s_h, BM: tl.constexpr, D: tl.constexpr, DIM: tl.constexpr):
+def _attention_delta(
+    O, DO, DELTA, length, heads, s_b, s_l, s_h, BM: tl.constexpr, D: tl.constexpr, DIM: tl.constexpr
+):
     """Each query's Σ_d dO · O, which the backward pass subtracts from every pair's dP."""
     block, row_head = tl.program_id(0), tl.program_id(1)
     offs_m = block * BM + tl.arange(0, BM)
@@ -281,7 +283,7 @@ def tuned() -> dict[str, str]:
     """The configuration the autotuner chose for each attention kernel (after a call)."""
     return {
         kernel.fn.__name__: str(getattr(kernel, "best_config", None))
-        for kernel in (_forward, _backward_keys, _backward_queries)
+        for kernel in (_attention_forward, _attention_backward_keys, _attention_backward_queries)
     }
 
 
@@ -310,7 +312,7 @@ class DocumentFlash(torch.autograd.Function):
         seed = torch.randint(0, 2**31 - 1, (1,), device=q.device, dtype=torch.int64)
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
         lse = torch.empty(rows * heads, length, device=q.device, dtype=torch.float32)
-        _forward[lambda meta: (triton.cdiv(length, meta["BM"]), rows * heads)](
+        _attention_forward[lambda meta: (triton.cdiv(length, meta["BM"]), rows * heads)](
             q, k, v, out, lse, lo, hi, seed, *dropout_threshold(dropout), scale, length, heads, *q.stride()[:3],
             D=padded(dim), DIM=dim, DROPOUT=dropout > 0, CAUSAL=causal,
         )  # fmt: skip
@@ -326,13 +328,15 @@ class DocumentFlash(torch.autograd.Function):
         grad = grad.contiguous()
         grid = (triton.cdiv(length, BLOCK), rows * heads)
         delta = torch.empty(rows * heads, length, device=q.device, dtype=torch.float32)
-        _delta[grid](out, grad, delta, length, heads, *q.stride()[:3], BM=BLOCK, D=padded(dim), DIM=dim)
+        _attention_delta[grid](
+            out, grad, delta, length, heads, *q.stride()[:3], BM=BLOCK, D=padded(dim), DIM=dim
+        )
         dq, dk, dv = (torch.empty_like(q, memory_format=torch.contiguous_format) for _ in range(3))
         settings = dict(D=padded(dim), DIM=dim, DROPOUT=dropout > 0, CAUSAL=causal)
         common = (*dropout_threshold(dropout), scale, length, heads, *q.stride()[:3])
-        keys = _backward_keys[lambda meta: (triton.cdiv(length, meta["BN"]), rows * heads)]
+        keys = _attention_backward_keys[lambda meta: (triton.cdiv(length, meta["BN"]), rows * heads)]
         keys(q, k, v, grad, lse, delta, dk, dv, lo, hi, seed, *common, **settings)
-        queries = _backward_queries[lambda meta: (triton.cdiv(length, meta["BM"]), rows * heads)]
+        queries = _attention_backward_queries[lambda meta: (triton.cdiv(length, meta["BM"]), rows * heads)]
         queries(q, k, v, grad, lse, delta, dq, lo, hi, seed, *common, **settings)
         return dq, dk, dv, None, None, None, None, None
 

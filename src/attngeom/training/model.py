@@ -15,7 +15,7 @@ from torch import nn
 from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, PreTrainedModel
 
 from ..scores import form_symmetry
-from .config import TrainConfig
+from .config import ConfigError, TrainConfig
 from .document_attention import BLOCKS, VARLEN
 from .document_mask import document_attention_mask, document_bounds, document_positions
 from .inits import init_arm
@@ -25,7 +25,13 @@ def build_model(config: TrainConfig, vocab_size: int) -> PreTrainedModel:
     """A freshly initialised model (seeded by the caller), with the attention init of ``config.init``
     (``attention: varlen``: a model that takes its rows' document segments; ``blocks``: their bounds)."""
     if config.attention == "blocks":
-        from . import document_blocks  # noqa: F401 - registers BLOCKS (Triton: CUDA builds of torch)
+        try:
+            from . import document_blocks  # noqa: F401 - registers BLOCKS
+        except ImportError as err:
+            raise ConfigError(
+                f"training setting attention=blocks needs Triton, which CUDA builds of torch bring ({err}); "
+                "use attention=dense"
+            ) from None
     bert = BertConfig(
         vocab_size=vocab_size,
         hidden_size=config.hidden,
