@@ -230,8 +230,9 @@ class TrainConfig:
     backward pass over the ~30% of pairs kept costs what cuDNN's costs over all of them, and a BERT-mini
     update ran slower with it (``benchmarks/results/document_attention_h100/``), so it is not the default.
     ``blocks``: Triton kernels that visit only the key blocks each query block's documents reach, dropout
-    inside (``document_blocks.py``; CUDA, bf16, one run a process); not the default until the CLI is timed
-    with it."""
+    inside (``document_blocks.py``; CUDA, bf16, one run a process): faster than cuDNN's alone on an H200, not
+    in the update (+1.3–1.9% tokens/s, within run-to-run spread; ``benchmarks/results/document_blocks_h200/``),
+    so not the default."""
     # bookkeeping
     log_every: int = setting(100, Range(1, INT_MAX))
     score_every: int = setting(1000, Range(1, INT_MAX))
