@@ -39,31 +39,6 @@ def _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _tile(P, base, offs, s_l, offs_d, inside, in_d):
-    """The (block, D) tile of a (B, L, H, D) tensor at positions ``offs`` (zeros outside)."""
-    return tl.load(
-        P + base + offs[:, None] * s_l + offs_d[None, :], mask=inside[:, None] & in_d[None, :], other=0.0
-    )
-
-
-@triton.jit
-def _reach(LO, HI, row, offs, inside, length, BLOCK: tl.constexpr, CAUSAL: tl.constexpr, KEYS: tl.constexpr):
-    """The bounds of each position's document, and the range of positions the block's documents span (for
-    a query block, the keys it may see; for a key block, ``KEYS``, the queries that may see it)."""
-    lo = tl.load(LO + row * length + offs, mask=inside, other=length)
-    hi = tl.load(HI + row * length + offs, mask=inside, other=0)
-    first = tl.min(lo, axis=0)
-    last = tl.max(hi, axis=0)
-    if CAUSAL:
-        start = tl.min(offs, axis=0)
-        if KEYS:
-            first = tl.maximum(first, start)
-        else:
-            last = tl.minimum(last, start + BLOCK)
-    return lo, hi, first, last
-
-
-@triton.jit
 def _kept(seed, row_head, offs_m, start, length, threshold, BM: tl.constexpr, BN: tl.constexpr):
     """Which pairs of the block (queries ``offs_m``, keys ``start`` on) dropout keeps: 16-bit draws, eight
     from each Philox call (``tl.randint4x`` of seed + row × heads + head, query × ⌈L / 8⌉ + key // 8), a pair
@@ -112,16 +87,23 @@ def _attention_forward(
     in_d = offs_d < DIM  # D: the head dimension padded to a power of two, at least 16
     inside = offs_m < length
     base = row * s_b + head * s_h
-    q = _tile(Q, base, offs_m, s_l, offs_d, inside, in_d)
-    lo_m, hi_m, first, last = _reach(LO, HI, row, offs_m, inside, length, BM, CAUSAL, False)
+    q = tl.load(
+        Q + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None] & in_d[None, :], other=0.0
+    )
+    lo_m = tl.load(LO + row * length + offs_m, mask=inside, other=length)
+    hi_m = tl.load(HI + row * length + offs_m, mask=inside, other=0)
+    first = tl.min(lo_m, axis=0)
+    last = tl.max(hi_m, axis=0)
+    if CAUSAL:
+        last = tl.minimum(last, block * BM + BM)
     seed = tl.load(SEED)
     m_i = tl.full([BM], float("-inf"), tl.float32)
     l_i = tl.zeros([BM], tl.float32)
     acc = tl.zeros([BM, D], tl.float32)
     for start in range((first // BN) * BN, last, BN):
         offs_n = start + offs_n0
-        keys_in = offs_n < length
-        k = _tile(K, base, offs_n, s_l, offs_d, keys_in, in_d)
+        kv = base + offs_n[:, None] * s_l + offs_d[None, :]
+        k = tl.load(K + kv, mask=(offs_n[:, None] < length) & in_d[None, :], other=0.0)
         s, attend = _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL)
         s = tl.where(attend, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -135,7 +117,7 @@ def _attention_forward(
                 (p * keep_scale).to(tl.float32),
                 0.0,
             )
-        v = _tile(V, base, offs_n, s_l, offs_d, keys_in, in_d)
+        v = tl.load(V + kv, mask=(offs_n[:, None] < length) & in_d[None, :], other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -165,22 +147,36 @@ def _attention_backward_keys(
     in_d = offs_d < DIM  # D: the head dimension padded to a power of two, at least 16
     inside = offs_n < length
     base = row * s_b + head * s_h
-    k = _tile(K, base, offs_n, s_l, offs_d, inside, in_d)
-    v = _tile(V, base, offs_n, s_l, offs_d, inside, in_d)
-    _, _, first, last = _reach(LO, HI, row, offs_n, inside, length, BN, CAUSAL, True)
+    kv = base + offs_n[:, None] * s_l + offs_d[None, :]
+    k = tl.load(K + kv, mask=inside[:, None] & in_d[None, :], other=0.0)
+    v = tl.load(V + kv, mask=inside[:, None] & in_d[None, :], other=0.0)
+    lo_n = tl.load(LO + row * length + offs_n, mask=inside, other=length)
+    hi_n = tl.load(HI + row * length + offs_n, mask=inside, other=0)
+    first = tl.min(lo_n, axis=0)
+    if CAUSAL:
+        first = tl.maximum(first, block * BN)
+    last = tl.max(hi_n, axis=0)
     seed = tl.load(SEED)
     dk = tl.zeros([BN, D], tl.float32)
     dv = tl.zeros([BN, D], tl.float32)
     for start in range((first // BM) * BM, last, BM):
         offs_m = start + offs_m0
         rows_in = offs_m < length
-        q = _tile(Q, base, offs_m, s_l, offs_d, rows_in, in_d)
+        q = tl.load(
+            Q + base + offs_m[:, None] * s_l + offs_d[None, :],
+            mask=rows_in[:, None] & in_d[None, :],
+            other=0.0,
+        )
         lo_m = tl.load(LO + row * length + offs_m, mask=rows_in, other=length)
         hi_m = tl.load(HI + row * length + offs_m, mask=rows_in, other=0)
         s, attend = _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL)
         lse = tl.load(LSE + row_head * length + offs_m, mask=rows_in, other=0.0)
         p = tl.where(attend, tl.exp(s - lse[:, None]), 0.0)
-        do = _tile(DO, base, offs_m, s_l, offs_d, rows_in, in_d)
+        do = tl.load(
+            DO + base + offs_m[:, None] * s_l + offs_d[None, :],
+            mask=rows_in[:, None] & in_d[None, :],
+            other=0.0,
+        )
         dp = tl.dot(do, tl.trans(v))
         if DROPOUT:
             keep = _kept(seed, row_head, offs_m, block * BN, length, threshold, BM, BN)
@@ -191,7 +187,6 @@ def _attention_backward_keys(
         delta = tl.load(DELTA + row_head * length + offs_m, mask=rows_in, other=0.0)
         ds = p * (dp - delta[:, None])
         dk += tl.dot(tl.trans(ds.to(q.dtype)), q)
-    kv = base + offs_n[:, None] * s_l + offs_d[None, :]
     tl.store(DK + kv, (dk * scale).to(DK.dtype.element_ty), mask=inside[:, None] & in_d[None, :])
     tl.store(DV + kv, dv.to(DV.dtype.element_ty), mask=inside[:, None] & in_d[None, :])
 
@@ -213,20 +208,29 @@ def _attention_backward_queries(
     in_d = offs_d < DIM  # D: the head dimension padded to a power of two, at least 16
     inside = offs_m < length
     base = row * s_b + head * s_h
-    q = _tile(Q, base, offs_m, s_l, offs_d, inside, in_d)
-    do = _tile(DO, base, offs_m, s_l, offs_d, inside, in_d)
+    q = tl.load(
+        Q + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None] & in_d[None, :], other=0.0
+    )
+    do = tl.load(
+        DO + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None] & in_d[None, :], other=0.0
+    )
     lse = tl.load(LSE + row_head * length + offs_m, mask=inside, other=0.0)
     delta = tl.load(DELTA + row_head * length + offs_m, mask=inside, other=0.0)
-    lo_m, hi_m, first, last = _reach(LO, HI, row, offs_m, inside, length, BM, CAUSAL, False)
+    lo_m = tl.load(LO + row * length + offs_m, mask=inside, other=length)
+    hi_m = tl.load(HI + row * length + offs_m, mask=inside, other=0)
+    first = tl.min(lo_m, axis=0)
+    last = tl.max(hi_m, axis=0)
+    if CAUSAL:
+        last = tl.minimum(last, block * BM + BM)
     seed = tl.load(SEED)
     dq = tl.zeros([BM, D], tl.float32)
     for start in range((first // BN) * BN, last, BN):
         offs_n = start + offs_n0
-        keys_in = offs_n < length
-        k = _tile(K, base, offs_n, s_l, offs_d, keys_in, in_d)
+        kv = base + offs_n[:, None] * s_l + offs_d[None, :]
+        k = tl.load(K + kv, mask=(offs_n[:, None] < length) & in_d[None, :], other=0.0)
         s, attend = _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL)
         p = tl.where(attend, tl.exp(s - lse[:, None]), 0.0)
-        v = _tile(V, base, offs_n, s_l, offs_d, keys_in, in_d)
+        v = tl.load(V + kv, mask=(offs_n[:, None] < length) & in_d[None, :], other=0.0)
         dp = tl.dot(do, tl.trans(v))
         if DROPOUT:
             dp = tl.where(
