@@ -19,12 +19,17 @@ def document_ids(rows: torch.Tensor, sep: int) -> torch.Tensor:
     return (ends.cumsum(dim=1) - ends).to(torch.int32)
 
 
-def document_positions(documents: torch.Tensor) -> torch.Tensor:
-    """(B, L) position of each token within its document (0 at each document's first token)."""
+def document_starts(documents: torch.Tensor) -> torch.Tensor:
+    """(B, L) where each place's document starts in its row (a document being a run of equal ids)."""
     index = torch.arange(documents.shape[1], device=documents.device).expand_as(documents)
     starts = torch.ones_like(documents, dtype=torch.bool)
     starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
-    return index - torch.where(starts, index, torch.zeros_like(index)).cummax(dim=1).values
+    return torch.where(starts, index, torch.zeros_like(index)).cummax(dim=1).values
+
+
+def document_positions(documents: torch.Tensor) -> torch.Tensor:
+    """(B, L) position of each token within its document (0 at each document's first token)."""
+    return torch.arange(documents.shape[1], device=documents.device) - document_starts(documents)
 
 
 def document_attention_mask(documents: torch.Tensor, causal: bool) -> torch.Tensor:
@@ -42,13 +47,10 @@ def document_bounds(documents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     in its row, int32 (a document being a run of equal ids): the key range a block kernel visits."""
     length = documents.shape[1]
     index = torch.arange(length, device=documents.device).expand_as(documents)
-    starts = torch.ones_like(documents, dtype=torch.bool)
-    starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
     ends = torch.ones_like(documents, dtype=torch.bool)
-    ends[:, :-1] = starts[:, 1:]
-    lo = torch.where(starts, index, 0).cummax(dim=1).values
+    ends[:, :-1] = documents[:, 1:] != documents[:, :-1]
     hi = torch.where(ends, index + 1, length).flip(1).cummin(dim=1).values.flip(1)
-    return lo.to(torch.int32).contiguous(), hi.to(torch.int32).contiguous()
+    return document_starts(documents).to(torch.int32).contiguous(), hi.to(torch.int32).contiguous()
 
 
 def crosses_documents(documents: torch.Tensor, positions: torch.Tensor, offset: int) -> torch.Tensor:
