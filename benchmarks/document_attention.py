@@ -238,9 +238,9 @@ def measure(heads: int, seed: int = 0) -> dict:
     sizes = document_sizes(seed)
     gen = torch.Generator(device="cuda").manual_seed(0)
     tokens = sum(sizes)
-    q_tokens, k_tokens, v_tokens = (
+    q_tokens, k_tokens, v_tokens, grad_tokens = (
         torch.randn(tokens, heads, HEAD_DIM, device="cuda", generator=gen, dtype=torch.bfloat16)
-        for _ in range(3)
+        for _ in range(4)
     )
     dense = dense_layout(seed)
     kept = dense.documents[:, :, None] == dense.documents[:, None, :]
@@ -258,12 +258,13 @@ def measure(heads: int, seed: int = 0) -> dict:
         rows = len(layout.documents)
 
         def in_rows(values: torch.Tensor, places=places, rows=rows) -> torch.Tensor:
+            """(R, 512, H, D): each token's values at its place in this layout's rows, zeros elsewhere."""
             out = torch.zeros(rows * ROW, heads, HEAD_DIM, device="cuda", dtype=values.dtype)
             out[places] = values
-            return out.view(rows, ROW, heads, HEAD_DIM).transpose(1, 2).requires_grad_()  # BERT's layout
+            return out.view(rows, ROW, heads, HEAD_DIM)
 
-        q, k, v = in_rows(q_tokens), in_rows(k_tokens), in_rows(v_tokens)
-        grad = torch.randn(rows, ROW, heads, HEAD_DIM, device="cuda", generator=gen, dtype=torch.bfloat16)
+        q, k, v = (in_rows(t).transpose(1, 2).requires_grad_() for t in (q_tokens, k_tokens, v_tokens))
+        grad = in_rows(grad_tokens)  # the same gradient of each token's output in every layout
         for name, kernel in layout.kernels.items():
             try:
                 out = kernel(q, k, v, 0.0)

@@ -213,12 +213,15 @@ def test_the_kernel_benchmark_packs_the_paper_updates_documents_and_refuses_a_ma
 
 def test_the_benchmarks_slot_layout_attends_as_the_dense_document_mask_token_by_token():
     """Documents in slots of their size class (one SDPA call a class, rows viewed as slots) give every
-    token the output the dense document mask over first-fit rows gives it."""
+    token the output, and the gradients for one gradient of each token's output, that the dense document
+    mask over first-fit rows gives it."""
     import document_attention as bench
 
     sizes, heads, dim = bench.document_sizes(seed=2), 2, 8
     gen = torch.Generator().manual_seed(2)
-    q, k, v = (torch.randn(sum(sizes), heads, dim, generator=gen, dtype=torch.float64) for _ in range(3))
+    q, k, v, grad = (
+        torch.randn(sum(sizes), heads, dim, generator=gen, dtype=torch.float64) for _ in range(4)
+    )
 
     def per_token(documents, starts, attention):
         places = torch.cat([s + torch.arange(n) for s, n in zip(starts.tolist(), sizes, strict=True)])
@@ -226,9 +229,12 @@ def test_the_benchmarks_slot_layout_attends_as_the_dense_document_mask_token_by_
         def rows(values):
             out = torch.zeros(len(documents) * 512, heads, dim, dtype=values.dtype)
             out[places] = values
-            return out.view(len(documents), 512, heads, dim).transpose(1, 2)  # BERT's layout
+            return out.view(len(documents), 512, heads, dim)
 
-        return attention(rows(q), rows(k), rows(v)).reshape(-1, heads, dim)[places]
+        qkv = [rows(t).transpose(1, 2).requires_grad_() for t in (q, k, v)]  # BERT's layout
+        out = attention(*qkv)
+        grads = torch.autograd.grad(out, qkv, rows(grad))
+        return [t.reshape(-1, heads, dim)[places] for t in (out, *(g.transpose(1, 2) for g in grads))]
 
     documents, starts = bench.packed_documents(seed=2)
     mask = document_attention_mask(documents, causal=False)
@@ -239,7 +245,8 @@ def test_the_benchmarks_slot_layout_attends_as_the_dense_document_mask_token_by_
     assert sum(counts) == len(documents) and all(counts)
     masks = list(bench.slot_masks(documents, counts))
     slots = per_token(documents, starts, lambda *qkv: bench.slot_attention(*qkv, masks, counts, 0.0))
-    torch.testing.assert_close(slots, dense, rtol=1e-12, atol=1e-12)
+    for got, want in zip(slots, dense, strict=True):  # output, dq, dk, dv
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
 def test_a_stacked_runs_empty_pass_is_one_document_a_row():
