@@ -37,7 +37,7 @@ def test_the_kernels_under_tritons_interpreter():
         timeout=1200,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert re.search(r"\b15 passed", result.stdout)  # every test below ran
+    assert re.search(r"\b17 passed", result.stdout)  # every test below ran
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +66,38 @@ def test_dropout_is_resolved_to_sixteen_bits_and_unbiased(kernels):
     assert kernels.dropout_threshold(0.0) == (0, 1.0)
     with pytest.raises(ValueError, match="16-bit"):
         kernels.dropout_threshold(1e-6)
+
+
+@KERNELS
+@pytest.mark.parametrize("dropout", [0.1, 0.5])
+def test_the_dropout_draws_keep_each_pair_independently_at_the_rate_asked(kernels, dropout):
+    """The keyed hash's draws: the keep rate of every row and head, and no correlation between neighbouring
+    keys, queries, heads or rows, nor between two seeds, each within 5 standard errors (the draws are fixed
+    by the seeds, so the test is deterministic)."""
+    device = "cuda" if CUDA else "cpu"
+    rows, heads, length = 4, 4, 256
+    masks = [
+        kernels.keep_mask(torch.tensor([seed], device=device), rows, heads, length, dropout).double().cpu()
+        for seed in (5, 6)
+    ]
+    keep = masks[0]
+    rate = 1 - kernels.dropout_threshold(dropout)[0] / 65536
+    error = (rate * (1 - rate) / length**2) ** 0.5  # of one row and head's keep rate
+    assert ((keep.mean((-1, -2)) - rate).abs() < 5 * error).all()
+
+    def correlation(a: torch.Tensor, b: torch.Tensor) -> float:
+        a, b = a.flatten() - a.mean(), b.flatten() - b.mean()
+        return float((a @ b) / (a.norm() * b.norm()))
+
+    neighbours = {
+        "keys": (keep[..., :-1], keep[..., 1:]),
+        "queries": (keep[..., :-1, :], keep[..., 1:, :]),
+        "heads": (keep[:, :-1], keep[:, 1:]),
+        "rows": (keep[:-1], keep[1:]),
+        "seeds": (masks[0], masks[1]),
+    }
+    for name, (a, b) in neighbours.items():
+        assert abs(correlation(a, b)) < 5 / a.numel() ** 0.5, name
 
 
 @KERNELS

@@ -2,16 +2,18 @@
 block's documents reach, with attention dropout inside (``training.attention: blocks``).
 
 A document is a contiguous run of a row, so the keys any query of a block may see lie between the start of
-its first query's document and the end of its last one's (``document_mask.document_bounds``); the kernels loop over those
-key blocks only and mask the pairs of other documents inside them (and, ``causal``, later keys). What the
-dense document mask computes over every pair of a 512-token row, they compute over the blocks the documents
-touch: FlashAttention 2's forward (online softmax, log-sum-exp kept) and backward (the scores recomputed;
+its first query's document and the end of its last one's (``document_mask.document_bounds``); the kernels
+loop over those key blocks only and mask the pairs of other documents inside them (and, ``causal``, later
+keys). What the dense document mask computes over every pair of a 512-token row, they compute over the blocks
+the documents touch: FlashAttention 2's forward (online softmax, log-sum-exp kept) and backward (the scores recomputed;
 dK, dV per key block, dQ per query block), in bf16 products with float32 accumulation.
 
 Dropout keeps a pair with probability 1 − p and scales it by 1/(1 − p), as SDPA does, p resolved to 1/65,536
-(``dropout_threshold``); its 16-bit draws come eight from each call of Triton's Philox (``_kept``), the same
-in the forward and the backward pass (``keep_mask`` draws them alone, for tests). The seed is drawn from torch's CUDA generator on the
-device, so a CUDA graph replays new draws.
+(``dropout_threshold``). Each pair's 16-bit draw is the top of a keyed integer hash of its place (``_kept``),
+computed where the pair is, the same in the forward and the backward pass (``keep_mask`` draws them alone,
+for tests). Not Philox, as SDPA's dropout is: Philox's four words per call, shared between pairs, had to be
+moved between threads to their pairs, which cost more than the hash (results/document_blocks_h200, lab 1).
+The seed is drawn from torch's CUDA generator on the device, so a CUDA graph replays new draws.
 
 CUDA (or Triton's interpreter: ``TRITON_INTERPRET=1``, on the CPU, for tests); Triton comes with CUDA
 builds of torch, so this module is imported only where the setting is chosen. transformers' BERT reaches it
@@ -27,32 +29,67 @@ from transformers import AttentionInterface
 
 from .document_attention import BLOCKS
 
+LOG2E = tl.constexpr(1.4426950408889634)
+"""log₂ e: the kernels take softmax in base 2 (``exp2``), the scores scaled by scale · log₂ e, the
+log-sum-exp kept in base 2."""
+
 
 @triton.jit
-def _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL: tl.constexpr):
-    """The block's scaled scores, and which pairs attend (same document; ``CAUSAL``: key not after query)."""
-    s = (tl.dot(q, tl.trans(k)) * scale).to(tl.float32)  # inductor passes a float argument as fp64
-    attend = (offs_n[None, :] >= lo_m[:, None]) & (offs_n[None, :] < hi_m[:, None])
+def _rows(pointer, base, places, inside, s_l, D: tl.constexpr, DIM: tl.constexpr):
+    """The (places, D) tile of one row and head; rows outside the sequence and the head dimension's padding
+    (``D``: ``DIM`` padded to a power of two, at least 16) read as zero."""
+    offs_d = tl.arange(0, D)
+    mask = inside[:, None] & (offs_d < DIM)[None, :]
+    return tl.load(pointer + base + places[:, None] * s_l + offs_d[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _store_rows(pointer, value, base, places, inside, s_l, D: tl.constexpr, DIM: tl.constexpr):
+    """Writes a (places, D) tile where ``_rows`` reads it."""
+    offs_d = tl.arange(0, D)
+    mask = inside[:, None] & (offs_d < DIM)[None, :]
+    tl.store(
+        pointer + base + places[:, None] * s_l + offs_d[None, :],
+        value.to(pointer.dtype.element_ty),
+        mask=mask,
+    )
+
+
+@triton.jit
+def _attend(queries, keys, lo, hi, CAUSAL: tl.constexpr):
+    """Which pairs attend: the key inside the query's document ([lo, hi), the query's bounds) and, ``CAUSAL``,
+    not after it; ``queries``, ``lo``, ``hi`` and ``keys`` come shaped to broadcast, so one function serves
+    both frames (query × key, key × query)."""
+    attend = (keys >= lo) & (keys < hi)
     if CAUSAL:
-        attend = attend & (offs_n[None, :] <= offs_m[:, None])
-    return s, attend
+        attend = attend & (keys <= queries)
+    return attend
 
 
 @triton.jit
-def _kept(seed, row_head, offs_m, start, length, threshold, BM: tl.constexpr, BN: tl.constexpr):
-    """Which pairs of the block (queries ``offs_m``, keys ``start`` on) dropout keeps: 16-bit draws, eight
-    from each Philox call (``tl.randint4x`` of seed + row × heads + head, query × ⌈L / 8⌉ + key // 8), a pair
-    kept where its draw is at least ``threshold``."""
-    chunks = (length + 7) // 8
-    columns = start // 8 + tl.arange(0, BN // 8)
-    r0, r1, r2, r3 = tl.randint4x(
-        seed + row_head, (offs_m[:, None] * chunks + columns[None, :]).to(tl.uint32)
-    )
-    pairs = tl.join(
-        tl.join(tl.join(r0 & 0xFFFF, r0 >> 16), tl.join(r1 & 0xFFFF, r1 >> 16)),
-        tl.join(tl.join(r2 & 0xFFFF, r2 >> 16), tl.join(r3 & 0xFFFF, r3 >> 16)),
-    )
-    return tl.reshape(pairs, [BM, BN]) >= threshold
+def _mix(x):
+    """Two multiply-xorshift rounds of a 32-bit integer hash (Wellons' lowbias32), without its last shift,
+    which leaves the top 16 bits, the ones the draws use, as they are."""
+    x ^= x >> 16
+    x *= 0x7FEB352D
+    x ^= x >> 15
+    x *= 0x846CA68B
+    return x
+
+
+@triton.jit
+def _stream(seed, row_head):
+    """The key of one row and head's draws, from the call's seed."""
+    key = _mix(seed.to(tl.uint32) ^ (row_head.to(tl.uint32) * 0x9E3779B9))
+    return key ^ (key >> 16)
+
+
+@triton.jit
+def _kept(stream, queries, keys, length, threshold):
+    """Which pairs dropout keeps: the top 16 bits of the hash of the pair's place (query × length + key)
+    under the row and head's ``stream``, kept where at least ``threshold``. A draw per pair, computed where
+    the pair is, in either frame: no shuffle of shared draws between threads."""
+    return (_mix((queries * length + keys).to(tl.uint32) ^ stream) >> 16) >= threshold
 
 
 def _configs(blocks: list[tuple[int, int, int, int]]) -> list[triton.Config]:
@@ -62,11 +99,10 @@ def _configs(blocks: list[tuple[int, int, int, int]]) -> list[triton.Config]:
     return configs[:1] if triton.knobs.runtime.interpret else configs
 
 
-QUERY_BLOCKS = _configs(
-    [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 4, 3), (64, 32, 4, 3), (32, 64, 4, 2)]
-)
-"""Candidates of the kernels that loop over key blocks for a query block (forward, dQ)."""
-KEY_BLOCKS = _configs([(64, 64, 4, 2), (32, 64, 4, 2), (64, 128, 8, 2), (32, 128, 4, 2), (64, 64, 8, 3)])
+QUERY_BLOCKS = _configs([(64, 64, 4, 2), (64, 32, 4, 2), (64, 64, 4, 3), (64, 32, 4, 3), (64, 128, 4, 2)])
+"""Candidates of the kernels that loop over key blocks for a query block (forward, dQ): the fastest of a
+wider search on an H200 at BERT's shapes (``benchmarks/results/document_blocks_h200/``)."""
+KEY_BLOCKS = _configs([(32, 64, 4, 2), (16, 64, 4, 2), (64, 64, 4, 2), (32, 64, 4, 3), (32, 128, 4, 2)])
 """Candidates of the kernel that loops over query blocks for a key block (dK, dV)."""
 TUNED_ON = ["length", "heads", "D", "DROPOUT", "CAUSAL"]
 
@@ -79,55 +115,45 @@ def _attention_forward(
     s_b, s_l, s_h,
     BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DIM: tl.constexpr, DROPOUT: tl.constexpr, CAUSAL: tl.constexpr,
 ):  # fmt: skip
+    """The output of one query block, and its base-2 log-sum-exp, over the key blocks its documents reach."""
     block, row_head = tl.program_id(0), tl.program_id(1)
     row, head = row_head // heads, row_head % heads
     offs_m = block * BM + tl.arange(0, BM)
-    offs_n0 = tl.arange(0, BN)
-    offs_d = tl.arange(0, D)
-    in_d = offs_d < DIM  # D: the head dimension padded to a power of two, at least 16
     inside = offs_m < length
     base = row * s_b + head * s_h
-    q = tl.load(
-        Q + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None] & in_d[None, :], other=0.0
-    )
+    q = _rows(Q, base, offs_m, inside, s_l, D, DIM)
     lo_m = tl.load(LO + row * length + offs_m, mask=inside, other=length)
     hi_m = tl.load(HI + row * length + offs_m, mask=inside, other=0)
-    first = tl.min(lo_m, axis=0)
     last = tl.max(hi_m, axis=0)
     if CAUSAL:
         last = tl.minimum(last, block * BM + BM)
-    seed = tl.load(SEED)
+    stream = _stream(tl.load(SEED), row_head)
+    qk_scale = scale * LOG2E
     m_i = tl.full([BM], float("-inf"), tl.float32)
     l_i = tl.zeros([BM], tl.float32)
     acc = tl.zeros([BM, D], tl.float32)
-    for start in range((first // BN) * BN, last, BN):
-        offs_n = start + offs_n0
-        kv = base + offs_n[:, None] * s_l + offs_d[None, :]
-        k = tl.load(K + kv, mask=(offs_n[:, None] < length) & in_d[None, :], other=0.0)
-        s, attend = _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL)
-        s = tl.where(attend, s, float("-inf"))
+    for start in range((tl.min(lo_m, axis=0) // BN) * BN, last, BN):
+        offs_n = start + tl.arange(0, BN)
+        k = _rows(K, base, offs_n, offs_n < length, s_l, D, DIM)
+        s = (tl.dot(q, tl.trans(k)) * qk_scale).to(tl.float32)  # inductor passes a float argument as fp64
+        s = tl.where(
+            _attend(offs_m[:, None], offs_n[None, :], lo_m[:, None], hi_m[:, None], CAUSAL), s, float("-inf")
+        )
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp(s - m_safe[:, None])
-        alpha = tl.exp(m_i - m_safe)
+        p = tl.math.exp2(s - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         if DROPOUT:
-            p = tl.where(
-                _kept(seed, row_head, offs_m, start, length, threshold, BM, BN),
-                (p * keep_scale).to(tl.float32),
-                0.0,
-            )
-        v = tl.load(V + kv, mask=(offs_n[:, None] < length) & in_d[None, :], other=0.0)
+            p = tl.where(_kept(stream, offs_m[:, None], offs_n[None, :], length, threshold), p, 0.0)
+        v = _rows(V, base, offs_n, offs_n < length, s_l, D, DIM)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    out = acc / l_safe[:, None]
-    tl.store(
-        O + base + offs_m[:, None] * s_l + offs_d[None, :],
-        out.to(O.dtype.element_ty),
-        mask=inside[:, None] & in_d[None, :],
-    )
-    tl.store(LSE + row_head * length + offs_m, m_i + tl.log(l_safe), mask=inside)
+    if DROPOUT:  # a kept pair's scale, once per query
+        acc = (acc * keep_scale).to(tl.float32)
+    _store_rows(O, acc / l_safe[:, None], base, offs_m, inside, s_l, D, DIM)
+    tl.store(LSE + row_head * length + offs_m, m_i + tl.math.log2(l_safe), mask=inside)
 
 
 @triton.autotune(configs=KEY_BLOCKS, key=TUNED_ON)
@@ -138,57 +164,52 @@ def _attention_backward_keys(
     s_b, s_l, s_h,
     BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DIM: tl.constexpr, DROPOUT: tl.constexpr, CAUSAL: tl.constexpr,
 ):  # fmt: skip
-    """dK and dV of one key block, over the query blocks its documents reach."""
+    """dK and dV of one key block, over the query blocks its documents reach. Computed in the key × query
+    frame (Sᵀ = K Qᵀ), so that Pᵀ and dSᵀ enter their products as computed, never transposed in registers."""
     block, row_head = tl.program_id(0), tl.program_id(1)
     row, head = row_head // heads, row_head % heads
     offs_n = block * BN + tl.arange(0, BN)
-    offs_m0 = tl.arange(0, BM)
     offs_d = tl.arange(0, D)
-    in_d = offs_d < DIM  # D: the head dimension padded to a power of two, at least 16
     inside = offs_n < length
     base = row * s_b + head * s_h
-    kv = base + offs_n[:, None] * s_l + offs_d[None, :]
-    k = tl.load(K + kv, mask=inside[:, None] & in_d[None, :], other=0.0)
-    v = tl.load(V + kv, mask=inside[:, None] & in_d[None, :], other=0.0)
+    k = _rows(K, base, offs_n, inside, s_l, D, DIM)
+    v = _rows(V, base, offs_n, inside, s_l, D, DIM)
     lo_n = tl.load(LO + row * length + offs_n, mask=inside, other=length)
     hi_n = tl.load(HI + row * length + offs_n, mask=inside, other=0)
     first = tl.min(lo_n, axis=0)
     if CAUSAL:
         first = tl.maximum(first, block * BN)
-    last = tl.max(hi_n, axis=0)
-    seed = tl.load(SEED)
+    stream = _stream(tl.load(SEED), row_head)
+    qk_scale = scale * LOG2E
     dk = tl.zeros([BN, D], tl.float32)
     dv = tl.zeros([BN, D], tl.float32)
-    for start in range((first // BM) * BM, last, BM):
-        offs_m = start + offs_m0
+    for start in range((first // BM) * BM, tl.max(hi_n, axis=0), BM):
+        offs_m = start + tl.arange(0, BM)
         rows_in = offs_m < length
-        q = tl.load(
-            Q + base + offs_m[:, None] * s_l + offs_d[None, :],
-            mask=rows_in[:, None] & in_d[None, :],
+        q_t = tl.load(
+            Q + base + offs_m[None, :] * s_l + offs_d[:, None],
+            mask=rows_in[None, :] & (offs_d < DIM)[:, None],
             other=0.0,
         )
         lo_m = tl.load(LO + row * length + offs_m, mask=rows_in, other=length)
         hi_m = tl.load(HI + row * length + offs_m, mask=rows_in, other=0)
-        s, attend = _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL)
         lse = tl.load(LSE + row_head * length + offs_m, mask=rows_in, other=0.0)
-        p = tl.where(attend, tl.exp(s - lse[:, None]), 0.0)
-        do = tl.load(
-            DO + base + offs_m[:, None] * s_l + offs_d[None, :],
-            mask=rows_in[:, None] & in_d[None, :],
-            other=0.0,
-        )
-        dp = tl.dot(do, tl.trans(v))
+        s_t = (tl.dot(k, q_t) * qk_scale).to(tl.float32)
+        attend = _attend(offs_m[None, :], offs_n[:, None], lo_m[None, :], hi_m[None, :], CAUSAL)
+        p_t = tl.where(attend, tl.math.exp2(s_t - lse[None, :]), 0.0)
+        do = _rows(DO, base, offs_m, rows_in, s_l, D, DIM)
+        dp_t = tl.dot(v, tl.trans(do))
         if DROPOUT:
-            keep = _kept(seed, row_head, offs_m, block * BN, length, threshold, BM, BN)
-            dv += tl.dot(tl.trans(tl.where(keep, (p * keep_scale).to(tl.float32), 0.0).to(do.dtype)), do)
-            dp = tl.where(keep, (dp * keep_scale).to(tl.float32), 0.0)
+            kept = _kept(stream, offs_m[None, :], offs_n[:, None], length, threshold)
+            dv += tl.dot(tl.where(kept, (p_t * keep_scale).to(tl.float32), 0.0).to(do.dtype), do)
+            dp_t = tl.where(kept, (dp_t * keep_scale).to(tl.float32), 0.0)
         else:
-            dv += tl.dot(tl.trans(p.to(do.dtype)), do)
+            dv += tl.dot(p_t.to(do.dtype), do)
         delta = tl.load(DELTA + row_head * length + offs_m, mask=rows_in, other=0.0)
-        ds = p * (dp - delta[:, None])
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q)
-    tl.store(DK + kv, (dk * scale).to(DK.dtype.element_ty), mask=inside[:, None] & in_d[None, :])
-    tl.store(DV + kv, dv.to(DV.dtype.element_ty), mask=inside[:, None] & in_d[None, :])
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk += tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t))
+    _store_rows(DK, (dk * scale).to(tl.float32), base, offs_n, inside, s_l, D, DIM)
+    _store_rows(DV, dv, base, offs_n, inside, s_l, D, DIM)
 
 
 @triton.autotune(configs=QUERY_BLOCKS, key=TUNED_ON)
@@ -203,57 +224,43 @@ def _attention_backward_queries(
     block, row_head = tl.program_id(0), tl.program_id(1)
     row, head = row_head // heads, row_head % heads
     offs_m = block * BM + tl.arange(0, BM)
-    offs_n0 = tl.arange(0, BN)
-    offs_d = tl.arange(0, D)
-    in_d = offs_d < DIM  # D: the head dimension padded to a power of two, at least 16
     inside = offs_m < length
     base = row * s_b + head * s_h
-    q = tl.load(
-        Q + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None] & in_d[None, :], other=0.0
-    )
-    do = tl.load(
-        DO + base + offs_m[:, None] * s_l + offs_d[None, :], mask=inside[:, None] & in_d[None, :], other=0.0
-    )
+    q = _rows(Q, base, offs_m, inside, s_l, D, DIM)
+    do = _rows(DO, base, offs_m, inside, s_l, D, DIM)
     lse = tl.load(LSE + row_head * length + offs_m, mask=inside, other=0.0)
     delta = tl.load(DELTA + row_head * length + offs_m, mask=inside, other=0.0)
     lo_m = tl.load(LO + row * length + offs_m, mask=inside, other=length)
     hi_m = tl.load(HI + row * length + offs_m, mask=inside, other=0)
-    first = tl.min(lo_m, axis=0)
     last = tl.max(hi_m, axis=0)
     if CAUSAL:
         last = tl.minimum(last, block * BM + BM)
-    seed = tl.load(SEED)
+    stream = _stream(tl.load(SEED), row_head)
+    qk_scale = scale * LOG2E
     dq = tl.zeros([BM, D], tl.float32)
-    for start in range((first // BN) * BN, last, BN):
-        offs_n = start + offs_n0
-        kv = base + offs_n[:, None] * s_l + offs_d[None, :]
-        k = tl.load(K + kv, mask=(offs_n[:, None] < length) & in_d[None, :], other=0.0)
-        s, attend = _scores(q, k, offs_m, offs_n, lo_m, hi_m, scale, CAUSAL)
-        p = tl.where(attend, tl.exp(s - lse[:, None]), 0.0)
-        v = tl.load(V + kv, mask=(offs_n[:, None] < length) & in_d[None, :], other=0.0)
+    for start in range((tl.min(lo_m, axis=0) // BN) * BN, last, BN):
+        offs_n = start + tl.arange(0, BN)
+        k = _rows(K, base, offs_n, offs_n < length, s_l, D, DIM)
+        s = (tl.dot(q, tl.trans(k)) * qk_scale).to(tl.float32)
+        attend = _attend(offs_m[:, None], offs_n[None, :], lo_m[:, None], hi_m[:, None], CAUSAL)
+        p = tl.where(attend, tl.math.exp2(s - lse[:, None]), 0.0)
+        v = _rows(V, base, offs_n, offs_n < length, s_l, D, DIM)
         dp = tl.dot(do, tl.trans(v))
         if DROPOUT:
-            dp = tl.where(
-                _kept(seed, row_head, offs_m, start, length, threshold, BM, BN),
-                (dp * keep_scale).to(tl.float32),
-                0.0,
-            )
+            kept = _kept(stream, offs_m[:, None], offs_n[None, :], length, threshold)
+            dp = tl.where(kept, (dp * keep_scale).to(tl.float32), 0.0)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k)
-    tl.store(
-        DQ + base + offs_m[:, None] * s_l + offs_d[None, :],
-        (dq * scale).to(DQ.dtype.element_ty),
-        mask=inside[:, None] & in_d[None, :],
-    )
+    _store_rows(DQ, (dq * scale).to(tl.float32), base, offs_m, inside, s_l, D, DIM)
 
 
 @triton.jit
-def _keep_mask(OUT, SEED, threshold, length, heads, BM: tl.constexpr, BN: tl.constexpr):
+def _keep_mask(OUT, SEED, threshold, length, BM: tl.constexpr, BN: tl.constexpr):
     """The pairs the kernels' dropout keeps, as a (rows, heads, L, L) tensor: for tests."""
     block_m, block_n, row_head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     offs_m = block_m * BM + tl.arange(0, BM)
     offs_n = block_n * BN + tl.arange(0, BN)
-    keep = _kept(tl.load(SEED), row_head, offs_m, block_n * BN, length, threshold, BM, BN)
+    keep = _kept(_stream(tl.load(SEED), row_head), offs_m[:, None], offs_n[None, :], length, threshold)
     where = OUT + row_head * length * length + offs_m[:, None] * length + offs_n[None, :]
     tl.store(where, keep.to(tl.int8), mask=(offs_m[:, None] < length) & (offs_n[None, :] < length))
 
@@ -266,11 +273,9 @@ def _attention_delta(
     block, row_head = tl.program_id(0), tl.program_id(1)
     offs_m = block * BM + tl.arange(0, BM)
     inside = offs_m < length
-    offs_d = tl.arange(0, D)
-    in_d = offs_d < DIM
-    where = (row_head // heads) * s_b + (row_head % heads) * s_h + offs_m[:, None] * s_l + offs_d[None, :]
-    o = tl.load(O + where, mask=inside[:, None] & in_d[None, :], other=0.0).to(tl.float32)
-    do = tl.load(DO + where, mask=inside[:, None] & in_d[None, :], other=0.0).to(tl.float32)
+    base = (row_head // heads) * s_b + (row_head % heads) * s_h
+    o = _rows(O, base, offs_m, inside, s_l, D, DIM).to(tl.float32)
+    do = _rows(DO, base, offs_m, inside, s_l, D, DIM).to(tl.float32)
     tl.store(DELTA + row_head * length + offs_m, tl.sum(o * do, axis=1), mask=inside)
 
 
@@ -361,7 +366,7 @@ def keep_mask(seed: torch.Tensor, rows: int, heads: int, length: int, dropout: f
     """(rows, heads, L, L) bool: the pairs the kernels' dropout keeps with ``seed``."""
     out = torch.empty(rows, heads, length, length, device=seed.device, dtype=torch.int8)
     grid = (triton.cdiv(length, BLOCK), triton.cdiv(length, BLOCK), rows * heads)
-    _keep_mask[grid](out, seed, dropout_threshold(dropout)[0], length, heads, BM=BLOCK, BN=BLOCK)
+    _keep_mask[grid](out, seed, dropout_threshold(dropout)[0], length, BM=BLOCK, BN=BLOCK)
     return out.bool()
 
 
