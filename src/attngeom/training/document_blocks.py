@@ -56,6 +56,13 @@ def _store_rows(pointer, value, base, places, inside, s_l, D: tl.constexpr, DIM:
 
 
 @triton.jit
+def _float32(value):
+    """A float argument in float32: inductor passes one as fp64, which would make every product with it,
+    tile by tile, fp64 arithmetic and conversions."""
+    return tl.cast(value, tl.float32)
+
+
+@triton.jit
 def _attend(queries, keys, lo, hi, CAUSAL: tl.constexpr):
     """Which pairs attend: the key inside the query's document ([lo, hi), the query's bounds) and, ``CAUSAL``,
     not after it; ``queries``, ``lo``, ``hi`` and ``keys`` come shaped to broadcast, so one function serves
@@ -128,14 +135,14 @@ def _attention_forward(
     if CAUSAL:
         last = tl.minimum(last, block * BM + BM)
     stream = _stream(tl.load(SEED), row_head)
-    qk_scale = scale * LOG2E
+    qk_scale, keep_scale, scale = _float32(scale * LOG2E), _float32(keep_scale), _float32(scale)
     m_i = tl.full([BM], float("-inf"), tl.float32)
     l_i = tl.zeros([BM], tl.float32)
     acc = tl.zeros([BM, D], tl.float32)
     for start in range((tl.min(lo_m, axis=0) // BN) * BN, last, BN):
         offs_n = start + tl.arange(0, BN)
         k = _rows(K, base, offs_n, offs_n < length, s_l, D, DIM)
-        s = (tl.dot(q, tl.trans(k)) * qk_scale).to(tl.float32)  # inductor passes a float argument as fp64
+        s = tl.dot(q, tl.trans(k)) * qk_scale
         s = tl.where(
             _attend(offs_m[:, None], offs_n[None, :], lo_m[:, None], hi_m[:, None], CAUSAL), s, float("-inf")
         )
@@ -151,7 +158,7 @@ def _attention_forward(
         m_i = m_new
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     if DROPOUT:  # a kept pair's scale, once per query
-        acc = (acc * keep_scale).to(tl.float32)
+        acc = acc * keep_scale
     _store_rows(O, acc / l_safe[:, None], base, offs_m, inside, s_l, D, DIM)
     tl.store(LSE + row_head * length + offs_m, m_i + tl.math.log2(l_safe), mask=inside)
 
@@ -180,7 +187,7 @@ def _attention_backward_keys(
     if CAUSAL:
         first = tl.maximum(first, block * BN)
     stream = _stream(tl.load(SEED), row_head)
-    qk_scale = scale * LOG2E
+    qk_scale, keep_scale, scale = _float32(scale * LOG2E), _float32(keep_scale), _float32(scale)
     dk = tl.zeros([BN, D], tl.float32)
     dv = tl.zeros([BN, D], tl.float32)
     for start in range((first // BM) * BM, tl.max(hi_n, axis=0), BM):
@@ -194,21 +201,21 @@ def _attention_backward_keys(
         lo_m = tl.load(LO + row * length + offs_m, mask=rows_in, other=length)
         hi_m = tl.load(HI + row * length + offs_m, mask=rows_in, other=0)
         lse = tl.load(LSE + row_head * length + offs_m, mask=rows_in, other=0.0)
-        s_t = (tl.dot(k, q_t) * qk_scale).to(tl.float32)
+        s_t = tl.dot(k, q_t) * qk_scale
         attend = _attend(offs_m[None, :], offs_n[:, None], lo_m[None, :], hi_m[None, :], CAUSAL)
         p_t = tl.where(attend, tl.math.exp2(s_t - lse[None, :]), 0.0)
         do = _rows(DO, base, offs_m, rows_in, s_l, D, DIM)
         dp_t = tl.dot(v, tl.trans(do))
         if DROPOUT:
             kept = _kept(stream, offs_m[None, :], offs_n[:, None], length, threshold)
-            dv += tl.dot(tl.where(kept, (p_t * keep_scale).to(tl.float32), 0.0).to(do.dtype), do)
-            dp_t = tl.where(kept, (dp_t * keep_scale).to(tl.float32), 0.0)
+            dv += tl.dot(tl.where(kept, p_t * keep_scale, 0.0).to(do.dtype), do)
+            dp_t = tl.where(kept, dp_t * keep_scale, 0.0)
         else:
             dv += tl.dot(p_t.to(do.dtype), do)
         delta = tl.load(DELTA + row_head * length + offs_m, mask=rows_in, other=0.0)
         ds_t = p_t * (dp_t - delta[None, :])
         dk += tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t))
-    _store_rows(DK, (dk * scale).to(tl.float32), base, offs_n, inside, s_l, D, DIM)
+    _store_rows(DK, dk * scale, base, offs_n, inside, s_l, D, DIM)
     _store_rows(DV, dv, base, offs_n, inside, s_l, D, DIM)
 
 
@@ -236,22 +243,22 @@ def _attention_backward_queries(
     if CAUSAL:
         last = tl.minimum(last, block * BM + BM)
     stream = _stream(tl.load(SEED), row_head)
-    qk_scale = scale * LOG2E
+    qk_scale, keep_scale, scale = _float32(scale * LOG2E), _float32(keep_scale), _float32(scale)
     dq = tl.zeros([BM, D], tl.float32)
     for start in range((tl.min(lo_m, axis=0) // BN) * BN, last, BN):
         offs_n = start + tl.arange(0, BN)
         k = _rows(K, base, offs_n, offs_n < length, s_l, D, DIM)
-        s = (tl.dot(q, tl.trans(k)) * qk_scale).to(tl.float32)
+        s = tl.dot(q, tl.trans(k)) * qk_scale
         attend = _attend(offs_m[:, None], offs_n[None, :], lo_m[:, None], hi_m[:, None], CAUSAL)
         p = tl.where(attend, tl.math.exp2(s - lse[:, None]), 0.0)
         v = _rows(V, base, offs_n, offs_n < length, s_l, D, DIM)
         dp = tl.dot(do, tl.trans(v))
         if DROPOUT:
             kept = _kept(stream, offs_m[:, None], offs_n[None, :], length, threshold)
-            dp = tl.where(kept, (dp * keep_scale).to(tl.float32), 0.0)
+            dp = tl.where(kept, dp * keep_scale, 0.0)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k)
-    _store_rows(DQ, (dq * scale).to(tl.float32), base, offs_m, inside, s_l, D, DIM)
+    _store_rows(DQ, dq * scale, base, offs_m, inside, s_l, D, DIM)
 
 
 @triton.jit
