@@ -75,8 +75,8 @@ def _attend(queries, keys, lo, hi, CAUSAL: tl.constexpr):
 
 @triton.jit
 def _mix(x):
-    """Two multiply-xorshift rounds of a 32-bit integer hash (Wellons' lowbias32), without its last shift,
-    which leaves the top 16 bits, the ones the draws use, as they are."""
+    """Wellons' 32-bit integer hash lowbias32 (xorshift, multiply, xorshift, multiply), without its last
+    xorshift, which leaves the top 16 bits, the ones the draws use, as they are."""
     x ^= x >> 16
     x *= 0x7FEB352D
     x ^= x >> 15
