@@ -135,7 +135,7 @@ def _attention_forward(
     if CAUSAL:
         last = tl.minimum(last, block * BM + BM)
     stream = _stream(tl.load(SEED), row_head)
-    qk_scale, keep_scale, scale = _float32(scale * LOG2E), _float32(keep_scale), _float32(scale)
+    qk_scale, keep_scale = _float32(scale * LOG2E), _float32(keep_scale)
     m_i = tl.full([BM], float("-inf"), tl.float32)
     l_i = tl.zeros([BM], tl.float32)
     acc = tl.zeros([BM, D], tl.float32)
