@@ -442,7 +442,7 @@ def attngeom_steps(
 
     config = bench_config(
         cache, preset, batch, compile=compiled, document_mask=document_mask, steps=warmup + steps + 10
-    )
+    ).for_device(DEVICE.type)
     corpus = load_corpus(config, progress=False)
     batches = PackedBatches(corpus, config)
     torch.manual_seed(config.seed)

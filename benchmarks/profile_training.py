@@ -217,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     config = settings(args)
     rt = runtime_for(config)
+    config = config.for_device(rt.device.type)  # attention: auto, as loop.train makes it concrete
     corpus = load_corpus(config, progress=False)
     torch.manual_seed(config.seed)
     model = build_model(config, corpus.vocab_size).to(rt.device).train()

@@ -86,6 +86,30 @@ def test_the_document_kernels_run_on_a_cuda_gpu_in_bf16_by_default_settings(atte
     make_config(TINY, {"attention": attention}).check_attention("cuda")  # no error
 
 
+def test_auto_attention_is_the_block_kernels_on_a_cuda_gpu_where_triton_is_installed():
+    config = make_config(TINY, {})
+    assert config.attention == "auto"
+    triton = importlib.util.find_spec("triton") is not None
+    assert config.for_device("cuda").attention == ("blocks" if triton else "dense")
+    assert config.for_device("cuda").for_device("cpu") == config.for_device("cuda")  # concrete once made
+
+
+@pytest.mark.parametrize(
+    ("device", "settings", "stacked"),
+    [("cpu", {}, False), ("cuda", {"precision": "fp32"}, False), ("cuda", {"document_mask": False}, False),
+     ("cuda", {}, True)],
+)  # fmt: skip
+def test_auto_attention_is_dense_where_the_block_kernels_cannot_run(device, settings, stacked):
+    config = make_config(TINY, settings).for_device(device, stacked=stacked)
+    assert config.attention == "dense"
+    config.check_attention(device)  # no error
+
+
+@pytest.mark.parametrize("attention", ["dense", "varlen", "blocks"])
+def test_a_chosen_attention_is_kept_on_every_device(attention):
+    assert make_config(TINY, {"attention": attention}).for_device("cpu").attention == attention
+
+
 @pytest.mark.skipif(importlib.util.find_spec("triton") is not None, reason="where Triton is missing")
 def test_a_blocks_model_without_triton_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="attention=blocks needs Triton.*use attention=dense"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import importlib.util
 import math
 import sys
 from dataclasses import dataclass
@@ -222,17 +223,15 @@ class TrainConfig:
     for stacked runs, which clip per run in a step of their own."""
     deterministic: bool = setting(False)
     """Deterministic GPU kernels (slower): needed for a resumed GPU run to repeat the loss log bit for bit."""
-    attention: str = setting("dense", choices=("dense", "varlen", "blocks"))
+    attention: str = setting("auto", choices=("auto", "dense", "varlen", "blocks"))
     """How documents are kept apart in attention (``document_mask``): ``dense``, every pair of a row
     computed and the document mask applied (PyTorch SDPA; cuDNN's kernel on an H100); ``varlen``, each
     document's own pairs only (the flash kernel's variable-length form, ``document_attention.py``; CUDA,
-    bf16). They compute the same attention, with other dropout draws. On an H100 the flash kernel's
-    backward pass over the ~30% of pairs kept costs what cuDNN's costs over all of them, and a BERT-mini
-    update ran slower with it (``benchmarks/results/document_attention_h100/``), so it is not the default.
-    ``blocks``: Triton kernels that visit only the key blocks each query block's documents reach, dropout
-    inside (``document_blocks.py``; CUDA, bf16, one run a process): faster than cuDNN's alone on an H200, not
-    in the update (+1.3–1.9% tokens/s, within run-to-run spread; ``benchmarks/results/document_blocks_h200/``),
-    so not the default."""
+    bf16; on an H100 no faster than cuDNN's, ``benchmarks/results/document_attention_h100/``); ``blocks``,
+    Triton kernels that visit only the key blocks each query block's documents reach, dropout inside
+    (``document_blocks.py``; CUDA, bf16, one run a process). All compute the same attention, with other
+    dropout draws. ``auto`` (default): ``blocks`` where it runs (``for_device``), else ``dense``; BERT-base's
+    update 534,613 against 482,254 tokens/s on one H200 (``benchmarks/results/document_blocks_h200/``)."""
     # bookkeeping
     log_every: int = setting(100, Range(1, INT_MAX))
     score_every: int = setting(1000, Range(1, INT_MAX))
@@ -287,14 +286,28 @@ class TrainConfig:
 
     def check_attention(self, device_type: str) -> None:
         """Refuse ``attention: varlen`` or ``blocks`` where its kernels cannot run."""
-        if self.attention != "dense" and not (
-            device_type == "cuda" and self.precision != "fp32" and self.document_mask
-        ):
+        if self.attention in ("varlen", "blocks") and not self._fast_attention_runs_on(device_type):
             raise ConfigError(
                 f"training setting attention={self.attention} runs on a CUDA GPU in bf16 with document_mask: "
                 f"true (here: {device_type}, precision={self.precision}, document_mask={self.document_mask}); "
-                "use attention=dense"
+                "use attention=dense or auto"
             )
+
+    def for_device(self, device_type: str, stacked: bool = False) -> TrainConfig:
+        """These settings with ``attention: auto`` made concrete, as the run folder records them:
+        ``blocks`` on a CUDA GPU in bf16 with ``document_mask``, one run a process, where Triton is
+        installed (CUDA builds of torch bring it); ``dense`` elsewhere (CPU, fp32, stacked runs)."""
+        if self.attention != "auto":
+            return self
+        blocks = (
+            self._fast_attention_runs_on(device_type)
+            and not stacked
+            and importlib.util.find_spec("triton") is not None
+        )
+        return dataclasses.replace(self, attention="blocks" if blocks else "dense")
+
+    def _fast_attention_runs_on(self, device_type: str) -> bool:
+        return device_type == "cuda" and self.precision != "fp32" and self.document_mask
 
     def parameters(self, vocab_size: int) -> int:
         """The parameter count of the model these settings build (``model.build_model``: BERT with

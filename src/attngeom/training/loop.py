@@ -174,6 +174,7 @@ def train(
         raise ConfigError(f"stop_at={stop_at}: must be a step ≥ 1")
     folder = RunFolder(Path(out))
     rt = runtime_for(config)
+    config = config.for_device(rt.device.type)
     check_fits(config, rt.device)  # before anything is written
     with folder.claim(config, restart) if rt.main else contextlib.nullcontext():  # locked while it trains
         _train(config, folder, rt, progress, stop_at)

@@ -23,7 +23,8 @@ from .inits import init_arm
 
 def build_model(config: TrainConfig, vocab_size: int) -> PreTrainedModel:
     """A freshly initialised model (seeded by the caller), with the attention init of ``config.init``
-    (``attention: varlen``: a model that takes its rows' document segments; ``blocks``: their bounds)."""
+    (``attention: varlen``: a model that takes its rows' document segments; ``blocks``: their bounds;
+    ``auto``, not yet made concrete by ``TrainConfig.for_device``: ``dense``, which runs everywhere)."""
     if config.attention == "blocks":
         try:
             from . import document_blocks  # noqa: F401 - registers BLOCKS

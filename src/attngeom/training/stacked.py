@@ -179,6 +179,7 @@ def train_stacked(
         raise ConfigError(f"stop_at={stop_at}: must be a step ≥ 1")
     folders = [RunFolder(out) for out in outs]
     rt = runtime_for(config)
+    configs = [c.for_device(rt.device.type, stacked=True) for c in configs]
     if rt.world > 1:
         raise ConfigError("stacked runs train in one process on one GPU: launch without torchrun")
     check_fits(config, rt.device, runs=len(configs))  # before anything is written
