@@ -37,7 +37,7 @@ def test_the_kernels_under_tritons_interpreter():
         timeout=1200,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert re.search(r"\b17 passed", result.stdout)  # every test below ran
+    assert re.search(r"\b16 passed", result.stdout)  # every test below ran
 
 
 @pytest.fixture(scope="module")
@@ -57,15 +57,6 @@ def dense(q, k, v, documents, causal, keep, keep_scale):
     if keep is not None:
         weights = torch.where(keep, weights * keep_scale, 0.0)
     return (weights @ vh).transpose(1, 2)
-
-
-@KERNELS
-def test_dropout_is_resolved_to_sixteen_bits_and_unbiased(kernels):
-    threshold, scale = kernels.dropout_threshold(0.1)
-    assert threshold == 6554 and abs(threshold / 65536 - 0.1) < 1e-5 and scale == 1 / (1 - 6554 / 65536)
-    assert kernels.dropout_threshold(0.0) == (0, 1.0)
-    with pytest.raises(ValueError, match="16-bit"):
-        kernels.dropout_threshold(1e-6)
 
 
 @KERNELS

@@ -9,7 +9,7 @@ the documents touch: FlashAttention 2's forward (online softmax, log-sum-exp kep
 dK, dV per key block, dQ per query block), in bf16 products with float32 accumulation.
 
 Dropout keeps a pair with probability 1 − p and scales it by 1/(1 − p), as SDPA does, p resolved to 1/65,536
-(``dropout_threshold``). Each pair's 16-bit draw is the top of a keyed integer hash of its place (``_kept``),
+(``dropout.dropout_threshold``). Each pair's 16-bit draw is the top of a keyed integer hash of its place (``_kept``),
 computed where the pair is, the same in the forward and the backward pass (``keep_mask`` draws them alone,
 for tests). Not Philox, as SDPA's dropout is: Philox's four words per call, shared between pairs, had to be
 moved between threads to their pairs, which cost more than the hash (results/document_blocks_h200, lab 1).
@@ -28,6 +28,7 @@ import triton.language as tl
 from transformers import AttentionInterface
 
 from .document_attention import BLOCKS
+from .dropout import dropout_threshold
 
 LOG2E = tl.constexpr(1.4426950408889634)
 """log₂ e: the kernels take softmax in base 2 (``exp2``), the scores scaled by scale · log₂ e, the
@@ -303,15 +304,6 @@ def padded(dim: int) -> int:
     """The head dimension the kernels compute in: a power of two (``tl.arange``), at least 16 (``tl.dot``);
     the padding is masked out of every load and store."""
     return max(16, triton.next_power_of_2(dim))
-
-
-def dropout_threshold(dropout: float) -> tuple[int, float]:
-    """The 16-bit draw at or above which a pair is kept, and the scale of a kept pair: dropout with
-    probability round(65,536 p) / 65,536 (0.100006 for 0.1), unbiased at that probability."""
-    threshold = round(dropout * 65536)
-    if dropout and not 0 < threshold < 65536:
-        raise ValueError(f"dropout {dropout}: outside what 16-bit draws resolve (1/65,536 to 1 − 1/65,536)")
-    return threshold, 1 / (1 - threshold / 65536)
 
 
 class DocumentFlash(torch.autograd.Function):

@@ -18,6 +18,7 @@ from ..scores import form_symmetry
 from .config import ConfigError, TrainConfig
 from .document_attention import BLOCKS, VARLEN
 from .document_mask import document_attention_mask, document_bounds, document_positions
+from .dropout import hash_hidden_dropout
 from .inits import init_arm
 
 
@@ -47,6 +48,7 @@ def build_model(config: TrainConfig, vocab_size: int) -> PreTrainedModel:
         attn_implementation={"varlen": VARLEN, "blocks": BLOCKS}.get(config.attention, "sdpa"),
     )
     model = BertLMHeadModel(bert) if config.objective == "decoder" else BertForMaskedLM(bert)
+    hash_hidden_dropout(model)
     init_attention(model, config.init, seed=config.seed)
     return model
 

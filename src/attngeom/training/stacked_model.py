@@ -5,8 +5,8 @@ differ only in seed and init have the same shapes, so their weights can be stack
 each and their forward and backward passes computed as one graph: matrix products become batched products
 (R at a time), everything else (embeddings, LayerNorm, attention, dropout, the loss) runs over R times the
 rows. Each run's numbers are those of its own ``LanguageModelLoss`` (same formulas as transformers' BERT,
-checked against it in tests/test_training_stacked.py); dropout draws independent masks for every element,
-so each run gets its own, as separate runs would (not the same draws).
+checked against it in tests/test_training_stacked.py); hidden dropout (``dropout.hashed_dropout``) draws
+independent masks for every element, so each run gets its own, as separate runs would (not the same draws).
 
 The runs' own ``transformers`` models are kept, their parameters turned into views of the stacked
 weights: scoring, checkpoints and ``save_pretrained`` see each run's live weights.
@@ -24,6 +24,7 @@ from transformers import PreTrainedModel
 from ..scores import form_symmetry
 from .document_attention import document_attention
 from .document_mask import document_attention_mask, document_positions
+from .dropout import hashed_dropout
 from .model import VOCABULARY_MULTIPLE, penalty
 
 
@@ -179,4 +180,4 @@ class StackedLoss(nn.Module):
         return F.embedding(ids + offsets.view(-1, *[1] * (ids.dim() - 1)), table.flatten(0, 1))
 
     def _dropout(self, x: torch.Tensor, p: float) -> torch.Tensor:
-        return F.dropout(x, p, training=self.training)
+        return hashed_dropout(x, p, self.training)
