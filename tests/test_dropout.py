@@ -87,4 +87,6 @@ def test_the_models_hidden_dropouts_draw_hashed_and_attentions_keeps_its_rate(ob
     torchs = [m for m in model.modules() if isinstance(m, nn.Dropout)]
     assert len(hashed) == 1 + 2 * config.n_layers and {m.p for m in hashed} == {0.2}
     assert len(torchs) == config.n_layers and {m.p for m in torchs} == {0.2}  # attention's, read for its p
-    assert all(m is layer.attention.self.dropout for m, layer in zip(torchs, model.bert.encoder.layer, strict=True))
+    assert all(
+        m is layer.attention.self.dropout for m, layer in zip(torchs, model.bert.encoder.layer, strict=True)
+    )
