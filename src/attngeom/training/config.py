@@ -160,6 +160,8 @@ class TrainConfig:
     intermediate_size: int | None = setting(None, Range(1, 2**18))
     """``None`` takes the size from the preset for ``n_layers`` (4, 12 or 24)."""
     dropout: float = setting(0.1, Range(0, 1, open_high=True))
+    """BERT's attention and hidden dropout; the hidden dropout draws a hash of each element's place
+    (``dropout.hashed_dropout``), resolved to 1/65,536."""
     document_mask: bool = setting(True)
     """Each document of a packed row attends only to itself, at positions counted from its own start, as
     if it were alone in a padded row; ``false``: the documents packed into a row see each other."""
@@ -230,8 +232,8 @@ class TrainConfig:
     bf16; on an H100 no faster than cuDNN's, ``benchmarks/results/document_attention_h100/``); ``blocks``,
     Triton kernels that visit only the key blocks each query block's documents reach, dropout inside
     (``document_blocks.py``; CUDA, bf16, one run a process). All compute the same attention, with other
-    dropout draws. ``auto`` (default): ``blocks`` where it runs (``for_device``), else ``dense``; BERT-base's
-    update 534,613 against 482,254 tokens/s on one H200 (``benchmarks/results/document_blocks_h200/``)."""
+    dropout draws. ``auto`` (default): ``blocks`` where it runs (``for_device``), else ``dense``; BERT-base
+    through the CLI 547,777 against 485,137 tokens/s on one H200 (``benchmarks/results/document_blocks_h200/``)."""
     # bookkeeping
     log_every: int = setting(100, Range(1, INT_MAX))
     score_every: int = setting(1000, Range(1, INT_MAX))
