@@ -501,8 +501,8 @@ def test_twins_pair_runs_that_differ_only_in_init_from_configs_alone():
         "s0": config(
             seed=0, init="symmetric", score_every=7, device="cpu"
         ),  # bookkeeping differs: still twins
-        "r1": config(seed=1),
-        "s1": config(seed=1, init="symmetric"),
+        "r1": config(seed=1, attention="dense"),
+        "s1": config(seed=1, init="symmetric", attention="blocks"),  # trained alone and stacked: twins
         "s-other-lr": config(init="symmetric", lr=1e-3),  # no random run with this lr
         "s-reg": config(init="symmetric", reg_weight=0.1),  # regularised: never a twin
         "r-dec": config(objective="decoder"),

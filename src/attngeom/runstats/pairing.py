@@ -21,11 +21,15 @@ BOOKKEEPING = frozenset(
         "device",
         "precision",
         "compile",
+        "update_graph",
         "deterministic",
+        "attention",
         "cache_dir",
     )
 )
-"""Settings that change how a run is carried out or recorded, not what it learns."""
+"""Settings that change how a run is carried out or recorded, not what it learns (``attention``: the kernel
+that computes the same attention, ``auto`` recorded as the one that ran, which a stacked run and a run alone
+make differently)."""
 
 
 LOCAL_FILES = ("dataset", "tokenizer")
