@@ -12,6 +12,7 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 import torch
+import yaml
 from training_fixtures import TINY, sentences, tiny, write_corpus
 
 from attngeom.cli import main
@@ -228,6 +229,21 @@ def test_if_changed_resumes_a_run_with_the_same_settings(tmp_path, text_file):
     train(config, tmp_path / "run", progress=False, restart="if-changed")
     assert not list(tmp_path.glob("run.replaced-*"))
     assert list(pd.read_parquet(tmp_path / "run" / "loss.parquet")["step"]) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("restart", ["never", "if-changed"])
+def test_a_run_started_with_another_attention_kernel_resumes(tmp_path, text_file, restart):
+    """A run started on a GPU (``attention: auto`` recorded as ``blocks``) resumes on a CPU (``dense``): the
+    kernels compute the same attention. Its folder keeps the kernel it started with."""
+    config = tiny(tmp_path, text_file, steps=4, log_every=1, checkpoint_every=2)
+    run = train(config, tmp_path / "run", progress=False, stop_at=2)
+    recorded = yaml.safe_load((run / "config.yaml").read_text())
+    assert recorded["attention"] == "dense"
+    (run / "config.yaml").write_text(yaml.safe_dump({**recorded, "attention": "blocks"}))
+    train(config, run, progress=False, restart=restart)
+    assert not list(tmp_path.glob("run.replaced-*"))
+    assert list(pd.read_parquet(run / "loss.parquet")["step"]) == [1, 2, 3, 4]
+    assert RunFolder(run).recorded_config().attention == "blocks"
 
 
 def test_cli_restart_moves_even_an_identical_run_aside(tmp_path, text_file):

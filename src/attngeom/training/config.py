@@ -296,7 +296,7 @@ class TrainConfig:
             )
 
     def for_device(self, device_type: str, stacked: bool = False) -> TrainConfig:
-        """These settings with ``attention: auto`` made concrete, as the run folder records them:
+        """These settings with ``attention: auto`` made concrete, as a new run's folder records them:
         ``blocks`` on a CUDA GPU in bf16 with ``document_mask``, one run a process, where Triton is
         installed (CUDA builds of torch bring it); ``dense`` elsewhere (CPU, fp32, stacked runs)."""
         if self.attention != "auto":

@@ -21,7 +21,7 @@ import logging
 import math
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Literal
@@ -301,7 +301,10 @@ class RunFolder:
 
     def _moves_aside(self, config: TrainConfig, restart: Restart) -> bool:
         """Whether the run the folder holds makes way for a new one (else it resumes, or is an error)."""
-        same = self.recorded_config() == config
+        recorded = self.recorded_config()
+        # the attention kernel apart: each computes the same attention (a run started alone on a GPU, in
+        # blocks, resumes stacked or on a CPU, in dense); the folder keeps the one it started with
+        same = recorded is not None and replace(recorded, attention=config.attention) == config
         if restart == "if-changed" and same and self.recorded_code() != code_hash("training"):
             logger.warning("attngeom: the training code changed since the run in %s started", self.path)
             same = False
