@@ -24,7 +24,7 @@ def test_the_paper_row_trains_with_the_shipped_training_defaults(bench_cache, tm
     overrides = parse_overrides(
         [*paper_setting.corpus_settings(bench_cache), "n_layers=2", *SMALL, "batch_documents=32"]
     )
-    expected = make_config(paper_setting.paper_defaults(), overrides)
+    expected = make_config(paper_setting.paper_defaults(), overrides).for_device("cpu")  # as recorded
     recorded = {k: v for k, v in result["settings"].items() if k != "differs_from_paper"}
     assert recorded == expected.to_dict()
     assert recorded["recipe"] == paper_setting.paper_defaults()["recipe"] == "authors_code"
