@@ -21,6 +21,7 @@ and numbers. ``--host-profile`` then runs as many updates again under cProfile: 
     python benchmarks/profile_training.py --set update_graph=true  # clip + AdamW as one CUDA graph
     python benchmarks/profile_training.py --update-graph fused     # the two compiled, without a graph
     python benchmarks/profile_training.py --host-profile host.prof  # then where the host's time goes (cProfile)
+    python benchmarks/profile_training.py --trace trace.json  # the trace; where the GPU sits idle (device_gaps)
     python benchmarks/profile_training.py --device cpu --warmup 1 --updates 1 \\
         --set hidden_size=32 --set n_heads=4 --set intermediate_size=64 --set seq_len=64
 """
@@ -37,6 +38,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import device_gaps
 import pandas as pd
 import torch
 from paper_setting import CACHE, corpus_settings, paper_defaults
@@ -213,6 +215,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
         metavar="FILE",
         help="then as many updates again under cProfile: the host's time by function, its stats to FILE",
     )
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        metavar="FILE",
+        help="write the profiled updates' Chrome trace to FILE; on a GPU, then where the device sat idle",
+    )
     args = parser.parse_args(argv)
 
     config = settings(args)
@@ -265,6 +273,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     shapes.clear()
     with torch.profiler.profile(activities=activities) as prof:
         run(args.updates)
+    idle: dict = {}
+    if args.trace:
+        prof.export_chrome_trace(str(args.trace))
+        if rt.device.type == "cuda":
+            idle = device_gaps.report(args.trace, args.updates)
     rows, slots = (statistics.mean(column) for column in zip(*shapes, strict=True))
     flops = update_flops(config, rows, slots, corpus.vocab_size)
     host_top: dict[str, list[dict]] = {}
@@ -334,6 +347,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "peak_bf16_tflops": peak,
         "top_kernels": per_update.head(TOP).reset_index(names="name").to_dict(orient="records"),
         "host_top_functions": host_top,
+        "device_idle": idle,
     }
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")

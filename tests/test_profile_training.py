@@ -3,6 +3,7 @@ the CPU with a tiny model, for two updates."""
 
 from __future__ import annotations
 
+import json
 import pstats
 
 import paper_setting  # benchmarks/, on the import path through tests/bench_support.py
@@ -16,7 +17,7 @@ TINY = (*TINY_MODEL, "batch_documents=16")
 def test_the_profile_prints_time_by_category_for_the_paper_defaults(bench_cache, tmp_path, capsys):
     argv = ["--device", "cpu", "--layers", "2", "--warmup", "1", "--updates", "1"]
     argv += ["--cache", str(bench_cache), "--out", str(tmp_path / "profile.json")]
-    argv += ["--host-profile", str(tmp_path / "host.prof")]
+    argv += ["--host-profile", str(tmp_path / "host.prof"), "--trace", str(tmp_path / "trace.json")]
     argv += [f"--set={s}" for s in TINY]
     result = profile_training.main(argv)
     printed = capsys.readouterr().out
@@ -35,6 +36,10 @@ def test_the_profile_prints_time_by_category_for_the_paper_defaults(bench_cache,
     assert recorded["n_layers"] == 2 and recorded["hidden_size"] == 32 and recorded["device"] == "cpu"
     assert recorded["masking"] == "bernoulli" and recorded["batch_size"] is None  # paper.yaml's, as the CLI
     assert (tmp_path / "profile.json").exists()
+    # the profiled updates' Chrome trace; where a GPU sat idle is read from it on a GPU only
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert any(e.get("cat") == "cpu_op" and e["name"] == "aten::addmm" for e in events)
+    assert result["device_idle"] == {}
     # the host's time by function: the step's call is among the callers, each list sorted by its own key
     stats = pstats.Stats(str(tmp_path / "host.prof"))
     assert any(name == "__call__" and file.endswith("step.py") for file, _, name in stats.stats)

@@ -1,0 +1,139 @@
+"""Where the GPU waits: the idle stretches between its kernels in a profiler trace, and what the host was
+doing when each one ended.
+
+An update whose wall time exceeds the sum of its kernels' times leaves the device idle somewhere. In a
+torch.profiler trace (Chrome format, ``prof.export_chrome_trace``) every kernel, copy and fill on the GPU
+carries the correlation id of the host call that launched it. For each idle stretch this finds that launch
+and the innermost host operator around it: if the launch came after the device went idle, the host was
+late (Python, a guard, a synchronising call); if it came before, the device waited on something else (a
+copy, an event). Host runtime calls that block (synchronise, free, allocate pinned memory) and overlap an
+idle stretch are named too. Called by ``profile_training.py --trace``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
+"""Trace categories of work on the GPU."""
+HOST_OPS = ("cpu_op", "user_annotation")
+BLOCKING = ("Synchronize", "cudaFree", "cudaMalloc", "HostAlloc")
+"""Runtime calls that can hold the host until the device catches up (with the plain, synchronous
+``cudaMemcpy``)."""
+SEARCH_BACK = 4000
+"""How many host operators before a launch are searched for the ones around it."""
+
+
+def _blocking(name: str) -> bool:
+    return name == "cudaMemcpy" or any(word in name for word in BLOCKING)
+
+
+def idle_gaps(trace: dict, at_least_us: float = 5.0) -> pd.DataFrame:
+    """One row per stretch of ≥ ``at_least_us`` µs with no work on the GPU, between its first and last
+    piece of work: its length, whether the host launched the next kernel only after the stretch began
+    (``host_late``), the innermost host operator around that launch, and the blocking runtime calls that
+    overlap the stretch."""
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+    device = sorted((e for e in events if e.get("cat") in DEVICE), key=lambda e: e["ts"])
+    launches = {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
+    ops = sorted((e for e in events if e.get("cat") in HOST_OPS), key=lambda e: e["ts"])
+    op_starts = [e["ts"] for e in ops]
+    blocking = sorted(
+        (e for e in events if e.get("cat") == "cuda_runtime" and _blocking(e["name"])), key=lambda e: e["ts"]
+    )
+    rows = []
+    busy_until = device[0]["ts"] + device[0]["dur"] if device else 0.0
+    for work in device[1:]:
+        gap = work["ts"] - busy_until
+        if gap >= at_least_us:
+            launch = launches.get(work.get("args", {}).get("correlation"))
+            when = launch["ts"] if launch else None
+            rows.append(
+                {
+                    "start_us": busy_until,
+                    "idle_us": gap,
+                    "next": work["name"],
+                    "host_late": when is not None and when > busy_until,
+                    "launched_in": _innermost(ops, op_starts, when) if when is not None else "?",
+                    "blocking": ", ".join(
+                        sorted(
+                            {
+                                b["name"]
+                                for b in blocking
+                                if b["ts"] < work["ts"] and b["ts"] + b["dur"] > busy_until
+                            }
+                        )
+                    ),
+                }
+            )
+        busy_until = max(busy_until, work["ts"] + work["dur"])
+    return pd.DataFrame(rows, columns=["start_us", "idle_us", "next", "host_late", "launched_in", "blocking"])
+
+
+def _innermost(ops: list[dict], starts: list[float], when: float) -> str:
+    """The shortest host operator running at ``when``."""
+    index = bisect.bisect_right(starts, when)
+    around = [e for e in ops[max(0, index - SEARCH_BACK) : index] if e["ts"] + e["dur"] >= when]
+    return min(around, key=lambda e: e["dur"])["name"] if around else "(no operator)"
+
+
+def summary(gaps: pd.DataFrame, updates: int, top: int = 10) -> pd.DataFrame:
+    """Idle ms per update by where the next launch came from (and whether the host was late), largest
+    first."""
+    if gaps.empty:
+        return pd.DataFrame(columns=["launched_in", "host_late", "blocking", "ms", "gaps"])
+    grouped = gaps.groupby(["launched_in", "host_late", "blocking"], as_index=False).agg(
+        ms=("idle_us", "sum"), gaps=("idle_us", "size")
+    )
+    grouped["ms"] /= 1e3 * updates
+    grouped["gaps"] /= updates
+    return grouped.sort_values("ms", ascending=False).head(top).reset_index(drop=True)
+
+
+def report(path: Path, updates: int, at_least_us: float = 5.0) -> dict:
+    """Print and return the idle time of the device in the trace at ``path``, per update."""
+    gaps = idle_gaps(json.loads(path.read_text()), at_least_us)
+    table = summary(gaps, updates)
+    idle = gaps["idle_us"].sum() / 1e3 / updates
+    late = gaps.loc[gaps["host_late"], "idle_us"].sum() / 1e3 / updates
+    print(
+        f"\ndevice idle per update: {idle:.3f} ms in {len(gaps) / updates:.1f} stretches of ≥ {at_least_us:g} µs; "
+        f"{late:.3f} ms of it with the next launch after the device went idle (the host late)"
+    )
+    for row in table.itertuples():
+        block = f"  [blocking: {row.blocking}]" if row.blocking else ""
+        print(
+            f"  {row.ms:8.3f} ms {row.gaps:6.1f}×  {'host late' if row.host_late else 'queued   '}  {row.launched_in[:90]}{block}"
+        )
+    return {
+        "idle_ms_per_update": idle,
+        "host_late_ms_per_update": late,
+        "stretches_per_update": len(gaps) / updates,
+        "by_launch": table.to_dict(orient="records"),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trace", type=Path, help="a Chrome trace of torch.profiler (export_chrome_trace)")
+    parser.add_argument(
+        "--updates", type=int, default=1, help="updates in the trace (figures are per update)"
+    )
+    parser.add_argument("--at-least-us", type=float, default=5.0, help="shortest idle stretch counted")
+    args = parser.parse_args(argv)
+    report(args.trace, args.updates, args.at_least_us)
+
+
+if __name__ == "__main__":
+    main()
