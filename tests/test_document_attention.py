@@ -95,12 +95,10 @@ def test_auto_attention_is_the_block_kernels_on_a_cuda_gpu_where_triton_is_insta
 
 
 @pytest.mark.parametrize(
-    ("device", "settings", "stacked"),
-    [("cpu", {}, False), ("cuda", {"precision": "fp32"}, False), ("cuda", {"document_mask": False}, False),
-     ("cuda", {}, True)],
-)  # fmt: skip
-def test_auto_attention_is_dense_where_the_block_kernels_cannot_run(device, settings, stacked):
-    config = make_config(TINY, settings).for_device(device, stacked=stacked)
+    ("device", "settings"), [("cpu", {}), ("cuda", {"precision": "fp32"}), ("cuda", {"document_mask": False})]
+)
+def test_auto_attention_is_dense_where_the_block_kernels_cannot_run(device, settings):
+    config = make_config(TINY, settings).for_device(device)
     assert config.attention == "dense"
     config.check_attention(device)  # no error
 

@@ -231,7 +231,7 @@ class TrainConfig:
     document's own pairs only (the flash kernel's variable-length form, ``document_attention.py``; CUDA,
     bf16; on an H100 no faster than cuDNN's, ``benchmarks/results/document_attention_h100/``); ``blocks``,
     Triton kernels that visit only the key blocks each query block's documents reach, dropout inside
-    (``document_blocks.py``; CUDA, bf16, one run a process). All compute the same attention, with other
+    (``document_blocks.py``; CUDA, bf16; also for stacked runs). All compute the same attention, with other
     dropout draws. ``auto`` (default): ``blocks`` where it runs (``for_device``), else ``dense``; BERT-base
     through the CLI 547,777 against 485,137 tokens/s on one H200 (``benchmarks/results/document_blocks_h200/``)."""
     # bookkeeping
@@ -295,17 +295,13 @@ class TrainConfig:
                 "use attention=dense or auto"
             )
 
-    def for_device(self, device_type: str, stacked: bool = False) -> TrainConfig:
+    def for_device(self, device_type: str) -> TrainConfig:
         """These settings with ``attention: auto`` made concrete, as a new run's folder records them:
-        ``blocks`` on a CUDA GPU in bf16 with ``document_mask``, one run a process, where Triton is
-        installed (CUDA builds of torch bring it); ``dense`` elsewhere (CPU, fp32, stacked runs)."""
+        ``blocks`` on a CUDA GPU in bf16 with ``document_mask``, where Triton is installed (CUDA builds of
+        torch bring it); ``dense`` elsewhere (CPU, fp32, no document mask)."""
         if self.attention != "auto":
             return self
-        blocks = (
-            self._fast_attention_runs_on(device_type)
-            and not stacked
-            and importlib.util.find_spec("triton") is not None
-        )
+        blocks = self._fast_attention_runs_on(device_type) and importlib.util.find_spec("triton") is not None
         return dataclasses.replace(self, attention="blocks" if blocks else "dense")
 
     def _fast_attention_runs_on(self, device_type: str) -> bool:

@@ -63,11 +63,6 @@ def check_stackable(configs: Sequence[TrainConfig], outs: Sequence[Path]) -> Non
             "update_graph is not available for stacked runs (several --seeds or --inits): set "
             "update_graph=false, or train the runs one a process"
         )
-    if configs[0].attention == "blocks":  # the stacked model computes its own attention
-        raise ConfigError(
-            "attention=blocks is not available for stacked runs (several --seeds or --inits): set "
-            "attention=dense or varlen, or train the runs one a process"
-        )
     first = configs[0].to_dict()
     for config, out in zip(configs[1:], outs[1:], strict=True):
         other = config.to_dict()
@@ -179,7 +174,7 @@ def train_stacked(
         raise ConfigError(f"stop_at={stop_at}: must be a step ≥ 1")
     folders = [RunFolder(out) for out in outs]
     rt = runtime_for(config)
-    configs = [c.for_device(rt.device.type, stacked=True) for c in configs]
+    configs = [c.for_device(rt.device.type) for c in configs]
     if rt.world > 1:
         raise ConfigError("stacked runs train in one process on one GPU: launch without torchrun")
     check_fits(config, rt.device, runs=len(configs))  # before anything is written

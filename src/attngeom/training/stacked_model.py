@@ -4,8 +4,9 @@ A small model (BERT-mini: d = 256) leaves most of an H100 idle however its kerne
 differ only in seed and init have the same shapes, so their weights can be stacked into one (R, …) tensor
 each and their forward and backward passes computed as one graph: matrix products become batched products
 (R at a time), everything else (embeddings, LayerNorm, attention, dropout, the loss) runs over R times the
-rows. Each run's numbers are those of its own ``LanguageModelLoss`` (same formulas as transformers' BERT,
-checked against it in tests/test_training_stacked.py); hidden dropout (``dropout.hashed_dropout``) draws
+rows; attention keeps to each document as the runs' models were built to (the dense mask, the flash kernel's
+variable-length form or the block kernels). Each run's numbers are those of its own ``LanguageModelLoss``
+(same formulas as transformers' BERT, checked against it in tests/test_training_stacked.py); hidden dropout (``dropout.hashed_dropout``) draws
 independent masks for every element, so each run gets its own, as separate runs would (not the same draws).
 
 The runs' own ``transformers`` models are kept, their parameters turned into views of the stacked
@@ -15,6 +16,7 @@ weights: scoring, checkpoints and ``save_pretrained`` see each run's live weight
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -22,10 +24,20 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from ..scores import form_symmetry
-from .document_attention import document_attention
-from .document_mask import document_attention_mask, document_positions
+from .document_attention import BLOCKS, document_attention
+from .document_mask import document_attention_mask, document_bounds, document_positions
 from .dropout import hashed_dropout
 from .model import VOCABULARY_MULTIPLE, penalty
+
+
+class Documents(NamedTuple):
+    """How attention keeps to each token's document in the stacked rows: a dense mask (``dense``), the
+    flattened rows' segments (``varlen``) or each place's document bounds (``blocks``); none of them:
+    attention over whole rows (no document mask)."""
+
+    mask: torch.Tensor | None = None
+    segments: torch.Tensor | None = None
+    bounds: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 class StackedLoss(nn.Module):
@@ -43,6 +55,11 @@ class StackedLoss(nn.Module):
             first.attention_probs_dropout_prob,
         )
         self.reg_weight, self.reg_target = reg_weight, reg_target
+        self.flash = None  # the block kernels, where the runs' models were built with attention=blocks
+        if first._attn_implementation == BLOCKS:
+            from .document_blocks import document_flash  # Triton: imported only where chosen
+
+            self.flash = document_flash
         self.names = [name for name, _ in models[0].named_parameters()]
         self.index = {name: i for i, name in enumerate(self.names)}
         with torch.no_grad():
@@ -89,51 +106,50 @@ class StackedLoss(nn.Module):
         prefix = "bert.embeddings."
         words = self._lookup(prefix + "word_embeddings.weight", input_ids)
         words = torch.where((input_ids == self.pad).unsqueeze(-1), words.detach(), words)  # padding_idx
+        where: Documents = Documents()
         if documents is None:
             positions = torch.arange(length, device=input_ids.device).expand_as(input_ids)
-            mask = None
         else:
-            positions = document_positions(documents.flatten(0, 1)).view_as(documents)
-            mask = (
-                None
-                if segments is not None
-                else document_attention_mask(documents.flatten(0, 1), self.causal)
-            )
+            flat = documents.flatten(0, 1)
+            positions = document_positions(flat).view_as(documents)
+            if segments is not None:
+                where = Documents(segments=segments)
+            elif self.flash is not None:
+                where = Documents(bounds=document_bounds(flat))
+            else:
+                where = Documents(mask=document_attention_mask(flat, self.causal))
         x = words + self.w(prefix + "token_type_embeddings.weight")[:, 0, None, None, :]
         x = x + self._lookup(prefix + "position_embeddings.weight", positions)
         x = self._dropout(self._norm(x.flatten(1, 2), prefix + "LayerNorm"), self.hidden_dropout)
         for layer in range(self.layers):
-            x = self._layer(x, f"bert.encoder.layer.{layer}.", rows, mask, segments)
+            x = self._layer(x, f"bert.encoder.layer.{layer}.", rows, where)
         return x.view(runs, rows, length, -1)
 
-    def _layer(
-        self,
-        x: torch.Tensor,
-        prefix: str,
-        rows: int,
-        mask: torch.Tensor | None,
-        segments: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def _layer(self, x: torch.Tensor, prefix: str, rows: int, where: Documents) -> torch.Tensor:
         """One encoder layer over x (R, B·L, d), as ``BertLayer`` computes it."""
         runs, tokens, width = x.shape
-        shape = (runs * rows, tokens // rows, self.heads, width // self.heads)
+        shape = (runs * rows, tokens // rows, self.heads, width // self.heads)  # (B, L, H, D)
         q, k, v = (
-            self._linear(x, prefix + f"attention.self.{part}").view(shape).transpose(1, 2)
+            self._linear(x, prefix + f"attention.self.{part}").view(shape)
             for part in ("query", "key", "value")
         )
         dropout, scale = (self.attention_dropout if self.training else 0.0), shape[-1] ** -0.5
-        if segments is not None:
-            context = document_attention(q, k, v, segments, dropout, self.causal, scale)
+        if where.bounds is not None:
+            context = self.flash(q, k, v, *where.bounds, dropout, self.causal, scale)
         else:
-            context = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=mask,
-                dropout_p=dropout,
-                is_causal=self.causal and mask is None,
-                scale=scale,
-            ).transpose(1, 2)
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, L, D)
+            if where.segments is not None:
+                context = document_attention(q, k, v, where.segments, dropout, self.causal, scale)
+            else:
+                context = F.scaled_dot_product_attention(
+                    q,
+                    k,
+                    v,
+                    attn_mask=where.mask,
+                    dropout_p=dropout,
+                    is_causal=self.causal and where.mask is None,
+                    scale=scale,
+                ).transpose(1, 2)
         context = context.reshape(runs, tokens, width)
         attended = self._dropout(
             self._linear(context, prefix + "attention.output.dense"), self.hidden_dropout
