@@ -33,13 +33,42 @@ def _blocking(name: str) -> bool:
     return name == "cudaMemcpy" or any(word in name for word in BLOCKING)
 
 
+def device_work(trace: dict) -> list[dict]:
+    """The trace's kernels, copies and fills on the GPU, by start time."""
+    events = (e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") in DEVICE)
+    return sorted(events, key=lambda e: e["ts"])
+
+
+def occupancy(trace: dict) -> dict[str, float]:
+    """From the GPU's first piece of work to its last (µs): how many pieces, the span, the time busy (their
+    union), the time idle and the median gap between consecutive pieces."""
+    work = device_work(trace)
+    if not work:
+        return {"pieces": 0, "span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0, "median_gap_us": 0.0}
+    busy, gaps, until = 0.0, [], work[0]["ts"]
+    for piece in work:
+        start, end = piece["ts"], piece["ts"] + piece["dur"]
+        if start > until:
+            gaps.append(start - until)
+        busy += max(0.0, end - max(start, until))
+        until = max(until, end)
+    span = until - work[0]["ts"]
+    return {
+        "pieces": len(work),
+        "span_us": span,
+        "busy_us": busy,
+        "idle_us": span - busy,
+        "median_gap_us": float(pd.Series(gaps).median()) if gaps else 0.0,
+    }
+
+
 def idle_gaps(trace: dict, at_least_us: float = 5.0) -> pd.DataFrame:
     """One row per stretch of ≥ ``at_least_us`` µs with no work on the GPU, between its first and last
     piece of work: its length, whether the host launched the next kernel only after the stretch began
     (``host_late``), the innermost host operator around that launch, and the blocking runtime calls that
     overlap the stretch."""
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
-    device = sorted((e for e in events if e.get("cat") in DEVICE), key=lambda e: e["ts"])
+    device = device_work(trace)
     launches = {
         e["args"]["correlation"]: e
         for e in events
@@ -100,14 +129,21 @@ def summary(gaps: pd.DataFrame, updates: int, top: int = 10) -> pd.DataFrame:
 
 
 def report(path: Path, updates: int, at_least_us: float = 5.0) -> dict:
-    """Print and return the idle time of the device in the trace at ``path``, per update."""
-    gaps = idle_gaps(json.loads(path.read_text()), at_least_us)
+    """Print and return the device's time in the trace at ``path``, per update: busy, idle between
+    consecutive pieces of work, idle in longer stretches and where their next launch came from."""
+    trace = json.loads(path.read_text())
+    whole = occupancy(trace)
+    gaps = idle_gaps(trace, at_least_us)
     table = summary(gaps, updates)
     idle = gaps["idle_us"].sum() / 1e3 / updates
     late = gaps.loc[gaps["host_late"], "idle_us"].sum() / 1e3 / updates
+    span, busy, all_idle = (whole[key] / 1e3 / updates for key in ("span_us", "busy_us", "idle_us"))
     print(
-        f"\ndevice idle per update: {idle:.3f} ms in {len(gaps) / updates:.1f} stretches of ≥ {at_least_us:g} µs; "
-        f"{late:.3f} ms of it with the next launch after the device went idle (the host late)"
+        f"\ndevice, per update: {whole['pieces'] / updates:,.0f} kernels, copies and fills; {span:.3f} ms from the "
+        f"first to the last, busy {busy:.3f} ms, idle {all_idle:.3f} ms: {all_idle - idle:.3f} ms in gaps under "
+        f"{at_least_us:g} µs between consecutive pieces (median gap {whole['median_gap_us']:.2f} µs), {idle:.3f} ms "
+        f"in {len(gaps) / updates:.1f} stretches of ≥ {at_least_us:g} µs, {late:.3f} ms of it with the next "
+        "launch after the device went idle (the host late):"
     )
     for row in table.itertuples():
         block = f"  [blocking: {row.blocking}]" if row.blocking else ""
@@ -115,6 +151,11 @@ def report(path: Path, updates: int, at_least_us: float = 5.0) -> dict:
             f"  {row.ms:8.3f} ms {row.gaps:6.1f}×  {'host late' if row.host_late else 'queued   '}  {row.launched_in[:90]}{block}"
         )
     return {
+        "pieces_per_update": whole["pieces"] / updates,
+        "span_ms_per_update": span,
+        "busy_ms_per_update": busy,
+        "all_idle_ms_per_update": all_idle,
+        "median_gap_us": whole["median_gap_us"],
         "idle_ms_per_update": idle,
         "host_late_ms_per_update": late,
         "stretches_per_update": len(gaps) / updates,

@@ -56,10 +56,16 @@ def test_the_summary_is_per_update_and_largest_first(tmp_path, capsys):
     assert (
         first["launched_in"] == "aten::gelu" and first["ms"] == pytest.approx(0.030) and first["gaps"] == 0.5
     )
+    # the whole timeline: 10 → 166.5 µs, busy 66 µs; 0.5 µs of its 90.5 idle in a gap under 5 µs
+    assert result["span_ms_per_update"] == pytest.approx(0.07825)
+    assert result["busy_ms_per_update"] == pytest.approx(0.033)
+    assert result["all_idle_ms_per_update"] == pytest.approx(0.04525)
+    assert result["pieces_per_update"] == 2 and result["median_gap_us"] == pytest.approx(30.0)
     printed = capsys.readouterr().out
-    assert "device idle per update: 0.045 ms" in printed and "cudaStreamSynchronize" in printed
+    assert "idle 0.045 ms: 0.000 ms in gaps under 5 µs" in printed and "cudaStreamSynchronize" in printed
 
 
 def test_a_trace_without_device_work_has_no_stretches():
     gaps = device_gaps.idle_gaps({"traceEvents": [_x("cpu_op", "aten::mm", 0, 5)]})
     assert gaps.empty and device_gaps.summary(gaps, updates=1).empty
+    assert device_gaps.occupancy({"traceEvents": []})["pieces"] == 0

@@ -377,6 +377,16 @@ def exercise_profile_training(command: str, tmp_path: Path, bench_cache: Path) -
     assert "tokens/s" in done.stdout and written["tokens_per_s"] > 0
 
 
+def exercise_device_gaps(command: str, tmp_path: Path, bench_cache: Path) -> None:
+    """On the trace of a tiny CPU profile (``exercise_profile_training``'s): a CPU trace holds no GPU work,
+    so the reading says none, and it runs through."""
+    exercise_profile_training(
+        "python benchmarks/profile_training.py --trace trace.json", tmp_path, bench_cache
+    )
+    done = run(benchmark_argv(command, tmp_path), cwd=tmp_path)
+    assert "device, per update: 0 kernels" in done.stdout
+
+
 def exercise_masked_vs_padded(command: str, tmp_path: Path) -> None:
     """As written, with `OMP_NUM_THREADS=1`, for 2 steps of 2 encoder seeds: both layouts trained and
     compared, the figures written."""
@@ -442,6 +452,8 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "python benchmarks/profile_training.py --update-graph fused": exercise_profile_training,
     "python benchmarks/profile_training.py --set update_graph=true": exercise_profile_training,
     "python benchmarks/profile_training.py --host-profile host.prof": exercise_profile_training,
+    "python benchmarks/profile_training.py --trace trace.json": exercise_profile_training,
+    "python benchmarks/device_gaps.py trace.json --updates 20": exercise_device_gaps,
     "OMP_NUM_THREADS=1 python benchmarks/masked_vs_padded.py": exercise_masked_vs_padded,
     "python benchmarks/masked_vs_padded.py --preset gpu --steps 2750 --jobs 6 --out "
     "benchmarks/results/masked_vs_padded_h200": options_only("preset gpu trains in bf16 on a CUDA GPU"),
@@ -799,7 +811,7 @@ def test_every_readme_command_is_in_the_table():
 
 AFTER_THE_DEFAULT_RUN = (exercise_make_run, exercise_snakemake_after_the_default_run, exercise_report)
 """What needs the finished default run (the session's default_run fixture)."""
-ON_THE_BENCHMARK_CORPUS = (exercise_profile_training,)
+ON_THE_BENCHMARK_CORPUS = (exercise_profile_training, exercise_device_gaps)
 """What needs the corpus `bench_training.py prepare` writes (the bench_cache fixture)."""
 
 

@@ -1,0 +1,12 @@
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD/benchmarks PYTHONUNBUFFERED=1
+L=$OUT/concurrent-$1.log; echo "start $(date -u +%FT%TZ)" > $L
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps/log; mkdir -p /tmp/mps/pipe /tmp/mps/log
+one() {  # preset runs mode steps
+  echo "=== $(date -u +%T) $3 preset=$1 runs=$2" >> $L
+  if [ $3 = mps ]; then nvidia-cuda-mps-control -d; E=""; else E="env -u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_LOG_DIRECTORY"; fi
+  timeout 200 $E python3 benchmarks/bench_training.py concurrent --preset $1 --runs $2 --paper-steps $4 --out $OUT/c-$1-$2-$3.json 2>&1 | grep '^{' >> $L
+  if [ $3 = mps ]; then echo quit | nvidia-cuda-mps-control; sleep 2; fi
+}
+if [ "$1" = 4 ]; then one 4 1 ts 1000; one 4 2 ts 1000; one 4 2 mps 1000; one 4 4 mps 1000; one 4 4 ts 1000; one 4 1 ts 1000; fi
+if [ "$1" = 12 ]; then one 12 1 ts 300; one 12 2 mps 300; one 12 2 ts 300; fi
+echo "end $(date -u +%FT%TZ)" >> $L; cat $L
