@@ -6,8 +6,9 @@ each and their forward and backward passes computed as one graph: matrix product
 (R at a time), everything else (embeddings, LayerNorm, attention, dropout, the loss) runs over R times the
 rows; attention keeps to each document as the runs' models were built to (the dense mask, the flash kernel's
 variable-length form or the block kernels). Each run's numbers are those of its own ``LanguageModelLoss``
-(same formulas as transformers' BERT, checked against it in tests/test_training_stacked.py); hidden dropout (``dropout.hashed_dropout``) draws
-independent masks for every element, so each run gets its own, as separate runs would (not the same draws).
+(same formulas as transformers' BERT, checked against it in tests/test_training_stacked.py); hidden dropout
+(``dropout.hashed_dropout``) draws independent masks for every element, so each run gets its own, as
+separate runs would (not the same draws).
 
 The runs' own ``transformers`` models are kept, their parameters turned into views of the stacked
 weights: scoring, checkpoints and ``save_pretrained`` see each run's live weights.
