@@ -12,9 +12,10 @@ idle stretch are named too. Called by ``profile_training.py --trace``.
 
 from __future__ import annotations
 
+import argparse
 import bisect
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -39,25 +40,29 @@ def device_work(trace: dict) -> list[dict]:
     return sorted(events, key=lambda e: e["ts"])
 
 
+def _after_idle(work: list[dict]) -> Iterator[tuple[float, dict]]:
+    """Each piece of work after the first, with the time the GPU was busy until before it (the union of
+    the earlier pieces' ends): the one walk over the timeline that ``occupancy`` and ``idle_gaps`` read."""
+    until = work[0]["ts"] + work[0]["dur"] if work else 0.0
+    for piece in work[1:]:
+        yield until, piece
+        until = max(until, piece["ts"] + piece["dur"])
+
+
 def occupancy(trace: dict) -> dict[str, float]:
     """From the GPU's first piece of work to its last (µs): how many pieces, the span, the time busy (their
     union), the time idle and the median gap between consecutive pieces."""
     work = device_work(trace)
     if not work:
         return {"pieces": 0, "span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0, "median_gap_us": 0.0}
-    busy, gaps, until = 0.0, [], work[0]["ts"]
-    for piece in work:
-        start, end = piece["ts"], piece["ts"] + piece["dur"]
-        if start > until:
-            gaps.append(start - until)
-        busy += max(0.0, end - max(start, until))
-        until = max(until, end)
-    span = until - work[0]["ts"]
+    gaps = [piece["ts"] - until for until, piece in _after_idle(work) if piece["ts"] > until]
+    span = max(piece["ts"] + piece["dur"] for piece in work) - work[0]["ts"]
+    idle = sum(gaps)
     return {
         "pieces": len(work),
         "span_us": span,
-        "busy_us": busy,
-        "idle_us": span - busy,
+        "busy_us": span - idle,
+        "idle_us": idle,
         "median_gap_us": float(pd.Series(gaps).median()) if gaps else 0.0,
     }
 
@@ -80,12 +85,14 @@ def idle_gaps(trace: dict, at_least_us: float = 5.0) -> pd.DataFrame:
         (e for e in events if e.get("cat") == "cuda_runtime" and _blocking(e["name"])), key=lambda e: e["ts"]
     )
     rows = []
-    busy_until = device[0]["ts"] + device[0]["dur"] if device else 0.0
-    for work in device[1:]:
+    for busy_until, work in _after_idle(device):
         gap = work["ts"] - busy_until
         if gap >= at_least_us:
             launch = launches.get(work.get("args", {}).get("correlation"))
             when = launch["ts"] if launch else None
+            overlapping = {
+                b["name"] for b in blocking if b["ts"] < work["ts"] and b["ts"] + b["dur"] > busy_until
+            }
             rows.append(
                 {
                     "start_us": busy_until,
@@ -93,18 +100,9 @@ def idle_gaps(trace: dict, at_least_us: float = 5.0) -> pd.DataFrame:
                     "next": work["name"],
                     "host_late": when is not None and when > busy_until,
                     "launched_in": _innermost(ops, op_starts, when) if when is not None else "?",
-                    "blocking": ", ".join(
-                        sorted(
-                            {
-                                b["name"]
-                                for b in blocking
-                                if b["ts"] < work["ts"] and b["ts"] + b["dur"] > busy_until
-                            }
-                        )
-                    ),
+                    "blocking": ", ".join(sorted(overlapping)),
                 }
             )
-        busy_until = max(busy_until, work["ts"] + work["dur"])
     return pd.DataFrame(rows, columns=["start_us", "idle_us", "next", "host_late", "launched_in", "blocking"])
 
 
@@ -164,8 +162,6 @@ def report(path: Path, updates: int, at_least_us: float = 5.0) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    import argparse
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("trace", type=Path, help="a Chrome trace of torch.profiler (export_chrome_trace)")
     parser.add_argument(
