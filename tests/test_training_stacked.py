@@ -138,6 +138,8 @@ def test_runs_that_differ_in_more_than_seed_and_init_are_refused(corpus, tmp_pat
         check_stackable([a, settings(corpus, seed=1)], [tmp_path / "a", tmp_path / "a"])
     with pytest.raises(ConfigError, match="update_graph is not available for stacked runs"):
         check_stackable([settings(corpus, update_graph=True)] * 2, [tmp_path / "a", tmp_path / "b"])
+    assert a.update_graph is None  # the default: on for a run alone, off (not refused) for stacked runs
+    check_stackable([a, settings(corpus, seed=1)], [tmp_path / "a", tmp_path / "b"])
 
 
 def test_the_out_template_names_a_folder_per_run():

@@ -7,6 +7,7 @@ import random
 import pytest
 import torch
 
+from attngeom.training.checkpoint import CheckpointWriter, load_checkpoint
 from attngeom.training.config import make_config
 from attngeom.training.corpus import load_corpus
 from attngeom.training.loop import learning_rate, make_optimizer
@@ -198,12 +199,12 @@ def test_the_captured_update_refuses_gradients_it_did_not_record(config):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_the_captured_update_trains_as_the_eager_one_on_a_cuda_gpu(config):
-    """On a GPU, with the loss as CUDA graphs: the recorded update (from update CAPTURE_AFTER + 1 on)
-    gives the losses of the eager one, to float32 rounding (no autocast here; kernels' summation orders
-    may differ between the two)."""
+    """On a GPU, with the loss as CUDA graphs: the recorded update (the default, ``update_graph`` None; from
+    update CAPTURE_AFTER + 1 on) gives the losses of the eager one (``false``), to float32 rounding (no
+    autocast here; kernels' summation orders may differ between the two)."""
     cuda = torch.device("cuda")
     losses = []
-    for graph in (False, True):
+    for graph in (False, None):
         run = make_config(
             config.to_dict(), {"device": "cuda", "compile": True, "update_graph": graph, "steps": 8}
         )
@@ -211,10 +212,46 @@ def test_the_captured_update_trains_as_the_eager_one_on_a_cuda_gpu(config):
         torch.manual_seed(0)
         model = build_model(run, batches.corpus.vocab_size).to(cuda).train()
         step = TrainStep(model, make_optimizer(model, run, cuda), run, cuda)
-        assert (step.captured is not None) == graph
+        assert (step.captured is not None) == (graph is None)
         fed = feed(batches, micro_batch_indices(run, range(run.steps), 0, 1), cuda)
         losses.append(
             [float(step(g, learning_rate(run, n)).loss) for n, g in enumerate(grouped(fed, run.grad_accum))]
         )
     assert step.captured.graph is not None and len(losses[1]) == 8
     torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_checkpoint_of_the_recorded_update_resumes_as_the_run_that_went_on_on_a_cuda_gpu(config, tmp_path):
+    """The recorded update keeps AdamW capturable, its rates and steps in device memory. A checkpoint taken
+    after the graph is recorded loads into a fresh model, optimizer and step, which record a graph of
+    their own and go on with the losses of the run that was not stopped, to float32 rounding."""
+    cuda = torch.device("cuda")
+    run = make_config(config.to_dict(), {"device": "cuda", "compile": True, "steps": 10})
+    batches = PackedBatches(load_corpus(run, progress=False), run)
+    fed = feed(batches, micro_batch_indices(run, range(run.steps), 0, 1), cuda)
+    updates = list(grouped(fed, run.grad_accum))
+    stop, path = CAPTURE_AFTER + 2, tmp_path / "state.pt"
+
+    def started() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(0)
+        model = build_model(run, batches.corpus.vocab_size).to(cuda).train()
+        return model, make_optimizer(model, run, cuda)
+
+    def losses(step: TrainStep, steps: range) -> list[float]:
+        return [float(step(updates[n], learning_rate(run, n)).loss) for n in steps]
+
+    model, optimizer = started()
+    step = TrainStep(model, optimizer, run, cuda)
+    went_on = losses(step, range(stop))
+    assert step.captured is not None and step.captured.graph is not None
+    with CheckpointWriter() as checkpoints:
+        checkpoints.save(path, model.state_dict(), optimizer.state_dict(), stop, 0.0, cuda)
+    went_on += losses(step, range(stop, run.steps))
+    model, optimizer = started()
+    assert load_checkpoint(path, model, optimizer, cuda, run.steps)[0] == stop
+    step = TrainStep(model, optimizer, run, cuda)
+    resumed = losses(step, range(stop, run.steps))
+    assert step.captured.graph is not None  # recorded again after the resume
+    assert len(set(went_on)) == len(went_on)  # learning, so a stale state would show
+    torch.testing.assert_close(torch.tensor(resumed), torch.tensor(went_on[stop:]), rtol=1e-4, atol=1e-4)

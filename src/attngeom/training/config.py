@@ -216,13 +216,14 @@ class TrainConfig:
     """torch.compile the loss (on one GPU also as CUDA graphs). ``None``: on for CUDA (measured 1.6× eager
     on BERT-base, 3.4× on BERT-mini, H100) unless ``deterministic``; off on the CPU, where compiling costs
     more than it saves on the small models run there."""
-    update_graph: bool = setting(False)
+    update_graph: bool | None = setting(None)
     """Where the loss runs as CUDA graphs (one GPU, ``compile``): clip and AdamW recorded once as a CUDA graph
     of their own and replayed every update (``step.CapturedUpdate``), so that their Python and launches leave
-    the host's critical path. The same arithmetic; +19–21% tokens/s for BERT-mini on an H200 in the
-    benchmark's form (``benchmarks/results/update_graph_h200/``), but none through the CLI on other H200s,
-    for BERT-mini (bound by the GPU and the feed) or BERT-base (50 ms an update): off by default. Refused
-    for stacked runs, which clip per run in a step of their own."""
+    the host's critical path. The same arithmetic, one float32 copy of the gradients more (from
+    ``memory.FREE_SHARE``'s slack). ``None`` (default): on for a run of its own, off for stacked runs, which
+    clip per run in a step of their own (``true`` is refused for them). Measured on one H200 with the block
+    kernels (``benchmarks/results/update_graph_h200/``, calls 8–9): BERT-mini's update alone 4.25M tokens/s
+    against 3.18M, the step's host time halved; BERT-base, bound by its kernels, unchanged."""
     deterministic: bool = setting(False)
     """Deterministic GPU kernels (slower): needed for a resumed GPU run to repeat the loss log bit for bit."""
     attention: str = setting("auto", choices=("auto", "dense", "varlen", "blocks"))

@@ -1,13 +1,13 @@
 """One optimizer step, and the micro-batches that feed it, kept off the GPU's critical path.
 
 The step: forward and backward over ``grad_accum`` micro-batches (DDP syncs gradients on the last one only),
-clip, fused AdamW (with ``update_graph``, those two as one CUDA graph: ``CapturedUpdate``). Compiled
-(``TrainConfig.compiles_on``), the loss (model, gather at the loss positions, cross-entropy) is one
-torch.compile graph; on a single CUDA GPU its forward and backward also run as CUDA graphs
-(``reduce-overhead``), also with several micro-batches a step, so a small model is not bound by Python
-launching its kernels. An update is its micro-batches: ``grad_accum`` of the packed stream, or as many
-passes as its documents need (``DocumentBatches``); every loss position carries its share of the update's
-loss, so the update's loss is the sum of its micro-batches'.
+clip, fused AdamW (where the loss runs as CUDA graphs, by default those two as one CUDA graph of their own:
+``CapturedUpdate``, ``update_graph``). Compiled (``TrainConfig.compiles_on``), the loss (model, gather at
+the loss positions, cross-entropy) is one torch.compile graph; on a single CUDA GPU its forward and backward
+also run as CUDA graphs (``reduce-overhead``), also with several micro-batches a step, so a small model is
+not bound by Python launching its kernels. An update is its micro-batches: ``grad_accum`` of the packed
+stream, or as many passes as its documents need (``DocumentBatches``); every loss position carries its share
+of the update's loss, so the update's loss is the sum of its micro-batches'.
 
 The feed: micro-batch ``i`` is still a pure function of (seed, i), but it is built on a background thread a
 few batches ahead, in pinned memory, and copied to the GPU without blocking, so the GPU never waits for it.
@@ -109,7 +109,9 @@ class TrainStep:
             self.graphs = mode == "reduce-overhead"
             objective = compile_loss(objective, mode)
         self.captured = (
-            CapturedUpdate(model, optimizer, config) if self.graphs and config.update_graph else None
+            CapturedUpdate(model, optimizer, config)
+            if self.graphs and config.update_graph is not False
+            else None
         )
         if world > 1:
             objective = torch.nn.parallel.DistributedDataParallel(objective)
