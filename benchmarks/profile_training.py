@@ -9,16 +9,16 @@ host's time an update: waiting for the feed, and in the step's call), then as ma
 time per update by category and the top kernels. On the CPU (a smoke test of the code, ``--device cpu``)
 the table holds the CPU time of each operator instead.
 
-Issue 40's "the update in one graph" is the setting ``update_graph`` (``--set update_graph=true``: clip +
-AdamW recorded once as a CUDA graph and replayed, ``step.CapturedUpdate``); ``--update-graph fused`` runs
-another candidate in place of the eager clip and fused AdamW that ``TrainStep`` runs: the two compiled
-without a graph. The losses of every update are written with the figures, so two calls compare both speed
+Issue 40's "the update in one graph" is the setting ``update_graph`` (clip + AdamW recorded once as a CUDA
+graph and replayed, ``step.CapturedUpdate``: on by default on one GPU; ``--set update_graph=false``, the
+eager clip and fused AdamW); ``--update-graph fused`` runs another candidate in place of the step's update:
+the two compiled without a graph. The losses of every update are written with the figures, so two calls compare both speed
 and numbers. ``--host-profile`` then runs as many updates again under cProfile: where the host's time goes.
 
     python benchmarks/profile_training.py                                   # BERT-mini, SDPA, on CUDA
     python benchmarks/profile_training.py --layers 12                       # BERT-base (hidden 768)
     python benchmarks/profile_training.py --out prof.json
-    python benchmarks/profile_training.py --set update_graph=true  # clip + AdamW as one CUDA graph
+    python benchmarks/profile_training.py --set update_graph=false  # clip + AdamW eager, not as a graph
     python benchmarks/profile_training.py --update-graph fused     # the two compiled, without a graph
     python benchmarks/profile_training.py --host-profile host.prof  # then where the host's time goes (cProfile)
     python benchmarks/profile_training.py --trace trace.json  # the trace; where the GPU sits idle (device_gaps)

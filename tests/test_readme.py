@@ -450,7 +450,7 @@ COMMANDS: dict[str, Callable[[str, Path], None]] = {
     "python benchmarks/profile_training.py --layers 12": exercise_profile_training,
     "python benchmarks/profile_training.py --out mini.json": exercise_profile_training,
     "python benchmarks/profile_training.py --update-graph fused": exercise_profile_training,
-    "python benchmarks/profile_training.py --set update_graph=true": exercise_profile_training,
+    "python benchmarks/profile_training.py --set update_graph=false": exercise_profile_training,
     "python benchmarks/profile_training.py --host-profile host.prof": exercise_profile_training,
     "python benchmarks/profile_training.py --trace trace.json": exercise_profile_training,
     "python benchmarks/device_gaps.py trace.json --updates 20": exercise_device_gaps,

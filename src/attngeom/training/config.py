@@ -222,8 +222,9 @@ class TrainConfig:
     the host's critical path. The same arithmetic, one float32 copy of the gradients more (from
     ``memory.FREE_SHARE``'s slack). ``None`` (default): on for a run of its own, off for stacked runs, which
     clip per run in a step of their own (``true`` is refused for them). Measured on one H200 with the block
-    kernels (``benchmarks/results/update_graph_h200/``, calls 8–9): BERT-mini's update alone 4.25M tokens/s
-    against 3.18M, the step's host time halved; BERT-base, bound by its kernels, unchanged."""
+    kernels (``benchmarks/results/update_graph_h200/``, calls 8–9): BERT-mini through the CLI 3.81–4.11M
+    tokens/s against 2.84–4.06M with ``false`` (runs alternating), the host's time in the step 3.38 against
+    5.56 ms; BERT-base, bound by its kernels, unchanged."""
     deterministic: bool = setting(False)
     """Deterministic GPU kernels (slower): needed for a resumed GPU run to repeat the loss log bit for bit."""
     attention: str = setting("auto", choices=("auto", "dense", "varlen", "blocks"))

@@ -60,8 +60,8 @@ def check_stackable(configs: Sequence[TrainConfig], outs: Sequence[Path]) -> Non
         raise ConfigError("stacked runs need a folder each: two runs name the same --out folder")
     if configs[0].update_graph:  # the stacked step clips per run, outside TrainStep's recorded update
         raise ConfigError(
-            "update_graph is not available for stacked runs (several --seeds or --inits): set "
-            "update_graph=false, or train the runs one a process"
+            "update_graph is not available for stacked runs (several --seeds or --inits): leave it "
+            "unset (null: off for stacked runs) or set update_graph=false, or train the runs one a process"
         )
     first = configs[0].to_dict()
     for config, out in zip(configs[1:], outs[1:], strict=True):
