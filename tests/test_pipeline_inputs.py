@@ -95,6 +95,7 @@ def pinned_zoo(folder: Path, models, **document) -> zoo.Zoo:
         ({"file": "../../etc/x.gguf"}, "org/model: file: '../../etc/x.gguf' must be the repository's .gguf"),
         ({"id": "../escape"}, "../escape: id: '../escape' must be a Hub id"),
         ({"id": 7}, "models[0]: id: 7 must be a Hub id"),
+        ({"id": "org/\nm"}, "'org/\\nm': id: 'org/\\nm' must be a Hub id"),  # named on one line
         ({"n_parms": 5}, "org/model: unknown key 'n_parms'"),
     ],
     ids=lambda v: v if isinstance(v, str) else "",

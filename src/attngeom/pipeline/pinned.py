@@ -91,7 +91,7 @@ def check_entry(where: str, index: int, model) -> dict:
         raise InputError(
             f"{where}: models[{index}] is {model!r}, not a mapping of id, revision, ...; {RESOLVE}"
         )
-    name = model.get("id") if isinstance(model.get("id"), str) else f"models[{index}]"
+    name = _name(model.get("id"), index)
     for key in model:
         if key not in CHECKS:
             raise InputError(f"{where}: {name}: unknown key {key!r}; known: {', '.join(CHECKS)}")
@@ -103,6 +103,14 @@ def check_entry(where: str, index: int, model) -> dict:
         if problem:
             raise InputError(f"{where}: {name}: {key}: {_short(value)} {problem}")
     return model
+
+
+def _name(repo_id, index: int) -> str:
+    """How an entry is named in a message: its id as written, quoted where it would break the line
+    (a newline or another unprintable character), else its place in the list."""
+    if not isinstance(repo_id, str):
+        return f"models[{index}]"
+    return repo_id if repo_id.isprintable() else _short(repo_id)
 
 
 def _short(value) -> str:
