@@ -30,7 +30,7 @@ from attngeom.training.config import (
     settings_schema_text,
     value_problem,
 )
-from attngeom.training.memory import BYTES_PER_PARAMETER, check_fits, total_bytes
+from attngeom.training.memory import BYTES_PER_PARAMETER, GRADIENT_COPY_BYTES, check_fits, total_bytes
 from attngeom.training.model import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -162,6 +162,30 @@ def test_what_fits_passes_and_one_row_too_many_is_refused():
     rows = make_config({**TINY, "seq_len": 2**20, "batch_size": 2**20})
     with pytest.raises(ConfigError, match="rows of activations"):
         check_fits(rows, cpu)
+
+
+def test_the_recorded_updates_gradient_copy_counts_towards_what_fits():
+    """A model that fits at 16 bytes a parameter, but not with the recorded update's float32 copy of its
+    gradients, is refused only where that update runs."""
+    cpu = torch.device("cpu")
+    total = total_bytes(cpu)
+    wide = {**TINY, "hidden_size": 1024, "n_heads": 16, "intermediate_size": 4096, "batch_size": 1}
+    for layers in range(1, 4096):
+        config = make_config({**wide, "n_layers": layers})
+        parameters = config.parameters(config.vocab_size)
+        if parameters * (BYTES_PER_PARAMETER + GRADIENT_COPY_BYTES) > total:
+            break
+    check_fits(config, cpu)
+    with pytest.raises(ConfigError, match=f"{BYTES_PER_PARAMETER + GRADIENT_COPY_BYTES} bytes a parameter"):
+        check_fits(config, cpu, gradient_copy=True)
+
+
+def test_the_recorded_update_is_counted_where_it_runs():
+    config = make_config(TINY)
+    assert config.records_update_on("cuda") and not config.records_update_on("cpu")
+    assert not config.records_update_on("cuda", world=2)  # DDP: the loss is not recorded
+    for off in ({"update_graph": False}, {"compile": False}, {"deterministic": True}):
+        assert not make_config({**TINY, **off}).records_update_on("cuda"), off
 
 
 # ---------------------------------------------------------------- --config files

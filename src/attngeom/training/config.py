@@ -288,6 +288,16 @@ class TrainConfig:
             return self.compile
         return device_type == "cuda" and not self.deterministic
 
+    def records_update_on(self, device_type: str, world: int = 1) -> bool:
+        """Whether clip + AdamW run as a CUDA graph of their own (``update_graph``, ``step.CapturedUpdate``):
+        where the loss runs as CUDA graphs (compiled, one process on a CUDA GPU), unless turned off."""
+        return (
+            device_type == "cuda"
+            and world == 1
+            and self.compiles_on(device_type)
+            and self.update_graph is not False
+        )
+
     def check_attention(self, device_type: str) -> None:
         """Refuse ``attention: varlen`` or ``blocks`` where its kernels cannot run."""
         if self.attention in ("varlen", "blocks") and not self._fast_attention_runs_on(device_type):

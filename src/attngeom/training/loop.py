@@ -175,7 +175,8 @@ def train(
     folder = RunFolder(Path(out))
     rt = runtime_for(config)
     config = config.for_device(rt.device.type)
-    check_fits(config, rt.device)  # before anything is written
+    # before anything is written
+    check_fits(config, rt.device, gradient_copy=config.records_update_on(rt.device.type, rt.world))
     with folder.claim(config, restart) if rt.main else contextlib.nullcontext():  # locked while it trains
         _train(config, folder, rt, progress, stop_at)
     if rt.world > 1:
@@ -214,7 +215,9 @@ def _train(
         raise ConfigError("batch_documents trains on one GPU per run: launch without torchrun")
 
     # model and optimiser, from the seed (refused first if its vocabulary makes it too large)
-    check_fits(config, rt.device, corpus.vocab_size)
+    check_fits(
+        config, rt.device, corpus.vocab_size, gradient_copy=config.records_update_on(rt.device.type, rt.world)
+    )
     torch.manual_seed(config.seed)
     model = build_model(config, corpus.vocab_size).to(rt.device)
     model.train()

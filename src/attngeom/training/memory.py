@@ -35,24 +35,32 @@ def bytes_per_row(config: TrainConfig, vocab_size: int) -> int:
 
 BYTES_PER_PARAMETER = 16
 """Training memory of one parameter: its float32 weight and gradient and AdamW's two moments."""
+GRADIENT_COPY_BYTES = 4
+"""A parameter's float32 gradient kept once more: the recorded update's buffers (``step.CapturedUpdate``)."""
 
 
 def check_fits(
-    config: TrainConfig, device: torch.device, vocab_size: int | None = None, runs: int = 1
+    config: TrainConfig,
+    device: torch.device,
+    vocab_size: int | None = None,
+    runs: int = 1,
+    gradient_copy: bool = False,
 ) -> None:
     """Refuse, in one line, ``runs`` models of ``config`` that ``device`` could not hold even with all of
-    its memory free: their parameters (``BYTES_PER_PARAMETER`` each) and one pass of their rows (the
-    token stream's micro-batch, or one row counted in documents: ``bytes_per_row``), from the settings
-    alone, before anything is allocated. ``vocab_size`` None: the largest the settings allow (a
-    ``wordpiece`` tokenizer's ``vocab_size``; another vocabulary is counted when the corpus is read)."""
+    its memory free: their parameters (``BYTES_PER_PARAMETER`` each, and ``GRADIENT_COPY_BYTES`` more with
+    ``gradient_copy``: the recorded update's) and one pass of their rows (the token stream's micro-batch,
+    or one row counted in documents: ``bytes_per_row``), from the settings alone, before anything is
+    allocated. ``vocab_size`` None: the largest the settings allow (a ``wordpiece`` tokenizer's
+    ``vocab_size``; another vocabulary is counted when the corpus is read)."""
     total = total_bytes(device)
     if vocab_size is None:
         vocab_size = config.vocab_size if config.tokenizer == "wordpiece" else 0
     if total is None:
         return
     parameters = config.parameters(vocab_size)
+    per_parameter = BYTES_PER_PARAMETER + (GRADIENT_COPY_BYTES if gradient_copy else 0)
     rows = 1 if config.batch_documents else config.micro_batch_rows
-    need = runs * (parameters * BYTES_PER_PARAMETER + rows * bytes_per_row(config, vocab_size))
+    need = runs * (parameters * per_parameter + rows * bytes_per_row(config, vocab_size))
     if need > total:
         models = (
             f"{runs} models of {parameters:,} parameters"
@@ -62,7 +70,7 @@ def check_fits(
         raise ConfigError(
             f"training settings make {models} (n_layers={config.n_layers}, hidden_size={config.hidden}, "
             f"intermediate_size={config.intermediate}, vocab_size={vocab_size}, seq_len={config.seq_len}): "
-            f"training needs ≈ {need / 2**30:,.1f} GiB ({BYTES_PER_PARAMETER} bytes a parameter and {rows} "
+            f"training needs ≈ {need / 2**30:,.1f} GiB ({per_parameter} bytes a parameter and {rows} "
             f"row{'s' if rows > 1 else ''} of activations), more than the {total / 2**30:,.1f} GiB of {device}; "
             "choose smaller sizes (or batch_size)"
         )

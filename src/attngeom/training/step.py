@@ -110,7 +110,7 @@ class TrainStep:
             objective = compile_loss(objective, mode)
         self.captured = (
             CapturedUpdate(model, optimizer, config)
-            if self.graphs and config.update_graph is not False
+            if self.graphs and config.records_update_on(device.type, world)
             else None
         )
         if world > 1:
