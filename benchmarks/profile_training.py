@@ -106,6 +106,8 @@ def settings(args: argparse.Namespace) -> TrainConfig:
         ]
     if args.device:
         chosen.append(f"device={args.device}")
+    if args.update_graph:  # the candidate takes the update's place: the step records none of its own
+        chosen.append("update_graph=false")
     return make_config(paper_defaults(), parse_overrides([*chosen, *args.set]))
 
 

@@ -91,6 +91,8 @@ def test_the_update_graph_candidate_trains_as_the_shipped_update(bench_cache, tm
     shipped = profile_training.main(argv)
     candidate = profile_training.main([*argv, "--update-graph", form])
     assert shipped["update_graph"] is None and candidate["update_graph"] == form
+    # the candidate takes the update's place: the step it runs in records no update of its own
+    assert shipped["settings"]["update_graph"] is None and candidate["settings"]["update_graph"] is False
     assert len(candidate["losses"]) == len(shipped["losses"]) == 7
     assert len(set(shipped["losses"])) > 1  # the model learns: later losses depend on earlier updates
     assert candidate["losses"] == pytest.approx(shipped["losses"], rel=1e-4)
