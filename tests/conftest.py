@@ -12,7 +12,15 @@ import pytest  # noqa: E402
 from bench_support import bench_cache  # noqa: E402, F401 - the benchmarks' corpus, once per module
 from browser import FAILED  # noqa: E402
 from conformance_sweep import fresh_conformance  # noqa: E402, F401 - one fresh conformance run per session
+from hypothesis import settings  # noqa: E402
 from pipeline_support import tiny_run  # noqa: E402, F401 - the tiny pipeline run, once per session
+
+# The property tests draw new examples at every run by hand, to find what nobody wrote down; under CI
+# (``CI`` set, as .ci/run does) the same ones every time, so that whether a commit passes depends on the
+# commit. A counter-example found by hand becomes an example of its own (``@example``).
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.hookimpl(wrapper=True)
