@@ -169,12 +169,22 @@ def test_the_recorded_updates_gradient_copy_counts_towards_what_fits():
     gradients, is refused only where that update runs."""
     cpu = torch.device("cpu")
     total = total_bytes(cpu)
-    wide = {**TINY, "hidden_size": 1024, "n_heads": 16, "intermediate_size": 4096, "batch_size": 1}
-    for layers in range(1, 4096):
-        config = make_config({**wide, "n_layers": layers})
-        parameters = config.parameters(config.vocab_size)
-        if parameters * (BYTES_PER_PARAMETER + GRADIENT_COPY_BYTES) > total:
-            break
+    widths = (  # 64 layers, widened 64 at a time: the first too large for this host's memory at 20 bytes
+        make_config(
+            {
+                **TINY,
+                "n_layers": 64,
+                "hidden_size": h,
+                "n_heads": h // 64,
+                "intermediate_size": 4 * h,
+                "batch_size": 1,
+            }
+        )
+        for h in range(64, 2**16 + 1, 64)
+    )
+    config = next(
+        c for c in widths if c.parameters(c.vocab_size) * (BYTES_PER_PARAMETER + GRADIENT_COPY_BYTES) > total
+    )
     check_fits(config, cpu)
     with pytest.raises(ConfigError, match=f"{BYTES_PER_PARAMETER + GRADIENT_COPY_BYTES} bytes a parameter"):
         check_fits(config, cpu, gradient_copy=True)
