@@ -1,8 +1,8 @@
 """Attention over packed documents, forward and backward, by kernel: what ``training.attention`` chooses from.
 
 The rows are those of ``config/paper.yaml``'s defaults: documents with the State of the Union paragraphs'
-token lengths (``sotu_paragraph_lengths.json``) packed first-fit into 512-token rows, bf16, attention
-dropout 0.1, BERT-mini's (4 × 64) or BERT-base's (12 × 64) heads. Kernels:
+token lengths (``sotu_paragraph_lengths.json``) packed into 512-token rows as training packs them (first-fit
+decreasing), bf16, attention dropout 0.1, BERT-mini's (4 × 64) or BERT-base's (12 × 64) heads. Kernels:
 
 - ``dense``: SDPA with the dense boolean document mask (what ``attention: dense`` runs; cuDNN on an H100);
 - ``flash-varlen``: the flash kernel's variable-length form (``attention: varlen``);
@@ -25,16 +25,19 @@ profiler: its kernels' device time, to tell the attention kernels from the layou
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from attngeom.training.document_attention import document_attention
+from attngeom.training.document_batches import pack_first_fit
 from attngeom.training.document_mask import document_attention_mask, document_bounds, document_segments
 
 LENGTHS = Path(__file__).with_name("sotu_paragraph_lengths.json")
@@ -87,12 +90,58 @@ def document_rows(
 
 
 def packed_documents(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rows ``dense`` attends over: the documents packed first-fit into 512-token rows in the order
-    drawn, and each document's start in them."""
+    """The rows ``dense`` attends over: the documents packed as training packs them (first-fit decreasing,
+    ``document_batches.pack_first_fit``) into 512-token rows, and each document's start in them."""
     sizes = document_sizes(seed)
-    bins: list[list[int]] = []
-    first_fit(sizes, range(len(sizes)), ROW, bins)
-    return document_rows(sizes, bins, ROW)
+    return document_rows(sizes, pack_first_fit(np.array(sizes), ROW), ROW)
+
+
+def block_pairs(documents: torch.Tensor, query_block: int, key_block: int) -> torch.Tensor:
+    """(R,) query × key pairs the block kernels compute in each row of ``documents`` ((R, L) document of
+    every place): each block of ``query_block`` queries with every key block from its first query's document
+    start to its last query's document end (``document_blocks``' loop). The same count holds for dK/dV's
+    frame with the roles swapped, the mask being symmetric."""
+    lo, hi = (b.long() for b in document_bounds(documents))
+    rows = len(documents)
+    first = lo.view(rows, -1, query_block).amin(2) // key_block * key_block
+    last = hi.view(rows, -1, query_block).amax(2)
+    return (query_block * ((last - first + key_block - 1) // key_block * key_block)).sum(1)
+
+
+def best_row_orders(documents: torch.Tensor, query_block: int, key_block: int, tries: int = 5040) -> int:
+    """The fewest ``block_pairs`` over orders of each row's documents (its padding left at the end): every
+    order of a row of at most 7 documents, ``tries`` random ones of a longer row. An order changes nothing
+    a document computes (positions count from its own start), only where it lies."""
+    total, draw = 0, random.Random(0)
+    for row in documents:
+        ids, counts = (t.tolist() for t in torch.unique_consecutive(row, return_counts=True))
+        members = [(i, n) for i, n in zip(ids, counts, strict=True) if i >= 0]
+        pad = [(i, n) for i, n in zip(ids, counts, strict=True) if i < 0]
+        if len(members) <= 7:
+            orders = list(itertools.permutations(members))
+        else:
+            orders = [draw.sample(members, len(members)) for _ in range(tries)]
+        laid = torch.stack(
+            [torch.tensor([i for i, n in (*order, *pad) for _ in range(n)]) for order in orders]
+        )
+        total += int(block_pairs(laid, query_block, key_block).min())
+    return total
+
+
+TUNED_BLOCKS = (64, 32)
+"""(queries, keys) of a block in the forward and dQ kernels, (keys, queries) in dK/dV: what the autotuner
+chose on an H200 at BERT's shapes (``results/document_blocks_h200/``)."""
+
+
+def block_layout(seed: int = 0) -> dict[str, float]:
+    """The pairs the block kernels compute per pair of documents kept (as ``measure`` counts them: not
+    padding's), as the rows are packed and in each row's best order of its documents."""
+    documents = packed_documents(seed)[0]
+    kept = int(((documents[:, :, None] == documents[:, None, :]) & (documents >= 0)[:, :, None]).sum())
+    return {
+        "computed_per_kept": int(block_pairs(documents, *TUNED_BLOCKS).sum()) / kept,
+        "best_order_per_kept": best_row_orders(documents, *TUNED_BLOCKS) / kept,
+    }
 
 
 SLOT_CLASSES = (512, 256, 128)
@@ -381,6 +430,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         raise SystemExit("document_attention.py: needs a CUDA GPU (the kernels compared are CUDA kernels)")
     results = [measure(h) for h in args.heads]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, dropout {DROPOUT}, bf16")
+    layout = block_layout()
+    print(
+        f"the block kernels' pairs at {TUNED_BLOCKS[0]} x {TUNED_BLOCKS[1]} blocks: {layout['computed_per_kept']:.3f} x"
+        f" the pairs kept; with each row's documents in their best order: {layout['best_order_per_kept']:.3f} x"
+    )
     for r in results:
         print(f"\n{r['heads']} heads of {HEAD_DIM}, {r['documents']} documents, {r['tokens']} tokens")
         for name, k in r["kernels"].items():
@@ -399,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
             r["cudnn_varlen_replayed"] = replayed(r["heads"])
             print(f"{r['heads']} heads, cudnn-varlen as a CUDA graph: {r['cudnn_varlen_replayed']}")
     if args.out:
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+        args.out.write_text(json.dumps({"runs": results, "block_layout": layout}, indent=1) + "\n")
     return results
 
 

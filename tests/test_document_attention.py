@@ -271,6 +271,42 @@ def test_the_benchmarks_slot_layout_attends_as_the_dense_document_mask_token_by_
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
+def rows_of(*rows: list[int], length: int = 128) -> torch.Tensor:
+    """(R, length) document ids: each row's documents of the lengths given, in order, then padding (-1)."""
+    out = torch.full((len(rows), length), -1)
+    for r, sizes in enumerate(rows):
+        out[r, : sum(sizes)] = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    return out
+
+
+@pytest.mark.parametrize("query_block, key_block", [(64, 32), (32, 64), (16, 16)])
+def test_the_block_kernels_pair_count_is_every_pair_of_a_row_of_one_document_and_only_the_kept_ones_on_block_bounds(
+    query_block, key_block
+):
+    import document_attention as bench
+
+    assert bench.block_pairs(rows_of([128]), query_block, key_block).tolist() == [128 * 128]
+    aligned = rows_of([64, 64], [64, 0, 64], [128])  # documents on every block's bounds
+    kept = (aligned[:, :, None] == aligned[:, None, :]).sum((1, 2))
+    assert bench.block_pairs(aligned, query_block, key_block).tolist() == kept.tolist()
+    gen = torch.Generator().manual_seed(0)
+    straddling = rows_of(*(torch.randint(1, 40, (4,), generator=gen).tolist() for _ in range(6)))
+    kept = (straddling[:, :, None] == straddling[:, None, :]).sum((1, 2))
+    assert (bench.block_pairs(straddling, query_block, key_block) > kept).all()
+
+
+def test_the_best_row_order_puts_documents_on_block_bounds_where_their_lengths_allow():
+    """[32, 64, 32] in 64-token blocks: each query block reaches the whole row (2 × 64 × 128 pairs); in the
+    order [64, 32, 32] each query block reaches only its own 64 keys (2 × 64 × 64)."""
+    import document_attention as bench
+
+    given = rows_of([32, 64, 32])
+    assert bench.block_pairs(given, 64, 64).tolist() == [2 * 64 * 128]
+    assert bench.best_row_orders(given, 64, 64) == 2 * 64 * 64
+    padded = rows_of([32, 64])  # padding stays last: [64, 32] + 32 of padding is the best order
+    assert bench.best_row_orders(padded, 64, 64) == bench.block_pairs(rows_of([64, 32]), 64, 64).item()
+
+
 def test_a_stacked_runs_empty_pass_is_one_document_a_row():
     from attngeom.training.stacked import _share
 
