@@ -130,7 +130,8 @@ def best_row_orders(documents: torch.Tensor, query_block: int, key_block: int, t
 
 TUNED_BLOCKS = (64, 32)
 """(queries, keys) of a block in the forward and dQ kernels, (keys, queries) in dK/dV: what the autotuner
-chose on an H200 at BERT's shapes (``results/document_blocks_h200/``)."""
+chose on an H200 for BERT-base's 12 heads (for BERT-mini's 4 it chose 64 × 64 for the forward and dQ;
+``results/document_blocks_h200/`` call 23)."""
 
 
 def block_layout(seed: int = 0) -> dict[str, float]:
