@@ -134,11 +134,16 @@ chose on an H200 for BERT-base's 12 heads (for BERT-mini's 4 it chose 64 × 64 f
 ``results/document_blocks_h200/`` call 23)."""
 
 
+def kept_pairs(documents: torch.Tensor) -> int:
+    """Query × key pairs the document mask keeps in rows of ``documents``, padding's own pairs left out."""
+    return int(((documents[:, :, None] == documents[:, None, :]) & (documents >= 0)[:, :, None]).sum())
+
+
 def block_layout(seed: int = 0) -> dict[str, float]:
-    """The pairs the block kernels compute per pair of documents kept (as ``measure`` counts them: not
-    padding's), as the rows are packed and in each row's best order of its documents."""
+    """The pairs the block kernels compute per pair kept (``kept_pairs``), as the rows are packed and in
+    each row's best order of its documents."""
     documents = packed_documents(seed)[0]
-    kept = int(((documents[:, :, None] == documents[:, None, :]) & (documents >= 0)[:, :, None]).sum())
+    kept = kept_pairs(documents)
     return {
         "computed_per_kept": int(block_pairs(documents, *TUNED_BLOCKS).sum()) / kept,
         "best_order_per_kept": best_row_orders(documents, *TUNED_BLOCKS) / kept,
@@ -293,13 +298,11 @@ def measure(heads: int, seed: int = 0) -> dict:
         for _ in range(4)
     )
     dense = dense_layout(seed)
-    kept = dense.documents[:, :, None] == dense.documents[:, None, :]
-    kept &= (dense.documents >= 0)[:, :, None]
     result = {
         "heads": heads,
         "documents": len(sizes),
         "tokens": tokens,
-        "pairs_kept": int(kept.sum()),
+        "pairs_kept": kept_pairs(dense.documents),
         "kernels": {},
     }
     reference = None
